@@ -1,0 +1,123 @@
+//! Cross-field checks that serde cannot express. Returns every problem, each with its key path.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::{BackoffConfig, Config, RelayConfig};
+use crate::relay::template::Template;
+use crate::sql::params::Placeholder;
+use crate::store::statements::{self, StatementKind};
+
+/// Entry fields handoff writes itself; `fields` may not redefine them.
+const RESERVED_FIELDS: &[&str] =
+    &["event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "owner"];
+
+pub fn validate(config: &Config) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Some(url) = &config.database.url
+        && placeholder_style(url.expose()).is_none()
+    {
+        errors.push("database.url: scheme must be postgres:// or postgresql://".into());
+    }
+    if config.database.pool_size == 0 {
+        errors.push("database.pool_size must be > 0".into());
+    }
+    if config.shutdown.grace_period.is_zero() {
+        errors.push("shutdown.grace_period must be > 0".into());
+    }
+    if config.telemetry.sample_interval.is_zero() {
+        errors.push("telemetry.sample_interval must be > 0".into());
+    }
+    let mut names = HashSet::new();
+    for (i, relay) in config.relays.iter().enumerate() {
+        let path = format!("relay[{i}]");
+        if !names.insert(relay.name.as_str()) {
+            errors.push(format!("{path}.name: `{}` is used by another relay", relay.name));
+        }
+        validate_relay(&path, relay, &mut errors);
+    }
+    errors
+}
+
+/// The placeholder style of the database behind `url`, or None for an unsupported scheme.
+pub fn placeholder_style(url: &str) -> Option<Placeholder> {
+    let scheme = url.split("://").next().unwrap_or_default();
+    match scheme {
+        "postgres" | "postgresql" => Some(Placeholder::Numbered),
+        _ => None,
+    }
+}
+
+fn validate_relay(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) {
+    let mut check = |ok: bool, message: &str| {
+        if !ok {
+            errors.push(format!("{path}.{message}"));
+        }
+    };
+    check(is_label(&relay.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
+    check(is_identifier(&relay.table), "table must be a plain or schema-qualified identifier");
+    check((1..=10_000).contains(&relay.batch_size), "batch_size must be between 1 and 10000");
+    check((1..=64).contains(&relay.concurrency), "concurrency must be between 1 and 64");
+    check(!relay.poll_interval.is_zero(), "poll_interval must be > 0");
+    check(relay.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+    check(relay.max_attempts >= 1, "max_attempts must be >= 1");
+    check(relay.max_expired_claims >= 1, "max_expired_claims must be >= 1");
+    validate_backoff(&format!("{path}.backoff"), &relay.backoff, errors);
+    validate_backoff(&format!("{path}.outage_backoff"), &relay.outage_backoff, errors);
+    if let Some(trim) = &relay.trim {
+        match (trim.maxlen, trim.min_age) {
+            (Some(0), _) => errors.push(format!("{path}.trim.maxlen must be > 0")),
+            (Some(_), Some(_)) | (None, None) => {
+                errors.push(format!("{path}.trim: set exactly one of maxlen, min_age"))
+            }
+            _ => {}
+        }
+    }
+    if let Err(e) = Template::parse(&relay.stream) {
+        errors.push(format!("{path}.stream: {e}"));
+    }
+    for (field, template) in &relay.fields {
+        if RESERVED_FIELDS.contains(&field.as_str()) {
+            errors.push(format!("{path}.fields.{field}: `{field}` is written by handoff itself"));
+        }
+        if let Err(e) = Template::parse(template) {
+            errors.push(format!("{path}.fields.{field}: {e}"));
+        }
+    }
+    for kind in StatementKind::ALL {
+        if let Some(sql) = relay.sql.get(kind)
+            && let Err(e) = statements::check_params(kind, sql, Placeholder::Numbered)
+        {
+            errors.push(format!("{path}.sql.{}: {e}", kind.name()));
+        }
+    }
+}
+
+fn validate_backoff(path: &str, backoff: &BackoffConfig, errors: &mut Vec<String>) {
+    if backoff.initial.is_zero() {
+        errors.push(format!("{path}.initial must be > 0"));
+    }
+    if backoff.max < backoff.initial {
+        errors.push(format!("{path}.max must be >= initial"));
+    }
+    if !(backoff.multiplier >= 1.0 && backoff.multiplier <= 10.0) {
+        errors.push(format!("{path}.multiplier must be between 1 and 10"));
+    }
+    if !(0.0..1.0).contains(&backoff.jitter) {
+        errors.push(format!("{path}.jitter must be >= 0 and < 1"));
+    }
+}
+
+fn is_label(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+fn is_identifier(name: &str) -> bool {
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() <= 2 && parts.iter().all(|p| part_ok(p))
+}

@@ -1,0 +1,63 @@
+//! Test hooks that park a relay at a chosen point so a test can kill, stop or signal the process
+//! exactly there (e.g. between XADD and settle). Inert unless `HANDOFF_FAULT_PAUSE` is set; read
+//! once at startup by `main` and passed down, never consulted from the environment elsewhere.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Where a relay can be parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// Rows claimed, nothing appended yet.
+    BeforeAppend,
+    /// Entries appended (ids returned), nothing settled yet.
+    AfterAppend,
+}
+
+impl Point {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "before_append" => Some(Point::BeforeAppend),
+            "after_append" => Some(Point::AfterAppend),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Point::BeforeAppend => "before_append",
+            Point::AfterAppend => "after_append",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    pause_at: Option<Point>,
+    marker: Option<PathBuf>,
+}
+
+impl Faults {
+    /// `HANDOFF_FAULT_PAUSE=<point>` parks every batch at that point forever;
+    /// `HANDOFF_FAULT_MARKER=<file>` gets a line `paused <point>` when it happens.
+    pub fn from_env() -> Self {
+        Self {
+            pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
+            marker: std::env::var_os("HANDOFF_FAULT_MARKER").map(PathBuf::from),
+        }
+    }
+
+    /// Parks forever if configured for `point`; the caller's cancellation (shutdown drain) still
+    /// applies because this is an ordinary pending future.
+    pub async fn reach(&self, point: Point) {
+        if self.pause_at != Some(point) {
+            return;
+        }
+        if let Some(path) = &self.marker
+            && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+        {
+            let _ = writeln!(file, "paused {}", point.name());
+        }
+        std::future::pending::<()>().await;
+    }
+}

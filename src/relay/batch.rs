@@ -1,0 +1,252 @@
+//! One turn of a claim loop: sort the claimed rows, append, settle every row exactly one way.
+//!
+//! Ordering that the invariants rest on:
+//! - a row is marked delivered only with the entry id the broker returned for it (invariant 1);
+//! - every settle presents claimant + token, so a late settle after a takeover changes nothing
+//!   (invariant 2; the count of refused rows is logged and counted);
+//! - an unreachable broker releases rows without touching attempts (invariant 6).
+
+use std::future::Future;
+use std::time::Instant;
+
+use tracing::{debug, warn};
+
+use super::{Relay, Retrier, delay, error_chain};
+use crate::fault::Point;
+use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
+use crate::stream::{AppendOutcome, Entry, EventStream};
+use crate::telemetry::metrics::{DeadReason, FailureReason};
+
+/// What the loop needs to know about a finished turn.
+pub(super) struct Turn {
+    /// The broker was unreachable for some rows (they were released).
+    pub stream_outage: bool,
+}
+
+/// Rows sorted by what happens to them.
+#[derive(Default)]
+struct Settlement {
+    delivered: Vec<Delivered>,
+    failed: Vec<Failure>,
+    released: Vec<RowRef>,
+}
+
+impl<S: OutboxStore, P: EventStream> Relay<S, P> {
+    pub(super) async fn process(&self, claimant: &str, rows: Vec<ClaimedRow>) -> Turn {
+        let started = Instant::now();
+        let metrics = &self.deps.metrics;
+        metrics.batch_size.observe(rows.len() as f64);
+        let mut settlement = Settlement::default();
+        let mut sendable: Vec<(ClaimedRow, Entry)> = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.reclaimed {
+                metrics.reclaims.inc();
+            }
+            if row.expired_claims >= self.config.max_expired_claims {
+                let error = format!(
+                    "lease expired {} times: the row keeps its claimant from finishing (crash loop?)",
+                    row.expired_claims
+                );
+                settlement.dead(row.key(), error, DeadReason::CrashLoop, metrics);
+                continue;
+            }
+            match self.entries.build(&row) {
+                Ok(entry) => sendable.push((row, entry)),
+                Err(error) => {
+                    metrics.failed(FailureReason::InvalidRow, 1);
+                    settlement.dead(row.key(), error, DeadReason::InvalidRow, metrics);
+                }
+            }
+        }
+        let keys: Vec<RowRef> = sendable.iter().map(|(row, _)| row.key()).collect();
+        let entries: Vec<Entry> = sendable.iter().map(|(_, entry)| entry.clone()).collect();
+        let append = async {
+            self.deps.faults.reach(Point::BeforeAppend).await;
+            let outcomes = self.deps.stream.append(&entries, self.trim).await;
+            self.deps.faults.reach(Point::AfterAppend).await;
+            outcomes
+        };
+        let mut stream_outage = false;
+        match self.under_lease(claimant, &keys, append).await {
+            Some(outcomes) => {
+                stream_outage = self.sort_outcomes(&sendable, outcomes, started, &mut settlement);
+            }
+            None => {
+                // Rows already judged DEAD are released too: the next claim judges them again.
+                warn!(rows = keys.len(), "shutdown drain time spent while appending; releasing rows");
+                self.release_now(claimant, &keys_of(&settlement).into_iter().chain(keys).collect::<Vec<_>>()).await;
+                return Turn { stream_outage };
+            }
+        }
+        self.settle(claimant, &keys_of(&settlement), settlement).await;
+        metrics.cycle.observe(started.elapsed().as_secs_f64());
+        Turn { stream_outage }
+    }
+
+    /// Turns append outcomes into settle decisions; returns whether the broker was unreachable.
+    fn sort_outcomes(
+        &self,
+        sendable: &[(ClaimedRow, Entry)],
+        outcomes: Vec<AppendOutcome>,
+        started: Instant,
+        settlement: &mut Settlement,
+    ) -> bool {
+        let metrics = &self.deps.metrics;
+        let mut outage = false;
+        let elapsed = started.elapsed();
+        for ((row, _), outcome) in sendable.iter().zip(outcomes) {
+            match outcome {
+                AppendOutcome::Appended(entry_id) => {
+                    metrics.dwell.observe((row.age + elapsed).as_secs_f64());
+                    settlement.delivered.push(Delivered { row: row.key(), entry_id });
+                }
+                AppendOutcome::Rejected(error) => {
+                    metrics.failed(FailureReason::Rejected, 1);
+                    let error = format!("stream rejected the entry: {error}");
+                    if row.attempts + 1 >= self.config.max_attempts {
+                        settlement.dead(row.key(), error, DeadReason::AttemptsExhausted, metrics);
+                    } else {
+                        metrics.retries.inc();
+                        let wait = delay(&self.config.backoff, row.attempts + 1);
+                        settlement.failed.push(Failure {
+                            row: row.key(),
+                            error,
+                            verdict: Verdict::Retry { delay: wait },
+                        });
+                    }
+                }
+                AppendOutcome::Unavailable(error) => {
+                    if !outage {
+                        warn!(error = %error, "stream unavailable; releasing rows without counting an attempt");
+                    }
+                    outage = true;
+                    metrics.failed(FailureReason::Unavailable, 1);
+                    settlement.released.push(row.key());
+                }
+            }
+        }
+        if !outage {
+            self.stream_health(true);
+        }
+        outage
+    }
+
+    /// Writes every decision, retrying through database outages until the drain time after a
+    /// shutdown request is spent (then the leases lapse and another claimant takes over).
+    async fn settle(&self, claimant: &str, held: &[RowRef], s: Settlement) {
+        let metrics = &self.deps.metrics;
+        let store = &self.deps.store;
+        if !s.delivered.is_empty() {
+            let expected = s.delivered.len() as u64;
+            if let Some(n) = self.persist(claimant, held, || store.settle_delivered(claimant, &s.delivered)).await {
+                metrics.published.inc_by(n);
+                self.count_fenced("mark delivered", expected, n);
+            }
+        }
+        if !s.failed.is_empty() {
+            let expected = s.failed.len() as u64;
+            if let Some(n) = self.persist(claimant, held, || store.settle_failed(claimant, &s.failed)).await {
+                self.count_fenced("record failure", expected, n);
+            }
+        }
+        if !s.released.is_empty() {
+            let expected = s.released.len() as u64;
+            if let Some(n) = self.persist(claimant, held, || store.release(claimant, &s.released)).await {
+                metrics.released.inc_by(n);
+                self.count_fenced("release", expected, n);
+            }
+        }
+    }
+
+    fn count_fenced(&self, step: &str, expected: u64, changed: u64) {
+        if changed < expected {
+            let refused = expected - changed;
+            self.deps.metrics.fenced.inc_by(refused);
+            warn!(step, refused, "settle refused by the fence: another claimant took these rows over");
+        }
+    }
+
+    /// Runs a settle statement until it succeeds; `None` if the drain time ran out first.
+    async fn persist<T, F, Fut>(&self, claimant: &str, held: &[RowRef], op: F) -> Option<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = StoreResult<T>>,
+    {
+        let attempt = async {
+            let mut retrier = Retrier::new(self.config.outage_backoff.clone());
+            let mut errors = crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(30));
+            loop {
+                match op().await {
+                    Ok(value) => {
+                        self.source_up(&mut errors);
+                        return value;
+                    }
+                    Err(error) => {
+                        self.source_down(&mut errors, &error);
+                        self.deps.health.beat();
+                        tokio::time::sleep(retrier.failed()).await;
+                    }
+                }
+            }
+        };
+        self.under_lease(claimant, held, attempt).await
+    }
+
+    /// One bounded attempt to hand rows back when the drain time is over; if it fails, their
+    /// leases lapse and another claimant takes them over.
+    async fn release_now(&self, claimant: &str, rows: &[RowRef]) {
+        if rows.is_empty() {
+            return;
+        }
+        let attempt = self.deps.store.release(claimant, rows);
+        match tokio::time::timeout(self.deps.release_timeout, attempt).await {
+            Ok(Ok(n)) => self.deps.metrics.released.inc_by(n),
+            Ok(Err(error)) => warn!(error = %error_chain(&error), "could not release rows; their leases will lapse"),
+            Err(_) => warn!("releasing rows timed out; their leases will lapse"),
+        }
+    }
+
+    /// Runs `work` while renewing the leases of `rows` every third of the lease. Returns `None`
+    /// if in-flight work was abandoned (shutdown drain time over) before `work` finished.
+    async fn under_lease<F: Future>(&self, claimant: &str, rows: &[RowRef], work: F) -> Option<F::Output> {
+        let every = self.config.lease / 3;
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                output = &mut work => return Some(output),
+                _ = self.deps.abandon.cancelled() => return None,
+                _ = renew.tick(), if !rows.is_empty() => {
+                    match self.deps.store.renew(claimant, rows, self.config.lease).await {
+                        Ok(n) => debug!(renewed = n, "lease renewed"),
+                        Err(error) => debug!(error = %error_chain(&error), "lease renewal failed"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Settlement {
+    fn dead(
+        &mut self,
+        row: RowRef,
+        error: String,
+        reason: DeadReason,
+        metrics: &crate::telemetry::metrics::RelayHandles,
+    ) {
+        metrics.dead(reason);
+        self.failed.push(Failure { row, error, verdict: Verdict::Dead });
+    }
+}
+
+/// Every row the settlement still holds a claim on (for lease renewal while settling).
+fn keys_of(s: &Settlement) -> Vec<RowRef> {
+    s.delivered
+        .iter()
+        .map(|d| d.row.clone())
+        .chain(s.failed.iter().map(|f| f.row.clone()))
+        .chain(s.released.iter().cloned())
+        .collect()
+}

@@ -1,0 +1,113 @@
+//! Claimed row → stream entry: the key from the stream template, then the fields.
+//!
+//! Fields: `event_id`, then each of `event_type`, `aggregate_type`, `aggregate_id`, `payload`,
+//! `headers` the claim returns (skipped when NULL), then `owner`, then the configured extras.
+
+use super::template::{BoundTemplate, Template};
+use crate::config::RelayConfig;
+use crate::store::ClaimedRow;
+use crate::store::statements::ENTRY_COLUMNS;
+use crate::stream::Entry;
+
+#[derive(Debug, Clone)]
+pub struct EntryBuilder {
+    stream: BoundTemplate,
+    columns: Vec<(String, usize)>,
+    owner: String,
+    extras: Vec<(String, BoundTemplate)>,
+}
+
+impl EntryBuilder {
+    /// Binds the relay's templates to the claim statement's `columns`; names what is missing.
+    pub fn new(relay: &RelayConfig, columns: &[String]) -> Result<Self, String> {
+        let bind = |key: &str, text: &str| {
+            Template::parse(text)
+                .and_then(|t| t.bind(columns))
+                .map_err(|e| format!("relay `{}` {key}: {e}", relay.name))
+        };
+        let stream = bind("stream", &relay.stream)?;
+        let extras = relay
+            .fields
+            .iter()
+            .map(|(name, text)| Ok((name.clone(), bind(&format!("fields.{name}"), text)?)))
+            .collect::<Result<_, String>>()?;
+        let columns = ENTRY_COLUMNS
+            .iter()
+            .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (name.to_string(), i)))
+            .collect();
+        Ok(Self { stream, columns, owner: relay.owner().to_owned(), extras })
+    }
+
+    /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
+    pub fn build(&self, row: &ClaimedRow) -> Result<Entry, String> {
+        let stream = self.stream.render(&row.values).map_err(|e| format!("stream key: {e}"))?;
+        let mut fields = Vec::with_capacity(2 + self.columns.len() + self.extras.len());
+        fields.push(("event_id".to_owned(), row.event_id.clone()));
+        for (name, index) in &self.columns {
+            if let Some(Some(value)) = row.values.get(*index) {
+                fields.push((name.clone(), value.clone()));
+            }
+        }
+        fields.push(("owner".to_owned(), self.owner.clone()));
+        for (name, template) in &self.extras {
+            let value = template.render(&row.values).map_err(|e| format!("field {name}: {e}"))?;
+            fields.push((name.clone(), value));
+        }
+        Ok(Entry { stream, fields })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+    use std::time::Duration;
+
+    fn relay(extra: &str) -> RelayConfig {
+        let toml = format!("[database]\nurl = \"postgres://x@localhost/db\"\n[[relay]]\nname = \"auth\"\n{extra}");
+        load_str(&toml).unwrap().relays.remove(0)
+    }
+
+    fn row(values: &[Option<&str>]) -> ClaimedRow {
+        ClaimedRow {
+            id: "1".into(),
+            token: 1,
+            event_id: "e-1".into(),
+            attempts: 0,
+            expired_claims: 0,
+            age: Duration::ZERO,
+            reclaimed: false,
+            values: values.iter().map(|v| v.map(str::to_owned)).collect(),
+        }
+    }
+
+    #[test]
+    fn fields_follow_the_documented_order_and_skip_nulls() {
+        let columns: Vec<String> = ["id", "event_id", "aggregate_type", "payload", "headers", "tenant"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let builder = EntryBuilder::new(&relay("fields = { tenant = \"t-{tenant}\" }"), &columns).unwrap();
+        let entry =
+            builder.build(&row(&[Some("1"), Some("e-1"), Some("order"), Some("{}"), None, Some("acme")])).unwrap();
+        assert_eq!(entry.stream, "audit:order");
+        let names: Vec<&str> = entry.fields.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["event_id", "aggregate_type", "payload", "owner", "tenant"]);
+        assert_eq!(entry.fields[3].1, "auth");
+        assert_eq!(entry.fields[4].1, "t-acme");
+    }
+
+    #[test]
+    fn a_null_routing_column_is_a_row_error() {
+        let columns: Vec<String> = ["id", "aggregate_type"].iter().map(|s| s.to_string()).collect();
+        let builder = EntryBuilder::new(&relay(""), &columns).unwrap();
+        let err = builder.build(&row(&[Some("1"), None])).unwrap_err();
+        assert!(err.contains("aggregate_type"), "{err}");
+    }
+
+    #[test]
+    fn a_template_over_a_column_the_claim_lacks_is_a_config_error() {
+        let err = EntryBuilder::new(&relay("stream = \"s:{missing}\""), &["id".to_string()]).unwrap_err();
+        assert!(err.contains("relay `auth` stream") && err.contains("missing"), "{err}");
+    }
+}

@@ -1,0 +1,171 @@
+//! The outbox relay: claim a batch under a lease → append to the stream → settle each row.
+//!
+//! `run` drives `concurrency` claim loops. One turn of a loop is in `batch`; what happens around
+//! it (polling, outage backoff, shutdown) is here.
+
+mod backoff;
+mod batch;
+pub mod entries;
+pub mod template;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+pub use backoff::{Retrier, delay};
+use entries::EntryBuilder;
+
+use crate::config::RelayConfig;
+use crate::fault::Faults;
+use crate::store::OutboxStore;
+use crate::stream::{EventStream, Trim};
+use crate::telemetry::health::Component;
+use crate::telemetry::metrics::RelayHandles;
+use crate::telemetry::throttle::Throttle;
+
+/// What a relay needs besides its config; built by the app, shared by its loops.
+pub struct RelayDeps<S, P> {
+    pub store: S,
+    pub stream: P,
+    pub metrics: RelayHandles,
+    pub health: Arc<Component>,
+    pub faults: Faults,
+    /// Identifies this process in `claimed_by`; each loop appends `#<n>`.
+    pub claimant: String,
+    /// Fires when in-flight work must stop (some time after shutdown was requested): appends and
+    /// settles still running are abandoned and their rows released if the database allows.
+    pub abandon: CancellationToken,
+    /// Bound on the one release attempt made for rows whose work was abandoned.
+    pub release_timeout: Duration,
+}
+
+pub struct Relay<S, P> {
+    config: RelayConfig,
+    entries: EntryBuilder,
+    trim: Option<Trim>,
+    deps: RelayDeps<S, P>,
+}
+
+impl<S: OutboxStore, P: EventStream> Relay<S, P> {
+    /// Binds the relay's templates to the store's claim columns.
+    pub fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, String> {
+        let entries = EntryBuilder::new(&config, &deps.store.columns())?;
+        let trim = config.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
+            (Some(n), _) => Some(Trim::MaxLen(n)),
+            (None, Some(age)) => Some(Trim::MinAge(age)),
+            (None, None) => None,
+        });
+        Ok(Self { config, entries, trim, deps })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Runs the claim loops until `shutdown`; returns once every in-flight batch has been settled
+    /// or released.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut loops = tokio::task::JoinSet::new();
+        for n in 0..self.config.concurrency {
+            let relay = self.clone();
+            let shutdown = shutdown.clone();
+            let span = info_span!("relay", relay = %self.config.name, loop_index = n);
+            loops.spawn(async move { relay.claim_loop(n, shutdown).await }.instrument(span));
+        }
+        while loops.join_next().await.is_some() {}
+        self.deps.health.stopped();
+        info!(relay = %self.config.name, "relay stopped");
+    }
+
+    async fn claim_loop(&self, n: u32, shutdown: CancellationToken) {
+        let claimant = format!("{}#{n}", self.deps.claimant);
+        let mut outage = Retrier::new(self.config.outage_backoff.clone());
+        let mut errors = Throttle::new(Duration::from_secs(30));
+        while !shutdown.is_cancelled() {
+            self.deps.health.beat();
+            let rows = match self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await {
+                Ok(rows) => rows,
+                Err(error) => {
+                    self.source_down(&mut errors, &error);
+                    sleep_or_shutdown(outage.failed(), &shutdown).await;
+                    continue;
+                }
+            };
+            self.source_up(&mut errors);
+            if rows.is_empty() {
+                sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                continue;
+            }
+            // A full batch means more is waiting; a reclaimed row is claimed alone, so its
+            // neighbours from the dead claimant's batch are waiting too.
+            let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
+            let turn = self.process(&claimant, rows).await;
+            if turn.stream_outage {
+                self.wait_for_stream(&mut outage, &shutdown).await;
+            } else {
+                outage.succeeded();
+                if !again_now {
+                    sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                }
+            }
+        }
+    }
+
+    /// After an outage, pings until the broker answers instead of claiming rows only to release them.
+    async fn wait_for_stream(&self, outage: &mut Retrier, shutdown: &CancellationToken) {
+        self.stream_health(false);
+        loop {
+            sleep_or_shutdown(outage.failed(), shutdown).await;
+            self.deps.health.beat();
+            if shutdown.is_cancelled() {
+                return;
+            }
+            if self.deps.stream.ping().await.is_ok() {
+                info!(relay = %self.config.name, after_failures = outage.failures(), "stream reachable again");
+                self.stream_health(true);
+                outage.succeeded();
+                return;
+            }
+        }
+    }
+
+    fn source_down(&self, errors: &mut Throttle, error: &crate::store::StoreError) {
+        self.deps.metrics.source_up.set(0);
+        self.deps.health.set_source_ok(false);
+        if let Some(suppressed) = errors.allow() {
+            warn!(relay = %self.config.name, error = %error_chain(error), suppressed, "database statement failed; backing off");
+        }
+    }
+
+    fn source_up(&self, errors: &mut Throttle) {
+        self.deps.metrics.source_up.set(1);
+        self.deps.health.set_source_ok(true);
+        errors.reset();
+    }
+
+    fn stream_health(&self, ok: bool) {
+        self.deps.metrics.stream_up.set(ok.into());
+        self.deps.health.set_stream_ok(ok);
+    }
+}
+
+async fn sleep_or_shutdown(duration: Duration, shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(duration) => {}
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+/// An error and its sources on one line (`a: b: c`), for logs.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}

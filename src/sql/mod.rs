@@ -1,0 +1,3 @@
+//! SQL text handling shared by the dialects.
+
+pub mod params;

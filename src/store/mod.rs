@@ -1,0 +1,119 @@
+//! The seam between the relay and the database that owns the outbox.
+//!
+//! The relay speaks in claimed rows and settle outcomes; a dialect turns them into statements.
+//! Postgres is the first dialect; MySQL follows as a sibling module.
+
+pub mod postgres;
+pub mod statements;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One claimed outbox row.
+#[derive(Debug, Clone)]
+pub struct ClaimedRow {
+    /// The row's key, as text whatever its SQL type.
+    pub id: String,
+    /// Fencing token the claim set; every settle must present it.
+    pub token: i64,
+    pub event_id: String,
+    /// Row-attributable failures so far.
+    pub attempts: u32,
+    /// Claims of this row whose lease expired, including the one that just reclaimed it.
+    pub expired_claims: u32,
+    /// Age at claim time by the database clock (`now() - created_at`).
+    pub age: Duration,
+    /// Whether this claim took the row over from a claimant whose lease expired.
+    pub reclaimed: bool,
+    /// All claim columns as text, in the order of [`OutboxStore::columns`].
+    pub values: Vec<Option<String>>,
+}
+
+impl ClaimedRow {
+    pub fn key(&self) -> RowRef {
+        RowRef { id: self.id.clone(), token: self.token }
+    }
+}
+
+/// A claimed row as settles name it: key plus fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowRef {
+    pub id: String,
+    pub token: i64,
+}
+
+/// A row the stream acknowledged, with the entry id it returned.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub row: RowRef,
+    pub entry_id: String,
+}
+
+/// What happens to a row whose append failed for a reason of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Back to PENDING, attempts + 1, due again after `delay` (by the database clock).
+    Retry { delay: Duration },
+    /// Terminal: kept for inspection and re-drive.
+    Dead,
+}
+
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub row: RowRef,
+    pub error: String,
+    pub verdict: Verdict,
+}
+
+/// A database error. None of them is a row's fault: the relay backs off and tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database unavailable during {statement}")]
+    Unavailable {
+        statement: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("statement {statement} failed")]
+    Statement {
+        statement: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("claim returned a row that breaks the column contract: {0}")]
+    Contract(String),
+}
+
+impl StoreError {
+    /// Whether the error says the database could not be reached (as opposed to a statement that
+    /// the database rejected, which needs an operator).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The statements a relay runs against its outbox. Settles return how many rows they changed;
+/// fewer than given means the fence refused the rest (another claimant owns them now).
+pub trait OutboxStore: Send + Sync + 'static {
+    /// Names of the claim statement's result columns.
+    fn columns(&self) -> Arc<[String]>;
+
+    fn claim(
+        &self,
+        claimant: &str,
+        batch_size: u32,
+        lease: Duration,
+    ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
+
+    /// Marks delivered (or deletes, per the relay's settle mode).
+    fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn release(&self, claimant: &str, rows: &[RowRef]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> impl Future<Output = StoreResult<u64>> + Send;
+}

@@ -1,0 +1,71 @@
+//! Postgres dialect: connection pool, error classification, the outbox statements.
+
+pub mod defaults;
+mod outbox;
+pub mod values;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+
+pub use outbox::{PgOutbox, PrepareError};
+
+use super::StoreError;
+use crate::config::DatabaseConfig;
+
+/// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
+pub fn pool(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Pool> {
+    let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let mut pg: tokio_postgres::Config =
+        url.parse().map_err(|e| anyhow::anyhow!("database.url is not a valid Postgres URL: {e}"))?;
+    pg.application_name(application_name);
+    pg.connect_timeout(config.connect_timeout);
+    // Keepalives notice a silently dropped connection instead of waiting on it forever.
+    pg.keepalives(true).keepalives_idle(Duration::from_secs(30));
+    let manager = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Ok(Pool::builder(manager)
+        .max_size(config.pool_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(config.connect_timeout))
+        .create_timeout(Some(config.connect_timeout))
+        .recycle_timeout(Some(config.connect_timeout))
+        .build()?)
+}
+
+/// Runs `SELECT 1` on a pooled connection.
+pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
+    let client = pool.get().await.map_err(|e| pool_error("probe", e))?;
+    client.simple_query("SELECT 1").await.map_err(|e| query_error("probe", e))?;
+    Ok(())
+}
+
+pub(crate) fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable { statement, source: Box::new(error) }
+}
+
+/// Connection-level failures and server states that pass by themselves are outages; anything
+/// else is the statement's problem.
+pub(crate) fn query_error(statement: &'static str, error: tokio_postgres::Error) -> StoreError {
+    let transient = match error.code() {
+        // No SQLSTATE: a client-side failure. Type conversions are the statement's problem;
+        // the rest (closed, I/O, timeouts, connect) mean the database went away.
+        None => {
+            let text = error.to_string();
+            !["error serializing", "error deserializing", "invalid column", "expected "]
+                .iter()
+                .any(|prefix| text.starts_with(prefix))
+        }
+        Some(code) => {
+            let class = &code.code()[..2];
+            matches!(class, "08" | "53" | "57" | "58")
+                || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        }
+    };
+    let source = Box::new(error);
+    if transient { StoreError::Unavailable { statement, source } } else { StoreError::Statement { statement, source } }
+}

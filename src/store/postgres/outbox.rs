@@ -1,0 +1,299 @@
+//! The relay's statements on a Postgres outbox: prepared and checked once, executed per batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::values::{Cell, Param, column_type_supported, param_type_supported};
+use super::{defaults, pool_error, query_error};
+use crate::config::{RelayConfig, SettleMode};
+use crate::sql::params::{self, Placeholder};
+use crate::store::statements::{CLAIM_COLUMNS, RECLAIMED_COLUMN, StatementKind};
+use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreError, StoreResult, Verdict};
+
+/// Why statements could not be prepared.
+#[derive(Debug)]
+pub enum PrepareError {
+    /// The database did not answer; worth retrying.
+    Unreachable(String),
+    /// Statements or their results break the contract; every problem, each naming its statement.
+    Invalid(Vec<String>),
+}
+
+impl std::fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrepareError::Unreachable(e) => f.write_str(e),
+            PrepareError::Invalid(errors) => f.write_str(&errors.join("\n")),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
+
+/// A statement rewritten to `$n` placeholders, with the parameter name behind each.
+#[derive(Debug, Clone)]
+struct Prepared {
+    kind: StatementKind,
+    sql: String,
+    names: Vec<String>,
+}
+
+/// Positions of the contract columns in the claim result.
+#[derive(Debug, Clone, Copy)]
+struct ClaimIndex {
+    id: usize,
+    token: usize,
+    event_id: usize,
+    attempts: usize,
+    expired_claims: usize,
+    age_ms: usize,
+    reclaimed: Option<usize>,
+}
+
+pub struct PgOutbox {
+    pool: Pool,
+    statements: HashMap<StatementKind, Prepared>,
+    settle: SettleMode,
+    columns: Arc<[String]>,
+    index: ClaimIndex,
+}
+
+impl PgOutbox {
+    /// Prepares every statement the relay will run and checks parameter and column types, so a
+    /// broken override fails at startup (and in `handoff check`) instead of on the first batch.
+    /// Returns every problem found, each naming its statement.
+    pub async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
+        let prefix = format!("relay `{}`", relay.name);
+        let client = pool
+            .get()
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("{prefix}: cannot connect to the database: {e}")))?;
+        let mut statements = HashMap::new();
+        let mut errors = Vec::new();
+        let mut columns = Vec::new();
+        for kind in StatementKind::ALL {
+            let sql =
+                relay.sql.get(kind).map(str::to_owned).unwrap_or_else(|| defaults::default_sql(kind, &relay.table));
+            let context = format!("{prefix} sql.{}", kind.name());
+            let named = match params::rewrite(&sql, Placeholder::Numbered) {
+                Ok(named) => named,
+                Err(e) => {
+                    errors.push(format!("{context}: {e}"));
+                    continue;
+                }
+            };
+            let needed = match kind {
+                StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
+                StatementKind::Delete => relay.settle == SettleMode::Delete,
+                _ => true,
+            };
+            if !needed {
+                continue;
+            }
+            match client.prepare(&named.sql).await {
+                Err(e) => errors.push(format!("{context}: {}", describe_db_error(&e))),
+                Ok(stmt) => {
+                    for (name, ty) in named.names.iter().zip(stmt.params()) {
+                        if !param_type_supported(ty) {
+                            errors.push(format!(
+                                "{context}: parameter :{name} has type {ty}, which cannot be bound; cast it, e.g. :{name}::text"
+                            ));
+                        }
+                    }
+                    if kind == StatementKind::Claim {
+                        for column in stmt.columns() {
+                            if !column_type_supported(column.type_()) {
+                                errors.push(format!(
+                                    "{context}: result column `{}` has type {}; cast it to text",
+                                    column.name(),
+                                    column.type_()
+                                ));
+                            }
+                        }
+                        columns = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
+                    }
+                    statements.insert(kind, Prepared { kind, sql: named.sql, names: named.names });
+                }
+            }
+        }
+        let index = claim_index(&columns).map_err(|e| {
+            errors.push(format!("{prefix} sql.claim: {e}"));
+        });
+        match index {
+            Ok(index) if errors.is_empty() => {
+                Ok(Self { pool, statements, settle: relay.settle, columns: columns.into(), index })
+            }
+            _ => Err(PrepareError::Invalid(errors)),
+        }
+    }
+
+    async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param) -> StoreResult<u64> {
+        let prepared = &self.statements[&kind];
+        let client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
+        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        client.execute(&stmt, &refs).await.map_err(|e| query_error(prepared.kind.name(), e))
+    }
+
+    fn parse_row(&self, row: &Row) -> StoreResult<ClaimedRow> {
+        let values: Vec<Option<String>> = (0..row.len())
+            .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| c.map(|c| c.0)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::Contract(e.to_string()))?;
+        let required = |i: usize| {
+            values[i].clone().ok_or_else(|| StoreError::Contract(format!("column `{}` is NULL", self.columns[i])))
+        };
+        let number = |i: usize| -> StoreResult<f64> {
+            required(i)?
+                .parse::<f64>()
+                .map_err(|_| StoreError::Contract(format!("column `{}` is not a number", self.columns[i])))
+        };
+        Ok(ClaimedRow {
+            id: required(self.index.id)?,
+            token: number(self.index.token)? as i64,
+            event_id: required(self.index.event_id)?,
+            attempts: number(self.index.attempts)?.max(0.0) as u32,
+            expired_claims: number(self.index.expired_claims)?.max(0.0) as u32,
+            age: Duration::from_secs_f64(number(self.index.age_ms)?.max(0.0) / 1000.0),
+            reclaimed: self
+                .index
+                .reclaimed
+                .and_then(|i| values[i].as_deref())
+                .is_some_and(|v| matches!(v, "true" | "t" | "1")),
+            values,
+        })
+    }
+}
+
+fn claim_index(columns: &[String]) -> Result<ClaimIndex, String> {
+    let missing: Vec<&str> = CLAIM_COLUMNS.iter().copied().filter(|c| !columns.iter().any(|n| n == c)).collect();
+    if !missing.is_empty() {
+        return Err(format!("result lacks required column(s): {}", missing.join(", ")));
+    }
+    let at = |name: &str| columns.iter().position(|c| c == name).unwrap_or_default();
+    Ok(ClaimIndex {
+        id: at("id"),
+        token: at("token"),
+        event_id: at("event_id"),
+        attempts: at("attempts"),
+        expired_claims: at("expired_claims"),
+        age_ms: at("age_ms"),
+        reclaimed: columns.iter().position(|c| c == RECLAIMED_COLUMN),
+    })
+}
+
+/// The server's message and position for a rejected statement; the plain text otherwise.
+fn describe_db_error(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => error.to_string(),
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn ids(rows: &[RowRef]) -> (Vec<String>, Vec<i64>) {
+    rows.iter().map(|r| (r.id.clone(), r.token)).unzip()
+}
+
+impl OutboxStore for PgOutbox {
+    fn columns(&self) -> Arc<[String]> {
+        self.columns.clone()
+    }
+
+    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
+        let prepared = &self.statements[&StatementKind::Claim];
+        let client = self.pool.get().await.map_err(|e| pool_error("claim", e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("claim", e))?;
+        let values: Vec<Param> = prepared
+            .names
+            .iter()
+            .map(|name| match name.as_str() {
+                "claimant" => Param::Text(claimant.to_owned()),
+                "batch_size" => Param::Int(batch_size.into()),
+                _ => Param::Int(millis(lease)),
+            })
+            .collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let rows = client.query(&stmt, &refs).await.map_err(|e| query_error("claim", e))?;
+        rows.iter().map(|row| self.parse_row(row)).collect()
+    }
+
+    async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let refs: Vec<RowRef> = rows.iter().map(|d| d.row.clone()).collect();
+        let (ids, tokens) = ids(&refs);
+        let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
+        let kind = match self.settle {
+            SettleMode::MarkDelivered => StatementKind::MarkDelivered,
+            SettleMode::Delete => StatementKind::Delete,
+        };
+        self.execute(kind, |name| match name {
+            "claimant" => Param::Text(claimant.to_owned()),
+            "ids" => Param::Texts(ids.clone()),
+            "tokens" => Param::Ints(tokens.clone()),
+            _ => Param::Texts(entry_ids.clone()),
+        })
+        .await
+    }
+
+    async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
+        let mut changed = 0;
+        for failure in failures {
+            let (kind, delay) = match failure.verdict {
+                Verdict::Retry { delay } => (StatementKind::Retry, delay),
+                Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
+            };
+            changed += self
+                .execute(kind, |name| match name {
+                    "claimant" => Param::Text(claimant.to_owned()),
+                    "id" => Param::Text(failure.row.id.clone()),
+                    "token" => Param::Int(failure.row.token),
+                    "error" => Param::Text(failure.error.clone()),
+                    _ => Param::Int(millis(delay)),
+                })
+                .await?;
+        }
+        Ok(changed)
+    }
+
+    async fn release(&self, claimant: &str, rows: &[RowRef]) -> StoreResult<u64> {
+        self.batch_step(StatementKind::Release, claimant, rows, Duration::ZERO).await
+    }
+
+    async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
+        self.batch_step(StatementKind::Renew, claimant, rows, lease).await
+    }
+}
+
+impl PgOutbox {
+    async fn batch_step(
+        &self,
+        kind: StatementKind,
+        claimant: &str,
+        rows: &[RowRef],
+        lease: Duration,
+    ) -> StoreResult<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let (ids, tokens) = ids(rows);
+        self.execute(kind, |name| match name {
+            "claimant" => Param::Text(claimant.to_owned()),
+            "ids" => Param::Texts(ids.clone()),
+            "tokens" => Param::Ints(tokens.clone()),
+            _ => Param::Int(millis(lease)),
+        })
+        .await
+    }
+}

@@ -1,0 +1,208 @@
+//! Loosely typed values between configured SQL and the relay.
+//!
+//! Statements are written by operators for their own tables, so the relay cannot know whether an
+//! `id` is `bigint`, `text` or `uuid`. Parameters bind to whatever type Postgres inferred for the
+//! placeholder ([`Param`]); result columns of the common scalar types are read as text ([`Cell`]).
+
+use std::error::Error;
+
+use bytes::BytesMut;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
+
+type BoxError = Box<dyn Error + Sync + Send>;
+
+/// A parameter value, converted to the placeholder's type when bound.
+#[derive(Debug, Clone)]
+pub enum Param {
+    Text(String),
+    Int(i64),
+    Texts(Vec<String>),
+    Ints(Vec<i64>),
+}
+
+const SCALARS: &[Type] = &[
+    Type::TEXT,
+    Type::VARCHAR,
+    Type::BPCHAR,
+    Type::NAME,
+    Type::INT2,
+    Type::INT4,
+    Type::INT8,
+    Type::FLOAT4,
+    Type::FLOAT8,
+    Type::UUID,
+];
+const ARRAYS: &[Type] =
+    &[Type::TEXT_ARRAY, Type::VARCHAR_ARRAY, Type::BPCHAR_ARRAY, Type::INT4_ARRAY, Type::INT8_ARRAY, Type::UUID_ARRAY];
+
+/// Whether a placeholder of type `ty` can be bound at all.
+pub fn param_type_supported(ty: &Type) -> bool {
+    SCALARS.contains(ty) || ARRAYS.contains(ty)
+}
+
+impl ToSql for Param {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        match self {
+            Param::Text(s) => text_to_sql(s, ty, out),
+            Param::Int(i) => int_to_sql(*i, ty, out),
+            Param::Texts(v) => texts_to_sql(v, ty, out),
+            Param::Ints(v) => match *ty {
+                Type::INT8_ARRAY => v.to_sql(ty, out),
+                Type::INT4_ARRAY => narrow::<i32>(v)?.to_sql(ty, out),
+                _ => texts_to_sql(&v.iter().map(i64::to_string).collect::<Vec<_>>(), ty, out),
+            },
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        param_type_supported(ty)
+    }
+
+    to_sql_checked!();
+}
+
+fn text_to_sql(s: &str, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    match *ty {
+        Type::INT2 => s.parse::<i16>()?.to_sql(ty, out),
+        Type::INT4 => s.parse::<i32>()?.to_sql(ty, out),
+        Type::INT8 => s.parse::<i64>()?.to_sql(ty, out),
+        Type::FLOAT4 => s.parse::<f32>()?.to_sql(ty, out),
+        Type::FLOAT8 => s.parse::<f64>()?.to_sql(ty, out),
+        Type::UUID => Uuid::parse(s)?.to_sql(ty, out),
+        _ => s.to_sql(ty, out),
+    }
+}
+
+fn int_to_sql(i: i64, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    match *ty {
+        Type::INT2 => i16::try_from(i)?.to_sql(ty, out),
+        Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
+        Type::INT8 => i.to_sql(ty, out),
+        Type::FLOAT4 => (i as f32).to_sql(ty, out),
+        Type::FLOAT8 => (i as f64).to_sql(ty, out),
+        _ => text_to_sql(&i.to_string(), ty, out),
+    }
+}
+
+fn texts_to_sql(v: &[String], ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    match *ty {
+        Type::INT8_ARRAY => parse_all::<i64>(v)?.to_sql(ty, out),
+        Type::INT4_ARRAY => parse_all::<i32>(v)?.to_sql(ty, out),
+        Type::UUID_ARRAY => v.iter().map(|s| Uuid::parse(s)).collect::<Result<Vec<_>, _>>()?.to_sql(ty, out),
+        _ => v.to_sql(ty, out),
+    }
+}
+
+fn parse_all<T: std::str::FromStr>(v: &[String]) -> Result<Vec<T>, BoxError>
+where
+    T::Err: Error + Sync + Send + 'static,
+{
+    v.iter().map(|s| s.parse::<T>().map_err(Into::into)).collect()
+}
+
+fn narrow<T: TryFrom<i64>>(v: &[i64]) -> Result<Vec<T>, BoxError>
+where
+    T::Error: Error + Sync + Send + 'static,
+{
+    v.iter().map(|i| T::try_from(*i).map_err(Into::into)).collect()
+}
+
+/// A result column read as text, whatever its scalar type. NULL reads as `None` via `Option<Cell>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell(pub String);
+
+impl<'a> FromSql<'a> for Cell {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        let text = match *ty {
+            Type::INT2 => i16::from_sql(ty, raw)?.to_string(),
+            Type::INT4 => i32::from_sql(ty, raw)?.to_string(),
+            Type::INT8 => i64::from_sql(ty, raw)?.to_string(),
+            Type::FLOAT4 => f32::from_sql(ty, raw)?.to_string(),
+            Type::FLOAT8 => f64::from_sql(ty, raw)?.to_string(),
+            Type::BOOL => bool::from_sql(ty, raw)?.to_string(),
+            Type::UUID => Uuid(raw.try_into()?).to_string(),
+            // jsonb's binary form is a version byte (1) followed by the JSON text.
+            Type::JSONB => std::str::from_utf8(raw.get(1..).unwrap_or_default())?.to_owned(),
+            _ => std::str::from_utf8(raw)?.to_owned(),
+        };
+        Ok(Cell(text))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        column_type_supported(ty)
+    }
+}
+
+/// Whether a result column of type `ty` can be read.
+pub fn column_type_supported(ty: &Type) -> bool {
+    SCALARS.contains(ty) || [Type::BOOL, Type::JSON, Type::JSONB].contains(ty)
+}
+
+/// A UUID carried as its 16 bytes, written and read in the canonical hyphenated form.
+#[derive(Debug, Clone, Copy)]
+struct Uuid([u8; 16]);
+
+impl Uuid {
+    fn parse(s: &str) -> Result<Self, BoxError> {
+        let hex: Vec<u8> = s.bytes().filter(|b| *b != b'-').collect();
+        if hex.len() != 32 {
+            return Err(format!("`{s}` is not a UUID").into());
+        }
+        let mut bytes = [0u8; 16];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            bytes[i] = u8::from_str_radix(std::str::from_utf8(pair)?, 16)?;
+        }
+        Ok(Uuid(bytes))
+    }
+}
+
+impl std::fmt::Display for Uuid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ToSql for Uuid {
+    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        out.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::UUID
+    }
+
+    to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_round_trips_through_its_text_form() {
+        let text = "0190f3a4-5b6c-7d8e-9fa0-b1c2d3e4f506";
+        assert_eq!(Uuid::parse(text).unwrap().to_string(), text);
+        assert!(Uuid::parse("not-a-uuid").is_err());
+    }
+
+    #[test]
+    fn text_binds_to_numeric_placeholders() {
+        let mut out = BytesMut::new();
+        Param::Text("42".into()).to_sql(&Type::INT8, &mut out).unwrap();
+        assert_eq!(&out[..], &42i64.to_be_bytes());
+        assert!(Param::Text("x".into()).to_sql(&Type::INT8, &mut BytesMut::new()).is_err());
+    }
+
+    #[test]
+    fn jsonb_cells_drop_the_version_byte() {
+        let cell = Cell::from_sql(&Type::JSONB, b"\x01{\"a\":1}").unwrap();
+        assert_eq!(cell.0, "{\"a\":1}");
+    }
+}

@@ -1,0 +1,85 @@
+//! The relay's statements: what each one is for and which named parameters it is offered.
+//!
+//! A configured statement may use any subset of its step's parameters; a name outside the set is
+//! a configuration error. The result-column contract of `claim` is in [`CLAIM_COLUMNS`].
+
+use crate::sql::params::{self, Placeholder};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatementKind {
+    Claim,
+    MarkDelivered,
+    Delete,
+    Retry,
+    Dead,
+    Release,
+    Renew,
+}
+
+impl StatementKind {
+    pub const ALL: [StatementKind; 7] =
+        [Self::Claim, Self::MarkDelivered, Self::Delete, Self::Retry, Self::Dead, Self::Release, Self::Renew];
+
+    /// The key under `[relay.sql]`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::MarkDelivered => "mark_delivered",
+            Self::Delete => "delete",
+            Self::Retry => "retry",
+            Self::Dead => "dead",
+            Self::Release => "release",
+            Self::Renew => "renew",
+        }
+    }
+
+    /// Parameters offered to the statement. Batch steps get arrays (`ids`, `tokens`, `entry_ids`,
+    /// one element per row, in the same order); per-row steps get scalars.
+    pub fn params(self) -> &'static [&'static str] {
+        match self {
+            Self::Claim => &["claimant", "batch_size", "lease_ms"],
+            Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids"],
+            Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
+            Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],
+            Self::Retry => &["claimant", "id", "token", "error", "delay_ms"],
+            Self::Dead => &["claimant", "id", "token", "error"],
+        }
+    }
+}
+
+/// Columns the claim statement must return (any extra column can feed templates).
+pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
+
+/// Optional claim column: true when the claim took the row over from an expired lease (counted
+/// in `handoff_relay_lease_reclaims_total`).
+pub const RECLAIMED_COLUMN: &str = "reclaimed";
+
+/// Optional claim columns that, when present and not NULL, become entry fields of the same name.
+pub const ENTRY_COLUMNS: &[&str] = &["event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
+
+/// Checks that `sql` scans and only uses parameters offered to `kind`.
+pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
+    let named = params::rewrite(sql, style).map_err(|e| e.to_string())?;
+    let offered = kind.params();
+    match named.names.iter().find(|n| !offered.contains(&n.as_str())) {
+        Some(unknown) => Err(format!(
+            "unknown parameter :{unknown} (this statement is offered: {})",
+            offered.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_parameter_is_named_with_the_offered_ones() {
+        let err = check_params(StatementKind::Dead, "update t set x = :oops", Placeholder::Numbered).unwrap_err();
+        assert!(err.contains(":oops") && err.contains(":error"), "{err}");
+        assert!(
+            check_params(StatementKind::Dead, "update t set e = :error where id = :id", Placeholder::Numbered).is_ok()
+        );
+    }
+}

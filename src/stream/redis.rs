@@ -1,0 +1,138 @@
+//! Redis Streams via `fred`: standalone, sentinel or cluster, chosen by the URL scheme.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fred::prelude::*;
+use fred::types::streams::{XCap, XCapKind, XCapTrim};
+
+use super::{AppendOutcome, Entry, EventStream, Trim, Unavailable};
+use crate::config::RedisConfig;
+
+#[derive(Clone)]
+pub struct RedisStream {
+    client: Client,
+}
+
+/// Why connecting failed: a bad URL or credentials (fatal), or an unreachable server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("redis.url is invalid: {0}")]
+    Config(String),
+    #[error("redis rejected the credentials: {0}")]
+    Auth(String),
+    #[error("redis is unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl RedisStream {
+    /// Builds a client that reconnects by itself with exponential backoff, forever. Waits up to
+    /// `command_timeout` for the first connection: bad URLs and credentials fail at once, an
+    /// unreachable server is returned as `Unreachable` along with the client, which keeps trying.
+    pub async fn connect(config: &RedisConfig) -> Result<(Self, Option<ConnectError>), ConnectError> {
+        let url = config.url.as_ref().map(|u| u.expose()).unwrap_or("redis://127.0.0.1:6379");
+        let mut redis_config = Config::from_url(url).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        redis_config.fail_fast = false;
+        let client = Builder::from_config(redis_config)
+            .with_connection_config(|c| {
+                c.connection_timeout = config.command_timeout;
+                c.internal_command_timeout = config.command_timeout;
+                // A command cut off by a dropped connection fails back to the relay, which
+                // releases or retries the row itself instead of fred replaying it later.
+                c.max_command_attempts = 1;
+            })
+            .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .build()
+            .map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        client.connect();
+        let first = tokio::time::timeout(config.command_timeout, client.wait_for_connect()).await;
+        let warning = match first {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) if *e.kind() == ErrorKind::Auth => return Err(ConnectError::Auth(e.details().to_owned())),
+            Ok(Err(e)) => Some(ConnectError::Unreachable(e.details().to_owned())),
+            Err(_) => Some(ConnectError::Unreachable("no connection within redis.command_timeout".into())),
+        };
+        Ok((Self { client }, warning))
+    }
+
+    /// The underlying client, for components that need more than appends (bridge, trimming).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl EventStream for RedisStream {
+    async fn append(&self, entries: &[Entry], trim: Option<Trim>) -> Vec<AppendOutcome> {
+        let pipeline = self.client.pipeline();
+        for entry in entries {
+            let cap = cap(trim);
+            // Queuing only buffers the command locally; errors arrive with the results.
+            let _: Result<(), _> = pipeline.xadd(entry.stream.as_str(), false, cap, "*", entry.fields.clone()).await;
+        }
+        let results: Vec<Result<String, Error>> = pipeline.try_all().await;
+        let mut outcomes: Vec<AppendOutcome> = results.into_iter().map(outcome).collect();
+        // A pipeline cut short answers fewer commands than it was given.
+        outcomes.resize(entries.len(), AppendOutcome::Unavailable("no reply from redis".into()));
+        outcomes
+    }
+
+    async fn ping(&self) -> Result<(), Unavailable> {
+        self.client.ping::<String>(None).await.map(drop).map_err(|e| Unavailable(e.details().to_owned()))
+    }
+}
+
+fn cap(trim: Option<Trim>) -> XCap {
+    match trim {
+        None => XCap::from(None::<()>),
+        Some(Trim::MaxLen(n)) => XCap::try_from((XCapKind::MaxLen, XCapTrim::AlmostExact, n as i64))
+            .unwrap_or_else(|_| XCap::from(None::<()>)),
+        Some(Trim::MinAge(age)) => {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            let min = now.saturating_sub(age).as_millis();
+            XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, format!("{min}-0")))
+                .unwrap_or_else(|_| XCap::from(None::<()>))
+        }
+    }
+}
+
+/// Server replies that mean the broker, not the entry, is the problem.
+const OUTAGE_REPLIES: &[&str] = &[
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "BUSY",
+    "OOM",
+    "NOREPLICAS",
+    "MISCONF",
+    "NOAUTH",
+    "WRONGPASS",
+    "NOPERM",
+];
+
+fn outcome(result: Result<String, Error>) -> AppendOutcome {
+    match result {
+        Ok(id) => AppendOutcome::Appended(id),
+        Err(e) if is_outage(&e) => AppendOutcome::Unavailable(e.details().to_owned()),
+        Err(e) => AppendOutcome::Rejected(e.details().to_owned()),
+    }
+}
+
+/// Connection-level failures and broker states that pass by themselves are outages; a reply
+/// about this particular command (WRONGTYPE, ERR …) is the entry's.
+pub fn is_outage(error: &Error) -> bool {
+    match error.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => false,
+        ErrorKind::Unknown => {
+            let code = error.details().split_whitespace().next().unwrap_or_default();
+            OUTAGE_REPLIES.contains(&code) || error.details().contains("max number of clients")
+        }
+        _ => true,
+    }
+}
+
+/// Milliseconds part of a Redis entry id (`1700000000000-0`).
+pub fn entry_millis(entry_id: &str) -> Option<u64> {
+    entry_id.split('-').next()?.parse().ok()
+}

@@ -1,0 +1,126 @@
+//! What `/healthz` and `/readyz` answer from: each long-running loop registers a component,
+//! beats on every turn, and reports whether its database and broker answered last time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone)]
+pub struct Health {
+    started: Instant,
+    components: Arc<Mutex<Vec<Arc<Component>>>>,
+}
+
+pub struct Component {
+    name: String,
+    started: Instant,
+    stall_after: Duration,
+    last_beat_ms: AtomicU64,
+    source_ok: AtomicBool,
+    stream_ok: AtomicBool,
+    running: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self { started: Instant::now(), components: Arc::default() }
+    }
+}
+
+impl Health {
+    /// A loop that must beat at least every `stall_after` to count as alive.
+    pub fn register(&self, name: impl Into<String>, stall_after: Duration) -> Arc<Component> {
+        let component = Arc::new(Component {
+            name: name.into(),
+            started: self.started,
+            stall_after,
+            last_beat_ms: AtomicU64::new(self.started.elapsed().as_millis() as u64),
+            source_ok: AtomicBool::new(false),
+            stream_ok: AtomicBool::new(false),
+            running: AtomicBool::new(true),
+        });
+        self.components.lock().expect("health lock").push(component.clone());
+        component
+    }
+
+    /// Liveness: names of running loops that have not beaten within their allowance.
+    pub fn stalled(&self) -> Vec<String> {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        self.components
+            .lock()
+            .expect("health lock")
+            .iter()
+            .filter(|c| c.running.load(Ordering::Relaxed))
+            .filter(|c| {
+                now_ms.saturating_sub(c.last_beat_ms.load(Ordering::Relaxed)) > c.stall_after.as_millis() as u64
+            })
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Readiness: why the process should not receive traffic / count as up, empty when ready.
+    pub fn not_ready(&self) -> Vec<String> {
+        let components: Vec<Arc<Component>> = self.components.lock().expect("health lock").clone();
+        let mut reasons = Vec::new();
+        for c in &components {
+            if !c.running.load(Ordering::Relaxed) {
+                reasons.push(format!("{}: not running", c.name));
+                continue;
+            }
+            if !c.source_ok.load(Ordering::Relaxed) {
+                reasons.push(format!("{}: database unreachable", c.name));
+            }
+            if !c.stream_ok.load(Ordering::Relaxed) {
+                reasons.push(format!("{}: redis unreachable", c.name));
+            }
+        }
+        reasons.extend(self.stalled().into_iter().map(|n| format!("{n}: stalled")));
+        reasons
+    }
+}
+
+impl Component {
+    pub fn beat(&self) {
+        self.last_beat_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn set_source_ok(&self, ok: bool) {
+        self.source_ok.store(ok, Ordering::Relaxed);
+    }
+
+    pub fn set_stream_ok(&self, ok: bool) {
+        self.stream_ok.store(ok, Ordering::Relaxed);
+    }
+
+    pub fn stopped(&self) {
+        self.running.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_is_ready_only_when_both_ends_answer() {
+        let health = Health::default();
+        let c = health.register("relay audit", Duration::from_secs(60));
+        assert_eq!(health.not_ready().len(), 2);
+        c.set_source_ok(true);
+        c.set_stream_ok(true);
+        assert!(health.not_ready().is_empty());
+        c.set_stream_ok(false);
+        assert_eq!(health.not_ready(), ["relay audit: redis unreachable"]);
+    }
+
+    #[test]
+    fn a_loop_that_stops_beating_is_stalled() {
+        let health = Health { started: Instant::now() - Duration::from_secs(10), components: Arc::default() };
+        let c = health.register("relay audit", Duration::from_secs(5));
+        assert!(health.stalled().is_empty());
+        c.last_beat_ms.store(0, Ordering::Relaxed);
+        assert_eq!(health.stalled(), ["relay audit"]);
+        c.stopped();
+        assert!(health.stalled().is_empty());
+    }
+}

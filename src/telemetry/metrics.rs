@@ -1,0 +1,192 @@
+//! Relay metrics, registered once on the app's registry and bound per relay.
+//!
+//! Labels are the relay name and small fixed enums (`reason`), never row or event ids. The
+//! README's metrics reference lists every name here; a test encodes a fresh registry against it.
+
+use prometheus::{
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
+};
+
+/// Metric families shared by all relays of a process.
+#[derive(Clone)]
+pub struct RelayMetrics {
+    published: IntCounterVec,
+    publish_failures: IntCounterVec,
+    retries: IntCounterVec,
+    dead: IntCounterVec,
+    reclaims: IntCounterVec,
+    released: IntCounterVec,
+    fenced: IntCounterVec,
+    dwell: HistogramVec,
+    batch_size: HistogramVec,
+    cycle: HistogramVec,
+    pending_rows: IntGaugeVec,
+    oldest_pending_age: GaugeVec,
+    dead_rows: IntGaugeVec,
+    in_flight_rows: IntGaugeVec,
+    source_up: IntGaugeVec,
+    stream_up: IntGaugeVec,
+}
+
+/// Why a row turned DEAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadReason {
+    /// `max_attempts` appends failed for reasons of the row's own.
+    AttemptsExhausted,
+    /// The row cannot become an entry (a template column is NULL, …); retrying cannot help.
+    InvalidRow,
+    /// Its lease expired `max_expired_claims` times: it keeps killing its claimant.
+    CrashLoop,
+}
+
+impl DeadReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            DeadReason::AttemptsExhausted => "attempts_exhausted",
+            DeadReason::InvalidRow => "invalid_row",
+            DeadReason::CrashLoop => "crash_loop",
+        }
+    }
+}
+
+/// Why an append did not deliver a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// The broker refused the entry (the row's fault).
+    Rejected,
+    /// The broker was unreachable or not accepting writes (not the row's fault).
+    Unavailable,
+    /// The row could not be turned into an entry.
+    InvalidRow,
+}
+
+impl FailureReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            FailureReason::Rejected => "rejected",
+            FailureReason::Unavailable => "unavailable",
+            FailureReason::InvalidRow => "invalid_row",
+        }
+    }
+}
+
+/// Seconds from a row's `created_at` to the stream's acknowledgement.
+const DWELL_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+const BATCH_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0];
+const CYCLE_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+impl RelayMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let r = Reg(registry);
+        Ok(Self {
+            published: r.counter("handoff_relay_published_total", "Rows appended to a stream and settled as delivered.", &["relay"])?,
+            publish_failures: r.counter(
+                "handoff_relay_publish_failures_total",
+                "Rows a batch did not deliver, by reason: rejected (the row's fault), unavailable (broker outage), invalid_row.",
+                &["relay", "reason"],
+            )?,
+            retries: r.counter("handoff_relay_retries_total", "Rows scheduled for another attempt after a failure of their own.", &["relay"])?,
+            dead: r.counter("handoff_relay_dead_total", "Rows turned DEAD, by reason.", &["relay", "reason"])?,
+            reclaims: r.counter("handoff_relay_lease_reclaims_total", "Rows claimed after another claimant's lease expired.", &["relay"])?,
+            released: r.counter("handoff_relay_released_total", "Claimed rows handed back untouched (outage or shutdown).", &["relay"])?,
+            fenced: r.counter("handoff_relay_fenced_settles_total", "Settles refused because another claimant owns the row now.", &["relay"])?,
+            dwell: r.histogram("handoff_relay_dwell_seconds", "Time from the row's created_at to the stream's acknowledgement.", DWELL_BUCKETS)?,
+            batch_size: r.histogram("handoff_relay_batch_rows", "Rows per non-empty claim.", BATCH_BUCKETS)?,
+            cycle: r.histogram("handoff_relay_cycle_seconds", "Duration of one claim → append → settle cycle.", CYCLE_BUCKETS)?,
+            pending_rows: r.gauge("handoff_relay_pending_rows", "Rows waiting to be relayed (sampled).", &["relay"])?,
+            oldest_pending_age: r.float_gauge(
+                "handoff_relay_oldest_pending_age_seconds",
+                "Age of the oldest row waiting to be relayed, 0 when none (sampled).",
+                &["relay"],
+            )?,
+            dead_rows: r.gauge("handoff_relay_dead_rows", "Rows in the DEAD state (sampled).", &["relay"])?,
+            in_flight_rows: r.gauge("handoff_relay_in_flight_rows", "Rows claimed under a lease (sampled).", &["relay"])?,
+            source_up: r.gauge("handoff_relay_source_up", "1 when the relay's last database statement succeeded.", &["relay"])?,
+            stream_up: r.gauge("handoff_relay_stream_up", "1 when the relay's last append or ping reached the broker.", &["relay"])?,
+        })
+    }
+
+    /// Children bound to one relay's label, so the hot path does no label lookups.
+    pub fn for_relay(&self, relay: &str) -> RelayHandles {
+        let l = &[relay];
+        RelayHandles {
+            relay: relay.to_owned(),
+            families: self.clone(),
+            published: self.published.with_label_values(l),
+            retries: self.retries.with_label_values(l),
+            reclaims: self.reclaims.with_label_values(l),
+            released: self.released.with_label_values(l),
+            fenced: self.fenced.with_label_values(l),
+            dwell: self.dwell.with_label_values(l),
+            batch_size: self.batch_size.with_label_values(l),
+            cycle: self.cycle.with_label_values(l),
+            pending_rows: self.pending_rows.with_label_values(l),
+            oldest_pending_age: self.oldest_pending_age.with_label_values(l),
+            dead_rows: self.dead_rows.with_label_values(l),
+            in_flight_rows: self.in_flight_rows.with_label_values(l),
+            source_up: self.source_up.with_label_values(l),
+            stream_up: self.stream_up.with_label_values(l),
+        }
+    }
+}
+
+/// One relay's metrics.
+#[derive(Clone)]
+pub struct RelayHandles {
+    relay: String,
+    families: RelayMetrics,
+    pub published: IntCounter,
+    pub retries: IntCounter,
+    pub reclaims: IntCounter,
+    pub released: IntCounter,
+    pub fenced: IntCounter,
+    pub dwell: Histogram,
+    pub batch_size: Histogram,
+    pub cycle: Histogram,
+    pub pending_rows: IntGauge,
+    pub oldest_pending_age: Gauge,
+    pub dead_rows: IntGauge,
+    pub in_flight_rows: IntGauge,
+    pub source_up: IntGauge,
+    pub stream_up: IntGauge,
+}
+
+impl RelayHandles {
+    pub fn failed(&self, reason: FailureReason, n: u64) {
+        self.families.publish_failures.with_label_values(&[&self.relay, reason.label()]).inc_by(n);
+    }
+
+    pub fn dead(&self, reason: DeadReason) {
+        self.families.dead.with_label_values(&[&self.relay, reason.label()]).inc();
+    }
+}
+
+/// Registration helpers: build, register, return.
+struct Reg<'a>(&'a Registry);
+
+impl Reg<'_> {
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
+        let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+        let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+
+    fn float_gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
+        let metric = GaugeVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<HistogramVec> {
+        let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["relay"])?;
+        self.0.register(Box::new(metric.clone()))?;
+        Ok(metric)
+    }
+}

@@ -1,0 +1,7 @@
+//! Metrics, health, logs and the HTTP listener that serves them.
+
+pub mod health;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod throttle;
