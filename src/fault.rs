@@ -35,20 +35,23 @@ impl Point {
 pub struct Faults {
     pause_at: Option<Point>,
     marker: Option<PathBuf>,
+    resume: Option<PathBuf>,
 }
 
 impl Faults {
-    /// `HANDOFF_FAULT_PAUSE=<point>` parks every batch at that point forever;
-    /// `HANDOFF_FAULT_MARKER=<file>` gets a line `paused <point>` when it happens.
+    /// `HANDOFF_FAULT_PAUSE=<point>` parks every batch at that point; `HANDOFF_FAULT_MARKER=<file>`
+    /// gets a line `paused <point>` when it happens; `HANDOFF_FAULT_RESUME=<file>` lets parked
+    /// batches go on once that file exists (without it they stay parked forever).
     pub fn from_env() -> Self {
         Self {
             pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
             marker: std::env::var_os("HANDOFF_FAULT_MARKER").map(PathBuf::from),
+            resume: std::env::var_os("HANDOFF_FAULT_RESUME").map(PathBuf::from),
         }
     }
 
-    /// Parks forever if configured for `point`; the caller's cancellation (shutdown drain) still
-    /// applies because this is an ordinary pending future.
+    /// Parks if configured for `point`; the caller's cancellation (shutdown drain) still applies
+    /// because this is an ordinary pending future.
     pub async fn reach(&self, point: Point) {
         if self.pause_at != Some(point) {
             return;
@@ -58,6 +61,13 @@ impl Faults {
         {
             let _ = writeln!(file, "paused {}", point.name());
         }
-        std::future::pending::<()>().await;
+        match &self.resume {
+            None => std::future::pending::<()>().await,
+            Some(resume) => {
+                while !resume.exists() {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
     }
 }

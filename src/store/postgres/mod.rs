@@ -20,7 +20,10 @@ pub fn pool(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<P
     let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let mut pg: tokio_postgres::Config =
         url.parse().map_err(|e| anyhow::anyhow!("database.url is not a valid Postgres URL: {e}"))?;
-    pg.application_name(application_name);
+    // An application_name in the URL wins: it tells an operator's pg_stat_activity which sidecar is which.
+    if pg.get_application_name().is_none() {
+        pg.application_name(application_name);
+    }
     pg.connect_timeout(config.connect_timeout);
     // Keepalives notice a silently dropped connection instead of waiting on it forever.
     pg.keepalives(true).keepalives_idle(Duration::from_secs(30));

@@ -1,0 +1,180 @@
+//! Shared harness for integration tests against the real Postgres and Redis.
+//!
+//! Every test gets its own Postgres schema (the connection URL sets `search_path`) and its own
+//! stream-key prefix, so tests run in parallel. URLs come from `HANDOFF_TEST_DATABASE_URL` and
+//! `HANDOFF_TEST_REDIS_URL`, defaulting to the local services `scripts/test` brings up.
+#![allow(dead_code)]
+
+pub mod process;
+pub mod redis_server;
+
+use std::future::Future;
+use std::time::Duration;
+
+use fred::prelude::*;
+use tokio_postgres::NoTls;
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn base_database_url() -> String {
+    std::env::var("HANDOFF_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/handoff_test".into())
+}
+
+pub fn base_redis_url() -> String {
+    std::env::var("HANDOFF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Polls `check` until it yields `Some`, or panics naming `what` after [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One test's isolated world: a fresh schema with the reference tables, a stream prefix.
+pub struct TestEnv {
+    pub id: String,
+    pub schema: String,
+    pub database_url: String,
+    pub db: tokio_postgres::Client,
+    pub redis: Client,
+    pub redis_url: String,
+}
+
+impl TestEnv {
+    pub async fn new() -> Self {
+        Self::with_redis(&base_redis_url()).await
+    }
+
+    /// Like `new`, with the relay's Redis at `redis_url` (e.g. a test's own server).
+    pub async fn with_redis(redis_url: &str) -> Self {
+        let id = format!("t{:08x}", rand::random::<u32>());
+        let schema = id.clone();
+        let base = base_database_url();
+        let (admin, conn) = tokio_postgres::connect(&base, NoTls).await.expect("connect to test database");
+        tokio::spawn(conn);
+        admin.batch_execute(&format!("CREATE SCHEMA {schema}")).await.unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let database_url = format!("{base}{sep}options=-csearch_path%3D{schema}&application_name=handoff-{id}");
+        let (db, conn) = tokio_postgres::connect(&database_url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let redis = Builder::from_config(Config::from_url(redis_url).unwrap())
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+            .set_policy(ReconnectPolicy::new_constant(0, 100))
+            .build()
+            .unwrap();
+        redis.init().await.expect("connect to test redis");
+        let env = Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned() };
+        env.migrate().await;
+        env
+    }
+
+    async fn migrate(&self) {
+        let pool = handoff::store::postgres::pool(&self.database_config(), "handoff-test").unwrap();
+        handoff::migrate::postgres(&pool).await.expect("migrate");
+    }
+
+    pub fn database_config(&self) -> handoff::config::DatabaseConfig {
+        let toml = format!("[database]\nurl = \"{}\"\n", self.database_url);
+        handoff::config::load_str(&toml).unwrap().database
+    }
+
+    /// Stream key for an aggregate type under this test's prefix.
+    pub fn stream(&self, aggregate_type: &str) -> String {
+        format!("{}:{aggregate_type}", self.id)
+    }
+
+    /// A config with one relay named `relay` on the reference table; `extra` is appended to the
+    /// `[[relay]]` table (later keys may open sub-tables).
+    pub fn config(&self, extra: &str) -> String {
+        format!(
+            r#"[database]
+url = "{db}"
+pool_size = 4
+
+[redis]
+url = "{redis}"
+command_timeout = "1s"
+
+[telemetry]
+listen = "127.0.0.1:0"
+
+[shutdown]
+grace_period = "5s"
+
+[[relay]]
+name = "relay"
+{stream}poll_interval = "50ms"
+lease = "2s"
+{extra}
+"#,
+            db = self.database_url,
+            redis = self.redis_url,
+            stream = if extra.lines().any(|l| l.trim_start().starts_with("stream ")) {
+                String::new()
+            } else {
+                format!("stream = \"{}:{{aggregate_type}}\"\n", self.id)
+            },
+        )
+    }
+
+    /// Inserts `n` events (`<prefix>-<i>`) of `aggregate_type`, as an owner service would.
+    pub async fn insert_events(&self, prefix: &str, aggregate_type: &str, n: usize) {
+        self.db
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+                 SELECT $1 || '-' || g, $2, 'agg-' || g, 'user.changed',
+                        jsonb_build_object('auditId', $1 || '-' || g, 'n', g),
+                        '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}'
+                 FROM generate_series(1, $3::int) g",
+                &[&prefix, &aggregate_type, &(n as i32)],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Number of rows in `status`.
+    pub async fn count(&self, status: &str) -> i64 {
+        self.db
+            .query_one("SELECT count(*) FROM audit_outbox WHERE status = $1", &[&status])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    pub async fn scalar_i64(&self, sql: &str) -> i64 {
+        self.db.query_one(sql, &[]).await.unwrap().get(0)
+    }
+
+    /// Waits until `n` rows are DELIVERED.
+    pub async fn await_delivered(&self, n: i64) {
+        eventually(&format!("{n} rows delivered"), || async {
+            (self.count("DELIVERED").await == n).then_some(())
+        })
+        .await;
+    }
+
+    /// Event ids of every entry in `stream`, in stream order.
+    pub async fn stream_event_ids(&self, stream: &str) -> Vec<String> {
+        let entries: Vec<(String, std::collections::HashMap<String, String>)> =
+            self.redis.xrange(stream, "-", "+", None).await.unwrap();
+        entries.into_iter().map(|(_, fields)| fields["event_id"].clone()).collect()
+    }
+
+    /// Every entry of `stream` as (entry id, fields).
+    pub async fn stream_entries(&self, stream: &str) -> Vec<(String, std::collections::HashMap<String, String>)> {
+        self.redis.xrange(stream, "-", "+", None).await.unwrap()
+    }
+}

@@ -1,0 +1,133 @@
+//! Bad configuration and bad SQL are reported with the key or statement they concern, all at
+//! once, and without leaking secrets.
+
+mod common;
+
+use common::TestEnv;
+use common::process::{run_to_end, run_with_env};
+
+fn minimal(extra: &str) -> String {
+    format!("[database]\nurl = \"postgres://postgres@127.0.0.1:5432/handoff_test\"\n{extra}")
+}
+
+#[test]
+fn unknown_keys_are_rejected_by_name() {
+    let (ok, out) = run_to_end(&minimal("[[relay]]\nname = \"a\"\nbatch_sise = 10\n"), &["check"]);
+    assert!(!ok);
+    assert!(out.contains("batch_sise") && out.contains("relay"), "{out}");
+}
+
+#[test]
+fn durations_need_units_and_the_key_is_named() {
+    let (ok, out) = run_to_end(&minimal("[[relay]]\nname = \"a\"\nlease = 30\n"), &["check"]);
+    assert!(!ok);
+    assert!(out.contains("lease"), "{out}");
+}
+
+#[test]
+fn every_problem_is_listed_at_once_with_its_path() {
+    let config = minimal(
+        "[[relay]]\nname = \"a\"\nbatch_size = 0\npoll_interval = \"0s\"\nstream = \"s:{x\"\n\
+         [relay.backoff]\ninitial = \"2s\"\nmax = \"1s\"\nmultiplier = 2.0\njitter = 0.1\n\
+         [[relay]]\nname = \"a\"\n",
+    );
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    for expected in [
+        "relay[0].batch_size",
+        "relay[0].poll_interval",
+        "relay[0].stream",
+        "relay[0].backoff.max",
+        "relay[1].name: `a` is used by another relay",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn an_unknown_sql_parameter_names_the_statement() {
+    let config = minimal("[[relay]]\nname = \"a\"\n[relay.sql]\ndead = \"UPDATE t SET x = :oops\"\n");
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    assert!(out.contains("relay[0].sql.dead: unknown parameter :oops"), "{out}");
+}
+
+#[test]
+fn the_environment_overrides_secrets_and_ignores_injected_service_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.toml");
+    std::fs::write(&path, "[database]\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n").unwrap();
+    let env = [
+        ("HANDOFF_DATABASE__URL", "postgres://postgres@127.0.0.1:5432/handoff_test"),
+        // What Kubernetes injects for a Service named `handoff`; must not trip the unknown-key check.
+        ("HANDOFF_PORT", "tcp://10.0.0.1:9464"),
+        ("HANDOFF_SERVICE_HOST", "10.0.0.1"),
+    ];
+    let (ok, out) = run_with_env(&path, &["check"], &env);
+    assert!(ok, "{out}");
+    assert!(out.contains("database: reachable"));
+}
+
+#[test]
+fn url_file_reads_a_mounted_secret_and_conflicts_with_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("db-url");
+    std::fs::write(&secret, "postgres://postgres@127.0.0.1:5432/handoff_test\n").unwrap();
+    let config = format!("[database]\nurl_file = \"{}\"\n", secret.display());
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(ok, "{out}");
+    let both = format!("{config}url = \"postgres://x@y/z\"\n");
+    let (ok, out) = run_to_end(&both, &["check"]);
+    assert!(!ok && out.contains("database.url and database.url_file are both set"), "{out}");
+}
+
+#[test]
+fn secrets_never_appear_in_errors() {
+    let config = "[database]\nurl = \"postgres://postgres:hunter2@127.0.0.1:1/none\"\n[redis]\nurl = \"redis://:sekrit@127.0.0.1:1\"\ncommand_timeout = \"200ms\"\n";
+    let (ok, out) = run_to_end(config, &["check"]);
+    assert!(!ok);
+    assert!(!out.contains("hunter2") && !out.contains("sekrit"), "{out}");
+    assert!(out.contains("database"), "{out}");
+}
+
+#[tokio::test]
+async fn check_names_the_statement_the_database_rejects() {
+    let env = TestEnv::new().await;
+    let config = env.config("[relay.sql]\nrelease = \"UPDATE audit_outbox SET statuz = 'PENDING' WHERE id = ANY(:ids)\"\n");
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    assert!(out.contains("sql.release") && out.contains("statuz"), "{out}");
+}
+
+#[tokio::test]
+async fn check_names_missing_claim_columns() {
+    let env = TestEnv::new().await;
+    let config = env.config(
+        "[relay.sql]\nclaim = \"SELECT id, claim_token AS token, event_id, attempts, expired_claims FROM audit_outbox LIMIT :batch_size\"\n",
+    );
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    assert!(out.contains("sql.claim") && out.contains("age_ms"), "{out}");
+}
+
+#[tokio::test]
+async fn check_passes_on_the_reference_schema() {
+    let env = TestEnv::new().await;
+    let (ok, out) = run_to_end(&env.config(""), &["check"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("relay `relay`: statements prepared"), "{out}");
+}
+
+#[test]
+fn every_shipped_example_config_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            handoff::config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            seen += 1;
+        }
+    }
+    assert!(seen > 0);
+}

@@ -1,0 +1,148 @@
+//! The relay's happy path and its guarantees under kills, stops and concurrent replicas.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+
+#[tokio::test]
+async fn delivers_every_row_with_its_fields_and_records_the_entry_id() {
+    let env = TestEnv::new().await;
+    env.insert_events("e", "user", 1200).await;
+    let _relay = Handoff::run(&env.config("batch_size = 500"));
+    env.await_delivered(1200).await;
+
+    let entries = env.stream_entries(&env.stream("user")).await;
+    assert_eq!(entries.len(), 1200);
+    let (entry_id, fields) = &entries[0];
+    assert_eq!(fields["event_id"], "e-1");
+    assert_eq!(fields["event_type"], "user.changed");
+    assert_eq!(fields["aggregate_type"], "user");
+    assert_eq!(fields["aggregate_id"], "agg-1");
+    assert_eq!(fields["owner"], "relay");
+    let payload: serde_json::Value = serde_json::from_str(&fields["payload"]).unwrap();
+    assert_eq!(payload["auditId"], "e-1");
+    assert!(fields["headers"].contains("traceparent"));
+    let recorded: String = env
+        .db
+        .query_one("SELECT stream_entry_id FROM audit_outbox WHERE event_id = 'e-1'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(&recorded, entry_id, "the delivered row names the entry the stream returned");
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+}
+
+#[tokio::test]
+async fn rows_are_routed_per_row_by_the_stream_template() {
+    let env = TestEnv::new().await;
+    env.insert_events("u", "user", 30).await;
+    env.insert_events("o", "order", 20).await;
+    let _relay = Handoff::run(&env.config(""));
+    env.await_delivered(50).await;
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 30);
+    assert_eq!(env.stream_event_ids(&env.stream("order")).await.len(), 20);
+}
+
+#[tokio::test]
+async fn sigkill_between_append_and_settle_loses_nothing() {
+    let env = TestEnv::new().await;
+    env.insert_events("k", "user", 50).await;
+    let mut first = Handoff::run_paused(&env.config(""), "after_append");
+    first.await_paused().await;
+    // Appended but not settled: the process dies holding the claim.
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 50);
+    assert_eq!(env.count("IN_FLIGHT").await, 50);
+    first.kill();
+
+    let _second = Handoff::run(&env.config(""));
+    env.await_delivered(50).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    let mut per_event: HashMap<String, usize> = HashMap::new();
+    for id in ids {
+        *per_event.entry(id).or_default() += 1;
+    }
+    assert_eq!(per_event.len(), 50, "every event reached the stream");
+    assert!(per_event.values().all(|n| *n >= 1));
+    // The takeover was counted against each row at claim time, not as an append failure.
+    let counted = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE expired_claims = 1 AND attempts = 0").await;
+    assert_eq!(counted, 50);
+}
+
+#[tokio::test]
+async fn an_expired_lease_under_a_stopped_relay_is_fenced() {
+    let env = TestEnv::new().await;
+    env.insert_events("f", "user", 20).await;
+    // Renewal every lease/3 would keep the claim alive; SIGSTOP freezes renewal too.
+    let slow = Handoff::run_paused(&env.config(""), "after_append");
+    slow.await_paused().await;
+    slow.signal("STOP");
+    eventually("the stopped relay's leases to expire", || async {
+        let live = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE lease_expires_at > now()").await;
+        (live == 0).then_some(())
+    })
+    .await;
+
+    let takeover = Handoff::run(&env.config(""));
+    env.await_delivered(20).await;
+    drop(takeover);
+    let before: Vec<(String, String, i64)> = settled_rows(&env).await;
+
+    slow.resume();
+    slow.signal("CONT");
+    slow.await_log("settle refused by the fence").await;
+    let after = settled_rows(&env).await;
+    assert_eq!(before, after, "the late settle changed nothing");
+    assert!(slow.logs().contains("refused=20"), "{}", slow.logs());
+}
+
+async fn settled_rows(env: &TestEnv) -> Vec<(String, String, i64)> {
+    env.db
+        .query("SELECT event_id, stream_entry_id, claim_token FROM audit_outbox ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_table_deliver_each_row_once() {
+    let env = TestEnv::new().await;
+    env.insert_events("r", "user", 4000).await;
+    let config = env.config("batch_size = 100\nconcurrency = 2");
+    let _a = Handoff::run(&config);
+    let _b = Handoff::run(&config);
+    env.await_delivered(4000).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), 4000, "no duplicates without a crash");
+    assert_eq!(distinct.len(), 4000);
+    let claimants = env.scalar_i64("SELECT count(DISTINCT split_part(claimed_by, '#', 1)) FROM audit_outbox").await;
+    assert_eq!(claimants, 2, "both replicas took part");
+}
+
+#[tokio::test]
+async fn a_row_that_keeps_killing_its_claimant_turns_dead() {
+    let env = TestEnv::new().await;
+    env.insert_events("c", "user", 1).await;
+    let config = env.config("max_expired_claims = 2");
+    for round in 1..=2 {
+        let mut victim = Handoff::run_paused(&config, "before_append");
+        victim.await_paused().await;
+        victim.kill();
+        eventually(&format!("lease of claim {round} to expire"), || async {
+            let live = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE lease_expires_at > now()").await;
+            (live == 0).then_some(())
+        })
+        .await;
+    }
+    let _survivor = Handoff::run(&config);
+    eventually("the crash-looping row to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let row = env.db.query_one("SELECT expired_claims, last_error FROM audit_outbox", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2);
+    assert!(row.get::<_, String>(1).contains("lease expired 2 times"));
+    assert!(env.stream_event_ids(&env.stream("user")).await.is_empty());
+}

@@ -1,0 +1,57 @@
+//! Outages are not the row's fault: no attempts burned, nothing DEAD, delivery resumes by itself.
+
+mod common;
+
+use common::process::Handoff;
+use common::redis_server::RedisServer;
+use common::{TestEnv, eventually};
+
+#[tokio::test]
+async fn redis_outage_burns_no_attempts_and_delivery_resumes() {
+    let mut redis = RedisServer::start().await;
+    let env = TestEnv::with_redis(&redis.url()).await;
+    env.insert_events("before", "user", 100).await;
+    let relay = Handoff::run(&env.config("max_attempts = 2"));
+    env.await_delivered(100).await;
+
+    redis.stop();
+    env.insert_events("during", "user", 300).await;
+    relay.await_log("stream unavailable; releasing rows").await;
+    eventually("the claimed rows to be handed back", || async {
+        (env.count("PENDING").await == 300 && env.count("IN_FLIGHT").await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+
+    redis.restart().await;
+    env.await_delivered(400).await;
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    for i in 1..=300 {
+        assert!(ids.contains(&format!("during-{i}")), "during-{i} reached the restarted Redis");
+    }
+}
+
+#[tokio::test]
+async fn dropped_database_connections_are_replaced() {
+    let env = TestEnv::new().await;
+    env.insert_events("a", "user", 100).await;
+    let relay = Handoff::run(&env.config(""));
+    env.await_delivered(100).await;
+
+    let terminated = env
+        .scalar_i64(&format!(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'handoff-{}' AND pid <> pg_backend_pid()) t",
+            env.id
+        ))
+        .await;
+    assert!(terminated > 0, "the relay's connections were found and cut");
+    env.insert_events("b", "user", 100).await;
+    env.await_delivered(200).await;
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    drop(relay);
+}
