@@ -93,7 +93,8 @@ fn secrets_never_appear_in_errors() {
 #[tokio::test]
 async fn check_names_the_statement_the_database_rejects() {
     let env = TestEnv::new().await;
-    let config = env.config("[relay.sql]\nrelease = \"UPDATE audit_outbox SET statuz = 'PENDING' WHERE id = ANY(:ids)\"\n");
+    let config =
+        env.config("[relay.sql]\nrelease = \"UPDATE audit_outbox SET statuz = 'PENDING' WHERE id = ANY(:ids)\"\n");
     let (ok, out) = run_to_end(&config, &["check"]);
     assert!(!ok);
     assert!(out.contains("sql.release") && out.contains("statuz"), "{out}");

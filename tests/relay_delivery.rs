@@ -25,12 +25,8 @@ async fn delivers_every_row_with_its_fields_and_records_the_entry_id() {
     let payload: serde_json::Value = serde_json::from_str(&fields["payload"]).unwrap();
     assert_eq!(payload["auditId"], "e-1");
     assert!(fields["headers"].contains("traceparent"));
-    let recorded: String = env
-        .db
-        .query_one("SELECT stream_entry_id FROM audit_outbox WHERE event_id = 'e-1'", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let recorded: String =
+        env.db.query_one("SELECT stream_entry_id FROM audit_outbox WHERE event_id = 'e-1'", &[]).await.unwrap().get(0);
     assert_eq!(&recorded, entry_id, "the delivered row names the entry the stream returned");
     assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
 }

@@ -14,9 +14,8 @@ async fn a_row_the_stream_rejects_backs_off_retries_and_turns_dead() {
     let _: () = env.redis.set(env.stream("bad"), "not a stream", None, None, false).await.unwrap();
     env.insert_events("bad", "bad", 1).await;
     env.insert_events("good", "user", 10).await;
-    let config = env.config(
-        "max_attempts = 3\n[relay.backoff]\ninitial = \"200ms\"\nmax = \"1s\"\nmultiplier = 2.0\njitter = 0.0",
-    );
+    let config = env
+        .config("max_attempts = 3\n[relay.backoff]\ninitial = \"200ms\"\nmax = \"1s\"\nmultiplier = 2.0\njitter = 0.0");
     let relay = Handoff::run(&config);
     env.await_delivered(10).await;
 
@@ -64,7 +63,8 @@ async fn a_row_that_cannot_become_an_entry_turns_dead_at_once() {
     let _relay = Handoff::run(&env.config("max_attempts = 10"));
     env.await_delivered(3).await;
     eventually("the unroutable row to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
-    let row = env.db.query_one("SELECT attempts, last_error FROM audit_outbox WHERE status = 'DEAD'", &[]).await.unwrap();
+    let row =
+        env.db.query_one("SELECT attempts, last_error FROM audit_outbox WHERE status = 'DEAD'", &[]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 1, "judged once, not retried ten times");
     assert!(row.get::<_, String>(1).contains("aggregate_type"));
 }
@@ -81,7 +81,10 @@ async fn sigterm_with_a_batch_in_flight_exits_cleanly_and_leaves_nothing_claimed
     relay.signal("TERM");
     let status = relay.await_exit().await;
     assert!(status.success(), "exit status {status:?}\n{}", relay.logs());
-    assert!(asked.elapsed() <= common::process::grace() + std::time::Duration::from_secs(2), "bounded by the grace period");
+    assert!(
+        asked.elapsed() <= common::process::grace() + std::time::Duration::from_secs(2),
+        "bounded by the grace period"
+    );
     assert_eq!(env.count("IN_FLIGHT").await, 0);
     assert_eq!(env.count("PENDING").await, 40);
     assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);

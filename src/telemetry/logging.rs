@@ -10,7 +10,8 @@ use crate::config::LogFormat;
 /// operator can raise verbosity without editing the mounted config.
 pub fn init(format: LogFormat, level: &str) {
     // Server NOTICEs (e.g. "relation already exists, skipping") are not handoff's news.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},tokio_postgres=warn")));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},tokio_postgres=warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

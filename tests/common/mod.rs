@@ -147,11 +147,7 @@ lease = "2s"
 
     /// Number of rows in `status`.
     pub async fn count(&self, status: &str) -> i64 {
-        self.db
-            .query_one("SELECT count(*) FROM audit_outbox WHERE status = $1", &[&status])
-            .await
-            .unwrap()
-            .get(0)
+        self.db.query_one("SELECT count(*) FROM audit_outbox WHERE status = $1", &[&status]).await.unwrap().get(0)
     }
 
     pub async fn scalar_i64(&self, sql: &str) -> i64 {
@@ -160,10 +156,8 @@ lease = "2s"
 
     /// Waits until `n` rows are DELIVERED.
     pub async fn await_delivered(&self, n: i64) {
-        eventually(&format!("{n} rows delivered"), || async {
-            (self.count("DELIVERED").await == n).then_some(())
-        })
-        .await;
+        eventually(&format!("{n} rows delivered"), || async { (self.count("DELIVERED").await == n).then_some(()) })
+            .await;
     }
 
     /// Event ids of every entry in `stream`, in stream order.
