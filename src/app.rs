@@ -53,11 +53,15 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     }
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
     for relay_config in &config.relays {
+        let sampler_stop = shared.shutdown.clone();
         let Some(store) = prepare_with_retry(pool.clone(), relay_config, &shared.shutdown).await? else {
             return Ok(());
         };
         let relay = build_relay(relay_config, store, stream.clone(), &relay_metrics, &shared, &config)?;
         info!(relay = relay.name(), claimant = %shared.claimant, "relay started");
+        let sampler = relay.clone();
+        let interval = config.telemetry.sample_interval;
+        tracker.spawn(async move { sampler.sample(interval, sampler_stop).await });
         tracker.spawn(relay.run(shared.shutdown.clone()));
     }
     let server_stop = CancellationToken::new();

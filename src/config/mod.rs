@@ -212,6 +212,9 @@ pub struct SqlOverrides {
     pub dead: Option<String>,
     pub release: Option<String>,
     pub renew: Option<String>,
+    /// Gauge sampling (`pending`, `in_flight`, `dead`, `oldest_pending_age_seconds`). When `claim`
+    /// is replaced and this is not, the gauges are not sampled.
+    pub stats: Option<String>,
 }
 
 mod defaults {
@@ -304,6 +307,7 @@ impl SqlOverrides {
             K::Dead => &self.dead,
             K::Release => &self.release,
             K::Renew => &self.renew,
+            K::Stats => &self.stats,
         };
         sql.as_deref()
     }

@@ -6,6 +6,7 @@
 mod backoff;
 mod batch;
 pub mod entries;
+mod sampler;
 pub mod template;
 
 use std::sync::Arc;

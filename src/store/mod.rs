@@ -66,6 +66,16 @@ pub struct Failure {
     pub verdict: Verdict,
 }
 
+/// Sampled gauges of an outbox.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxStats {
+    pub pending: i64,
+    pub in_flight: i64,
+    pub dead: i64,
+    /// Seconds since the oldest row not yet delivered (pending or in flight) was created; 0 if none.
+    pub oldest_pending_age: f64,
+}
+
 /// A database error. None of them is a row's fault: the relay backs off and tries again.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -116,4 +126,7 @@ pub trait OutboxStore: Send + Sync + 'static {
     fn release(&self, claimant: &str, rows: &[RowRef]) -> impl Future<Output = StoreResult<u64>> + Send;
 
     fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Samples the gauges; `None` when no stats statement is configured.
+    fn stats(&self) -> impl Future<Output = StoreResult<Option<OutboxStats>>> + Send;
 }

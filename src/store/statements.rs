@@ -14,11 +14,20 @@ pub enum StatementKind {
     Dead,
     Release,
     Renew,
+    Stats,
 }
 
 impl StatementKind {
-    pub const ALL: [StatementKind; 7] =
-        [Self::Claim, Self::MarkDelivered, Self::Delete, Self::Retry, Self::Dead, Self::Release, Self::Renew];
+    pub const ALL: [StatementKind; 8] = [
+        Self::Claim,
+        Self::MarkDelivered,
+        Self::Delete,
+        Self::Retry,
+        Self::Dead,
+        Self::Release,
+        Self::Renew,
+        Self::Stats,
+    ];
 
     /// The key under `[relay.sql]`.
     pub fn name(self) -> &'static str {
@@ -30,6 +39,7 @@ impl StatementKind {
             Self::Dead => "dead",
             Self::Release => "release",
             Self::Renew => "renew",
+            Self::Stats => "stats",
         }
     }
 
@@ -41,6 +51,7 @@ impl StatementKind {
             Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids"],
             Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
             Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],
+            Self::Stats => &[],
             Self::Retry => &["claimant", "id", "token", "error", "delay_ms"],
             Self::Dead => &["claimant", "id", "token", "error"],
         }
@@ -49,6 +60,9 @@ impl StatementKind {
 
 /// Columns the claim statement must return (any extra column can feed templates).
 pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
+
+/// Columns the stats statement must return (one row), sampled into the relay's gauges.
+pub const STATS_COLUMNS: &[&str] = &["pending", "in_flight", "dead", "oldest_pending_age_seconds"];
 
 /// Optional claim column: true when the claim took the row over from an expired lease (counted
 /// in `handoff_relay_lease_reclaims_total`).

@@ -107,9 +107,16 @@ impl RelayMetrics {
         })
     }
 
-    /// Children bound to one relay's label, so the hot path does no label lookups.
+    /// Children bound to one relay's label, so the hot path does no label lookups. Every reason
+    /// series starts at 0, so rates and alerts work before the first failure.
     pub fn for_relay(&self, relay: &str) -> RelayHandles {
         let l = &[relay];
+        for reason in [FailureReason::Rejected, FailureReason::Unavailable, FailureReason::InvalidRow] {
+            self.publish_failures.with_label_values(&[relay, reason.label()]);
+        }
+        for reason in [DeadReason::AttemptsExhausted, DeadReason::InvalidRow, DeadReason::CrashLoop] {
+            self.dead.with_label_values(&[relay, reason.label()]);
+        }
         RelayHandles {
             relay: relay.to_owned(),
             families: self.clone(),

@@ -5,6 +5,7 @@
 //! `HANDOFF_TEST_REDIS_URL`, defaulting to the local services `scripts/test` brings up.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod process;
 pub mod redis_server;
 
@@ -110,6 +111,7 @@ command_timeout = "1s"
 
 [telemetry]
 listen = "127.0.0.1:0"
+sample_interval = "100ms"
 
 [shutdown]
 grace_period = "5s"

@@ -81,6 +81,21 @@ FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
   AND o.status = 'IN_FLIGHT'";
 
+/// Gauges for the metrics sampler. Each arm reads one partial index (or the rows it covers), so
+/// the cost follows the backlog and the DEAD rows, never the delivered history.
+const STATS: &str = "\
+WITH pending AS (
+    SELECT count(*) AS n, min(created_at) AS oldest FROM {table} WHERE status = 'PENDING'
+), in_flight AS (
+    SELECT count(*) AS n, min(created_at) AS oldest FROM {table} WHERE status = 'IN_FLIGHT'
+), dead AS (
+    SELECT count(*) AS n FROM {table} WHERE status = 'DEAD'
+)
+SELECT pending.n AS pending, in_flight.n AS in_flight, dead.n AS dead,
+       coalesce(extract(epoch FROM now() - least(pending.oldest, in_flight.oldest)), 0)::float8
+           AS oldest_pending_age_seconds
+FROM pending, in_flight, dead";
+
 /// The default text of `kind` for `table`.
 pub fn default_sql(kind: StatementKind, table: &str) -> String {
     let template = match kind {
@@ -91,6 +106,7 @@ pub fn default_sql(kind: StatementKind, table: &str) -> String {
         StatementKind::Dead => DEAD,
         StatementKind::Release => RELEASE,
         StatementKind::Renew => RENEW,
+        StatementKind::Stats => STATS,
     };
     template.replace("{table}", table)
 }

@@ -12,8 +12,10 @@ use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
-use crate::store::statements::{CLAIM_COLUMNS, RECLAIMED_COLUMN, StatementKind};
-use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreError, StoreResult, Verdict};
+use crate::store::statements::{CLAIM_COLUMNS, RECLAIMED_COLUMN, STATS_COLUMNS, StatementKind};
+use crate::store::{
+    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult, Verdict,
+};
 
 /// Why statements could not be prepared.
 #[derive(Debug)]
@@ -90,6 +92,8 @@ impl PgOutbox {
             let needed = match kind {
                 StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
                 StatementKind::Delete => relay.settle == SettleMode::Delete,
+                // The default stats read the reference schema; a replaced claim implies another table.
+                StatementKind::Stats => relay.sql.stats.is_some() || relay.sql.claim.is_none(),
                 _ => true,
             };
             if !needed {
@@ -116,6 +120,13 @@ impl PgOutbox {
                             }
                         }
                         columns = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
+                    }
+                    if kind == StatementKind::Stats {
+                        let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+                        let missing: Vec<&str> = STATS_COLUMNS.iter().copied().filter(|c| !names.contains(c)).collect();
+                        if !missing.is_empty() {
+                            errors.push(format!("{context}: result lacks required column(s): {}", missing.join(", ")));
+                        }
                     }
                     statements.insert(kind, Prepared { kind, sql: named.sql, names: named.names });
                 }
@@ -273,6 +284,25 @@ impl OutboxStore for PgOutbox {
 
     async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
         self.batch_step(StatementKind::Renew, claimant, rows, lease).await
+    }
+
+    async fn stats(&self) -> StoreResult<Option<OutboxStats>> {
+        let Some(prepared) = self.statements.get(&StatementKind::Stats) else {
+            return Ok(None);
+        };
+        let client = self.pool.get().await.map_err(|e| pool_error("stats", e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("stats", e))?;
+        let row = client.query_one(&stmt, &[]).await.map_err(|e| query_error("stats", e))?;
+        let number = |name: &str| -> StoreResult<f64> {
+            let cell: Option<Cell> = row.try_get(name).map_err(|e| StoreError::Contract(e.to_string()))?;
+            Ok(cell.and_then(|c| c.0.parse().ok()).unwrap_or(0.0))
+        };
+        Ok(Some(OutboxStats {
+            pending: number("pending")? as i64,
+            in_flight: number("in_flight")? as i64,
+            dead: number("dead")? as i64,
+            oldest_pending_age: number("oldest_pending_age_seconds")?,
+        }))
     }
 }
 
