@@ -1,11 +1,21 @@
 //! `handoff check`: everything `run` would verify at startup, against the live database and
 //! broker, reported all at once and without starting any work.
 
+use prometheus::Registry;
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
+use crate::fault::Faults;
+use crate::inbox::validate::Validator;
 use crate::relay::entries::EntryBuilder;
+use crate::sql::params::Placeholder;
 use crate::store::postgres::{self, PgOutbox, PrepareError};
+use crate::store::postgres::{PgInbox, PgWorker};
 use crate::stream::EventStream;
 use crate::stream::redis::RedisStream;
+use crate::telemetry::health::Health;
+use crate::telemetry::metrics::WorkerMetrics;
+use crate::worker::{Worker, WorkerDeps};
 
 /// Returns the lines to print: `Ok` when everything checked out, `Err` with every problem.
 pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
@@ -36,6 +46,34 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(store) => match EntryBuilder::new(relay, &crate::store::OutboxStore::columns(&store)) {
                 Ok(_) => ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name)),
                 Err(e) => problems.push(e),
+            },
+        }
+    }
+    for bridge in &config.bridges {
+        match Validator::new(&bridge.validate) {
+            Ok(_) => ok.push(format!("bridge `{}`: validation rules loaded", bridge.name)),
+            Err(e) => problems.push(format!("bridge `{}` {e}", bridge.name)),
+        }
+        let inbox = PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table);
+        match inbox.check().await {
+            Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
+            Err(e) => problems.push(format!("bridge `{}`: {e}", bridge.name)),
+        }
+    }
+    for worker in &config.workers {
+        let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
+        let deps = WorkerDeps {
+            store,
+            metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),
+            health: Health::default().register("check", std::time::Duration::MAX),
+            owner: "check".into(),
+            abandon: CancellationToken::new(),
+        };
+        match Worker::new(worker.clone(), Placeholder::Numbered, deps) {
+            Err(e) => problems.push(e),
+            Ok(built) => match built.check_statements(&built.handler_sql()).await {
+                Ok(()) => ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name)),
+                Err(e) => problems.push(format!("worker `{}`: {e}", worker.name)),
             },
         }
     }

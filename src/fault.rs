@@ -12,6 +12,12 @@ pub enum Point {
     BeforeAppend,
     /// Entries appended (ids returned), nothing settled yet.
     AfterAppend,
+    /// Bridge: entries read and validated, the inbox transaction not yet run.
+    BridgeBeforeCommit,
+    /// Bridge: the inbox transaction committed, nothing acknowledged yet.
+    BridgeBeforeAck,
+    /// Worker: handler statements executed inside the transaction, PROCESSED not yet written.
+    WorkerInHandler,
 }
 
 impl Point {
@@ -19,6 +25,9 @@ impl Point {
         match name {
             "before_append" => Some(Point::BeforeAppend),
             "after_append" => Some(Point::AfterAppend),
+            "bridge_before_commit" => Some(Point::BridgeBeforeCommit),
+            "bridge_before_ack" => Some(Point::BridgeBeforeAck),
+            "worker_in_handler" => Some(Point::WorkerInHandler),
             _ => None,
         }
     }
@@ -27,6 +36,9 @@ impl Point {
         match self {
             Point::BeforeAppend => "before_append",
             Point::AfterAppend => "after_append",
+            Point::BridgeBeforeCommit => "bridge_before_commit",
+            Point::BridgeBeforeAck => "bridge_before_ack",
+            Point::WorkerInHandler => "worker_in_handler",
         }
     }
 }

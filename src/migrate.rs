@@ -6,8 +6,11 @@ use deadpool_postgres::Pool;
 use tracing::info;
 
 /// The Postgres reference schema, in order. Each file is idempotent on its own as well.
-pub const POSTGRES: &[(&str, &str)] =
-    &[("0001_audit_outbox", include_str!("../migrations/postgres/0001_audit_outbox.sql"))];
+pub const POSTGRES: &[(&str, &str)] = &[
+    ("0001_audit_outbox", include_str!("../migrations/postgres/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../migrations/postgres/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../migrations/postgres/0003_audit_logs.sql")),
+];
 
 /// Arbitrary constant identifying handoff's migration lock.
 const LOCK_KEY: i64 = 0x68616e646f6666;

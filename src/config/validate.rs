@@ -28,6 +28,8 @@ pub fn validate(config: &Config) -> Vec<String> {
     if config.telemetry.sample_interval.is_zero() {
         errors.push("telemetry.sample_interval must be > 0".into());
     }
+    validate_bridges(config, &mut errors);
+    validate_workers(config, &mut errors);
     let mut names = HashSet::new();
     for (i, relay) in config.relays.iter().enumerate() {
         let path = format!("relay[{i}]");
@@ -120,4 +122,60 @@ fn is_identifier(name: &str) -> bool {
     };
     let parts: Vec<&str> = name.split('.').collect();
     parts.len() <= 2 && parts.iter().all(|p| part_ok(p))
+}
+
+fn validate_bridges(config: &Config, errors: &mut Vec<String>) {
+    let mut names = HashSet::new();
+    for (i, bridge) in config.bridges.iter().enumerate() {
+        let path = format!("bridge[{i}]");
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                errors.push(format!("{path}.{message}"));
+            }
+        };
+        check(names.insert(bridge.name.as_str()), "name is used by another bridge");
+        check(is_label(&bridge.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
+        check(!bridge.consumer.is_empty(), "consumer must not be empty");
+        check(!bridge.streams.is_empty(), "streams must name at least one stream");
+        check(bridge.streams.iter().all(|s| !s.key.is_empty()), "streams: every key must be non-empty");
+        check(bridge.start == "0" || bridge.start == "$", "start must be \"0\" or \"$\"");
+        check((1..=10_000).contains(&bridge.batch_size), "batch_size must be between 1 and 10000");
+        check(!bridge.block.is_zero(), "block must be > 0");
+        check(bridge.claim_idle >= Duration::from_millis(100), "claim_idle must be at least 100ms");
+        check(bridge.max_deliveries >= 1, "max_deliveries must be >= 1");
+        check(is_identifier(&bridge.table), "table must be a plain or schema-qualified identifier");
+        check(is_identifier(&bridge.poison_table), "poison_table must be a plain or schema-qualified identifier");
+        check(bridge.validate.event_id_max_len >= 1, "validate.event_id_max_len must be >= 1");
+        check(bridge.validate.payload_max_bytes >= 2, "validate.payload_max_bytes must be >= 2");
+    }
+}
+
+fn validate_workers(config: &Config, errors: &mut Vec<String>) {
+    let mut names = HashSet::new();
+    for (i, worker) in config.workers.iter().enumerate() {
+        let path = format!("worker[{i}]");
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                errors.push(format!("{path}.{message}"));
+            }
+        };
+        check(names.insert(worker.name.as_str()), "name is used by another worker");
+        check(is_label(&worker.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
+        check(!worker.consumer.is_empty(), "consumer must not be empty");
+        check(is_identifier(&worker.table), "table must be a plain or schema-qualified identifier");
+        check((1..=10_000).contains(&worker.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=64).contains(&worker.concurrency), "concurrency must be between 1 and 64");
+        check(!worker.poll_interval.is_zero(), "poll_interval must be > 0");
+        check(worker.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+        check(worker.max_attempts >= 1, "max_attempts must be >= 1");
+        check(worker.max_expired_leases >= 1, "max_expired_leases must be >= 1");
+        for (h, handler) in worker.handlers.iter().enumerate() {
+            let ok = handler.event_types.iter().all(|t| !t.is_empty()) && !handler.event_types.is_empty();
+            check(ok, &format!("handler[{h}].event_types must list at least one non-empty type"));
+            let one = handler.sql.is_empty() != handler.http.is_none();
+            check(one, &format!("handler[{h}]: set exactly one of sql, http"));
+        }
+        validate_backoff(&format!("{path}.backoff"), &worker.backoff, errors);
+        validate_backoff(&format!("{path}.outage_backoff"), &worker.outage_backoff, errors);
+    }
 }

@@ -145,11 +145,16 @@ fn is_name_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_'
 }
 
+/// End of a parameter name: letters, digits, `_`, and `.` between name parts
+/// (`:payload.actor.id`).
 fn name_end(bytes: &[u8], mut i: usize) -> usize {
-    while bytes.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_') {
-        i += 1;
+    loop {
+        match bytes.get(i) {
+            Some(b) if b.is_ascii_alphanumeric() || *b == b'_' => i += 1,
+            Some(b'.') if bytes.get(i + 1).is_some_and(|b| is_name_start(*b)) => i += 1,
+            _ => return i,
+        }
     }
-    i
 }
 
 fn utf8_len(first: u8) -> usize {
@@ -188,6 +193,13 @@ mod tests {
         let r = numbered("select :id::bigint, x::text, :ids::text[]");
         assert_eq!(r.sql, "select $1::bigint, x::text, $2::text[]");
         assert_eq!(r.names, ["id", "ids"]);
+    }
+
+    #[test]
+    fn dotted_names_reach_into_the_payload() {
+        let r = numbered("insert into t values (:payload.actor.id, :payload.n::int, :event_id)");
+        assert_eq!(r.names, ["payload.actor.id", "payload.n", "event_id"]);
+        assert_eq!(r.sql, "insert into t values ($1, $2::int, $3)");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! The relay speaks in claimed rows and settle outcomes; a dialect turns them into statements.
 //! Postgres is the first dialect; MySQL follows as a sibling module.
 
+pub mod inbox;
 pub mod postgres;
 pub mod statements;
 
@@ -104,6 +105,26 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Why statements could not be prepared.
+#[derive(Debug)]
+pub enum PrepareError {
+    /// The database did not answer; worth retrying.
+    Unreachable(String),
+    /// Statements or their results break the contract; every problem, each naming its statement.
+    Invalid(Vec<String>),
+}
+
+impl std::fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrepareError::Unreachable(e) => f.write_str(e),
+            PrepareError::Invalid(errors) => f.write_str(&errors.join("\n")),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
 
 /// The statements a relay runs against its outbox. Settles return how many rows they changed;
 /// fewer than given means the fence refused the rest (another claimant owns them now).

@@ -59,6 +59,14 @@ impl RedisStream {
     pub fn client(&self) -> &Client {
         &self.client
     }
+
+    /// A new client with its own connection(s), for blocking reads that must not hold up the
+    /// shared connection. It reconnects by itself like the original.
+    pub fn dedicated(&self) -> Client {
+        let client = self.client.clone_new();
+        client.connect();
+        client
+    }
 }
 
 impl EventStream for RedisStream {

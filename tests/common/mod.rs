@@ -97,6 +97,117 @@ impl TestEnv {
         format!("{}:{aggregate_type}", self.id)
     }
 
+    /// The sections every config shares (database, redis, telemetry, shutdown); components follow.
+    pub fn base_config(&self) -> String {
+        format!(
+            r#"[database]
+url = "{db}"
+pool_size = 4
+
+[redis]
+url = "{redis}"
+command_timeout = "1s"
+
+[telemetry]
+listen = "127.0.0.1:0"
+sample_interval = "100ms"
+
+[shutdown]
+grace_period = "5s"
+"#,
+            db = self.database_url,
+            redis = self.redis_url,
+        )
+    }
+
+    /// A config with one bridge `bridge` (consumer `admin`, instance `instance`) reading
+    /// `streams` (keys under this test's prefix, owner `relay`); `extra` goes into `[[bridge]]`.
+    pub fn bridge_config(&self, instance: &str, streams: &[&str], extra: &str) -> String {
+        let streams: Vec<String> =
+            streams.iter().map(|s| format!("{{ key = \"{}\", owner = \"relay\" }}", self.stream(s))).collect();
+        format!(
+            "{base}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\nstreams = [{streams}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{extra}\n",
+            base = self.base_config(),
+            streams = streams.join(", "),
+        )
+    }
+
+    /// A `[[worker]]` section for consumer `admin` writing the seed's `audit_logs`.
+    pub fn worker_section(extra: &str) -> String {
+        format!(
+            r#"
+[[worker]]
+name = "worker"
+consumer = "admin"
+poll_interval = "50ms"
+lease = "2s"
+{extra}
+
+[[worker.handler]]
+event_types = ["*"]
+sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING"]
+"#
+        )
+    }
+
+    /// Appends an entry with raw field values to `stream` (a key under this test's prefix).
+    pub async fn xadd_raw(&self, stream: &str, fields: Vec<(&str, Vec<u8>)>) -> String {
+        let fields: Vec<(String, fred::types::Value)> =
+            fields.into_iter().map(|(k, v)| (k.to_owned(), fred::types::Value::Bytes(v.into()))).collect();
+        self.redis.xadd(self.stream(stream), false, None::<()>, "*", fields).await.unwrap()
+    }
+
+    /// Appends a valid event entry as the relay would (owner `relay`).
+    pub async fn xadd_event(&self, stream: &str, event_id: &str, payload: &str) -> String {
+        let fields = vec![
+            ("event_id", event_id.as_bytes().to_vec()),
+            ("event_type", b"user.changed".to_vec()),
+            ("aggregate_type", stream.as_bytes().to_vec()),
+            ("aggregate_id", b"agg".to_vec()),
+            ("payload", payload.as_bytes().to_vec()),
+            ("headers", br#"{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#.to_vec()),
+            ("owner", b"relay".to_vec()),
+        ];
+        self.xadd_raw(stream, fields).await
+    }
+
+    /// Inbox rows of consumer `admin` in `status`.
+    pub async fn inbox_count(&self, status: &str) -> i64 {
+        self.db
+            .query_one("SELECT count(*) FROM consumer_inbox WHERE consumer = 'admin' AND status = $1", &[&status])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Entries delivered to the bridge's group (`admin`) and not acknowledged; `None` while
+    /// the group does not exist yet.
+    pub async fn group_pending(&self, stream: &str) -> Option<u64> {
+        let reply: fred::types::Value = self
+            .redis
+            .custom(
+                fred::types::CustomCommand::new_static("XPENDING", fred::types::ClusterHash::FirstKey, false),
+                vec![self.stream(stream), "admin".to_owned()],
+            )
+            .await
+            .ok()?;
+        match reply {
+            fred::types::Value::Array(parts) => parts.first().and_then(|v| v.as_u64()),
+            _ => None,
+        }
+    }
+
+    /// Poison records as (reason, event_id), in entry order.
+    pub async fn poison(&self) -> Vec<(String, Option<String>)> {
+        self.db
+            .query("SELECT reason, event_id FROM consumer_inbox_poison ORDER BY id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
     /// A config with one relay named `relay` on the reference table; `extra` is appended to the
     /// `[[relay]]` table (later keys may open sub-tables).
     pub fn config(&self, extra: &str) -> String {
@@ -138,7 +249,7 @@ lease = "2s"
             .execute(
                 "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
                  SELECT $1 || '-' || g, $2, 'agg-' || g, 'user.changed',
-                        jsonb_build_object('auditId', $1 || '-' || g, 'n', g),
+                        jsonb_build_object('auditId', $1 || '-' || g, 'actor', 'admin', 'n', g),
                         '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}'
                  FROM generate_series(1, $3::int) g",
                 &[&prefix, &aggregate_type, &(n as i32)],

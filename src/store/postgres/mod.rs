@@ -1,8 +1,10 @@
 //! Postgres dialect: connection pool, error classification, the outbox statements.
 
 pub mod defaults;
+mod inbox;
 mod outbox;
 pub mod values;
+mod worker;
 
 use std::time::Duration;
 
@@ -10,7 +12,10 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-pub use outbox::{PgOutbox, PrepareError};
+pub use crate::store::PrepareError;
+pub use inbox::PgInbox;
+pub use outbox::PgOutbox;
+pub use worker::PgWorker;
 
 use super::StoreError;
 use crate::config::DatabaseConfig;
@@ -71,4 +76,12 @@ pub(crate) fn query_error(statement: &'static str, error: tokio_postgres::Error)
     };
     let source = Box::new(error);
     if transient { StoreError::Unavailable { statement, source } } else { StoreError::Statement { statement, source } }
+}
+
+/// The server's message for a rejected statement (with SQLSTATE); the plain text otherwise.
+pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => error.to_string(),
+    }
 }

@@ -12,30 +12,11 @@ use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
+use crate::store::PrepareError;
 use crate::store::statements::{CLAIM_COLUMNS, RECLAIMED_COLUMN, STATS_COLUMNS, StatementKind};
 use crate::store::{
     ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult, Verdict,
 };
-
-/// Why statements could not be prepared.
-#[derive(Debug)]
-pub enum PrepareError {
-    /// The database did not answer; worth retrying.
-    Unreachable(String),
-    /// Statements or their results break the contract; every problem, each naming its statement.
-    Invalid(Vec<String>),
-}
-
-impl std::fmt::Display for PrepareError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PrepareError::Unreachable(e) => f.write_str(e),
-            PrepareError::Invalid(errors) => f.write_str(&errors.join("\n")),
-        }
-    }
-}
-
-impl std::error::Error for PrepareError {}
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
 #[derive(Debug, Clone)]
@@ -100,7 +81,7 @@ impl PgOutbox {
                 continue;
             }
             match client.prepare(&named.sql).await {
-                Err(e) => errors.push(format!("{context}: {}", describe_db_error(&e))),
+                Err(e) => errors.push(format!("{context}: {}", super::describe(&e))),
                 Ok(stmt) => {
                     for (name, ty) in named.names.iter().zip(stmt.params()) {
                         if !param_type_supported(ty) {
@@ -197,14 +178,6 @@ fn claim_index(columns: &[String]) -> Result<ClaimIndex, String> {
         age_ms: at("age_ms"),
         reclaimed: columns.iter().position(|c| c == RECLAIMED_COLUMN),
     })
-}
-
-/// The server's message and position for a rejected statement; the plain text otherwise.
-fn describe_db_error(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => error.to_string(),
-    }
 }
 
 fn millis(d: Duration) -> i64 {

@@ -14,6 +14,9 @@ type BoxError = Box<dyn Error + Sync + Send>;
 /// A parameter value, converted to the placeholder's type when bound.
 #[derive(Debug, Clone)]
 pub enum Param {
+    Null,
+    /// JSON text: bound as json / jsonb, or as text elsewhere.
+    Json(String),
     Text(String),
     Int(i64),
     Texts(Vec<String>),
@@ -31,6 +34,9 @@ const SCALARS: &[Type] = &[
     Type::FLOAT4,
     Type::FLOAT8,
     Type::UUID,
+    Type::BOOL,
+    Type::JSON,
+    Type::JSONB,
 ];
 const ARRAYS: &[Type] =
     &[Type::TEXT_ARRAY, Type::VARCHAR_ARRAY, Type::BPCHAR_ARRAY, Type::INT4_ARRAY, Type::INT8_ARRAY, Type::UUID_ARRAY];
@@ -43,7 +49,12 @@ pub fn param_type_supported(ty: &Type) -> bool {
 impl ToSql for Param {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
         match self {
-            Param::Text(s) => text_to_sql(s, ty, out),
+            Param::Null => Ok(IsNull::Yes),
+            Param::Json(s) if matches!(*ty, Type::JSON | Type::JSONB) => json_to_sql(s, ty, out),
+            Param::Text(s) if matches!(*ty, Type::JSON | Type::JSONB) => {
+                json_to_sql(&serde_json::to_string(s)?, ty, out)
+            }
+            Param::Json(s) | Param::Text(s) => text_to_sql(s, ty, out),
             Param::Int(i) => int_to_sql(*i, ty, out),
             Param::Texts(v) => texts_to_sql(v, ty, out),
             Param::Ints(v) => match *ty {
@@ -69,8 +80,18 @@ fn text_to_sql(s: &str, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxErro
         Type::FLOAT4 => s.parse::<f32>()?.to_sql(ty, out),
         Type::FLOAT8 => s.parse::<f64>()?.to_sql(ty, out),
         Type::UUID => Uuid::parse(s)?.to_sql(ty, out),
+        Type::BOOL => s.parse::<bool>()?.to_sql(ty, out),
         _ => s.to_sql(ty, out),
     }
+}
+
+/// JSON text as json, or as jsonb (a version byte, then the text); the server validates it.
+fn json_to_sql(json: &str, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    if *ty == Type::JSONB {
+        out.extend_from_slice(&[1]);
+    }
+    out.extend_from_slice(json.as_bytes());
+    Ok(IsNull::No)
 }
 
 fn int_to_sql(i: i64, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
@@ -135,7 +156,7 @@ impl<'a> FromSql<'a> for Cell {
 
 /// Whether a result column of type `ty` can be read.
 pub fn column_type_supported(ty: &Type) -> bool {
-    SCALARS.contains(ty) || [Type::BOOL, Type::JSON, Type::JSONB].contains(ty)
+    SCALARS.contains(ty)
 }
 
 /// A UUID carried as its 16 bytes, written and read in the canonical hyphenated form.

@@ -1,12 +1,10 @@
 //! Relay metrics, registered once on the app's registry and bound per relay.
-//!
-//! Labels are the relay name and small fixed enums (`reason`), never row or event ids. The
-//! README's metrics reference lists every name here; a test encodes a fresh registry against it.
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Gauge, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
+
+use super::Reg;
 
 /// Metric families shared by all relays of a process.
 #[derive(Clone)]
@@ -166,34 +164,5 @@ impl RelayHandles {
 
     pub fn dead(&self, reason: DeadReason) {
         self.families.dead.with_label_values(&[&self.relay, reason.label()]).inc();
-    }
-}
-
-/// Registration helpers: build, register, return.
-struct Reg<'a>(&'a Registry);
-
-impl Reg<'_> {
-    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
-        let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
-        self.0.register(Box::new(metric.clone()))?;
-        Ok(metric)
-    }
-
-    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
-        let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
-        self.0.register(Box::new(metric.clone()))?;
-        Ok(metric)
-    }
-
-    fn float_gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
-        let metric = GaugeVec::new(Opts::new(name, help), labels)?;
-        self.0.register(Box::new(metric.clone()))?;
-        Ok(metric)
-    }
-
-    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<HistogramVec> {
-        let metric = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["relay"])?;
-        self.0.register(Box::new(metric.clone()))?;
-        Ok(metric)
     }
 }

@@ -1,0 +1,169 @@
+//! Builds each configured component with its dependencies and spawns it (and its sampler).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use deadpool_postgres::Pool;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Shared;
+use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
+use crate::inbox::validate::Validator;
+use crate::inbox::{BridgeDeps, StreamBridge};
+use crate::relay::{Relay, RelayDeps, Retrier};
+use crate::sql::params::Placeholder;
+use crate::store::PrepareError;
+use crate::store::postgres::{PgInbox, PgOutbox, PgWorker};
+use crate::stream::redis::RedisStream;
+use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
+use crate::worker::{Worker, WorkerDeps};
+
+/// Spawns every relay, bridge and worker on `shared.tracker`. `Ok(false)` if shutdown came
+/// while waiting for the database.
+pub async fn spawn_all(config: &Config, shared: &Shared, pool: &Pool, stream: &RedisStream) -> anyhow::Result<bool> {
+    let relay_metrics = RelayMetrics::register(&shared.registry)?;
+    let bridge_metrics = BridgeMetrics::register(&shared.registry)?;
+    let worker_metrics = WorkerMetrics::register(&shared.registry)?;
+    for relay in &config.relays {
+        if !spawn_relay(config, relay, shared, pool, stream, &relay_metrics).await? {
+            return Ok(false);
+        }
+    }
+    for bridge in &config.bridges {
+        spawn_bridge(config, bridge, shared, pool, stream, &bridge_metrics)?;
+    }
+    for worker in &config.workers {
+        if !spawn_worker(config, worker, shared, pool, &worker_metrics).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+async fn spawn_relay(
+    config: &Config,
+    relay: &RelayConfig,
+    shared: &Shared,
+    pool: &Pool,
+    stream: &RedisStream,
+    metrics: &RelayMetrics,
+) -> anyhow::Result<bool> {
+    let prepare = || PgOutbox::prepare(pool.clone(), relay);
+    let context = format!("relay `{}`", relay.name);
+    let Some(store) = with_retry(&context, &relay.outage_backoff, &shared.shutdown, prepare).await? else {
+        return Ok(false);
+    };
+    let stall_after = 2 * (relay.lease + relay.outage_backoff.max + relay.poll_interval);
+    let deps = RelayDeps {
+        store,
+        stream: stream.clone(),
+        metrics: metrics.for_relay(&relay.name),
+        health: shared.health.register(format!("relay {}", relay.name), stall_after),
+        faults: shared.faults.clone(),
+        claimant: format!("{}/{}", shared.claimant, relay.name),
+        abandon: shared.abandon.clone(),
+        release_timeout: config.shutdown.grace_period.mul_f64(0.2),
+    };
+    let relay = Arc::new(Relay::new(relay.clone(), deps).map_err(|e| anyhow!(e))?);
+    info!(relay = relay.name(), claimant = %shared.claimant, "relay started");
+    let sampler = relay.clone();
+    let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
+    shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    shared.tracker.spawn(relay.run(shared.shutdown.clone()));
+    Ok(true)
+}
+
+fn spawn_bridge(
+    config: &Config,
+    bridge: &BridgeConfig,
+    shared: &Shared,
+    pool: &Pool,
+    stream: &RedisStream,
+    metrics: &BridgeMetrics,
+) -> anyhow::Result<()> {
+    let validator = Arc::new(Validator::new(&bridge.validate).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?);
+    let instance = bridge.instance.clone().unwrap_or_else(super::host_name);
+    let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
+    for source in &bridge.streams {
+        let deps = BridgeDeps {
+            store: PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
+            client: stream.dedicated(),
+            metrics: metrics.for_stream(&bridge.name, &source.key),
+            health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
+            faults: shared.faults.clone(),
+            abandon: shared.abandon.clone(),
+            command_timeout: config.redis.command_timeout,
+        };
+        let stream_bridge =
+            Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), &instance, deps));
+        let sampler = stream_bridge.clone();
+        let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
+        shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+        shared.tracker.spawn(stream_bridge.run(shared.shutdown.clone()));
+    }
+    Ok(())
+}
+
+async fn spawn_worker(
+    config: &Config,
+    worker: &WorkerConfig,
+    shared: &Shared,
+    pool: &Pool,
+    metrics: &WorkerMetrics,
+) -> anyhow::Result<bool> {
+    let stall_after = 2 * (worker.lease + worker.outage_backoff.max + worker.poll_interval);
+    let deps = WorkerDeps {
+        store: PgWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone()),
+        metrics: metrics.for_worker(&worker.name),
+        health: shared.health.register(format!("worker {}", worker.name), stall_after),
+        owner: format!("{}/{}", shared.claimant, worker.name),
+        abandon: shared.abandon.clone(),
+    };
+    let built = Worker::new(worker.clone(), Placeholder::Numbered, deps).map_err(|e| anyhow!(e))?;
+    let sql = built.handler_sql();
+    let check = || built.check_statements(&sql);
+    let context = format!("worker `{}`", worker.name);
+    if with_retry(&context, &worker.outage_backoff, &shared.shutdown, check).await?.is_none() {
+        return Ok(false);
+    }
+    let worker = Arc::new(built);
+    info!(worker = %worker.name(), "worker started");
+    let sampler = worker.clone();
+    let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
+    shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    shared.tracker.spawn(worker.run(shared.shutdown.clone()));
+    Ok(true)
+}
+
+/// Runs a startup check, waiting for the database while it is unreachable. Invalid statements
+/// fail startup at once. `None` if shutdown came first.
+async fn with_retry<T, F, Fut>(
+    context: &str,
+    backoff: &BackoffConfig,
+    shutdown: &CancellationToken,
+    check: F,
+) -> anyhow::Result<Option<T>>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, PrepareError>>,
+{
+    let mut retrier = Retrier::new(backoff.clone());
+    loop {
+        match check().await {
+            Ok(value) => return Ok(Some(value)),
+            Err(PrepareError::Invalid(errors)) => {
+                return Err(anyhow!("{context} statements are invalid:\n  - {}", errors.join("\n  - ")));
+            }
+            Err(PrepareError::Unreachable(message)) => {
+                let wait = retrier.failed();
+                warn!(%context, error = %message, retry_in_ms = wait.as_millis() as u64, "database not reachable yet");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => return Ok(None),
+                }
+            }
+        }
+    }
+}

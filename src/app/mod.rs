@@ -1,0 +1,113 @@
+//! Wiring: builds every configured component from the config, runs them until the stop signal,
+//! then drains within the grace period.
+
+mod components;
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use prometheus::Registry;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::fault::Faults;
+use crate::store::postgres;
+use crate::stream::redis::RedisStream;
+use crate::telemetry::health::Health;
+use crate::telemetry::http::{self, Endpoints};
+
+/// Share of the grace period in-flight work gets to finish; the rest is for releasing what is
+/// left and closing connections.
+const DRAIN_SHARE: f64 = 0.7;
+
+/// What every component is built from; owned by the app, not global.
+pub(crate) struct Shared {
+    registry: Registry,
+    health: Health,
+    /// Stop claiming / reading.
+    shutdown: CancellationToken,
+    /// Abandon in-flight work (drain time over).
+    abandon: CancellationToken,
+    tracker: TaskTracker,
+    faults: Faults,
+    claimant: String,
+}
+
+/// Runs until `stop` resolves, then drains. Returns an error if startup fails or if something
+/// did not stop within `shutdown.grace_period`.
+pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let shared = Shared {
+        registry: Registry::new(),
+        health: Health::default(),
+        shutdown: CancellationToken::new(),
+        abandon: CancellationToken::new(),
+        tracker: TaskTracker::new(),
+        faults,
+        claimant: claimant_id(),
+    };
+    let pool = postgres::pool(&config.database, "handoff").context("database")?;
+    let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
+    if let Some(warning) = warning {
+        warn!(error = %warning, "redis not reachable yet; components wait for it");
+    }
+    let server_stop = CancellationToken::new();
+    let endpoints = Endpoints { registry: shared.registry.clone(), health: shared.health.clone() };
+    let (_, server) = http::bind(config.telemetry.listen, endpoints, server_stop.clone())
+        .await
+        .with_context(|| format!("telemetry.listen {}", config.telemetry.listen))?;
+    let server = tokio::spawn(server);
+    tokio::pin!(stop);
+    let started = tokio::select! {
+        started = components::spawn_all(&config, &shared, &pool, &stream) => started?,
+        _ = &mut stop => false,
+    };
+    shared.tracker.close();
+    if started {
+        stop.await;
+    }
+    let result = drain(&shared, config.shutdown.grace_period).await;
+    server_stop.cancel();
+    let _ = server.await;
+    result
+}
+
+/// Stops claiming, gives in-flight work `DRAIN_SHARE` of the grace period, then abandons it
+/// (what is left is released), and waits for every task up to the full grace period.
+async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
+    shared.shutdown.cancel();
+    let abandon = shared.abandon.clone();
+    let drain = grace.mul_f64(DRAIN_SHARE);
+    tokio::spawn(async move {
+        tokio::time::sleep(drain).await;
+        abandon.cancel();
+    });
+    match tokio::time::timeout(grace, shared.tracker.wait()).await {
+        Ok(()) => {
+            info!("drained; exiting");
+            Ok(())
+        }
+        Err(_) => {
+            let stuck = shared.health.stalled();
+            error!(tasks = shared.tracker.len(), ?stuck, "tasks did not stop within shutdown.grace_period");
+            Err(anyhow!("{} task(s) did not stop within shutdown.grace_period", shared.tracker.len()))
+        }
+    }
+}
+
+/// The host name: the pod name in Kubernetes.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+/// `host:pid:nonce` – unique per process even when every container is PID 1 on the same host name.
+fn claimant_id() -> String {
+    let nonce: u32 = rand::random();
+    format!("{}:{}:{nonce:08x}", host_name(), std::process::id())
+}

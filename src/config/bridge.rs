@@ -1,0 +1,162 @@
+//! `[[bridge]]`: streams read by a consumer group into the consumer's inbox table.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    /// Name in metrics labels and logs. Required, unique among bridges.
+    pub name: String,
+    /// The consuming service; the inbox is unique on (consumer, event_id). Required.
+    pub consumer: String,
+    /// Redis consumer group. Default: the consumer.
+    pub group: Option<String>,
+    /// This instance's consumer name in the group; must be stable across restarts of the same
+    /// instance (a pod name). Default: the host name (the pod name in Kubernetes).
+    pub instance: Option<String>,
+    /// Streams to read, each with the owner its entries must name.
+    pub streams: Vec<StreamSource>,
+    /// Where a new group starts: "0" (whole stream) or "$" (only new entries). Default: "0".
+    #[serde(default = "defaults::start")]
+    pub start: String,
+    /// Entries per read. Default: 100.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: u32,
+    /// How long a read waits for new entries. Default: "2s".
+    #[serde(default = "defaults::block", with = "humantime_serde")]
+    pub block: Duration,
+    /// Entries pending this long on any consumer (a dead instance) are claimed. Default: "60s".
+    #[serde(default = "defaults::claim_idle", with = "humantime_serde")]
+    pub claim_idle: Duration,
+    /// An entry delivered more often than this goes to the poison path. Default: 5.
+    #[serde(default = "defaults::max_deliveries")]
+    pub max_deliveries: u32,
+    /// Consumers of the group idle this long with nothing pending are deleted. Default: "24h".
+    #[serde(default = "defaults::consumer_idle", with = "humantime_serde")]
+    pub delete_idle_consumers_after: Duration,
+    /// Inbox table. Default: "consumer_inbox".
+    #[serde(default = "defaults::table")]
+    pub table: String,
+    /// Poison table (invalid entries and payload conflicts). Default: "consumer_inbox_poison".
+    #[serde(default = "defaults::poison_table")]
+    pub poison_table: String,
+    /// Also append poison entries to this stream (with `reason`, `detail`, `source_stream`,
+    /// `source_id` and the original fields). Default: none.
+    pub dead_letter_stream: Option<String>,
+    /// What makes an entry valid.
+    #[serde(default)]
+    pub validate: ValidateConfig,
+}
+
+/// One stream a bridge reads.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamSource {
+    /// Stream key, e.g. "audit:user".
+    pub key: String,
+    /// The `owner` field every entry must carry; unset accepts any owner.
+    pub owner: Option<String>,
+}
+
+/// `[bridge.validate]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateConfig {
+    /// Longest accepted event id. Default: 128.
+    #[serde(default = "defaults::event_id_max_len")]
+    pub event_id_max_len: usize,
+    /// `any` (non-empty, printable), `token` ([A-Za-z0-9._:-]) or `uuid`. Default: "token".
+    #[serde(default)]
+    pub event_id_format: EventIdFormat,
+    /// Accepted event types; empty accepts every type. Default: empty.
+    #[serde(default)]
+    pub event_types: Vec<String>,
+    /// What happens to a type outside `event_types`: `poison` or `ignore` (kept in the inbox as
+    /// IGNORED, never handled). Default: "poison".
+    #[serde(default)]
+    pub unknown_types: UnknownTypes,
+    /// Largest accepted payload in bytes. Default: 262144.
+    #[serde(default = "defaults::payload_max_bytes")]
+    pub payload_max_bytes: usize,
+    /// A payload field that must equal the event id (the seed's `auditId == eventId`). Default: none.
+    pub payload_id_field: Option<String>,
+    /// JSON Schema file per event type; the payload must validate. Default: none.
+    #[serde(default)]
+    pub schemas: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventIdFormat {
+    Any,
+    #[default]
+    Token,
+    Uuid,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownTypes {
+    #[default]
+    Poison,
+    Ignore,
+}
+
+impl Default for ValidateConfig {
+    fn default() -> Self {
+        Self {
+            event_id_max_len: defaults::event_id_max_len(),
+            event_id_format: EventIdFormat::default(),
+            event_types: Vec::new(),
+            unknown_types: UnknownTypes::default(),
+            payload_max_bytes: defaults::payload_max_bytes(),
+            payload_id_field: None,
+            schemas: BTreeMap::new(),
+        }
+    }
+}
+
+impl BridgeConfig {
+    pub fn group(&self) -> &str {
+        self.group.as_deref().unwrap_or(&self.consumer)
+    }
+}
+
+mod defaults {
+    use std::time::Duration;
+
+    pub fn start() -> String {
+        "0".into()
+    }
+    pub fn batch_size() -> u32 {
+        100
+    }
+    pub fn block() -> Duration {
+        Duration::from_secs(2)
+    }
+    pub fn claim_idle() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn max_deliveries() -> u32 {
+        5
+    }
+    pub fn consumer_idle() -> Duration {
+        Duration::from_secs(24 * 3600)
+    }
+    pub fn table() -> String {
+        "consumer_inbox".into()
+    }
+    pub fn poison_table() -> String {
+        "consumer_inbox_poison".into()
+    }
+    pub fn event_id_max_len() -> usize {
+        128
+    }
+    pub fn payload_max_bytes() -> usize {
+        256 * 1024
+    }
+}

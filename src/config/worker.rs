@@ -1,0 +1,130 @@
+//! `[[worker]]`: the inbox state machine applying handlers to one consumer's inbox rows.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::BackoffConfig;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Name in metrics labels, logs and the lease owner id. Required, unique among workers.
+    pub name: String,
+    /// Whose inbox rows to process (the bridge's `consumer`). Required.
+    pub consumer: String,
+    /// Inbox table. Default: "consumer_inbox".
+    #[serde(default = "defaults::table")]
+    pub table: String,
+    /// Rows per claim. Default: 50.
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: u32,
+    /// Claim loops. Default: 1.
+    #[serde(default = "defaults::one")]
+    pub concurrency: u32,
+    /// Sleep after a claim that was not full. Default: "250ms".
+    #[serde(default = "defaults::poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Lease on claimed rows; a heartbeat renews it every third while handlers run. Default: "30s".
+    #[serde(default = "defaults::lease", with = "humantime_serde")]
+    pub lease: Duration,
+    /// Handler failures before a row turns DEAD. Default: 5.
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    /// Lease expiries (its worker died mid-handler) before a row turns DEAD. Default: 3.
+    #[serde(default = "defaults::max_expired_leases")]
+    pub max_expired_leases: u32,
+    /// Delay before retrying a failed row.
+    #[serde(default = "BackoffConfig::row_default")]
+    pub backoff: BackoffConfig,
+    /// Delay between attempts to reach the database after an outage.
+    #[serde(default = "BackoffConfig::outage_default")]
+    pub outage_backoff: BackoffConfig,
+    /// Longest `last_error` kept, in characters. Default: 2000.
+    #[serde(default = "defaults::error_max_len")]
+    pub error_max_len: usize,
+    /// What to do with an event type no handler names: `dead` or `skip` (marked PROCESSED with
+    /// no effect). Default: "dead".
+    #[serde(default)]
+    pub unhandled: Unhandled,
+    /// Handlers, tried in order; the first whose `event_types` matches applies.
+    #[serde(default, rename = "handler")]
+    pub handlers: Vec<HandlerConfig>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unhandled {
+    #[default]
+    Dead,
+    Skip,
+}
+
+/// `[[worker.handler]]`: SQL statements run in the transaction that marks the row PROCESSED,
+/// or an HTTP POST made before it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    /// Event types this handler serves; `"*"` serves all, `"order.*"` a prefix.
+    pub event_types: Vec<String>,
+    /// Statements with named parameters bound from the event: `:event_id`, `:event_type`,
+    /// `:owner`, `:aggregate_type`, `:aggregate_id`, `:payload`, `:headers`, and
+    /// `:payload.<field>[.<field>…]` for a field of the payload (missing → the row goes DEAD).
+    #[serde(default)]
+    pub sql: Vec<String>,
+    /// POST the event to a URL instead.
+    pub http: Option<HttpHandlerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpHandlerConfig {
+    /// `http://host:port/path` (plain HTTP: the target is a local sidecar neighbour).
+    pub url: String,
+    /// Per-request timeout. Default: "10s".
+    #[serde(default = "defaults::http_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Statuses that mean the event can never succeed: the row goes DEAD at once.
+    /// Default: [400, 404, 409, 410, 415, 422].
+    #[serde(default = "defaults::dead_statuses")]
+    pub dead_on: Vec<u16>,
+    /// Extra request headers (constants).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+mod defaults {
+    use std::time::Duration;
+
+    pub fn table() -> String {
+        "consumer_inbox".into()
+    }
+    pub fn batch_size() -> u32 {
+        50
+    }
+    pub fn one() -> u32 {
+        1
+    }
+    pub fn poll_interval() -> Duration {
+        Duration::from_millis(250)
+    }
+    pub fn lease() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn max_attempts() -> u32 {
+        5
+    }
+    pub fn max_expired_leases() -> u32 {
+        3
+    }
+    pub fn error_max_len() -> usize {
+        2000
+    }
+    pub fn http_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn dead_statuses() -> Vec<u16> {
+        vec![400, 404, 409, 410, 415, 422]
+    }
+}

@@ -1,0 +1,205 @@
+//! One batch of entries: validate, take over in one transaction, then acknowledge.
+//!
+//! Invariant 3: an entry is acknowledged only after its inbox row or poison record committed.
+//! If the transaction fails, nothing of the batch is acknowledged and it is read again.
+
+use std::collections::HashMap;
+
+use fred::prelude::*;
+use tracing::{error, warn};
+
+use super::StreamBridge;
+use super::entry::RawEntry;
+use super::validate::{Verdict, reason};
+use crate::fault::Point;
+use crate::relay::{Retrier, error_chain};
+use crate::store::StoreError;
+use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+
+impl<S: InboxStore> StreamBridge<S> {
+    pub(super) async fn handle(&self, entries: Vec<RawEntry>, deliveries: &HashMap<String, u64>) {
+        let metrics = &self.deps.metrics;
+        metrics.received.inc_by(entries.len() as u64);
+        let mut events: Vec<InboxEvent> = Vec::new();
+        let mut poison: Vec<PoisonRecord> = Vec::new();
+        let mut repeats: Vec<String> = Vec::new();
+        let mut first_seen: HashMap<String, String> = HashMap::new();
+        for entry in &entries {
+            if deliveries.get(&entry.id).is_some_and(|n| *n > u64::from(self.config.max_deliveries)) {
+                poison.push(self.over_delivered(entry, deliveries[&entry.id]));
+                continue;
+            }
+            match self.validator.check(&self.source, entry) {
+                Verdict::Poison(record) => poison.push(record),
+                // The same event twice in one batch (a relay retry): compare with the first.
+                Verdict::Take(event) => match first_seen.get(&event.event_id) {
+                    Some(hash) if *hash == event.content_hash => {
+                        metrics.duplicates.inc();
+                        repeats.push(event.entry_id);
+                    }
+                    Some(hash) => poison.push(in_batch_conflict(&event, hash)),
+                    None => {
+                        first_seen.insert(event.event_id.clone(), event.content_hash.clone());
+                        events.push(event);
+                    }
+                },
+            }
+        }
+        self.deps.faults.reach(Point::BridgeBeforeCommit).await;
+        let Some((outcomes, poison)) = self.take_over(events, poison).await else { return };
+        self.count(&outcomes, &poison);
+        self.deps.faults.reach(Point::BridgeBeforeAck).await;
+        let mut ack: Vec<String> = outcomes.iter().map(|(entry_id, _)| entry_id.clone()).chain(repeats).collect();
+        if self.dead_letter(&poison).await {
+            ack.extend(poison.iter().map(|p| p.entry_id.clone()));
+        }
+        if let Err(e) = self.group.ack(&ack).await {
+            metrics.ack_failures.inc();
+            warn!(stream = %self.source.key, entries = ack.len(), error = %e, "XACK failed; the entries will be redelivered and recognised");
+        }
+    }
+
+    fn over_delivered(&self, entry: &RawEntry, deliveries: u64) -> PoisonRecord {
+        PoisonRecord {
+            stream: self.source.key.clone(),
+            entry_id: entry.id.clone(),
+            event_id: entry.field("event_id").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned),
+            reason: reason::DELIVERY_LIMIT,
+            detail: format!(
+                "delivered {deliveries} times without being acknowledged (limit {})",
+                self.config.max_deliveries
+            ),
+            fields: entry.fields_json(),
+        }
+    }
+
+    /// Commits the batch, retrying while the database is unreachable (until the shutdown drain
+    /// ends). Returns each event's entry id and outcome, and the poison records committed.
+    async fn take_over(
+        &self,
+        events: Vec<InboxEvent>,
+        poison: Vec<PoisonRecord>,
+    ) -> Option<(Vec<(String, Takeover)>, Vec<PoisonRecord>)> {
+        let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
+        loop {
+            match self.deps.store.take_over(&self.config.consumer, &events, &poison).await {
+                Ok(outcomes) => {
+                    self.deps.health.set_source_ok(true);
+                    let ids = events.into_iter().map(|e| e.entry_id).zip(outcomes).collect();
+                    return Some((ids, poison));
+                }
+                Err(e) if e.is_unavailable() => {
+                    self.deps.health.set_source_ok(false);
+                    warn!(stream = %self.source.key, error = %error_chain(&e), "inbox unavailable; nothing acknowledged, retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.abandon.cancelled() => return None,
+                    }
+                }
+                Err(e) => return Some(self.one_by_one(events, poison, &e).await),
+            }
+        }
+    }
+
+    /// The database refused the batch as a whole: take the entries over one at a time so the
+    /// one it refuses lands in the poison table and its neighbours go on.
+    async fn one_by_one(
+        &self,
+        events: Vec<InboxEvent>,
+        poison: Vec<PoisonRecord>,
+        cause: &StoreError,
+    ) -> (Vec<(String, Takeover)>, Vec<PoisonRecord>) {
+        warn!(stream = %self.source.key, error = %error_chain(cause), "the inbox refused a batch; retrying entry by entry");
+        let store = &self.deps.store;
+        let consumer = &self.config.consumer;
+        let mut outcomes = Vec::new();
+        let mut recorded = Vec::new();
+        let mut refused = poison;
+        for event in events {
+            match store.take_over(consumer, std::slice::from_ref(&event), &[]).await {
+                Ok(mut o) => outcomes.push((event.entry_id, o.remove(0))),
+                Err(e) => refused.push(PoisonRecord {
+                    stream: event.stream.clone(),
+                    entry_id: event.entry_id.clone(),
+                    event_id: Some(event.event_id.clone()),
+                    reason: reason::REJECTED_BY_DATABASE,
+                    detail: error_chain(&e).replace('\0', "\\0"),
+                    fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload }),
+                }),
+            }
+        }
+        for record in refused {
+            let bare = PoisonRecord { fields: serde_json::json!({}), ..record.clone() };
+            for attempt in [record, bare] {
+                if store.take_over(consumer, &[], std::slice::from_ref(&attempt)).await.is_ok() {
+                    recorded.push(attempt);
+                    break;
+                }
+                error!(stream = %self.source.key, entry = %attempt.entry_id, "could not record a poison entry; it stays pending");
+            }
+        }
+        (outcomes, recorded)
+    }
+
+    fn count(&self, outcomes: &[(String, Takeover)], poison: &[PoisonRecord]) {
+        let m = &self.deps.metrics;
+        for (_, outcome) in outcomes {
+            match outcome {
+                Takeover::Inserted => m.inserted.inc(),
+                Takeover::Duplicate => m.duplicates.inc(),
+                Takeover::Conflict => {
+                    m.conflicts.inc();
+                    m.poison(reason::PAYLOAD_CONFLICT);
+                }
+            }
+        }
+        for record in poison {
+            if record.reason == reason::PAYLOAD_CONFLICT {
+                m.conflicts.inc();
+            }
+            m.poison(record.reason);
+        }
+    }
+
+    /// Appends poison records to the dead-letter stream, if one is configured. False if that
+    /// failed: the entries then stay pending (their records are already committed, and are
+    /// recorded once however often they come back).
+    async fn dead_letter(&self, poison: &[PoisonRecord]) -> bool {
+        let Some(key) = &self.config.dead_letter_stream else { return true };
+        if poison.is_empty() {
+            return true;
+        }
+        let pipeline = self.deps.client.pipeline();
+        for p in poison {
+            let fields: Vec<(&str, String)> = vec![
+                ("reason", p.reason.to_owned()),
+                ("detail", p.detail.clone()),
+                ("source_stream", p.stream.clone()),
+                ("source_id", p.entry_id.clone()),
+                ("event_id", p.event_id.clone().unwrap_or_default()),
+                ("fields", p.fields.to_string()),
+            ];
+            let _: Result<(), _> = pipeline.xadd(key.as_str(), false, None::<()>, "*", fields).await;
+        }
+        let results: Vec<Result<String, Error>> = pipeline.try_all().await;
+        let ok = results.len() == poison.len() && results.iter().all(Result::is_ok);
+        if !ok {
+            warn!(stream = %self.source.key, dead_letter = %key, "dead-letter append failed; poison entries stay pending");
+        }
+        ok
+    }
+}
+
+fn in_batch_conflict(event: &InboxEvent, first_hash: &str) -> PoisonRecord {
+    PoisonRecord {
+        stream: event.stream.clone(),
+        entry_id: event.entry_id.clone(),
+        event_id: Some(event.event_id.clone()),
+        reason: reason::PAYLOAD_CONFLICT,
+        detail: format!(
+            "event id appears earlier in the batch with content hash {first_hash}; this entry hashes to {}",
+            event.content_hash
+        ),
+        fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload, "headers": event.headers }),
+    }
+}

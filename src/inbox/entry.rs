@@ -1,0 +1,159 @@
+//! Stream entries as the bridge sees them: raw bytes, possibly malformed, parsed out of the
+//! replies of XREADGROUP / XCLAIM without trusting their shape.
+
+use fred::types::Value;
+
+/// One entry; `fields` is `None` when the entry was deleted (trimmed) while pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEntry {
+    pub id: String,
+    pub fields: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+}
+
+impl RawEntry {
+    /// The first value of `name`, if present.
+    pub fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields.as_ref()?.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v.as_slice())
+    }
+
+    /// The fields as JSON for the poison record: UTF-8 values as strings, others as
+    /// `{"base64": "…"}`; later duplicates of a name keep the first.
+    pub fn fields_json(&self) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        for (k, v) in self.fields.iter().flatten() {
+            // jsonb holds neither invalid UTF-8 nor NUL; such names and values travel as base64.
+            let key = match std::str::from_utf8(k) {
+                Ok(text) if !text.contains('\0') => text.to_owned(),
+                _ => format!("base64:{}", base64(k)),
+            };
+            let value = match std::str::from_utf8(v) {
+                Ok(text) if !text.contains('\0') => serde_json::Value::String(text.to_owned()),
+                _ => serde_json::json!({ "base64": base64(v) }),
+            };
+            map.entry(key).or_insert(value);
+        }
+        serde_json::Value::Object(map)
+    }
+}
+
+/// Entries of an XREADGROUP reply for a single stream (`[[key, [[id, [f, v, …]], …]]]`) or of
+/// an XCLAIM reply (`[[id, [f, v, …]], …]`). Anything unexpected is skipped rather than fatal.
+pub fn parse_read(reply: Value) -> Vec<RawEntry> {
+    match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .flat_map(|stream| match stream {
+                Value::Array(mut pair) if pair.len() == 2 => parse_entries(pair.pop().unwrap_or(Value::Null)),
+                _ => Vec::new(),
+            })
+            .collect(),
+        Value::Map(map) => map.inner().into_values().flat_map(parse_entries).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `[[id, [f, v, …] | nil], …]`
+pub fn parse_entries(entries: Value) -> Vec<RawEntry> {
+    let Value::Array(entries) = entries else { return Vec::new() };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let Value::Array(mut parts) = entry else { return None };
+            if parts.is_empty() {
+                return None;
+            }
+            let body = if parts.len() > 1 { parts.remove(1) } else { Value::Null };
+            let id = text(parts.remove(0))?;
+            Some(RawEntry { id, fields: parse_fields(body) })
+        })
+        .collect()
+}
+
+fn parse_fields(body: Value) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let Value::Array(flat) = body else { return None };
+    let mut fields = Vec::with_capacity(flat.len() / 2);
+    let mut items = flat.into_iter();
+    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+        fields.push((bytes(k), bytes(v)));
+    }
+    Some(fields)
+}
+
+pub fn text(value: Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.to_string()),
+        Value::Bytes(b) => String::from_utf8(b.to_vec()).ok(),
+        Value::Integer(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn bytes(value: Value) -> Vec<u8> {
+    match value {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Bytes(b) => b.to_vec(),
+        Value::Integer(i) => i.to_string().into_bytes(),
+        Value::Double(d) => d.to_string().into_bytes(),
+        Value::Boolean(b) => b.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(text: &str) -> Value {
+        Value::String(text.into())
+    }
+
+    #[test]
+    fn parses_a_single_stream_read_with_a_deleted_entry() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            s("audit:user"),
+            Value::Array(vec![
+                Value::Array(vec![s("1-0"), Value::Array(vec![s("event_id"), s("e1")])]),
+                Value::Array(vec![s("2-0"), Value::Null]),
+            ]),
+        ])]);
+        let entries = parse_read(reply);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].field("event_id"), Some(&b"e1"[..]));
+        assert_eq!(entries[1].fields, None);
+    }
+
+    #[test]
+    fn unexpected_shapes_are_skipped() {
+        assert!(parse_read(Value::Null).is_empty());
+        assert!(parse_read(Value::Array(vec![s("nonsense")])).is_empty());
+    }
+
+    #[test]
+    fn binary_values_are_kept_as_base64_in_poison_fields() {
+        let entry = RawEntry { id: "1-0".into(), fields: Some(vec![(b"payload".to_vec(), vec![0xff, 0xfe, 0x00])]) };
+        assert_eq!(entry.fields_json()["payload"]["base64"], "//4A");
+    }
+
+    #[test]
+    fn base64_pads_like_rfc_4648() {
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+    }
+}

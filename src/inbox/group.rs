@@ -1,0 +1,230 @@
+//! One stream's consumer group, as the bridge uses it: read, acknowledge, create the group
+//! when it is missing, find and claim what dead consumers left pending, and report lag.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::entry::{RawEntry, parse_entries, parse_read, text};
+use crate::stream::redis::is_outage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// The group (or the whole stream) does not exist (anymore).
+    #[error("consumer group or stream missing: {0}")]
+    NoGroup(String),
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    #[error("redis refused: {0}")]
+    Refused(String),
+}
+
+impl From<Error> for GroupError {
+    fn from(e: Error) -> Self {
+        let details = e.details().to_owned();
+        if details.starts_with("NOGROUP") || details.contains("no such key") {
+            GroupError::NoGroup(details)
+        } else if is_outage(&e) {
+            GroupError::Unavailable(details)
+        } else {
+            GroupError::Refused(details)
+        }
+    }
+}
+
+pub type GroupResult<T> = Result<T, GroupError>;
+
+/// An entry waiting in the group's pending list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub id: String,
+    pub consumer: String,
+    pub idle: Duration,
+    pub deliveries: u64,
+}
+
+/// Figures for the lag and pending gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GroupInfo {
+    pub pending: u64,
+    /// Entries not yet delivered to the group (Redis ≥ 7); `None` when Redis cannot tell.
+    pub lag: Option<u64>,
+}
+
+pub struct Group {
+    client: Client,
+    pub key: String,
+    pub group: String,
+    pub consumer: String,
+    command_timeout: Duration,
+}
+
+impl Group {
+    pub fn new(client: Client, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
+        Self { client, key: key.into(), group: group.into(), consumer: consumer.into(), command_timeout }
+    }
+
+    /// XREADGROUP of one stream: `">"` for new entries (waiting up to `block`), `"0"` for this
+    /// consumer's own pending entries.
+    pub async fn read(&self, id: &str, count: u32, block: Option<Duration>) -> GroupResult<Vec<RawEntry>> {
+        let mut args: Vec<Value> = vec!["GROUP".into(), self.group.as_str().into(), self.consumer.as_str().into()];
+        args.extend(["COUNT".into(), Value::Integer(count.into())]);
+        if let Some(block) = block {
+            args.extend(["BLOCK".into(), Value::Integer(block.as_millis() as i64)]);
+        }
+        let key_at = args.len() + 1;
+        args.extend(["STREAMS".into(), self.key.as_str().into(), id.into()]);
+        // The key is not the first argument, so route by its position (cluster mode).
+        let command = CustomCommand::new_static("XREADGROUP", ClusterHash::Offset(key_at), block.is_some());
+        let timeout = self.command_timeout + block.unwrap_or_default();
+        let options = Options { timeout: Some(timeout), ..Default::default() };
+        let reply: Value = self.client.with_options(&options).custom(command, args).await?;
+        Ok(parse_read(reply))
+    }
+
+    /// Creates the group (and the stream) if missing, starting at `start`.
+    pub async fn ensure(&self, start: &str) -> GroupResult<()> {
+        match self.client.xgroup_create::<Value, _, _, _>(self.key.as_str(), self.group.as_str(), start, true).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.details().starts_with("BUSYGROUP") => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn ack(&self, ids: &[String]) -> GroupResult<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        Ok(self.client.xack(self.key.as_str(), self.group.as_str(), ids).await?)
+    }
+
+    /// Pending entries idle at least `min_idle` between ids `from` and `to` (`-`/`+` for all),
+    /// of every consumer or only of `consumer`, oldest first.
+    pub async fn pending(
+        &self,
+        min_idle: Duration,
+        (from, to): (&str, &str),
+        count: u32,
+        consumer: Option<&str>,
+    ) -> GroupResult<Vec<Pending>> {
+        let mut args: Vec<Value> = vec![
+            self.key.as_str().into(),
+            self.group.as_str().into(),
+            "IDLE".into(),
+            Value::Integer(min_idle.as_millis() as i64),
+            from.into(),
+            to.into(),
+            Value::Integer(count.into()),
+        ];
+        args.extend(consumer.map(Value::from));
+        let reply: Value =
+            self.client.custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
+        let Value::Array(items) = reply else { return Ok(Vec::new()) };
+        Ok(items.into_iter().filter_map(parse_pending).collect())
+    }
+
+    /// XCLAIM to this consumer; entries deleted meanwhile come back without fields.
+    pub async fn claim(&self, min_idle: Duration, ids: &[String]) -> GroupResult<Vec<RawEntry>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut args: Vec<Value> = vec![
+            self.key.as_str().into(),
+            self.group.as_str().into(),
+            self.consumer.as_str().into(),
+            Value::Integer(min_idle.as_millis() as i64),
+        ];
+        args.extend(ids.iter().map(|id| Value::from(id.as_str())));
+        let reply: Value =
+            self.client.custom(CustomCommand::new_static("XCLAIM", ClusterHash::FirstKey, false), args).await?;
+        Ok(parse_entries(reply))
+    }
+
+    pub async fn info(&self) -> GroupResult<GroupInfo> {
+        let reply: Value = self
+            .client
+            .custom(
+                CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false),
+                vec!["GROUPS", self.key.as_str()],
+            )
+            .await?;
+        let Value::Array(groups) = reply else { return Ok(GroupInfo::default()) };
+        for group in groups {
+            let fields = pairs(group);
+            if fields.iter().any(|(k, v)| k == "name" && text(v.clone()).as_deref() == Some(self.group.as_str())) {
+                let number = |name: &str| fields.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.as_u64());
+                return Ok(GroupInfo { pending: number("pending").unwrap_or(0), lag: number("lag") });
+            }
+        }
+        Err(GroupError::NoGroup(format!("group {} not on {}", self.group, self.key)))
+    }
+
+    /// Idle time of the oldest pending entry of the group, if any.
+    pub async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
+        let args: Vec<Value> =
+            vec![self.key.as_str().into(), self.group.as_str().into(), "-".into(), "+".into(), Value::Integer(1)];
+        let reply: Value =
+            self.client.custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
+        let Value::Array(items) = reply else { return Ok(None) };
+        Ok(items.into_iter().filter_map(parse_pending).next().map(|p| p.idle))
+    }
+
+    /// Consumers other than this one, idle longer than `older_than` with nothing pending.
+    pub async fn idle_consumers(&self, older_than: Duration) -> GroupResult<Vec<String>> {
+        let reply: Value = self
+            .client
+            .custom(
+                CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false),
+                vec!["CONSUMERS", self.key.as_str(), self.group.as_str()],
+            )
+            .await?;
+        let Value::Array(consumers) = reply else { return Ok(Vec::new()) };
+        Ok(consumers
+            .into_iter()
+            .filter_map(|c| {
+                let fields = pairs(c);
+                let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+                let name = text(get("name")?)?;
+                let pending = get("pending").and_then(|v| v.as_u64()).unwrap_or(1);
+                let idle = get("idle").and_then(|v| v.as_u64()).unwrap_or(0);
+                (name != self.consumer && pending == 0 && Duration::from_millis(idle) > older_than).then_some(name)
+            })
+            .collect())
+    }
+
+    pub async fn delete_consumer(&self, name: &str) -> GroupResult<()> {
+        let _: Value = self.client.xgroup_delconsumer(self.key.as_str(), self.group.as_str(), name).await?;
+        Ok(())
+    }
+}
+
+fn parse_pending(item: Value) -> Option<Pending> {
+    let Value::Array(parts) = item else { return None };
+    let mut parts = parts.into_iter();
+    let id = text(parts.next()?)?;
+    let consumer = text(parts.next()?)?;
+    let idle = parts.next()?.as_u64()?;
+    let deliveries = parts.next()?.as_u64()?;
+    Some(Pending { id, consumer, idle: Duration::from_millis(idle), deliveries })
+}
+
+/// `[k1, v1, k2, v2, …]` (RESP2) or a map (RESP3) as key/value pairs.
+fn pairs(value: Value) -> Vec<(String, Value)> {
+    match value {
+        Value::Array(flat) => {
+            let mut out = Vec::new();
+            let mut items = flat.into_iter();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                if let Some(k) = text(k) {
+                    out.push((k, v));
+                }
+            }
+            out
+        }
+        Value::Map(map) => map.inner().into_iter().filter_map(|(k, v)| Some((k.as_str()?.to_string(), v))).collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,237 @@
+//! Is a stream entry an event this consumer takes over? Every refusal names a bounded reason
+//! (a metric label) and a detail for the poison record.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+
+use super::entry::RawEntry;
+use crate::config::{EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
+use crate::store::inbox::{InboxEvent, PoisonRecord};
+
+/// Reasons an entry goes to the poison path (the `reason` label and column).
+pub mod reason {
+    pub const DELETED: &str = "entry_deleted";
+    pub const MISSING_FIELD: &str = "missing_field";
+    pub const NOT_UTF8: &str = "not_utf8";
+    pub const NUL_BYTE: &str = "nul_byte";
+    pub const INVALID_EVENT_ID: &str = "invalid_event_id";
+    pub const UNKNOWN_EVENT_TYPE: &str = "unknown_event_type";
+    pub const OWNER_MISMATCH: &str = "owner_mismatch";
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    pub const INVALID_PAYLOAD: &str = "invalid_payload";
+    pub const ID_MISMATCH: &str = "id_mismatch";
+    pub const SCHEMA_VIOLATION: &str = "schema_violation";
+    pub const INVALID_HEADERS: &str = "invalid_headers";
+    pub const DELIVERY_LIMIT: &str = "delivery_limit";
+    pub const PAYLOAD_CONFLICT: &str = "payload_conflict";
+    pub const REJECTED_BY_DATABASE: &str = "rejected_by_database";
+
+    pub const ALL: &[&str] = &[
+        DELETED,
+        MISSING_FIELD,
+        NOT_UTF8,
+        NUL_BYTE,
+        INVALID_EVENT_ID,
+        UNKNOWN_EVENT_TYPE,
+        OWNER_MISMATCH,
+        PAYLOAD_TOO_LARGE,
+        INVALID_PAYLOAD,
+        ID_MISMATCH,
+        SCHEMA_VIOLATION,
+        INVALID_HEADERS,
+        DELIVERY_LIMIT,
+        PAYLOAD_CONFLICT,
+        REJECTED_BY_DATABASE,
+    ];
+}
+
+/// What becomes of one entry.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Take it over into the inbox (`ignored` marks a type kept but never handled).
+    Take(InboxEvent),
+    Poison(PoisonRecord),
+}
+
+pub struct Validator {
+    config: ValidateConfig,
+    schemas: HashMap<String, jsonschema::Validator>,
+}
+
+struct Refusal(&'static str, String);
+
+impl Validator {
+    /// Loads the JSON Schemas; names the event type and file of any that cannot be used.
+    pub fn new(config: &ValidateConfig) -> Result<Self, String> {
+        let mut schemas = HashMap::new();
+        for (event_type, path) in &config.schemas {
+            let context =
+                |e: &dyn std::fmt::Display| format!("validate.schemas.{event_type} ({}): {e}", path.display());
+            let text = std::fs::read_to_string(path).map_err(|e| context(&e))?;
+            let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| context(&e))?;
+            let validator = jsonschema::validator_for(&schema).map_err(|e| context(&e))?;
+            schemas.insert(event_type.clone(), validator);
+        }
+        Ok(Self { config: config.clone(), schemas })
+    }
+
+    pub fn check(&self, source: &StreamSource, entry: &RawEntry) -> Verdict {
+        match self.event(source, entry) {
+            Ok(event) => Verdict::Take(event),
+            Err(Refusal(reason, detail)) => Verdict::Poison(PoisonRecord {
+                stream: source.key.clone(),
+                entry_id: entry.id.clone(),
+                event_id: entry
+                    .field("event_id")
+                    .filter(|v| !v.contains(&0))
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .map(str::to_owned),
+                reason,
+                detail,
+                fields: entry.fields_json(),
+            }),
+        }
+    }
+
+    fn event(&self, source: &StreamSource, entry: &RawEntry) -> Result<InboxEvent, Refusal> {
+        if entry.fields.is_none() {
+            return Err(Refusal(reason::DELETED, "the entry was deleted from the stream while pending".into()));
+        }
+        let event_id = required(entry, "event_id")?;
+        self.check_event_id(&event_id)?;
+        let event_type = required(entry, "event_type")?;
+        let ignored = !self.type_allowed(&event_type);
+        if ignored && self.config.unknown_types == UnknownTypes::Poison {
+            return Err(Refusal(reason::UNKNOWN_EVENT_TYPE, format!("event type `{event_type}` is not accepted")));
+        }
+        let owner = optional(entry, "owner")?;
+        if let Some(expected) = &source.owner
+            && owner.as_deref() != Some(expected.as_str())
+        {
+            let got = owner.as_deref().unwrap_or("(none)");
+            return Err(Refusal(reason::OWNER_MISMATCH, format!("owner is `{got}`, stream expects `{expected}`")));
+        }
+        let payload_text = required(entry, "payload")?;
+        let payload = self.check_payload(&event_id, &event_type, &payload_text)?;
+        let headers = match optional(entry, "headers")? {
+            None => "{}".to_owned(),
+            Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(serde_json::Value::Object(_)) if !text.contains("\\u0000") => text,
+                _ => return Err(Refusal(reason::INVALID_HEADERS, "headers is not a JSON object".into())),
+            },
+        };
+        let aggregate_type = optional(entry, "aggregate_type")?;
+        let aggregate_id = optional(entry, "aggregate_id")?;
+        let content_hash = content_hash(&event_type, &aggregate_type, &aggregate_id, &payload);
+        Ok(InboxEvent {
+            event_id,
+            event_type,
+            owner,
+            aggregate_type,
+            aggregate_id,
+            payload: payload_text,
+            headers,
+            content_hash,
+            stream: source.key.clone(),
+            entry_id: entry.id.clone(),
+            ignored,
+        })
+    }
+
+    fn check_event_id(&self, id: &str) -> Result<(), Refusal> {
+        let bad = |why: &str| Err(Refusal(reason::INVALID_EVENT_ID, format!("event_id {why}")));
+        if id.is_empty() {
+            return bad("is empty");
+        }
+        if id.len() > self.config.event_id_max_len {
+            return bad(&format!("is {} bytes, longer than {}", id.len(), self.config.event_id_max_len));
+        }
+        let ok = match self.config.event_id_format {
+            EventIdFormat::Any => id.chars().all(|c| !c.is_control()),
+            EventIdFormat::Token => id.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c)),
+            EventIdFormat::Uuid => is_uuid(id),
+        };
+        if ok { Ok(()) } else { bad(&format!("is not of the {:?} form", self.config.event_id_format)) }
+    }
+
+    fn type_allowed(&self, event_type: &str) -> bool {
+        let types = &self.config.event_types;
+        types.is_empty() || types.iter().any(|pattern| type_matches(pattern, event_type))
+    }
+
+    fn check_payload(&self, event_id: &str, event_type: &str, text: &str) -> Result<serde_json::Value, Refusal> {
+        if text.len() > self.config.payload_max_bytes {
+            let detail = format!("payload is {} bytes, more than {}", text.len(), self.config.payload_max_bytes);
+            return Err(Refusal(reason::PAYLOAD_TOO_LARGE, detail));
+        }
+        let payload: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Refusal(reason::INVALID_PAYLOAD, format!("payload is not JSON: {e}")))?;
+        if text.contains("\\u0000") {
+            return Err(Refusal(reason::INVALID_PAYLOAD, "payload contains \\u0000, which jsonb cannot store".into()));
+        }
+        if !payload.is_object() {
+            return Err(Refusal(reason::INVALID_PAYLOAD, "payload is not a JSON object".into()));
+        }
+        if let Some(field) = &self.config.payload_id_field
+            && payload.get(field).and_then(|v| v.as_str()) != Some(event_id)
+        {
+            return Err(Refusal(reason::ID_MISMATCH, format!("payload.{field} does not equal event_id")));
+        }
+        if let Some(schema) = self.schemas.get(event_type)
+            && let Err(error) = schema.validate(&payload)
+        {
+            let detail = format!("payload violates the schema at `{}`: {error}", error.instance_path());
+            return Err(Refusal(reason::SCHEMA_VIOLATION, detail));
+        }
+        Ok(payload)
+    }
+}
+
+/// `"*"` matches everything, `"order.*"` a prefix, anything else exactly.
+pub fn type_matches(pattern: &str, event_type: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => event_type.starts_with(prefix),
+        None => pattern == event_type,
+    }
+}
+
+fn required(entry: &RawEntry, name: &str) -> Result<String, Refusal> {
+    optional(entry, name)?.ok_or_else(|| Refusal(reason::MISSING_FIELD, format!("field `{name}` is missing")))
+}
+
+fn optional(entry: &RawEntry, name: &str) -> Result<Option<String>, Refusal> {
+    match entry.field(name) {
+        None => Ok(None),
+        Some(bytes) => match String::from_utf8(bytes.to_vec()) {
+            Err(_) => Err(Refusal(reason::NOT_UTF8, format!("field `{name}` is not UTF-8"))),
+            // Postgres text cannot hold NUL, so such a value could never be taken over.
+            Ok(text) if text.contains('\0') => {
+                Err(Refusal(reason::NUL_BYTE, format!("field `{name}` contains a NUL byte")))
+            }
+            Ok(text) => Ok(Some(text)),
+        },
+    }
+}
+
+/// sha256 over what makes the event what it is; the same event published twice hashes the same.
+fn content_hash(
+    event_type: &str,
+    aggregate_type: &Option<String>,
+    aggregate_id: &Option<String>,
+    payload: &serde_json::Value,
+) -> String {
+    let mut hasher = Sha256::new();
+    for part in [event_type, aggregate_type.as_deref().unwrap_or(""), aggregate_id.as_deref().unwrap_or("")] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    // Hash the parsed value so key order or spacing differences between publishers don't count.
+    hasher.update(serde_json::to_vec(payload).unwrap_or_default());
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_uuid(id: &str) -> bool {
+    let parts: Vec<&str> = id.split('-').collect();
+    parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12]) && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+}

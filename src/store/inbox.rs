@@ -1,0 +1,167 @@
+//! The consumer side's seam: the bridge's takeover and the worker's state machine, in terms
+//! the dialects implement.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::StoreResult;
+
+/// A valid entry, ready to be taken over into the inbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub owner: Option<String>,
+    pub aggregate_type: Option<String>,
+    pub aggregate_id: Option<String>,
+    /// JSON object text.
+    pub payload: String,
+    /// JSON object text.
+    pub headers: String,
+    pub content_hash: String,
+    pub stream: String,
+    pub entry_id: String,
+    /// Kept as IGNORED: an event type this consumer does not handle, recorded, never processed.
+    pub ignored: bool,
+}
+
+/// An entry that could not be taken over, recorded with why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoisonRecord {
+    pub stream: String,
+    pub entry_id: String,
+    pub event_id: Option<String>,
+    pub reason: &'static str,
+    pub detail: String,
+    pub fields: serde_json::Value,
+}
+
+/// What the takeover made of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Takeover {
+    Inserted,
+    /// Already in the inbox with the same content (a redelivery or a republish).
+    Duplicate,
+    /// Already in the inbox with other content; recorded in the poison table as a conflict.
+    Conflict,
+}
+
+/// A claimed inbox row for the worker.
+#[derive(Debug, Clone)]
+pub struct InboxRow {
+    pub id: i64,
+    pub token: i64,
+    pub event_id: String,
+    pub event_type: String,
+    pub owner: Option<String>,
+    pub aggregate_type: Option<String>,
+    pub aggregate_id: Option<String>,
+    pub payload: serde_json::Value,
+    pub headers: serde_json::Value,
+    pub attempts: u32,
+    pub expired_leases: u32,
+    pub reclaimed: bool,
+}
+
+/// Sampled worker gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InboxStats {
+    pub dead: i64,
+    pub pending: i64,
+    /// Seconds the oldest PROCESSING lease has been held; 0 if none.
+    pub oldest_lease_age: f64,
+    /// Seconds the oldest row waiting after a failure has waited since it failed; 0 if none.
+    pub oldest_retry_age: f64,
+}
+
+pub trait InboxStore: Send + Sync + 'static {
+    /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
+    /// any payload conflicts. Returns one outcome per event, in order. Nothing is recorded if it
+    /// fails, so the caller must not acknowledge anything then.
+    fn take_over(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        poison: &[PoisonRecord],
+    ) -> impl Future<Output = StoreResult<Vec<Takeover>>> + Send;
+
+    /// Whether the database answers.
+    fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// A value bound to a handler statement's parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BindValue {
+    Null,
+    Text(String),
+    /// JSON text, for json / jsonb parameters (and as text elsewhere).
+    Json(String),
+}
+
+/// A handler statement with its values for one row.
+#[derive(Debug, Clone)]
+pub struct BoundStatement<'a> {
+    /// Index of the statement in the handler's list (for error messages).
+    pub index: usize,
+    pub sql: &'a str,
+    pub values: Vec<BindValue>,
+}
+
+/// What became of an attempt to apply a row's effect.
+#[derive(Debug)]
+pub enum Applied {
+    /// Effect and PROCESSED committed together.
+    Processed,
+    /// Another worker owns the row now: the effect was rolled back.
+    Fenced,
+}
+
+/// Why applying failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A handler statement failed; `deterministic` when retrying cannot help (constraint or
+    /// type errors), so the row goes DEAD at once.
+    #[error("handler statement {index} failed: {message}")]
+    Handler { index: usize, message: String, deterministic: bool },
+    #[error(transparent)]
+    Store(#[from] super::StoreError),
+}
+
+/// The worker's statements; every transition is fenced by lease owner + token.
+pub trait WorkerStore: Send + Sync + 'static {
+    /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.
+    fn check(&self, handler_sql: &[(String, String)]) -> impl Future<Output = Result<(), super::PrepareError>> + Send;
+
+    fn claim(
+        &self,
+        owner: &str,
+        batch_size: u32,
+        lease: Duration,
+    ) -> impl Future<Output = StoreResult<Vec<InboxRow>>> + Send;
+
+    /// In one transaction: the statements, then the fenced mark to PROCESSED; rolled back if
+    /// anything fails or the fence refuses.
+    fn apply(
+        &self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
+
+    /// Records a failure: back to PENDING after `retry_in`, or DEAD when `None`. False if fenced.
+    fn fail(
+        &self,
+        owner: &str,
+        row: &InboxRow,
+        error: &str,
+        retry_in: Option<Duration>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    fn renew(&self, owner: &str, rows: &[(i64, i64)], lease: Duration)
+    -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Hands rows (id, token) back to PENDING without counting an attempt (shutdown).
+    fn release(&self, owner: &str, rows: &[(i64, i64)]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn stats(&self) -> impl Future<Output = StoreResult<InboxStats>> + Send;
+}

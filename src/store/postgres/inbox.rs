@@ -1,0 +1,164 @@
+//! The bridge's takeover on Postgres: one transaction inserts the new events of a batch
+//! (`ON CONFLICT (consumer, event_id) DO NOTHING`), detects conflicting replays by content
+//! hash, and records poison entries. The caller acknowledges only after it commits.
+
+use std::collections::{HashMap, HashSet};
+
+use deadpool_postgres::Pool;
+
+use super::{pool_error, query_error};
+use crate::store::StoreResult;
+use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+
+pub struct PgInbox {
+    pool: Pool,
+    insert: String,
+    existing: String,
+    poison: String,
+}
+
+impl PgInbox {
+    pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
+        let insert = format!(
+            "INSERT INTO {table} (consumer, event_id, event_type, owner, aggregate_type, aggregate_id,
+                                  payload, headers, content_hash, stream, stream_entry_id, status)
+             SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
+                    e.payload::jsonb, e.headers::jsonb, e.content_hash, e.stream, e.entry_id, e.status
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+                  AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
+                       content_hash, stream, entry_id, status)
+             ON CONFLICT (consumer, event_id) DO NOTHING
+             RETURNING event_id"
+        );
+        let existing = format!("SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)");
+        let poison = format!(
+            "INSERT INTO {poison_table} (consumer, stream, stream_entry_id, event_id, reason, detail, fields)
+             SELECT $1, p.stream, p.entry_id, p.event_id, p.reason, p.detail, p.fields::jsonb
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                  AS p(stream, entry_id, event_id, reason, detail, fields)
+             ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
+        );
+        Self { pool, insert, existing, poison }
+    }
+}
+
+fn column<T: Clone>(events: &[InboxEvent], f: impl Fn(&InboxEvent) -> T) -> Vec<T> {
+    events.iter().map(f).collect()
+}
+
+impl PgInbox {
+    /// Prepares the takeover statements (the tables exist and have the columns).
+    pub async fn check(&self) -> Result<(), String> {
+        let client = self.pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
+        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+            client.prepare(sql).await.map_err(|e| format!("takeover statement {name}: {}", super::describe(&e)))?;
+        }
+        Ok(())
+    }
+}
+
+impl InboxStore for PgInbox {
+    async fn take_over(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        poison: &[PoisonRecord],
+    ) -> StoreResult<Vec<Takeover>> {
+        let mut client = self.pool.get().await.map_err(|e| pool_error("take over", e))?;
+        let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
+        let mut inserted = HashSet::new();
+        if !events.is_empty() {
+            let rows = tx
+                .query(
+                    &self.insert,
+                    &[
+                        &consumer,
+                        &column(events, |e| e.event_id.clone()),
+                        &column(events, |e| e.event_type.clone()),
+                        &column(events, |e| e.owner.clone()),
+                        &column(events, |e| e.aggregate_type.clone()),
+                        &column(events, |e| e.aggregate_id.clone()),
+                        &column(events, |e| e.payload.clone()),
+                        &column(events, |e| e.headers.clone()),
+                        &column(events, |e| e.content_hash.clone()),
+                        &column(events, |e| e.stream.clone()),
+                        &column(events, |e| e.entry_id.clone()),
+                        &column(events, |e| if e.ignored { "IGNORED" } else { "PENDING" }.to_owned()),
+                    ],
+                )
+                .await
+                .map_err(|e| query_error("insert into the inbox", e))?;
+            inserted = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+        }
+        let others: Vec<String> =
+            events.iter().filter(|e| !inserted.contains(&e.event_id)).map(|e| e.event_id.clone()).collect();
+        let existing: HashMap<String, String> = if others.is_empty() {
+            HashMap::new()
+        } else {
+            tx.query(&self.existing, &[&consumer, &others])
+                .await
+                .map_err(|e| query_error("read existing inbox rows", e))?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect()
+        };
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut records: Vec<PoisonRecord> = poison.to_vec();
+        for event in events {
+            let outcome = if inserted.contains(&event.event_id) {
+                Takeover::Inserted
+            } else if existing.get(&event.event_id) == Some(&event.content_hash) {
+                Takeover::Duplicate
+            } else {
+                records.push(conflict(event, existing.get(&event.event_id)));
+                Takeover::Conflict
+            };
+            outcomes.push(outcome);
+        }
+        if !records.is_empty() {
+            let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
+            tx.execute(
+                &self.poison,
+                &[
+                    &consumer,
+                    &get(|p| Some(p.stream.clone())),
+                    &get(|p| Some(p.entry_id.clone())),
+                    &get(|p| p.event_id.clone()),
+                    &get(|p| Some(p.reason.to_owned())),
+                    &get(|p| Some(p.detail.clone())),
+                    &get(|p| Some(p.fields.to_string())),
+                ],
+            )
+            .await
+            .map_err(|e| query_error("record poison entries", e))?;
+        }
+        tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
+        Ok(outcomes)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        super::probe(&self.pool).await
+    }
+}
+
+fn conflict(event: &InboxEvent, existing_hash: Option<&String>) -> PoisonRecord {
+    PoisonRecord {
+        stream: event.stream.clone(),
+        entry_id: event.entry_id.clone(),
+        event_id: Some(event.event_id.clone()),
+        reason: crate::inbox::validate::reason::PAYLOAD_CONFLICT,
+        detail: format!(
+            "event id already taken over with content hash {}, this entry hashes to {}",
+            existing_hash.map(String::as_str).unwrap_or("(unknown)"),
+            event.content_hash
+        ),
+        fields: serde_json::json!({
+            "event_type": event.event_type,
+            "aggregate_type": event.aggregate_type,
+            "aggregate_id": event.aggregate_id,
+            "payload": event.payload,
+            "headers": event.headers,
+        }),
+    }
+}

@@ -1,0 +1,257 @@
+//! The worker's state machine on a Postgres inbox. Every transition is fenced by lease owner +
+//! token; the handler's statements and the mark to PROCESSED share one transaction.
+
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+
+use super::values::Param;
+use super::{pool_error, query_error};
+use crate::fault::{Faults, Point};
+use crate::store::PrepareError;
+use crate::store::StoreResult;
+use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
+
+pub struct PgWorker {
+    pool: Pool,
+    consumer: String,
+    faults: Faults,
+    sql: WorkerSql,
+}
+
+struct WorkerSql {
+    claim: String,
+    processed: String,
+    retry: String,
+    dead: String,
+    renew: String,
+    release: String,
+    stats: String,
+}
+
+impl WorkerSql {
+    fn new(t: &str) -> Self {
+        let fence = "id = $1 AND lease_owner = $2 AND lease_token = $3 AND status = 'PROCESSING'";
+        let batch_fence = "FROM unnest($3::bigint[], $4::bigint[]) AS s(id, token)
+             WHERE i.id = s.id AND i.lease_token = s.token AND i.lease_owner = $1 AND i.status = 'PROCESSING'";
+        Self {
+            // At most one lease-expired row, alone, as in the relay's claim: a row that kills
+            // its worker reaches DEAD by itself without dragging its batch along.
+            claim: format!(
+                "WITH expired AS (
+                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PROCESSING' AND lease_expires_at <= now()
+                     ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
+                 ), due AS (
+                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PENDING' AND next_retry_at <= now()
+                       AND NOT EXISTS (SELECT 1 FROM expired)
+                     ORDER BY next_retry_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
+                 ), picked AS (
+                     SELECT id, true AS reclaimed FROM expired UNION ALL SELECT id, false FROM due
+                 )
+                 UPDATE {t} i SET status = 'PROCESSING', lease_owner = $2, lease_token = i.lease_token + 1,
+                     lease_expires_at = now() + $4::bigint * interval '1 millisecond', claimed_at = now(),
+                     expired_leases = i.expired_leases + CASE WHEN i.status = 'PROCESSING' THEN 1 ELSE 0 END
+                 FROM picked WHERE i.id = picked.id
+                 RETURNING i.id, i.lease_token, i.event_id, i.event_type, i.owner, i.aggregate_type,
+                           i.aggregate_id, i.payload, i.headers, i.attempts, i.expired_leases, picked.reclaimed"
+            ),
+            processed: format!(
+                "UPDATE {t} SET status = 'PROCESSED', processed_at = now(), lease_expires_at = NULL, last_error = NULL
+                 WHERE {fence}"
+            ),
+            retry: format!(
+                "UPDATE {t} SET status = 'PENDING', attempts = attempts + 1, last_error = $4, failed_at = now(),
+                     next_retry_at = now() + $5::bigint * interval '1 millisecond', lease_expires_at = NULL
+                 WHERE {fence}"
+            ),
+            dead: format!(
+                "UPDATE {t} SET status = 'DEAD', attempts = attempts + 1, last_error = $4, failed_at = now(),
+                     dead_at = now(), lease_expires_at = NULL
+                 WHERE {fence}"
+            ),
+            renew: format!(
+                "UPDATE {t} i SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' {batch_fence}"
+            ),
+            release: format!("UPDATE {t} i SET status = 'PENDING', lease_expires_at = NULL {}", batch_fence.replace("$3", "$2").replace("$4", "$3")),
+            stats: format!(
+                "SELECT (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'DEAD') AS dead,
+                        (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'PENDING') AS pending,
+                        coalesce((SELECT extract(epoch FROM now() - min(claimed_at)) FROM {t}
+                                  WHERE consumer = $1 AND status = 'PROCESSING'), 0)::float8 AS oldest_lease,
+                        coalesce((SELECT extract(epoch FROM now() - min(failed_at)) FROM {t}
+                                  WHERE consumer = $1 AND status = 'PENDING' AND attempts > 0), 0)::float8 AS oldest_retry"
+            ),
+        }
+    }
+}
+
+impl PgWorker {
+    pub fn new(pool: Pool, table: &str, consumer: &str, faults: Faults) -> Self {
+        Self { pool, consumer: consumer.to_owned(), faults, sql: WorkerSql::new(table) }
+    }
+}
+
+fn to_param(value: &BindValue) -> Param {
+    match value {
+        BindValue::Null => Param::Null,
+        BindValue::Text(s) => Param::Text(s.clone()),
+        BindValue::Json(s) => Param::Json(s.clone()),
+    }
+}
+
+/// Constraint and data errors, and values that cannot be converted, fail the same way every
+/// time: retrying cannot help.
+fn deterministic(error: &tokio_postgres::Error) -> bool {
+    match error.code() {
+        Some(code) => {
+            let class = &code.code()[..2];
+            (class == "22" || class == "23") && *code != SqlState::T_R_SERIALIZATION_FAILURE
+        }
+        None => error.to_string().starts_with("error serializing"),
+    }
+}
+
+fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
+    let is_deterministic = deterministic(&error);
+    match query_error("handler", error) {
+        e @ crate::store::StoreError::Unavailable { .. } if !is_deterministic => ApplyError::Store(e),
+        e => ApplyError::Handler { index, message: crate::relay::error_chain(&e), deterministic: is_deterministic },
+    }
+}
+
+impl WorkerStore for PgWorker {
+    /// Prepares the worker's own statements and each handler statement, naming what fails.
+    async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
+        let mut errors = Vec::new();
+        let own = [
+            ("claim", &self.sql.claim),
+            ("processed", &self.sql.processed),
+            ("retry", &self.sql.retry),
+            ("dead", &self.sql.dead),
+            ("renew", &self.sql.renew),
+            ("release", &self.sql.release),
+            ("stats", &self.sql.stats),
+        ];
+        for (name, sql) in own {
+            if let Err(e) = client.prepare(sql).await {
+                errors.push(format!("inbox statement {name}: {}", super::describe(&e)));
+            }
+        }
+        for (context, sql) in handler_sql {
+            match client.prepare(sql).await {
+                Err(e) => errors.push(format!("{context}: {}", super::describe(&e))),
+                Ok(stmt) => {
+                    for ty in stmt.params() {
+                        if !super::values::param_type_supported(ty) {
+                            errors.push(format!(
+                                "{context}: a parameter has type {ty}; cast it via text, e.g. :payload.x::text::{ty}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
+    }
+
+    async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
+        let client = self.pool.get().await.map_err(|e| pool_error("claim inbox rows", e))?;
+        let stmt = client.prepare_cached(&self.sql.claim).await.map_err(|e| query_error("claim inbox rows", e))?;
+        let rows = client
+            .query(&stmt, &[&self.consumer, &owner, &i64::from(batch_size), &(lease.as_millis() as i64)])
+            .await
+            .map_err(|e| query_error("claim inbox rows", e))?;
+        Ok(rows
+            .iter()
+            .map(|r| InboxRow {
+                id: r.get(0),
+                token: r.get(1),
+                event_id: r.get(2),
+                event_type: r.get(3),
+                owner: r.get(4),
+                aggregate_type: r.get(5),
+                aggregate_id: r.get(6),
+                payload: r.get(7),
+                headers: r.get(8),
+                attempts: r.get::<_, i32>(9).max(0) as u32,
+                expired_leases: r.get::<_, i32>(10).max(0) as u32,
+                reclaimed: r.get(11),
+            })
+            .collect())
+    }
+
+    async fn apply(
+        &self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> Result<Applied, ApplyError> {
+        let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
+        let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
+        for statement in statements {
+            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
+            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
+        }
+        self.faults.reach(Point::WorkerInHandler).await;
+        let marked = tx
+            .execute(&self.sql.processed, &[&row.id, &owner, &row.token])
+            .await
+            .map_err(|e| query_error("mark processed", e))?;
+        if marked == 0 {
+            // Dropping the transaction rolls the effect back.
+            tx.rollback().await.map_err(|e| query_error("roll back a fenced row", e))?;
+            return Ok(Applied::Fenced);
+        }
+        tx.commit().await.map_err(|e| handler_error(statements.len(), e))?;
+        Ok(Applied::Processed)
+    }
+
+    async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {
+        let client = self.pool.get().await.map_err(|e| pool_error("record a failure", e))?;
+        let changed = match retry_in {
+            Some(delay) => {
+                let ms = delay.as_millis() as i64;
+                client.execute(&self.sql.retry, &[&row.id, &owner, &row.token, &error, &ms]).await
+            }
+            None => client.execute(&self.sql.dead, &[&row.id, &owner, &row.token, &error]).await,
+        }
+        .map_err(|e| query_error("record a failure", e))?;
+        Ok(changed == 1)
+    }
+
+    async fn renew(&self, owner: &str, rows: &[(i64, i64)], lease: Duration) -> StoreResult<u64> {
+        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
+        let client = self.pool.get().await.map_err(|e| pool_error("renew leases", e))?;
+        client
+            .execute(&self.sql.renew, &[&owner, &(lease.as_millis() as i64), &ids, &tokens])
+            .await
+            .map_err(|e| query_error("renew leases", e))
+    }
+
+    async fn release(&self, owner: &str, rows: &[(i64, i64)]) -> StoreResult<u64> {
+        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
+        let client = self.pool.get().await.map_err(|e| pool_error("release rows", e))?;
+        client.execute(&self.sql.release, &[&owner, &ids, &tokens]).await.map_err(|e| query_error("release rows", e))
+    }
+
+    async fn stats(&self) -> StoreResult<InboxStats> {
+        let client = self.pool.get().await.map_err(|e| pool_error("inbox stats", e))?;
+        let row =
+            client.query_one(&self.sql.stats, &[&self.consumer]).await.map_err(|e| query_error("inbox stats", e))?;
+        Ok(InboxStats {
+            dead: row.get(0),
+            pending: row.get(1),
+            oldest_lease_age: row.get(2),
+            oldest_retry_age: row.get(3),
+        })
+    }
+}

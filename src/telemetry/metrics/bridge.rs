@@ -1,0 +1,116 @@
+//! Inbox bridge metrics, labelled by bridge and stream (and a bounded `reason`).
+
+use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+
+use super::Reg;
+use crate::inbox::validate::reason;
+
+#[derive(Clone)]
+pub struct BridgeMetrics {
+    received: IntCounterVec,
+    inserted: IntCounterVec,
+    duplicates: IntCounterVec,
+    ignored: IntCounterVec,
+    poison: IntCounterVec,
+    conflicts: IntCounterVec,
+    ack_failures: IntCounterVec,
+    claimed: IntCounterVec,
+    lag: IntGaugeVec,
+    pending: IntGaugeVec,
+    oldest_pending: GaugeVec,
+}
+
+impl BridgeMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let r = Reg(registry);
+        let l = &["bridge", "stream"];
+        Ok(Self {
+            received: r.counter(
+                "handoff_bridge_received_total",
+                "Stream entries read (new, redelivered or claimed).",
+                l,
+            )?,
+            inserted: r.counter("handoff_bridge_inserted_total", "Events taken over into the inbox.", l)?,
+            duplicates: r.counter(
+                "handoff_bridge_duplicates_total",
+                "Entries whose event was already in the inbox with the same content (acknowledged).",
+                l,
+            )?,
+            ignored: r.counter("handoff_bridge_ignored_total", "Events of unaccepted types kept as IGNORED.", l)?,
+            poison: r.counter(
+                "handoff_bridge_poison_total",
+                "Entries recorded in the poison table, by reason.",
+                &["bridge", "stream", "reason"],
+            )?,
+            conflicts: r.counter(
+                "handoff_bridge_conflicts_total",
+                "Replays of an event id with other content (recorded as payload_conflict).",
+                l,
+            )?,
+            ack_failures: r.counter(
+                "handoff_bridge_ack_failures_total",
+                "XACK calls that failed (entries are redelivered).",
+                l,
+            )?,
+            claimed: r.counter(
+                "handoff_bridge_claimed_total",
+                "Entries claimed from idle consumers' pending lists.",
+                l,
+            )?,
+            lag: r.gauge(
+                "handoff_bridge_lag_entries",
+                "Entries not yet delivered to the group (XINFO GROUPS lag).",
+                l,
+            )?,
+            pending: r.gauge("handoff_bridge_pending_entries", "Entries delivered but not acknowledged.", l)?,
+            oldest_pending: r.float_gauge(
+                "handoff_bridge_oldest_pending_entry_age_seconds",
+                "Idle time of the group's oldest unacknowledged entry, 0 when none.",
+                l,
+            )?,
+        })
+    }
+
+    pub fn for_stream(&self, bridge: &str, stream: &str) -> BridgeHandles {
+        let l = &[bridge, stream];
+        for reason in reason::ALL {
+            self.poison.with_label_values(&[bridge, stream, reason]);
+        }
+        BridgeHandles {
+            labels: [bridge.to_owned(), stream.to_owned()],
+            poison_family: self.poison.clone(),
+            received: self.received.with_label_values(l),
+            inserted: self.inserted.with_label_values(l),
+            duplicates: self.duplicates.with_label_values(l),
+            ignored: self.ignored.with_label_values(l),
+            conflicts: self.conflicts.with_label_values(l),
+            ack_failures: self.ack_failures.with_label_values(l),
+            claimed: self.claimed.with_label_values(l),
+            lag: self.lag.with_label_values(l),
+            pending: self.pending.with_label_values(l),
+            oldest_pending: self.oldest_pending.with_label_values(l),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct BridgeHandles {
+    labels: [String; 2],
+    poison_family: IntCounterVec,
+    pub received: IntCounter,
+    pub inserted: IntCounter,
+    pub duplicates: IntCounter,
+    pub ignored: IntCounter,
+    pub conflicts: IntCounter,
+    pub ack_failures: IntCounter,
+    pub claimed: IntCounter,
+    pub lag: IntGauge,
+    pub pending: IntGauge,
+    pub oldest_pending: Gauge,
+}
+
+impl BridgeHandles {
+    pub fn poison(&self, reason: &str) {
+        self.poison_family.with_label_values(&[&self.labels[0], &self.labels[1], reason]).inc();
+    }
+}

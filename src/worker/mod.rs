@@ -1,0 +1,306 @@
+//! The inbox worker: claim PENDING (and lease-expired PROCESSING) rows under a lease, apply the
+//! handler's effect and mark PROCESSED in one transaction, or record the failure: retry with
+//! backoff, or DEAD at once when retrying cannot help.
+
+mod handler;
+mod http;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::config::{Unhandled, WorkerConfig};
+use crate::relay::{Retrier, delay, error_chain};
+use crate::sql::params::Placeholder;
+use crate::store::inbox::{Applied, ApplyError, InboxRow, WorkerStore};
+use crate::telemetry::health::Component;
+use crate::telemetry::metrics::WorkerHandles;
+use crate::telemetry::throttle::Throttle;
+pub use handler::Handler;
+use handler::{Effect, MissingField};
+use http::Delivery;
+
+pub struct WorkerDeps<S> {
+    pub store: S,
+    pub metrics: WorkerHandles,
+    pub health: Arc<Component>,
+    /// Identifies this process in `lease_owner`; each loop appends `#<n>`.
+    pub owner: String,
+    pub abandon: CancellationToken,
+}
+
+pub struct Worker<S> {
+    config: WorkerConfig,
+    handlers: Vec<Handler>,
+    deps: WorkerDeps<S>,
+}
+
+/// What to do with a row after its handler ran.
+enum Outcome {
+    Processed,
+    Fenced,
+    Retry(String),
+    Dead(String),
+}
+
+impl<S: WorkerStore> Worker<S> {
+    pub fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, String> {
+        let handlers = config
+            .handlers
+            .iter()
+            .enumerate()
+            .map(|(i, h)| Handler::build(&config, i, h, style))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { config, handlers, deps })
+    }
+
+    /// Every handler statement with a label, for preparing at startup / in `check`.
+    pub fn handler_sql(&self) -> Vec<(String, String)> {
+        self.handlers
+            .iter()
+            .enumerate()
+            .flat_map(|(h, handler)| {
+                let name = &self.config.name;
+                handler
+                    .sql_texts()
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(i, sql)| (format!("worker `{name}` handler[{h}].sql[{i}]"), sql.to_owned()))
+            })
+            .collect()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Prepares the inbox statements and every handler statement against the database.
+    pub async fn check_statements(&self, handler_sql: &[(String, String)]) -> Result<(), crate::store::PrepareError> {
+        self.deps.store.check(handler_sql).await
+    }
+
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut loops = tokio::task::JoinSet::new();
+        for n in 0..self.config.concurrency {
+            let worker = self.clone();
+            let shutdown = shutdown.clone();
+            let span = info_span!("worker", worker = %self.config.name, loop_index = n);
+            loops.spawn(async move { worker.claim_loop(n, shutdown).await }.instrument(span));
+        }
+        while loops.join_next().await.is_some() {}
+        self.deps.health.stopped();
+        info!(worker = %self.config.name, "worker stopped");
+    }
+
+    async fn claim_loop(&self, n: u32, shutdown: CancellationToken) {
+        let owner = format!("{}#{n}", self.deps.owner);
+        let mut outage = Retrier::new(self.config.outage_backoff.clone());
+        let mut errors = Throttle::new(Duration::from_secs(30));
+        while !shutdown.is_cancelled() {
+            self.deps.health.beat();
+            let rows = match self.deps.store.claim(&owner, self.config.batch_size, self.config.lease).await {
+                Ok(rows) => {
+                    outage.succeeded();
+                    errors.reset();
+                    self.deps.health.set_source_ok(true);
+                    rows
+                }
+                Err(e) => {
+                    self.deps.health.set_source_ok(false);
+                    if let Some(suppressed) = errors.allow() {
+                        warn!(error = %error_chain(&e), suppressed, "claiming inbox rows failed; backing off");
+                    }
+                    sleep_or(outage.failed(), &shutdown).await;
+                    continue;
+                }
+            };
+            let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
+            if rows.is_empty() {
+                sleep_or(self.config.poll_interval, &shutdown).await;
+                continue;
+            }
+            self.process_batch(&owner, rows, &shutdown).await;
+            if !again_now {
+                sleep_or(self.config.poll_interval, &shutdown).await;
+            }
+        }
+    }
+
+    /// Rows one after another, the lease of those not yet done renewed while each runs. On
+    /// shutdown the rest of the batch is released untouched.
+    async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
+        for (i, row) in rows.iter().enumerate() {
+            let held: Vec<(i64, i64)> = rows[i..].iter().map(|r| (r.id, r.token)).collect();
+            if shutdown.is_cancelled() {
+                self.release(owner, &held).await;
+                return;
+            }
+            if row.reclaimed {
+                self.deps.metrics.reclaims.inc();
+            }
+            match self.under_lease(owner, &held, self.process(owner, row)).await {
+                Some(()) => {}
+                None => {
+                    self.release(owner, &held).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn process(&self, owner: &str, row: &InboxRow) {
+        let started = Instant::now();
+        let outcome = if row.expired_leases >= self.config.max_expired_leases {
+            Outcome::Dead(format!(
+                "lease expired {} times: the row keeps its worker from finishing",
+                row.expired_leases
+            ))
+        } else {
+            self.apply(owner, row).await
+        };
+        let metrics = &self.deps.metrics;
+        let failure = match outcome {
+            Outcome::Processed => {
+                metrics.processed(&row.event_type, started.elapsed().as_secs_f64());
+                return;
+            }
+            Outcome::Fenced => {
+                metrics.fenced.inc();
+                warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
+                return;
+            }
+            Outcome::Retry(error) if row.attempts + 1 < self.config.max_attempts => {
+                metrics.failed(&row.event_type);
+                (error, Some(delay(&self.config.backoff, row.attempts + 1)))
+            }
+            Outcome::Retry(error) | Outcome::Dead(error) => {
+                metrics.dead(&row.event_type);
+                (error, None)
+            }
+        };
+        let error = truncate(&failure.0, self.config.error_max_len);
+        debug!(event_id = %row.event_id, error = %error, dead = failure.1.is_none(), "handler failed");
+        self.persist_failure(owner, row, &error, failure.1).await;
+    }
+
+    async fn apply(&self, owner: &str, row: &InboxRow) -> Outcome {
+        let Some(handler) = self.handlers.iter().find(|h| h.serves(&row.event_type)) else {
+            return match self.config.unhandled {
+                Unhandled::Dead => Outcome::Dead(format!("no handler serves event type `{}`", row.event_type)),
+                Unhandled::Skip => self.commit(owner, row, &[]).await,
+            };
+        };
+        match &handler.effect {
+            Effect::Sql(statements) => {
+                let bound: Result<Vec<_>, MissingField> =
+                    statements.iter().enumerate().map(|(i, s)| s.bind(i, row)).collect();
+                match bound {
+                    Ok(bound) => self.commit(owner, row, &bound).await,
+                    Err(MissingField(name)) => Outcome::Dead(format!("payload has no field for :{name}")),
+                }
+            }
+            Effect::Http(http) => match http.deliver(row).await {
+                Delivery::Done => self.commit(owner, row, &[]).await,
+                Delivery::Refused(e) => Outcome::Dead(e),
+                Delivery::Failed(e) => Outcome::Retry(e),
+            },
+        }
+    }
+
+    async fn commit(
+        &self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[crate::store::inbox::BoundStatement<'_>],
+    ) -> Outcome {
+        match self.deps.store.apply(owner, row, statements).await {
+            Ok(Applied::Processed) => Outcome::Processed,
+            Ok(Applied::Fenced) => Outcome::Fenced,
+            Err(ApplyError::Handler { message, deterministic: true, .. }) => Outcome::Dead(message),
+            Err(e @ ApplyError::Handler { .. }) => Outcome::Retry(e.to_string()),
+            // The database went away: not the row's fault. Its lease lapses and it comes back.
+            Err(ApplyError::Store(e)) => {
+                warn!(event_id = %row.event_id, error = %error_chain(&e), "database unavailable while applying; the row will be retried");
+                self.deps.health.set_source_ok(false);
+                Outcome::Fenced
+            }
+        }
+    }
+
+    async fn persist_failure(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) {
+        match self.deps.store.fail(owner, row, error, retry_in).await {
+            Ok(true) => {}
+            Ok(false) => warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row"),
+            Err(e) => {
+                warn!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure; the lease will lapse")
+            }
+        }
+    }
+
+    async fn release(&self, owner: &str, rows: &[(i64, i64)]) {
+        if let Err(e) = self.deps.store.release(owner, rows).await {
+            warn!(rows = rows.len(), error = %error_chain(&e), "could not release rows; their leases will lapse");
+        }
+    }
+
+    /// Runs `work` while a heartbeat renews the leases of `rows`; `None` if abandoned at shutdown.
+    async fn under_lease<F: Future>(&self, owner: &str, rows: &[(i64, i64)], work: F) -> Option<F::Output> {
+        let every = self.config.lease / 3;
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                output = &mut work => return Some(output),
+                _ = self.deps.abandon.cancelled() => return None,
+                _ = renew.tick() => {
+                    if let Err(e) = self.deps.store.renew(owner, rows, self.config.lease).await {
+                        debug!(error = %error_chain(&e), "lease renewal failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Samples the worker's gauges until `shutdown`.
+    pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            match self.deps.store.stats().await {
+                Ok(stats) => {
+                    let m = &self.deps.metrics;
+                    m.dead_rows.set(stats.dead);
+                    m.pending_rows.set(stats.pending);
+                    m.oldest_lease.set(stats.oldest_lease_age);
+                    m.oldest_retry.set(stats.oldest_retry_age);
+                    self.deps.health.set_source_ok(true);
+                }
+                Err(e) => {
+                    debug!(error = %error_chain(&e), "sampling the inbox failed");
+                    self.deps.health.set_source_ok(false);
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_or(duration: Duration, shutdown: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(duration) => {}
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+/// At most `max` characters, on a character boundary.
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,222 @@
+//! The inbox bridge: takeover before acknowledgement, the poison path, crashes and recovery.
+
+mod common;
+
+use common::http::{get, sample};
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+use fred::prelude::*;
+
+/// Raw entry fields, as `xadd_raw` takes them.
+type Fields = Vec<(&'static str, Vec<u8>)>;
+
+fn payload(id: &str) -> String {
+    format!(r#"{{"auditId":"{id}","actor":"admin"}}"#)
+}
+
+async fn add_events(env: &TestEnv, stream: &str, prefix: &str, n: usize) {
+    for i in 1..=n {
+        let id = format!("{prefix}-{i}");
+        env.xadd_event(stream, &id, &payload(&id)).await;
+    }
+}
+
+async fn await_inbox(env: &TestEnv, n: i64) {
+    eventually(&format!("{n} inbox rows"), || async { (env.inbox_count("PENDING").await == n).then_some(()) }).await;
+}
+
+async fn await_acknowledged(env: &TestEnv, stream: &str) {
+    eventually("every entry acknowledged", || async { (env.group_pending(stream).await == Some(0)).then_some(()) })
+        .await;
+}
+
+#[tokio::test]
+async fn valid_entries_are_taken_over_then_acknowledged() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "v", 20).await;
+    let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], ""));
+    await_inbox(&env, 20).await;
+    await_acknowledged(&env, "user").await;
+    let row = env
+        .db
+        .query_one("SELECT event_type, owner, payload->>'auditId', headers->>'traceparent', stream FROM consumer_inbox WHERE event_id = 'v-1'", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "user.changed");
+    assert_eq!(row.get::<_, String>(1), "relay");
+    assert_eq!(row.get::<_, String>(2), "v-1");
+    assert!(row.get::<_, String>(3).starts_with("00-"));
+    assert_eq!(row.get::<_, String>(4), env.stream("user"));
+}
+
+#[tokio::test]
+async fn a_crash_before_the_insert_commits_redelivers_and_takes_over_once() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "c", 30).await;
+    let config = env.bridge_config("b1", &["user"], "");
+    let mut crashed = Handoff::run_paused(&config, "bridge_before_commit");
+    crashed.await_paused().await;
+    crashed.kill();
+    assert_eq!(env.inbox_count("PENDING").await, 0, "nothing committed");
+    assert_eq!(env.group_pending("user").await, Some(30), "nothing acknowledged");
+
+    // The same instance restarts (a pod keeps its name) and reads its own pending entries.
+    let _restarted = Handoff::run(&config);
+    await_inbox(&env, 30).await;
+    await_acknowledged(&env, "user").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_commit_before_ack_is_recognised_as_a_duplicate() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "d", 25).await;
+    let config = env.bridge_config("b1", &["user"], "");
+    let mut crashed = Handoff::run_paused(&config, "bridge_before_ack");
+    crashed.await_paused().await;
+    crashed.kill();
+    assert_eq!(env.inbox_count("PENDING").await, 25, "committed");
+    assert_eq!(env.group_pending("user").await, Some(25), "but not acknowledged");
+
+    let restarted = Handoff::run(&config);
+    await_acknowledged(&env, "user").await;
+    assert_eq!(env.inbox_count("PENDING").await, 25, "still one row per event");
+    let address = restarted.telemetry_address().await;
+    let metrics = eventually("duplicates counted", || async {
+        let body = get(&address, "/metrics").1;
+        let series = format!(r#"handoff_bridge_duplicates_total{{bridge="bridge",stream="{}"}}"#, env.stream("user"));
+        (sample(&body, &series) == Some(25.0)).then_some(body)
+    })
+    .await;
+    let inserted = format!(r#"handoff_bridge_inserted_total{{bridge="bridge",stream="{}"}}"#, env.stream("user"));
+    assert_eq!(sample(&metrics, &inserted), Some(0.0));
+}
+
+#[tokio::test]
+async fn malformed_entries_land_in_poison_with_their_reason_and_valid_neighbours_go_on() {
+    let env = TestEnv::new().await;
+    let schema_dir = tempfile::tempdir().unwrap();
+    let schema = schema_dir.path().join("strict.json");
+    std::fs::write(&schema, r#"{"type":"object","required":["actor"],"properties":{"actor":{"type":"string"}}}"#)
+        .unwrap();
+    let ok = |id: &str| {
+        vec![
+            ("event_id", id.as_bytes().to_vec()),
+            ("event_type", b"user.changed".to_vec()),
+            ("payload", payload(id).into_bytes()),
+            ("owner", b"relay".to_vec()),
+        ]
+    };
+    let with = |id: &str, name: &'static str, value: &[u8]| {
+        let mut fields: Vec<(&str, Vec<u8>)> = ok(id).into_iter().filter(|(k, _)| *k != name).collect();
+        fields.push((name, value.to_vec()));
+        fields
+    };
+    let without = |id: &str, name: &str| ok(id).into_iter().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let huge = format!(r#"{{"auditId":"big","actor":"a","blob":"{}"}}"#, "x".repeat(5000));
+    let corpus: Vec<(&str, Fields)> = vec![
+        ("missing_field", without("m1", "event_id")),
+        ("ok", ok("good-1")),
+        ("invalid_event_id", with("x", "event_id", b"")),
+        ("invalid_event_id", with("x", "event_id", "y".repeat(300).as_bytes())),
+        ("invalid_event_id", with("x", "event_id", b"has spaces/and;semicolons")),
+        ("missing_field", without("m2", "payload")),
+        ("invalid_payload", with("np", "payload", b"{not json")),
+        ("invalid_payload", with("arr", "payload", b"[1,2,3]")),
+        ("ok", ok("good-2")),
+        ("payload_too_large", with("big", "payload", huge.as_bytes())),
+        ("owner_mismatch", with("own", "owner", b"mallory")),
+        ("id_mismatch", with("idm", "payload", br#"{"auditId":"someone-else","actor":"a"}"#)),
+        ("not_utf8", with("bin", "payload", &[0xff, 0xfe, 0xfd, 0x00, 0x80])),
+        ("nul_byte", with("nul", "event_type", b"user\0changed")),
+        ("unknown_event_type", with("typ", "event_type", b"billing.charged")),
+        ("invalid_headers", with("hdr", "headers", b"[]")),
+        ("schema_violation", with("sch", "payload", br#"{"auditId":"sch","actor":42}"#)),
+        ("ok", ok("good-3")),
+    ];
+    for (_, fields) in &corpus {
+        env.xadd_raw("user", fields.clone()).await;
+    }
+    let extra = format!(
+        "[bridge.validate]\nevent_types = [\"user.*\"]\npayload_max_bytes = 4096\npayload_id_field = \"auditId\"\nschemas = {{ \"user.changed\" = \"{}\" }}",
+        schema.display()
+    );
+    let bridge = Handoff::run(&env.bridge_config("b1", &["user"], &extra));
+    await_acknowledged(&env, "user").await;
+    await_inbox(&env, 3).await;
+    let expected: Vec<&str> = corpus.iter().map(|(r, _)| *r).filter(|r| *r != "ok").collect();
+    let reasons: Vec<String> = env.poison().await.into_iter().map(|(r, _)| r).collect();
+    assert_eq!(reasons, expected);
+    let address = bridge.telemetry_address().await;
+    assert_eq!(get(&address, "/healthz").0, 200, "the bridge is alive and well");
+    let stored: serde_json::Value = env
+        .db
+        .query_one("SELECT fields FROM consumer_inbox_poison WHERE reason = 'not_utf8'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored["payload"]["base64"], "//79AIA=", "the original bytes are kept");
+}
+
+#[tokio::test]
+async fn a_replay_with_other_content_is_recorded_as_a_conflict() {
+    let env = TestEnv::new().await;
+    env.xadd_event("user", "same", &payload("same")).await;
+    env.xadd_event("user", "same", r#"{"auditId":"same","actor":"someone else"}"#).await;
+    let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], ""));
+    await_acknowledged(&env, "user").await;
+    await_inbox(&env, 1).await;
+    assert_eq!(env.poison().await, vec![("payload_conflict".to_owned(), Some("same".to_owned()))]);
+    // A later replay (another batch) is compared against the stored row.
+    env.xadd_event("user", "same", r#"{"auditId":"same","actor":"third"}"#).await;
+    env.xadd_event("user", "same", &payload("same")).await;
+    eventually("the second conflict", || async { (env.poison().await.len() == 2).then_some(()) }).await;
+    await_acknowledged(&env, "user").await;
+    assert_eq!(env.inbox_count("PENDING").await, 1);
+}
+
+#[tokio::test]
+async fn a_group_deleted_at_runtime_is_recreated() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "g", 10).await;
+    let bridge = Handoff::run(&env.bridge_config("b1", &["user"], ""));
+    await_inbox(&env, 10).await;
+    let _: Value = env.redis.xgroup_destroy(env.stream("user"), "admin").await.unwrap();
+    add_events(&env, "user", "h", 10).await;
+    bridge.await_log("consumer group missing; creating it").await;
+    await_inbox(&env, 20).await;
+    await_acknowledged(&env, "user").await;
+}
+
+#[tokio::test]
+async fn two_instances_one_killed_mid_batch_still_yield_one_row_per_event() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "t", 300).await;
+    let extra = "batch_size = 50";
+    let mut doomed = Handoff::run_paused(&env.bridge_config("b1", &["user"], extra), "bridge_before_commit");
+    doomed.await_paused().await;
+    let _survivor = Handoff::run(&env.bridge_config("b2", &["user"], extra));
+    doomed.kill();
+    await_inbox(&env, 300).await;
+    await_acknowledged(&env, "user").await;
+    let distinct = env.scalar_i64("SELECT count(DISTINCT event_id) FROM consumer_inbox").await;
+    assert_eq!(distinct, 300);
+}
+
+#[tokio::test]
+async fn an_entry_delivered_too_often_goes_to_poison() {
+    let env = TestEnv::new().await;
+    let id = env.xadd_event("user", "hot", &payload("hot")).await;
+    let key = env.stream("user");
+    let _: Value = env.redis.xgroup_create(&key, "admin", "0", true).await.unwrap();
+    // A consumer that keeps taking the entry and never acknowledges it (it crashes on it):
+    // one read and five claims are six deliveries.
+    let _: Value = env.redis.xreadgroup("admin", "ghost", None, None, false, &key, ">").await.unwrap();
+    for _ in 0..5 {
+        let _: Value = env.redis.xclaim(&key, "admin", "ghost", 0, &id, None, None, None, false, false).await.unwrap();
+    }
+    let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], "max_deliveries = 3"));
+    eventually("the hot entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
+    assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("hot".to_owned()))]);
+    await_acknowledged(&env, "user").await;
+    assert_eq!(env.inbox_count("PENDING").await, 0);
+}
