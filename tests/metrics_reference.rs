@@ -15,11 +15,21 @@ fn documented() -> BTreeSet<String> {
         .collect()
 }
 
-fn exported() -> BTreeSet<String> {
+/// A registry with every component's families and one child each, so every family encodes.
+fn populated() -> Registry {
     let registry = Registry::new();
-    let relays = handoff::telemetry::metrics::RelayMetrics::register(&registry).unwrap();
-    let _bound = relays.for_relay("reference");
-    registry.gather().iter().map(|family| family.name().to_owned()).collect()
+    let (relays, bridges, workers) = handoff::telemetry::metrics::register_all(&registry).unwrap();
+    let _relay = relays.for_relay("reference");
+    let _bridge = bridges.for_stream("reference", "audit:user");
+    let worker = workers.for_worker("reference");
+    worker.processed("user.changed", 0.01);
+    worker.failed("user.changed");
+    worker.dead("user.changed");
+    registry
+}
+
+fn exported() -> BTreeSet<String> {
+    populated().gather().iter().map(|family| family.name().to_owned()).collect()
 }
 
 #[test]
@@ -34,10 +44,7 @@ fn every_exported_metric_is_documented_and_vice_versa() {
 
 #[test]
 fn names_follow_prometheus_conventions() {
-    let registry = Registry::new();
-    let relays = handoff::telemetry::metrics::RelayMetrics::register(&registry).unwrap();
-    let _bound = relays.for_relay("reference");
-    for family in registry.gather() {
+    for family in populated().gather() {
         let name = family.name();
         match family.get_field_type() {
             prometheus::proto::MetricType::COUNTER => assert!(name.ends_with("_total"), "{name}"),

@@ -1,0 +1,250 @@
+//! The inbox worker: effect and PROCESSED commit together, kills and stalls are fenced, failures
+//! retry with backoff or go DEAD at once when retrying cannot help, HTTP handlers.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+
+async fn insert_inbox(env: &TestEnv, event_id: &str, payload: &str) {
+    env.db
+        .execute(
+            "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, headers, content_hash, stream, stream_entry_id)
+             VALUES ('admin', $1, 'auth.mfa_policy_changed', 'auth', $2::text::jsonb,
+                     '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}', 'hash', 's', '0-1')",
+            &[&event_id, &payload],
+        )
+        .await
+        .unwrap();
+}
+
+async fn insert_many(env: &TestEnv, prefix: &str, n: usize) {
+    for i in 1..=n {
+        insert_inbox(env, &format!("{prefix}-{i}"), r#"{"actor": "admin", "n": 1}"#).await;
+    }
+}
+
+async fn audit_rows(env: &TestEnv) -> i64 {
+    env.scalar_i64("SELECT count(*) FROM audit_logs").await
+}
+
+async fn await_status(env: &TestEnv, status: &str, n: i64) {
+    eventually(&format!("{n} inbox rows {status}"), || async { (env.inbox_count(status).await == n).then_some(()) })
+        .await;
+}
+
+fn worker_config(env: &TestEnv, extra: &str) -> String {
+    format!("{}{}", env.base_config(), TestEnv::worker_section(extra))
+}
+
+#[tokio::test]
+async fn the_seed_handler_writes_each_audit_log_once_with_processed() {
+    let env = TestEnv::new().await;
+    insert_many(&env, "s", 20).await;
+    let _worker = Handoff::run(&worker_config(&env, ""));
+    await_status(&env, "PROCESSED", 20).await;
+    assert_eq!(audit_rows(&env).await, 20);
+    let row = env
+        .db
+        .query_one("SELECT source, action, actor, detail->>'n' FROM audit_logs WHERE audit_id = 's-1'", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "auth");
+    assert_eq!(row.get::<_, String>(1), "auth.mfa_policy_changed");
+    assert_eq!(row.get::<_, String>(2), "admin");
+    assert_eq!(row.get::<_, String>(3), "1");
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_handler_commits_nothing_and_the_row_is_applied_once_later() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "k-1", r#"{"actor": "admin"}"#).await;
+    let config = worker_config(&env, "");
+    let mut victim = Handoff::run_paused(&config, "worker_in_handler");
+    victim.await_paused().await;
+    victim.kill();
+    assert_eq!(audit_rows(&env).await, 0, "the uncommitted effect died with the process");
+    assert_eq!(env.inbox_count("PROCESSING").await, 1);
+
+    let _next = Handoff::run(&config);
+    await_status(&env, "PROCESSED", 1).await;
+    assert_eq!(audit_rows(&env).await, 1);
+    let expired: i32 = env.db.query_one("SELECT expired_leases FROM consumer_inbox", &[]).await.unwrap().get(0);
+    assert_eq!(expired, 1, "the takeover was counted");
+}
+
+#[tokio::test]
+async fn effect_and_processed_are_committed_together_or_not_at_all() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "z-1", r#"{"actor": "admin", "n": 5}"#).await;
+    // The effect runs first, then a statement that fails: the transaction must take both back.
+    let extra = r#"
+[[worker.handler]]
+event_types = ["auth.*"]
+sql = [
+  "INSERT INTO audit_logs (audit_id, source, action) VALUES (:event_id, :owner, :event_type)",
+  "SELECT 1 / (:payload.n::text::int - 5)",
+]
+"#;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\n{extra}",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "DEAD", 1).await;
+    assert_eq!(audit_rows(&env).await, 0, "the effect rolled back with the failure");
+    let row = env.db.query_one("SELECT attempts, last_error FROM consumer_inbox", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1, "division by zero is deterministic: DEAD at once, not retried");
+    assert!(row.get::<_, String>(1).contains("division by zero"), "{}", row.get::<_, String>(1));
+}
+
+#[tokio::test]
+async fn an_expired_lease_under_a_stalled_handler_is_fenced_and_rolled_back() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "l-1", r#"{"actor": "admin"}"#).await;
+    let config = worker_config(&env, "");
+    let slow = Handoff::run_paused(&config, "worker_in_handler");
+    slow.await_paused().await;
+    slow.signal("STOP");
+    eventually("the stalled worker's lease to expire", || async {
+        let live = env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE lease_expires_at > now()").await;
+        (live == 0).then_some(())
+    })
+    .await;
+    let takeover = Handoff::run(&config);
+    // The second worker claims the row; its insert then waits for the stalled transaction.
+    eventually("the takeover to claim the row", || async {
+        let reclaimed = env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE expired_leases = 1").await;
+        (reclaimed == 1).then_some(())
+    })
+    .await;
+    slow.resume();
+    slow.signal("CONT");
+    slow.await_log("commit refused by the fence").await;
+    await_status(&env, "PROCESSED", 1).await;
+    assert_eq!(audit_rows(&env).await, 1, "applied once, by the takeover");
+    drop(takeover);
+}
+
+#[tokio::test]
+async fn a_missing_payload_field_sends_the_row_dead_at_once() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "m-1", r#"{"not_actor": "x"}"#).await;
+    insert_inbox(&env, "m-2", r#"{"actor": "admin"}"#).await;
+    let _worker = Handoff::run(&worker_config(&env, "max_attempts = 10"));
+    await_status(&env, "DEAD", 1).await;
+    await_status(&env, "PROCESSED", 1).await;
+    let error: String =
+        env.db.query_one("SELECT last_error FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap().get(0);
+    assert!(error.contains(":payload.actor"), "{error}");
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_retried_with_backoff_and_then_succeeds() {
+    let env = TestEnv::new().await;
+    // Fails twice with a raised exception (not a data error), then works. A sequence counts
+    // the calls because it is not rolled back with the failing transaction.
+    env.db
+        .batch_execute(
+            "CREATE SEQUENCE flaky_calls;
+             CREATE FUNCTION flaky() RETURNS int LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('flaky_calls') < 3 THEN
+                 RAISE EXCEPTION 'temporarily unavailable' USING ERRCODE = '55000';
+               END IF;
+               RETURN 1;
+             END $$;",
+        )
+        .await
+        .unwrap();
+    insert_inbox(&env, "r-1", r#"{"actor": "admin"}"#).await;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 5\n\
+         backoff = {{ initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT flaky()\", \"INSERT INTO audit_logs (audit_id, source, action) VALUES (:event_id, :owner, :event_type)\"]\n",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "PROCESSED", 1).await;
+    let row = env.db.query_one("SELECT attempts, failed_at IS NOT NULL FROM consumer_inbox", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2, "two failures, then success");
+    assert!(row.get::<_, bool>(1));
+    assert_eq!(audit_rows(&env).await, 1);
+}
+
+/// A tiny HTTP receiver: records each request's event id, idempotency key and traceparent, and
+/// answers per event id: `retry-*` fails once with 503, `reject-*` gets 422, others 200.
+fn receiver() -> (String, Arc<Mutex<Vec<(String, String, String)>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}/events", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                headers.push(line.trim().to_owned());
+            }
+            let header = |name: &str| {
+                headers
+                    .iter()
+                    .find_map(|h| {
+                        h.split_once(':')
+                            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                            .map(|(_, v)| v.trim().to_owned())
+                    })
+                    .unwrap_or_default()
+            };
+            let length: usize = header("content-length").parse().unwrap_or(0);
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let id = event["event_id"].as_str().unwrap_or_default().to_owned();
+            let earlier = log.lock().unwrap().iter().filter(|(e, _, _)| *e == id).count();
+            log.lock().unwrap().push((id.clone(), header("idempotency-key"), header("traceparent")));
+            let status = match () {
+                _ if id.starts_with("reject") => "422 Unprocessable Entity",
+                _ if id.starts_with("retry") && earlier == 0 => "503 Service Unavailable",
+                _ => "200 OK",
+            };
+            let _ = write!(stream, "HTTP/1.1 {status}\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (address, seen)
+}
+
+#[tokio::test]
+async fn the_http_handler_sends_the_idempotency_key_retries_5xx_and_kills_on_4xx() {
+    let env = TestEnv::new().await;
+    let (url, seen) = receiver();
+    insert_inbox(&env, "ok-1", r#"{"actor": "admin"}"#).await;
+    insert_inbox(&env, "retry-1", r#"{"actor": "admin"}"#).await;
+    insert_inbox(&env, "reject-1", r#"{"actor": "admin"}"#).await;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\n\
+         backoff = {{ initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nevent_types = [\"*\"]\nhttp = {{ url = \"{url}\", timeout = \"2s\" }}\n",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "PROCESSED", 2).await;
+    await_status(&env, "DEAD", 1).await;
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|(event, key, _)| event == key), "Idempotency-Key is the event id: {seen:?}");
+    assert!(seen.iter().all(|(_, _, trace)| trace.starts_with("00-0af7651916cd43dd")), "traceparent travels: {seen:?}");
+    assert_eq!(seen.iter().filter(|(e, _, _)| e == "retry-1").count(), 2, "5xx is retried");
+    assert_eq!(seen.iter().filter(|(e, _, _)| e == "reject-1").count(), 1, "422 is not");
+    let error: String =
+        env.db.query_one("SELECT last_error FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap().get(0);
+    assert!(error.contains("422"), "{error}");
+}
