@@ -176,12 +176,15 @@ async fn a_transient_failure_is_retried_with_backoff_and_then_succeeds() {
     assert_eq!(audit_rows(&env).await, 1);
 }
 
+/// What the receiver saw of one request: (event id, Idempotency-Key, traceparent).
+type Request = (String, String, String);
+
 /// A tiny HTTP receiver: records each request's event id, idempotency key and traceparent, and
 /// answers per event id: `retry-*` fails once with 503, `reject-*` gets 422, others 200.
-fn receiver() -> (String, Arc<Mutex<Vec<(String, String, String)>>>) {
+fn receiver() -> (String, Arc<Mutex<Vec<Request>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}/events", listener.local_addr().unwrap());
-    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
     let log = seen.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
