@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config};
 use crate::fault::Faults;
-use crate::{app, check, migrate, shutdown, telemetry};
+use crate::{app, check, migrate, ops, shutdown, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "handoff", version, about = "Outbox → Redis Streams → inbox, without cross-database writes")]
@@ -31,6 +31,55 @@ pub enum Command {
         #[arg(long)]
         print: bool,
     },
+    /// Per relay, worker and bridge stream: pending, in flight, DEAD, lag, oldest age.
+    Status {
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// DEAD rows of the outboxes (relays) and inboxes (workers).
+    Dead {
+        #[command(subcommand)]
+        action: DeadAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadAction {
+    /// Show DEAD rows.
+    List(DeadArgs),
+    /// Re-drive DEAD rows to PENDING with attempts reset (their last error is kept).
+    Retry(DeadArgs),
+    /// Delete DEAD rows.
+    Purge(DeadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DeadArgs {
+    /// Only this relay's outbox.
+    #[arg(long, conflicts_with = "worker")]
+    relay: Option<String>,
+    /// Only this worker's inbox.
+    #[arg(long)]
+    worker: Option<String>,
+    /// Only this event.
+    #[arg(long)]
+    event_id: Option<String>,
+    /// Only rows DEAD for longer than this, e.g. "1h".
+    #[arg(long, value_parser = humantime::parse_duration)]
+    older_than: Option<std::time::Duration>,
+    /// Only rows whose last error contains this text.
+    #[arg(long)]
+    error: Option<String>,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// Show what would be touched, touch nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn main() -> ExitCode {
@@ -78,6 +127,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Status { json } => status(&config, json).await,
+        Command::Dead { action } => dead(&config, action).await,
         Command::Migrate { .. } => {
             let result = async {
                 let pool = crate::store::postgres::pool(&config.database, "handoff-migrate")?;
@@ -99,4 +150,78 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             }
         }
     }
+}
+
+async fn status(config: &Config, json: bool) -> ExitCode {
+    let pool = match crate::store::postgres::pool(&config.database, "handoff-status") {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stream = crate::stream::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
+    let lines = ops::status::collect(config, &pool, stream.as_ref()).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&lines).unwrap_or_default());
+    } else {
+        print!("{}", ops::status::render(&lines));
+    }
+    if lines.iter().any(|l| l.error.is_some()) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+async fn dead(config: &Config, action: DeadAction) -> ExitCode {
+    let (kind, args) = match action {
+        DeadAction::List(a) => (ops::dead::Action::List, a),
+        DeadAction::Retry(a) => (ops::dead::Action::Retry, a),
+        DeadAction::Purge(a) => (ops::dead::Action::Purge, a),
+    };
+    let filter = ops::dead::Filter {
+        relay: args.relay,
+        worker: args.worker,
+        event_id: args.event_id,
+        older_than: args.older_than,
+        error_contains: args.error,
+        limit: args.limit,
+    };
+    let pool = match crate::store::postgres::pool(&config.database, "handoff-dead") {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rows = match ops::dead::run(config, &pool, &filter, kind, args.dry_run).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let verb = match (kind, args.dry_run) {
+        (ops::dead::Action::List, _) => "DEAD",
+        (ops::dead::Action::Retry, true) => "would re-drive",
+        (ops::dead::Action::Retry, false) => "re-driven",
+        (ops::dead::Action::Purge, true) => "would purge",
+        (ops::dead::Action::Purge, false) => "purged",
+    };
+    if args.json {
+        let doc = serde_json::json!({ "action": verb, "dry_run": args.dry_run, "count": rows.len(), "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        for r in &rows {
+            println!(
+                "{:<22} {:<36} {:<28} attempts={} dead_for={:.0}s redrives={} error={}",
+                r.source,
+                r.event_id,
+                r.event_type,
+                r.attempts,
+                r.dead_for_seconds,
+                r.redrives,
+                r.last_error.as_deref().unwrap_or("-")
+            );
+        }
+        println!("{verb}: {} row(s)", rows.len());
+    }
+    ExitCode::SUCCESS
 }

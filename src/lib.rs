@@ -9,6 +9,7 @@ pub mod config;
 pub mod fault;
 pub mod inbox;
 pub mod migrate;
+pub mod ops;
 pub mod relay;
 pub mod shutdown;
 pub mod sql;

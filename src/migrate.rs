@@ -10,6 +10,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../migrations/postgres/0001_audit_outbox.sql")),
     ("0002_consumer_inbox", include_str!("../migrations/postgres/0002_consumer_inbox.sql")),
     ("0003_audit_logs", include_str!("../migrations/postgres/0003_audit_logs.sql")),
+    ("0004_outbox_extras", include_str!("../migrations/postgres/0004_outbox_extras.sql")),
 ];
 
 /// Arbitrary constant identifying handoff's migration lock.

@@ -12,6 +12,7 @@ use super::Shared;
 use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
 use crate::inbox::validate::Validator;
 use crate::inbox::{BridgeDeps, StreamBridge};
+use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps, Retrier};
 use crate::sql::params::Placeholder;
 use crate::store::PrepareError;
@@ -65,12 +66,22 @@ async fn spawn_relay(
         claimant: format!("{}/{}", shared.claimant, relay.name),
         abandon: shared.abandon.clone(),
         release_timeout: config.shutdown.grace_period.mul_f64(0.2),
+        wake: relay.notify.as_ref().map(|_| Arc::new(Wake::default())),
     };
+    if let (Some(notify), Some(wake)) = (&relay.notify, &deps.wake) {
+        let listener =
+            wake::listen(config.database.clone(), notify.channel.clone(), wake.clone(), shared.shutdown.clone());
+        shared.tracker.spawn(listener);
+    }
     let relay = Arc::new(Relay::new(relay.clone(), deps).map_err(|e| anyhow!(e))?);
     info!(relay = relay.name(), claimant = %shared.claimant, "relay started");
     let sampler = relay.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
     shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    let (purger, stop) = (relay.clone(), shared.shutdown.clone());
+    shared.tracker.spawn(async move { purger.purge(stop).await });
+    let (trimmer, stop) = (relay.clone(), shared.shutdown.clone());
+    shared.tracker.spawn(async move { trimmer.trim_acknowledged(stop).await });
     shared.tracker.spawn(relay.run(shared.shutdown.clone()));
     Ok(true)
 }

@@ -19,7 +19,10 @@ use serde::Deserialize;
 
 pub use bridge::{BridgeConfig, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
 pub use load::{ConfigError, load, load_str};
-pub use relay::{RelayConfig, SettleMode, SqlOverrides, TrimConfig};
+pub use relay::{
+    DedupeConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig, RetentionConfig, SettleMode, SqlOverrides,
+    TrimConfig,
+};
 pub use secret::Secret;
 pub use worker::{HandlerConfig, HttpHandlerConfig, Unhandled, WorkerConfig};
 

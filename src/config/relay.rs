@@ -49,8 +49,17 @@ pub struct RelayConfig {
     /// `mark_delivered` keeps delivered rows (status DELIVERED); `delete` removes them. Default: "mark_delivered".
     #[serde(default)]
     pub settle: SettleMode,
-    /// Approximate stream trimming on append. Default: none.
+    /// Stream trimming. Default: none (streams grow until something else trims them).
     pub trim: Option<TrimConfig>,
+    /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
+    pub notify: Option<NotifyConfig>,
+    /// Append each event at most once per window, even across a crash between append and
+    /// settle (an atomic Redis script per event). Default: off.
+    pub dedupe: Option<DedupeConfig>,
+    /// Events with the same key reach the stream in commit order. Default: off.
+    pub ordering: Option<OrderingConfig>,
+    /// Purge delivered rows after an age. Default: off (delivered rows stay).
+    pub retention: Option<RetentionConfig>,
     /// Extra entry fields: name → template over claim columns (or a constant).
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
@@ -67,15 +76,76 @@ pub enum SettleMode {
     Delete,
 }
 
-/// `[relay.trim]`: exactly one of `maxlen` / `min_age`.
+/// `[relay.trim]`: exactly one of `maxlen`, `min_age`, `acknowledged`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TrimConfig {
-    /// `XADD … MAXLEN ~ n`: keep about this many entries.
+    /// `XADD … MAXLEN ~ n`: keep about this many entries (drops unconsumed ones when consumers lag).
     pub maxlen: Option<u64>,
     /// `XADD … MINID ~ <now − age>`: drop entries older than this (by the relay's clock).
     #[serde(default, with = "humantime_serde::option")]
     pub min_age: Option<Duration>,
+    /// Trim each stream the relay writes, every `interval`, only below what every consumer
+    /// group has both delivered and acknowledged. Default: false.
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// How often the `acknowledged` trim runs. Default: "30s".
+    #[serde(default = "defaults::trim_interval", with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+/// `[relay.notify]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Channel the outbox trigger notifies (`migrations/postgres/0004`). Default: "handoff_outbox".
+    #[serde(default = "defaults::channel")]
+    pub channel: String,
+}
+
+/// `[relay.dedupe]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DedupeConfig {
+    /// How long an appended event id is remembered; keep it well above `lease`. Default: "1h".
+    #[serde(default = "defaults::dedupe_window", with = "humantime_serde")]
+    pub window: Duration,
+    /// Prefix of the marker keys (`<prefix>{<stream hash tag>}:<event_id>`). Default: "handoff:dedupe:".
+    #[serde(default = "defaults::dedupe_prefix")]
+    pub key_prefix: String,
+}
+
+/// `[relay.ordering]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OrderingConfig {
+    /// A failing or DEAD event: `hold` its key until it is delivered or re-driven, or `park` it
+    /// and let the next event of the key go. Default: "hold".
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    #[default]
+    Hold,
+    Park,
+}
+
+/// `[relay.retention]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Delivered rows older than this (by `delivered_at`) are deleted. Required.
+    #[serde(with = "humantime_serde")]
+    pub delivered_after: Duration,
+    /// Rows per delete statement; small batches keep locks short. Default: 1000.
+    #[serde(default = "defaults::purge_batch")]
+    pub batch: u32,
+    /// Pause between purge passes. Default: "1m".
+    #[serde(default = "defaults::purge_interval", with = "humantime_serde")]
+    pub interval: Duration,
 }
 
 /// `[relay.sql]`: replacement statements with named parameters (see the README's SQL contract).
@@ -89,6 +159,8 @@ pub struct SqlOverrides {
     pub dead: Option<String>,
     pub release: Option<String>,
     pub renew: Option<String>,
+    /// Retention: delete delivered rows older than `:age_ms`, at most `:batch_size` (returns the count).
+    pub purge: Option<String>,
     /// Gauge sampling (`pending`, `in_flight`, `dead`, `oldest_pending_age_seconds`). When `claim`
     /// is replaced and this is not, the gauges are not sampled.
     pub stats: Option<String>,
@@ -113,6 +185,7 @@ impl SqlOverrides {
             K::Dead => &self.dead,
             K::Release => &self.release,
             K::Renew => &self.renew,
+            K::Purge => &self.purge,
             K::Stats => &self.stats,
         };
         sql.as_deref()
@@ -145,5 +218,23 @@ mod defaults {
     }
     pub fn max_expired_claims() -> u32 {
         3
+    }
+    pub fn trim_interval() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn channel() -> String {
+        "handoff_outbox".into()
+    }
+    pub fn dedupe_window() -> Duration {
+        Duration::from_secs(3600)
+    }
+    pub fn dedupe_prefix() -> String {
+        "handoff:dedupe:".into()
+    }
+    pub fn purge_batch() -> u32 {
+        1000
+    }
+    pub fn purge_interval() -> Duration {
+        Duration::from_secs(60)
     }
 }

@@ -67,12 +67,37 @@ fn validate_relay(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) {
     validate_backoff(&format!("{path}.backoff"), &relay.backoff, errors);
     validate_backoff(&format!("{path}.outage_backoff"), &relay.outage_backoff, errors);
     if let Some(trim) = &relay.trim {
-        match (trim.maxlen, trim.min_age) {
-            (Some(0), _) => errors.push(format!("{path}.trim.maxlen must be > 0")),
-            (Some(_), Some(_)) | (None, None) => {
-                errors.push(format!("{path}.trim: set exactly one of maxlen, min_age"))
-            }
-            _ => {}
+        let set =
+            usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged);
+        if set != 1 {
+            errors.push(format!("{path}.trim: set exactly one of maxlen, min_age, acknowledged"));
+        }
+        if trim.maxlen == Some(0) {
+            errors.push(format!("{path}.trim.maxlen must be > 0"));
+        }
+        if trim.interval.is_zero() {
+            errors.push(format!("{path}.trim.interval must be > 0"));
+        }
+    }
+    if let Some(dedupe) = &relay.dedupe {
+        if dedupe.window < relay.lease * 2 {
+            errors.push(format!(
+                "{path}.dedupe.window must be at least twice the lease (a takeover happens after it expires)"
+            ));
+        }
+        if dedupe.key_prefix.is_empty() || dedupe.key_prefix.contains(['{', '}']) {
+            errors.push(format!("{path}.dedupe.key_prefix must be non-empty and hold no braces"));
+        }
+    }
+    if relay.notify.as_ref().is_some_and(|n| n.channel.is_empty()) {
+        errors.push(format!("{path}.notify.channel must not be empty"));
+    }
+    if let Some(retention) = &relay.retention {
+        if retention.delivered_after.is_zero() || retention.interval.is_zero() {
+            errors.push(format!("{path}.retention: delivered_after and interval must be > 0"));
+        }
+        if !(1..=100_000).contains(&retention.batch) {
+            errors.push(format!("{path}.retention.batch must be between 1 and 100000"));
         }
     }
     if let Err(e) = Template::parse(&relay.stream) {

@@ -58,11 +58,14 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 }
             }
         }
+        if self.config.ordering.is_some() {
+            order_runs(&mut sendable);
+        }
         let keys: Vec<RowRef> = sendable.iter().map(|(row, _)| row.key()).collect();
         let entries: Vec<Entry> = sendable.iter().map(|(_, entry)| entry.clone()).collect();
         let append = async {
             self.deps.faults.reach(Point::BeforeAppend).await;
-            let outcomes = self.deps.stream.append(&entries, self.trim).await;
+            let outcomes = self.deps.stream.append(&entries, &self.options).await;
             self.deps.faults.reach(Point::AfterAppend).await;
             outcomes
         };
@@ -100,6 +103,13 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                     metrics.dwell.observe((row.age + elapsed).as_secs_f64());
                     settlement.delivered.push(Delivered { row: row.key(), entry_id });
                 }
+                // Appended before (a crash between append and settle): settle with that entry.
+                AppendOutcome::Duplicate(entry_id) => {
+                    metrics.dedupe_hits.inc();
+                    settlement.delivered.push(Delivered { row: row.key(), entry_id });
+                }
+                // An earlier event of its key failed: hand it back untouched, order intact.
+                AppendOutcome::Skipped => settlement.released.push(row.key()),
                 AppendOutcome::Rejected(error) => {
                     metrics.failed(FailureReason::Rejected, 1);
                     let error = format!("stream rejected the entry: {error}");
@@ -127,6 +137,10 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
         if !outage {
             self.stream_health(true);
+        }
+        if self.config.trim.as_ref().is_some_and(|t| t.acknowledged) {
+            let mut streams = self.appended_to.lock().expect("appended_to lock");
+            streams.extend(sendable.iter().map(|(_, entry)| entry.stream.clone()));
         }
         outage
     }
@@ -249,4 +263,18 @@ fn keys_of(s: &Settlement) -> Vec<RowRef> {
         .chain(s.failed.iter().map(|f| f.row.clone()))
         .chain(s.released.iter().cloned())
         .collect()
+}
+
+/// Ordered relaying: rows of one key in id order, each key's rows one run (appended in order,
+/// stopping at the first failure).
+fn order_runs(sendable: &mut [(ClaimedRow, Entry)]) {
+    let position = |row: &ClaimedRow| (row.id.parse::<i64>().ok(), row.id.clone());
+    sendable.sort_by(|(a, _), (b, _)| (&a.order_key, position(a)).cmp(&(&b.order_key, position(b))));
+    let mut run = 0;
+    for i in 0..sendable.len() {
+        if i > 0 && sendable[i].0.order_key != sendable[i - 1].0.order_key {
+            run += 1;
+        }
+        sendable[i].1.run = Some(run);
+    }
 }

@@ -53,7 +53,7 @@ impl EntryBuilder {
             let value = template.render(&row.values).map_err(|e| format!("field {name}: {e}"))?;
             fields.push((name.clone(), value));
         }
-        Ok(Entry { stream, fields })
+        Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None })
     }
 }
 
@@ -77,6 +77,7 @@ mod tests {
             expired_claims: 0,
             age: Duration::ZERO,
             reclaimed: false,
+            order_key: None,
             values: values.iter().map(|v| v.map(str::to_owned)).collect(),
         }
     }

@@ -6,8 +6,10 @@
 mod backoff;
 mod batch;
 pub mod entries;
+mod housekeeping;
 mod sampler;
 pub mod template;
+pub mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +19,13 @@ use tracing::{Instrument, info, info_span, warn};
 
 pub use backoff::{Retrier, delay};
 use entries::EntryBuilder;
+use wake::Wake;
 
 use crate::config::RelayConfig;
 use crate::fault::Faults;
 use crate::store::OutboxStore;
-use crate::stream::{EventStream, Trim};
+use crate::store::statements::ORDER_KEY_COLUMN;
+use crate::stream::{AppendOptions, Dedupe, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
@@ -40,25 +44,35 @@ pub struct RelayDeps<S, P> {
     pub abandon: CancellationToken,
     /// Bound on the one release attempt made for rows whose work was abandoned.
     pub release_timeout: Duration,
+    /// Rung by the LISTEN connection when rows are inserted (`relay.notify`).
+    pub wake: Option<Arc<Wake>>,
 }
 
 pub struct Relay<S, P> {
     config: RelayConfig,
     entries: EntryBuilder,
-    trim: Option<Trim>,
+    options: AppendOptions,
     deps: RelayDeps<S, P>,
+    /// Streams this relay appended to, for consumer-aware trimming.
+    appended_to: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Binds the relay's templates to the store's claim columns.
     pub fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, String> {
-        let entries = EntryBuilder::new(&config, &deps.store.columns())?;
+        let columns = deps.store.columns();
+        let entries = EntryBuilder::new(&config, &columns)?;
+        if config.ordering.is_some() && !columns.iter().any(|c| c == ORDER_KEY_COLUMN) {
+            return Err(format!("relay `{}` ordering: the claim statement must return `order_key`", config.name));
+        }
         let trim = config.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
             (Some(n), _) => Some(Trim::MaxLen(n)),
             (None, Some(age)) => Some(Trim::MinAge(age)),
             (None, None) => None,
         });
-        Ok(Self { config, entries, trim, deps })
+        let dedupe = config.dedupe.as_ref().map(|d| Dedupe { window: d.window, key_prefix: d.key_prefix.clone() });
+        let options = AppendOptions { trim, dedupe };
+        Ok(Self { config, entries, options, deps, appended_to: Default::default() })
     }
 
     pub fn name(&self) -> &str {
@@ -86,6 +100,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut errors = Throttle::new(Duration::from_secs(30));
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
+            let seen = self.deps.wake.as_ref().map(|w| w.generation());
             let rows = match self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await {
                 Ok(rows) => rows,
                 Err(error) => {
@@ -96,7 +111,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             };
             self.source_up(&mut errors);
             if rows.is_empty() {
-                sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                self.idle(seen, &shutdown).await;
                 continue;
             }
             // A full batch means more is waiting; a reclaimed row is claimed alone, so its
@@ -108,9 +123,24 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             } else {
                 outage.succeeded();
                 if !again_now {
-                    sleep_or_shutdown(self.config.poll_interval, &shutdown).await;
+                    self.idle(seen, &shutdown).await;
                 }
             }
+        }
+    }
+
+    /// Waits for the poll interval, or less when a wake-up rang since `seen` was read.
+    async fn idle(&self, seen: Option<u64>, shutdown: &CancellationToken) {
+        let woken = async {
+            match (&self.deps.wake, seen) {
+                (Some(wake), Some(seen)) => wake.wait(seen).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(self.config.poll_interval) => {}
+            _ = woken => {}
+            _ = shutdown.cancelled() => {}
         }
     }
 

@@ -27,6 +27,8 @@ pub struct ClaimedRow {
     pub age: Duration,
     /// Whether this claim took the row over from a claimant whose lease expired.
     pub reclaimed: bool,
+    /// Ordered relaying: the key whose events must keep their order (`order_key` column).
+    pub order_key: Option<String>,
     /// All claim columns as text, in the order of [`OutboxStore::columns`].
     pub values: Vec<Option<String>>,
 }
@@ -150,4 +152,7 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// Samples the gauges; `None` when no stats statement is configured.
     fn stats(&self) -> impl Future<Output = StoreResult<Option<OutboxStats>>> + Send;
+
+    /// Retention: deletes up to `batch` delivered rows older than `age`; returns how many.
+    fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
 }

@@ -15,10 +15,11 @@ pub enum StatementKind {
     Release,
     Renew,
     Stats,
+    Purge,
 }
 
 impl StatementKind {
-    pub const ALL: [StatementKind; 8] = [
+    pub const ALL: [StatementKind; 9] = [
         Self::Claim,
         Self::MarkDelivered,
         Self::Delete,
@@ -27,6 +28,7 @@ impl StatementKind {
         Self::Release,
         Self::Renew,
         Self::Stats,
+        Self::Purge,
     ];
 
     /// The key under `[relay.sql]`.
@@ -40,6 +42,7 @@ impl StatementKind {
             Self::Release => "release",
             Self::Renew => "renew",
             Self::Stats => "stats",
+            Self::Purge => "purge",
         }
     }
 
@@ -52,6 +55,7 @@ impl StatementKind {
             Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
             Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],
             Self::Stats => &[],
+            Self::Purge => &["age_ms", "batch_size"],
             Self::Retry => &["claimant", "id", "token", "error", "delay_ms"],
             Self::Dead => &["claimant", "id", "token", "error"],
         }
@@ -63,6 +67,9 @@ pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "exp
 
 /// Columns the stats statement must return (one row), sampled into the relay's gauges.
 pub const STATS_COLUMNS: &[&str] = &["pending", "in_flight", "dead", "oldest_pending_age_seconds"];
+
+/// Optional claim column that ordered relaying groups runs by (events of one key).
+pub const ORDER_KEY_COLUMN: &str = "order_key";
 
 /// Optional claim column: true when the claim took the row over from an expired lease (counted
 /// in `handoff_relay_lease_reclaims_total`).

@@ -3,6 +3,7 @@
 //! Redis Streams is the first broker; another is a sibling module implementing [`EventStream`].
 
 pub mod redis;
+pub mod script;
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +13,25 @@ use std::time::Duration;
 pub struct Entry {
     pub stream: String,
     pub fields: Vec<(String, String)>,
+    /// The event id (names the dedupe marker).
+    pub event_id: String,
+    /// Entries sharing a run (consecutive, same stream) are appended in order by one atomic
+    /// call that stops at the first failure: the rest come back `Skipped`.
+    pub run: Option<u32>,
+}
+
+/// How appends are made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppendOptions {
+    pub trim: Option<Trim>,
+    pub dedupe: Option<Dedupe>,
+}
+
+/// Remember appended event ids for `window` and skip them when they come again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dedupe {
+    pub window: Duration,
+    pub key_prefix: String,
 }
 
 /// Approximate trimming applied with each append.
@@ -26,6 +46,10 @@ pub enum Trim {
 pub enum AppendOutcome {
     /// The broker stored it and returned this entry id.
     Appended(String),
+    /// Already appended within the dedupe window, as this entry id; nothing was added.
+    Duplicate(String),
+    /// Not attempted: an earlier entry of its run failed (ordering must not be broken).
+    Skipped,
     /// The broker refused this entry for a reason of its own (e.g. the key holds another type).
     Rejected(String),
     /// The broker could not be reached or is not accepting writes; not the entry's fault.
@@ -38,8 +62,12 @@ pub struct Unavailable(pub String);
 
 pub trait EventStream: Send + Sync + 'static {
     /// Appends every entry (pipelined); returns one outcome per entry, in order.
-    fn append(&self, entries: &[Entry], trim: Option<Trim>) -> impl Future<Output = Vec<AppendOutcome>> + Send;
+    fn append(&self, entries: &[Entry], options: &AppendOptions) -> impl Future<Output = Vec<AppendOutcome>> + Send;
 
     /// Whether the broker answers.
     fn ping(&self) -> impl Future<Output = Result<(), Unavailable>> + Send;
+
+    /// Trims `stream` below the oldest entry some consumer group has not both received and
+    /// acknowledged; a stream without groups is left alone. Returns the entries removed.
+    fn trim_acknowledged(&self, stream: &str) -> impl Future<Output = Result<u64, Unavailable>> + Send;
 }

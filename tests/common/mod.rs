@@ -44,6 +44,17 @@ where
     }
 }
 
+/// The relay keys tests usually want, minus those `extra` sets itself (TOML forbids repeats).
+fn relay_defaults(id: &str, extra: &str) -> String {
+    let defaults = [
+        ("stream", format!("\"{id}:{{aggregate_type}}\"")),
+        ("poll_interval", "\"50ms\"".to_owned()),
+        ("lease", "\"2s\"".to_owned()),
+    ];
+    let set_in_extra = |key: &str| extra.lines().any(|l| l.split('=').next().is_some_and(|k| k.trim() == key));
+    defaults.iter().filter(|(key, _)| !set_in_extra(key)).map(|(key, value)| format!("{key} = {value}\n")).collect()
+}
+
 /// One test's isolated world: a fresh schema with the reference tables, a stream prefix.
 pub struct TestEnv {
     pub id: String,
@@ -229,17 +240,11 @@ grace_period = "5s"
 
 [[relay]]
 name = "relay"
-{stream}poll_interval = "50ms"
-lease = "2s"
-{extra}
+{defaults}{extra}
 "#,
             db = self.database_url,
             redis = self.redis_url,
-            stream = if extra.lines().any(|l| l.trim_start().starts_with("stream ")) {
-                String::new()
-            } else {
-                format!("stream = \"{}:{{aggregate_type}}\"\n", self.id)
-            },
+            defaults = relay_defaults(&self.id, extra),
         )
     }
 

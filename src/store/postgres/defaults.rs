@@ -1,6 +1,7 @@
 //! Default statements for the reference schema (`migrations/postgres`), with `{table}` replaced by
 //! the relay's table. Every state change is fenced by claimant + token and by status.
 
+use crate::config::OnFailure;
 use crate::store::statements::StatementKind;
 
 /// Reclaims at most one lease-expired row and, only when there is none, claims a batch of due
@@ -96,9 +97,85 @@ SELECT pending.n AS pending, in_flight.n AS in_flight, dead.n AS dead,
            AS oldest_pending_age_seconds
 FROM pending, in_flight, dead";
 
+/// Retention: deletes one bounded batch of old delivered rows, skipping rows someone holds.
+const PURGE: &str = "\
+WITH old AS (
+    SELECT id FROM {table}
+    WHERE status = 'DELIVERED' AND delivered_at < now() - :age_ms::bigint * interval '1 millisecond'
+    ORDER BY delivered_at
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {table} o USING old WHERE o.id = old.id";
+
+/// Ordered claim: per key (aggregate type + id) only the run of due rows at the head of the key
+/// may be claimed, and only by the claimant that locks the head row, so two claimants never
+/// interleave a key. A row is due only once its commit-order horizon has passed (no transaction
+/// that could still commit a lower id of the key is running). `{held}` lists the states that
+/// block their key: with `hold`, DEAD rows and rows waiting for a retry; with `park` they step
+/// aside. A lease-expired head is reclaimed alone.
+const CLAIM_ORDERED: &str = "\
+WITH live AS (
+    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    FROM {table} WHERE status = 'PENDING' {parked}
+    UNION ALL
+    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    FROM {table} WHERE status = 'IN_FLIGHT'
+    {dead}
+), runs AS (
+    SELECT id, aggregate_type, aggregate_id, status, lease_expires_at,
+           row_number() OVER w AS pos,
+           bool_and(status = 'PENDING' AND next_attempt_at <= now()
+                    AND coalesce(commit_horizon <= pg_snapshot_xmin(pg_current_snapshot()), true)) OVER w AS runnable
+    FROM live
+    WINDOW w AS (PARTITION BY aggregate_type, aggregate_id ORDER BY id
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+), heads AS (
+    SELECT o.id, o.aggregate_type, o.aggregate_id, r.runnable
+    FROM {table} o JOIN runs r ON r.id = o.id
+    WHERE r.pos = 1 AND (r.runnable OR (r.status = 'IN_FLIGHT' AND r.lease_expires_at <= now()))
+    ORDER BY o.id
+    LIMIT :batch_size
+    FOR UPDATE OF o SKIP LOCKED
+), picked AS (
+    SELECT r.id, NOT h.runnable AS reclaimed
+    FROM runs r JOIN heads h ON h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id
+    WHERE (h.runnable AND r.runnable) OR r.id = h.id
+    ORDER BY r.id
+    LIMIT :batch_size
+)
+UPDATE {table} o
+SET status = 'IN_FLIGHT',
+    claimed_by = :claimant,
+    claim_token = o.claim_token + 1,
+    lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond',
+    expired_claims = o.expired_claims + CASE WHEN o.status = 'IN_FLIGHT' THEN 1 ELSE 0 END
+FROM picked
+WHERE o.id = picked.id
+RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
+          o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
+          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed,
+          o.aggregate_type || ':' || o.aggregate_id AS order_key";
+
+/// The ordered claim for `table` with the given failure policy.
+pub fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
+    let (parked, dead) = match on_failure {
+        OnFailure::Hold => (
+            "",
+            "UNION ALL
+    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    FROM {table} WHERE status = 'DEAD'",
+        ),
+        // A row waiting for its retry steps aside; DEAD rows are not in `live` at all.
+        OnFailure::Park => ("AND (attempts = 0 OR next_attempt_at <= now())", ""),
+    };
+    CLAIM_ORDERED.replace("{parked}", parked).replace("{dead}", dead).replace("{table}", table)
+}
+
 /// The default text of `kind` for `table`.
 pub fn default_sql(kind: StatementKind, table: &str) -> String {
     let template = match kind {
+        StatementKind::Purge => PURGE,
         StatementKind::Claim => CLAIM,
         StatementKind::MarkDelivered => MARK_DELIVERED,
         StatementKind::Delete => DELETE,

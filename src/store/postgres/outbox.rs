@@ -13,7 +13,7 @@ use super::{defaults, pool_error, query_error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
-use crate::store::statements::{CLAIM_COLUMNS, RECLAIMED_COLUMN, STATS_COLUMNS, StatementKind};
+use crate::store::statements::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN, STATS_COLUMNS, StatementKind};
 use crate::store::{
     ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult, Verdict,
 };
@@ -36,6 +36,7 @@ struct ClaimIndex {
     expired_claims: usize,
     age_ms: usize,
     reclaimed: Option<usize>,
+    order_key: Option<usize>,
 }
 
 pub struct PgOutbox {
@@ -60,8 +61,13 @@ impl PgOutbox {
         let mut errors = Vec::new();
         let mut columns = Vec::new();
         for kind in StatementKind::ALL {
-            let sql =
-                relay.sql.get(kind).map(str::to_owned).unwrap_or_else(|| defaults::default_sql(kind, &relay.table));
+            let sql = match (relay.sql.get(kind), kind, &relay.ordering) {
+                (Some(sql), _, _) => sql.to_owned(),
+                (None, StatementKind::Claim, Some(ordering)) => {
+                    defaults::ordered_claim(&relay.table, ordering.on_failure)
+                }
+                (None, _, _) => defaults::default_sql(kind, &relay.table),
+            };
             let context = format!("{prefix} sql.{}", kind.name());
             let named = match params::rewrite(&sql, Placeholder::Numbered) {
                 Ok(named) => named,
@@ -75,6 +81,7 @@ impl PgOutbox {
                 StatementKind::Delete => relay.settle == SettleMode::Delete,
                 // The default stats read the reference schema; a replaced claim implies another table.
                 StatementKind::Stats => relay.sql.stats.is_some() || relay.sql.claim.is_none(),
+                StatementKind::Purge => relay.retention.is_some(),
                 _ => true,
             };
             if !needed {
@@ -158,6 +165,7 @@ impl PgOutbox {
                 .reclaimed
                 .and_then(|i| values[i].as_deref())
                 .is_some_and(|v| matches!(v, "true" | "t" | "1")),
+            order_key: self.index.order_key.and_then(|i| values[i].clone()),
             values,
         })
     }
@@ -177,6 +185,7 @@ fn claim_index(columns: &[String]) -> Result<ClaimIndex, String> {
         expired_claims: at("expired_claims"),
         age_ms: at("age_ms"),
         reclaimed: columns.iter().position(|c| c == RECLAIMED_COLUMN),
+        order_key: columns.iter().position(|c| c == ORDER_KEY_COLUMN),
     })
 }
 
@@ -257,6 +266,14 @@ impl OutboxStore for PgOutbox {
 
     async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
         self.batch_step(StatementKind::Renew, claimant, rows, lease).await
+    }
+
+    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
+        self.execute(StatementKind::Purge, |name| match name {
+            "age_ms" => Param::Int(millis(age)),
+            _ => Param::Int(batch.into()),
+        })
+        .await
     }
 
     async fn stats(&self) -> StoreResult<Option<OutboxStats>> {

@@ -5,12 +5,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fred::prelude::*;
 use fred::types::streams::{XCap, XCapKind, XCapTrim};
 
-use super::{AppendOutcome, Entry, EventStream, Trim, Unavailable};
+use super::{AppendOptions, AppendOutcome, Entry, EventStream, Trim, Unavailable};
 use crate::config::RedisConfig;
 
 #[derive(Clone)]
 pub struct RedisStream {
     client: Client,
+    /// SHA of the loaded append script; cleared when Redis forgets it (restart, failover).
+    script_sha: std::sync::Arc<tokio::sync::Mutex<Option<String>>>,
 }
 
 /// Why connecting failed: a bad URL or credentials (fatal), or an unreachable server.
@@ -52,7 +54,7 @@ impl RedisStream {
             Ok(Err(e)) => Some(ConnectError::Unreachable(e.details().to_owned())),
             Err(_) => Some(ConnectError::Unreachable("no connection within redis.command_timeout".into())),
         };
-        Ok((Self { client }, warning))
+        Ok((Self { client, script_sha: Default::default() }, warning))
     }
 
     /// The underlying client, for components that need more than appends (bridge, trimming).
@@ -70,7 +72,25 @@ impl RedisStream {
 }
 
 impl EventStream for RedisStream {
-    async fn append(&self, entries: &[Entry], trim: Option<Trim>) -> Vec<AppendOutcome> {
+    async fn append(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
+        if options.dedupe.is_some() || entries.iter().any(|e| e.run.is_some()) {
+            return self.append_scripted(entries, options).await;
+        }
+        self.append_plain(entries, options.trim).await
+    }
+
+    async fn ping(&self) -> Result<(), Unavailable> {
+        self.client.ping::<String>(None).await.map(drop).map_err(|e| Unavailable(e.details().to_owned()))
+    }
+
+    async fn trim_acknowledged(&self, stream: &str) -> Result<u64, Unavailable> {
+        self.trim_below_acknowledged(stream).await
+    }
+}
+
+impl RedisStream {
+    /// One pipelined XADD per entry: the fast path when nothing needs a script.
+    async fn append_plain(&self, entries: &[Entry], trim: Option<Trim>) -> Vec<AppendOutcome> {
         let pipeline = self.client.pipeline();
         for entry in entries {
             let cap = cap(trim);
@@ -83,10 +103,12 @@ impl EventStream for RedisStream {
         outcomes.resize(entries.len(), AppendOutcome::Unavailable("no reply from redis".into()));
         outcomes
     }
+}
 
-    async fn ping(&self) -> Result<(), Unavailable> {
-        self.client.ping::<String>(None).await.map(drop).map_err(|e| Unavailable(e.details().to_owned()))
-    }
+/// The MINID for `min_age` trimming, by the relay's clock.
+pub(super) fn min_id(age: std::time::Duration) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!("{}-0", now.saturating_sub(age).as_millis())
 }
 
 fn cap(trim: Option<Trim>) -> XCap {
@@ -94,14 +116,13 @@ fn cap(trim: Option<Trim>) -> XCap {
         None => XCap::from(None::<()>),
         Some(Trim::MaxLen(n)) => XCap::try_from((XCapKind::MaxLen, XCapTrim::AlmostExact, n as i64))
             .unwrap_or_else(|_| XCap::from(None::<()>)),
-        Some(Trim::MinAge(age)) => {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-            let min = now.saturating_sub(age).as_millis();
-            XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, format!("{min}-0")))
-                .unwrap_or_else(|_| XCap::from(None::<()>))
-        }
+        Some(Trim::MinAge(age)) => XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, min_id(age)))
+            .unwrap_or_else(|_| XCap::from(None::<()>)),
     }
 }
+
+mod scripted;
+mod trim;
 
 /// Server replies that mean the broker, not the entry, is the problem.
 const OUTAGE_REPLIES: &[&str] = &[
@@ -124,6 +145,16 @@ fn outcome(result: Result<String, Error>) -> AppendOutcome {
         Ok(id) => AppendOutcome::Appended(id),
         Err(e) if is_outage(&e) => AppendOutcome::Unavailable(e.details().to_owned()),
         Err(e) => AppendOutcome::Rejected(e.details().to_owned()),
+    }
+}
+
+/// An error reply (from inside the append script) as an outcome.
+pub(super) fn reply_outcome(reply: &str) -> AppendOutcome {
+    let code = reply.split_whitespace().next().unwrap_or_default();
+    if OUTAGE_REPLIES.contains(&code) {
+        AppendOutcome::Unavailable(reply.to_owned())
+    } else {
+        AppendOutcome::Rejected(reply.to_owned())
     }
 }
 

@@ -1,0 +1,135 @@
+//! Low-latency wake-up: a dedicated connection LISTENs on the relay's channel and rings the
+//! relay's claim loops on every notification. Polling stays as the fallback; after a reconnect
+//! the listener rings once, since notifications sent while it was away are gone.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Retrier;
+use crate::config::{BackoffConfig, DatabaseConfig};
+use crate::telemetry::throttle::Throttle;
+
+/// Rings waiting claim loops. A loop that was busy when it rang sees the changed generation
+/// and does not go to sleep, so no notification falls between two claims.
+#[derive(Default)]
+pub struct Wake {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+impl Wake {
+    pub fn ring(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// The generation to pass to [`Wake::wait`] later: read it before claiming.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Returns once the generation differs from `seen` (at once if it already does).
+    pub async fn wait(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            if self.generation() != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Keeps a LISTEN connection up until `shutdown`, ringing `wake` on each notification.
+pub async fn listen(
+    database: DatabaseConfig,
+    channel: String,
+    wake: std::sync::Arc<Wake>,
+    shutdown: CancellationToken,
+) {
+    let mut retrier = Retrier::new(BackoffConfig::outage_default());
+    let mut errors = Throttle::new(Duration::from_secs(30));
+    while !shutdown.is_cancelled() {
+        match session(&database, &channel, &wake, &shutdown).await {
+            Ok(()) => retrier.succeeded(),
+            Err(error) => {
+                if let Some(suppressed) = errors.allow() {
+                    warn!(%channel, error = %crate::relay::error_chain(&error), suppressed, "LISTEN connection lost; polling until it is back");
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(retrier.failed()) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// One connection's life: LISTEN, then forward notifications until it ends.
+async fn session(
+    database: &DatabaseConfig,
+    channel: &str,
+    wake: &Wake,
+    shutdown: &CancellationToken,
+) -> Result<(), tokio_postgres::Error> {
+    let url = database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let mut config: tokio_postgres::Config = url.parse()?;
+    if config.get_application_name().is_none() {
+        config.application_name("handoff-listen");
+    }
+    config.connect_timeout(database.connect_timeout);
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let listen = async {
+        client.batch_execute(&format!("LISTEN {}", quote_identifier(channel))).await?;
+        info!(%channel, "listening for outbox inserts");
+        // Rows inserted while no one listened: claim once after (re)connecting.
+        wake.ring();
+        std::future::pending::<Result<(), tokio_postgres::Error>>().await
+    };
+    // Drives the connection (the LISTEN above needs it too) and forwards notifications.
+    let pump = async {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(_))) => wake.ring(),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    };
+    tokio::select! {
+        result = listen => result,
+        result = pump => result,
+        _ = shutdown.cancelled() => Ok(()),
+    }
+}
+
+/// `"name"` with inner quotes doubled, so any configured channel name is one identifier.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_ring_between_claims_is_not_lost() {
+        let wake = Wake::default();
+        let seen = wake.generation();
+        wake.ring();
+        // No waiter at the time of the ring, yet the wait returns at once.
+        tokio::time::timeout(Duration::from_secs(5), wake.wait(seen)).await.expect("wait returned");
+    }
+
+    #[test]
+    fn channel_names_are_quoted() {
+        assert_eq!(quote_identifier("handoff_outbox"), "\"handoff_outbox\"");
+        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
+    }
+}

@@ -1,0 +1,105 @@
+//! Consumer-aware trimming: the safe point of a stream is the oldest entry any group still
+//! needs — its lowest pending entry, or the first entry after what it was last delivered.
+
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use super::RedisStream;
+use crate::inbox::entry::text;
+use crate::stream::Unavailable;
+
+/// A stream entry id, ordered as Redis orders them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EntryId(pub u64, pub u64);
+
+impl EntryId {
+    pub fn parse(id: &str) -> Option<Self> {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        Some(EntryId(ms.parse().ok()?, seq.parse().ok()?))
+    }
+
+    /// The id right after this one.
+    pub fn next(self) -> Self {
+        match self.1.checked_add(1) {
+            Some(seq) => EntryId(self.0, seq),
+            None => EntryId(self.0 + 1, 0),
+        }
+    }
+}
+
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// What one group still needs, from XINFO GROUPS and XPENDING.
+pub fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> EntryId {
+    lowest_pending.unwrap_or(last_delivered.next()).min(last_delivered.next())
+}
+
+impl RedisStream {
+    pub(super) async fn trim_below_acknowledged(&self, stream: &str) -> Result<u64, Unavailable> {
+        let fail = |e: Error| Unavailable(e.details().to_owned());
+        let xinfo = CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false);
+        let groups: Value = self.client.custom(xinfo, vec!["GROUPS", stream]).await.map_err(fail)?;
+        let Value::Array(groups) = groups else { return Ok(0) };
+        let mut floor: Option<EntryId> = None;
+        for group in groups {
+            let fields = pairs(group);
+            let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            let (Some(name), Some(last)) = (get("name").and_then(text), get("last-delivered-id").and_then(text)) else {
+                continue;
+            };
+            let Some(last) = EntryId::parse(&last) else { continue };
+            let pending = get("pending").and_then(|v| v.as_u64()).unwrap_or(0);
+            let lowest = if pending > 0 { self.lowest_pending(stream, &name).await.map_err(fail)? } else { None };
+            let group_floor = group_floor(last, lowest);
+            floor = Some(floor.map_or(group_floor, |f| f.min(group_floor)));
+        }
+        // No group has read anything yet: nobody vouches for any entry.
+        let Some(floor) = floor else { return Ok(0) };
+        let xtrim = CustomCommand::new_static("XTRIM", ClusterHash::FirstKey, false);
+        let removed: Value = self
+            .client
+            .custom(xtrim, vec![stream.to_owned(), "MINID".into(), "~".into(), floor.to_string()])
+            .await
+            .map_err(fail)?;
+        Ok(removed.as_u64().unwrap_or(0))
+    }
+
+    async fn lowest_pending(&self, stream: &str, group: &str) -> Result<Option<EntryId>, Error> {
+        let xpending = CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false);
+        let summary: Value = self.client.custom(xpending, vec![stream, group]).await?;
+        let Value::Array(parts) = summary else { return Ok(None) };
+        Ok(parts.get(1).cloned().and_then(text).and_then(|id| EntryId::parse(&id)))
+    }
+}
+
+fn pairs(value: Value) -> Vec<(String, Value)> {
+    match value {
+        Value::Array(flat) => flat.chunks(2).filter_map(|p| Some((text(p[0].clone())?, p.get(1)?.clone()))).collect(),
+        Value::Map(map) => map.inner().into_iter().filter_map(|(k, v)| Some((k.as_str()?.to_string(), v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_needs_its_lowest_pending_entry_or_what_follows_its_last_delivery() {
+        let last = EntryId(100, 5);
+        assert_eq!(group_floor(last, None), EntryId(100, 6));
+        assert_eq!(group_floor(last, Some(EntryId(90, 0))), EntryId(90, 0));
+        assert_eq!(group_floor(EntryId(0, 0), None), EntryId(0, 1), "a group that read nothing keeps everything");
+    }
+
+    #[test]
+    fn ids_parse_and_order_like_redis() {
+        assert!(EntryId::parse("10-2").unwrap() < EntryId::parse("10-10").unwrap());
+        assert_eq!(EntryId::parse("7").unwrap(), EntryId(7, 0));
+        assert_eq!(EntryId(5, u64::MAX).next(), EntryId(6, 0));
+    }
+}

@@ -1,0 +1,203 @@
+//! Delivery semantics beyond the seed: publish dedupe, LISTEN/NOTIFY wake-up, retention,
+//! delete-on-deliver, consumer-aware trimming, dead-letter re-drive.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::process::{Handoff, run_with_path};
+use common::{TestEnv, eventually};
+use fred::prelude::*;
+
+#[tokio::test]
+async fn with_dedupe_a_kill_between_append_and_settle_leaves_one_entry_per_event() {
+    let env = TestEnv::new().await;
+    env.insert_events("d", "user", 40).await;
+    let config = env.config("[relay.dedupe]\nwindow = \"10m\"");
+    let mut first = Handoff::run_paused(&config, "after_append");
+    first.await_paused().await;
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 40);
+    first.kill();
+
+    let second = Handoff::run(&config);
+    env.await_delivered(40).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    let mut per_event: HashMap<String, usize> = HashMap::new();
+    for id in &ids {
+        *per_event.entry(id.clone()).or_default() += 1;
+    }
+    assert_eq!(ids.len(), 40, "exactly one entry per event: {per_event:?}");
+    // The rows were settled with the entry ids the first append returned.
+    let recorded: Vec<String> = env
+        .db
+        .query("SELECT stream_entry_id FROM audit_outbox ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let appended: Vec<String> = env.stream_entries(&env.stream("user")).await.into_iter().map(|(id, _)| id).collect();
+    assert_eq!(recorded, appended);
+    second.await_log("relay started").await;
+}
+
+#[tokio::test]
+async fn notify_wakes_the_relay_without_waiting_for_the_poll_interval() {
+    let env = TestEnv::new().await;
+    // With a ten-minute poll, only the wake-up path can deliver within the test's wait.
+    let config = env.config("poll_interval = \"10m\"\n[relay.notify]\nchannel = \"handoff_outbox\"");
+    let relay = Handoff::run(&config);
+    relay.await_log("listening for outbox inserts").await;
+    env.insert_events("n", "user", 5).await;
+    env.await_delivered(5).await;
+
+    // Cut every connection of the relay, the LISTEN one included: it must listen again.
+    env.scalar_i64(&format!(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = 'handoff-{}' AND pid <> pg_backend_pid()) t",
+        env.id
+    ))
+    .await;
+    eventually("the LISTEN connection to come back", || async {
+        (relay.logs().matches("listening for outbox inserts").count() >= 2).then_some(())
+    })
+    .await;
+    env.insert_events("m", "user", 5).await;
+    env.await_delivered(10).await;
+}
+
+#[tokio::test]
+async fn retention_purges_old_delivered_rows_in_batches_and_keeps_the_rest() {
+    let env = TestEnv::new().await;
+    env.insert_events("old", "user", 25).await;
+    env.insert_events("new", "user", 5).await;
+    env.db
+        .batch_execute(
+            "UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now() - interval '8 days' WHERE event_id LIKE 'old-%';
+             UPDATE audit_outbox SET status = 'DEAD', dead_at = now() - interval '30 days' WHERE event_id = 'old-1';",
+        )
+        .await
+        .unwrap();
+    let relay =
+        Handoff::run(&env.config("[relay.retention]\ndelivered_after = \"7d\"\nbatch = 10\ninterval = \"100ms\""));
+    eventually("old delivered rows purged", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE event_id LIKE 'old-%'").await == 1).then_some(())
+    })
+    .await;
+    env.await_delivered(5).await;
+    assert_eq!(env.count("DEAD").await, 1, "DEAD rows wait for a re-drive or an explicit purge");
+    relay.await_log("purged delivered rows").await;
+    assert!(relay.logs().contains("rows=24"), "one pass of three batches: {}", relay.logs());
+}
+
+#[tokio::test]
+async fn delete_on_deliver_removes_rows_once_appended() {
+    let env = TestEnv::new().await;
+    env.insert_events("x", "user", 30).await;
+    let _relay = Handoff::run(&env.config("settle = \"delete\""));
+    eventually("rows deleted", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_outbox").await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 30);
+}
+
+async fn read_and_ack(env: &TestEnv, group: &str, count: u64, ack: usize) {
+    let key = env.stream("user");
+    let reply: Value = env.redis.xreadgroup(group, "c", Some(count), None, false, &key, ">").await.unwrap();
+    let ids: Vec<String> = match reply {
+        Value::Array(streams) => match &streams[0] {
+            Value::Array(pair) => match &pair[1] {
+                Value::Array(entries) => entries
+                    .iter()
+                    .filter_map(|e| match e {
+                        Value::Array(parts) => parts[0].as_string(),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => vec![],
+            },
+            _ => vec![],
+        },
+        _ => vec![],
+    };
+    assert_eq!(ids.len() as u64, count);
+    let _: i64 = env.redis.xack(&key, group, ids[..ack].to_vec()).await.unwrap();
+}
+
+#[tokio::test]
+async fn acknowledged_trimming_keeps_what_a_lagging_group_still_needs() {
+    let env = TestEnv::new().await;
+    let key = env.stream("user");
+    for group in ["fast", "slow"] {
+        let _: Value = env.redis.xgroup_create(&key, group, "0", true).await.unwrap();
+    }
+    env.insert_events("t", "user", 1000).await;
+    let relay = Handoff::run(&env.config("[relay.trim]\nacknowledged = true\ninterval = \"100ms\""));
+    env.await_delivered(1000).await;
+    read_and_ack(&env, "fast", 1000, 1000).await;
+    // `slow` has read nothing: however often the trim runs, every entry stays.
+    let address = relay.telemetry_address().await;
+    eventually("a few trim passes", || async {
+        relay.logs().matches("trimmed below what every group acknowledged").count().ge(&3).then_some(())
+    })
+    .await;
+    let len: u64 = env.redis.xlen(&key).await.unwrap();
+    assert_eq!(len, 1000);
+
+    // `slow` takes 800 and finishes 600: only entries below its oldest pending one may go.
+    read_and_ack(&env, "slow", 800, 600).await;
+    let oldest_needed = env.stream_entries(&key).await[600].0.clone();
+    eventually("the stream to shrink", || async {
+        let len: u64 = env.redis.xlen(&key).await.unwrap();
+        (len < 1000).then_some(())
+    })
+    .await;
+    let remaining: Vec<String> = env.stream_entries(&key).await.into_iter().map(|(id, _)| id).collect();
+    assert!(remaining.contains(&oldest_needed), "the lagging group's pending entries survive");
+    assert!(remaining.len() >= 400);
+    let metrics = common::http::get(&address, "/metrics").1;
+    let trimmed = common::http::sample(&metrics, r#"handoff_relay_trimmed_entries_total{relay="relay"}"#).unwrap();
+    assert_eq!(trimmed as usize, 1000 - remaining.len());
+}
+
+#[tokio::test]
+async fn dead_rows_are_listed_re_driven_with_history_and_purged() {
+    let env = TestEnv::new().await;
+    let _: () = env.redis.set(env.stream("bad"), "not a stream", None, None, false).await.unwrap();
+    env.insert_events("bad", "bad", 3).await;
+    let config = env.config("max_attempts = 1");
+    let relay = Handoff::run(&config);
+    eventually("three DEAD rows", || async { (env.count("DEAD").await == 3).then_some(()) }).await;
+    let path = relay.config_path();
+
+    let (ok, out) = run_with_path(&path, &["dead", "list", "--json"]);
+    assert!(ok, "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["count"], 3);
+    assert!(listed["rows"][0]["last_error"].as_str().unwrap().contains("WRONGTYPE"));
+
+    let (ok, out) = run_with_path(&path, &["dead", "retry", "--event-id", "bad-1", "--dry-run"]);
+    assert!(ok && out.contains("would re-drive: 1 row(s)"), "{out}");
+    assert_eq!(env.count("DEAD").await, 3, "a dry run touches nothing");
+
+    // Fix the cause, then re-drive one event: it is delivered, its history kept.
+    let _: i64 = env.redis.del(env.stream("bad")).await.unwrap();
+    let (ok, out) = run_with_path(&path, &["dead", "retry", "--event-id", "bad-1"]);
+    assert!(ok && out.contains("re-driven: 1 row(s)"), "{out}");
+    env.await_delivered(1).await;
+    let row = env
+        .db
+        .query_one("SELECT redrives, last_error IS NULL, attempts FROM audit_outbox WHERE event_id = 'bad-1'", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+
+    let (ok, out) = run_with_path(&path, &["dead", "purge", "--error", "WRONGTYPE", "--limit", "1"]);
+    assert!(ok && out.contains("purged: 1 row(s)"), "{out}");
+    assert_eq!(env.count("DEAD").await, 1);
+    let (ok, out) = run_with_path(&path, &["status", "--json"]);
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status[0]["dead"], 1);
+}
