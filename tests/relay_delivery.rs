@@ -107,10 +107,14 @@ async fn settled_rows(env: &TestEnv) -> Vec<(String, String, i64)> {
 #[tokio::test]
 async fn two_replicas_on_one_table_deliver_each_row_once() {
     let env = TestEnv::new().await;
-    env.insert_events("r", "user", 4000).await;
     let config = env.config("batch_size = 100\nconcurrency = 2");
-    let _a = Handoff::run(&config);
-    let _b = Handoff::run(&config);
+    let a = Handoff::run(&config);
+    let b = Handoff::run(&config);
+    a.await_log("relay started").await;
+    b.await_log("relay started").await;
+    for chunk in 0..4 {
+        env.insert_events(&format!("r{chunk}"), "user", 1000).await;
+    }
     env.await_delivered(4000).await;
     let ids = env.stream_event_ids(&env.stream("user")).await;
     let distinct: std::collections::HashSet<&String> = ids.iter().collect();

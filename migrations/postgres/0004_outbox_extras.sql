@@ -13,13 +13,14 @@ DROP TRIGGER IF EXISTS audit_outbox_notify ON audit_outbox;
 CREATE TRIGGER audit_outbox_notify AFTER INSERT ON audit_outbox
     FOR EACH STATEMENT EXECUTE FUNCTION handoff_notify('handoff_outbox');
 
--- Per-key ordering: every transaction id below this value had finished or was running when the
--- row was inserted. Once all of them have finished (the claim compares it with the oldest
--- running transaction), no row with a lower id can still appear: the commit-order horizon.
+-- Per-key ordering: the id of the inserting transaction. A transaction that took a lower outbox
+-- id earlier and is still running has a lower transaction id (it wrote before this one), so
+-- once every transaction below this value has ended (the claim compares it with the oldest
+-- running one), no row with a lower id can still appear: the commit-order horizon.
 -- Added without a default first so an existing table is not rewritten; older rows stay NULL,
 -- which the ordered claim treats as long settled.
 ALTER TABLE audit_outbox ADD COLUMN IF NOT EXISTS commit_horizon xid8;
-ALTER TABLE audit_outbox ALTER COLUMN commit_horizon SET DEFAULT pg_snapshot_xmax(pg_current_snapshot());
+ALTER TABLE audit_outbox ALTER COLUMN commit_horizon SET DEFAULT pg_current_xact_id();
 
 -- Re-drive history: DEAD rows sent back to PENDING keep their last error and count this.
 ALTER TABLE audit_outbox ADD COLUMN IF NOT EXISTS redrives integer NOT NULL DEFAULT 0;

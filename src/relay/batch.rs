@@ -12,6 +12,7 @@ use std::time::Instant;
 use tracing::{debug, warn};
 
 use super::{Relay, Retrier, delay, error_chain};
+use crate::config::OnFailure;
 use crate::fault::Point;
 use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
 use crate::stream::{AppendOutcome, Entry, EventStream};
@@ -38,6 +39,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         metrics.batch_size.observe(rows.len() as f64);
         let mut settlement = Settlement::default();
         let mut sendable: Vec<(ClaimedRow, Entry)> = Vec::with_capacity(rows.len());
+        // Ordered keys that lost a row to DEAD in this batch: (key, position of that row).
+        let mut broken: Vec<(Option<String>, Position)> = Vec::new();
         for row in rows {
             if row.reclaimed {
                 metrics.reclaims.inc();
@@ -48,6 +51,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                     row.expired_claims
                 );
                 settlement.dead(row.key(), error, DeadReason::CrashLoop, metrics);
+                broken.push((row.order_key.clone(), position(&row)));
                 continue;
             }
             match self.entries.build(&row) {
@@ -55,10 +59,14 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 Err(error) => {
                     metrics.failed(FailureReason::InvalidRow, 1);
                     settlement.dead(row.key(), error, DeadReason::InvalidRow, metrics);
+                    broken.push((row.order_key.clone(), position(&row)));
                 }
             }
         }
-        if self.config.ordering.is_some() {
+        if let Some(ordering) = &self.config.ordering {
+            if ordering.on_failure == OnFailure::Hold {
+                hold_behind(&mut sendable, &broken, &mut settlement);
+            }
             order_runs(&mut sendable);
         }
         let keys: Vec<RowRef> = sendable.iter().map(|(row, _)| row.key()).collect();
@@ -265,10 +273,28 @@ fn keys_of(s: &Settlement) -> Vec<RowRef> {
         .collect()
 }
 
+/// A row's place in its key's order: numeric ids compare as numbers, others as text.
+type Position = (Option<i64>, String);
+
+fn position(row: &ClaimedRow) -> Position {
+    (row.id.parse::<i64>().ok(), row.id.clone())
+}
+
+/// `hold`: rows of a key behind one that just turned DEAD are released untouched, not appended.
+fn hold_behind(
+    sendable: &mut Vec<(ClaimedRow, Entry)>,
+    broken: &[(Option<String>, Position)],
+    settlement: &mut Settlement,
+) {
+    let is_held = |row: &ClaimedRow| broken.iter().any(|(key, at)| *key == row.order_key && position(row) > *at);
+    let (held, go): (Vec<_>, Vec<_>) = std::mem::take(sendable).into_iter().partition(|(row, _)| is_held(row));
+    settlement.released.extend(held.iter().map(|(row, _)| row.key()));
+    *sendable = go;
+}
+
 /// Ordered relaying: rows of one key in id order, each key's rows one run (appended in order,
 /// stopping at the first failure).
 fn order_runs(sendable: &mut [(ClaimedRow, Entry)]) {
-    let position = |row: &ClaimedRow| (row.id.parse::<i64>().ok(), row.id.clone());
     sendable.sort_by(|(a, _), (b, _)| (&a.order_key, position(a)).cmp(&(&b.order_key, position(b))));
     let mut run = 0;
     for i in 0..sendable.len() {

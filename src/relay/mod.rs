@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 pub use backoff::{Retrier, delay};
 use entries::EntryBuilder;
@@ -110,6 +110,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 }
             };
             self.source_up(&mut errors);
+            debug!(rows = rows.len(), "claimed");
             if rows.is_empty() {
                 self.idle(seen, &shutdown).await;
                 continue;

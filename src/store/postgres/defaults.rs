@@ -116,17 +116,17 @@ DELETE FROM {table} o USING old WHERE o.id = old.id";
 /// aside. A lease-expired head is reclaimed alone.
 const CLAIM_ORDERED: &str = "\
 WITH live AS (
-    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    SELECT id, aggregate_type, aggregate_id, status, claim_token, next_attempt_at, commit_horizon, lease_expires_at
     FROM {table} WHERE status = 'PENDING' {parked}
     UNION ALL
-    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    SELECT id, aggregate_type, aggregate_id, status, claim_token, next_attempt_at, commit_horizon, lease_expires_at
     FROM {table} WHERE status = 'IN_FLIGHT'
     {dead}
 ), runs AS (
-    SELECT id, aggregate_type, aggregate_id, status, lease_expires_at,
+    SELECT id, aggregate_type, aggregate_id, status, claim_token, lease_expires_at,
            row_number() OVER w AS pos,
            bool_and(status = 'PENDING' AND next_attempt_at <= now()
-                    AND coalesce(commit_horizon <= pg_snapshot_xmin(pg_current_snapshot()), true)) OVER w AS runnable
+                    AND coalesce(commit_horizon < pg_snapshot_xmin(pg_current_snapshot()), true)) OVER w AS runnable
     FROM live
     WINDOW w AS (PARTITION BY aggregate_type, aggregate_id ORDER BY id
                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
@@ -134,6 +134,9 @@ WITH live AS (
     SELECT o.id, o.aggregate_type, o.aggregate_id, r.runnable
     FROM {table} o JOIN runs r ON r.id = o.id
     WHERE r.pos = 1 AND (r.runnable OR (r.status = 'IN_FLIGHT' AND r.lease_expires_at <= now()))
+      -- Rechecked on the newest row version when the lock waits: a head another claimant took
+      -- (or settled) since this statement's snapshot is skipped, and with it its key.
+      AND o.status = r.status AND o.claim_token = r.claim_token
     ORDER BY o.id
     LIMIT :batch_size
     FOR UPDATE OF o SKIP LOCKED
@@ -163,7 +166,7 @@ pub fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
         OnFailure::Hold => (
             "",
             "UNION ALL
-    SELECT id, aggregate_type, aggregate_id, status, next_attempt_at, commit_horizon, lease_expires_at
+    SELECT id, aggregate_type, aggregate_id, status, claim_token, next_attempt_at, commit_horizon, lease_expires_at
     FROM {table} WHERE status = 'DEAD'",
         ),
         // A row waiting for its retry steps aside; DEAD rows are not in `live` at all.

@@ -1,0 +1,137 @@
+//! Per-key ordering: events of one key reach the stream in commit order, across failures and
+//! concurrent relays; a stuck key holds only itself; a row committed late is not overtaken.
+
+mod common;
+
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+use fred::prelude::*;
+use tokio_postgres::NoTls;
+
+const KEYS: usize = 10;
+const PER_KEY: usize = 40;
+
+/// Inserts, in one transaction, the next event of each key in `order` (`k<key>-<n>`).
+async fn insert(client: &tokio_postgres::Client, rows: &[(usize, usize)], event_type: &str) {
+    for (key, n) in rows {
+        client
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ($1, 'user', $2, $3, jsonb_build_object('n', $4::int))",
+                &[&format!("k{key}-{n}"), &format!("k{key}"), &event_type, &(*n as i32)],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+fn ordered_config(env: &TestEnv, on_failure: &str) -> String {
+    env.config(&format!(
+        "stream = \"{id}:{{aggregate_id}}\"\nbatch_size = 50\nconcurrency = 2\nmax_attempts = 1000\n\
+         fields = {{ kind = \"{{event_type}}\" }}\n\
+         [relay.backoff]\ninitial = \"50ms\"\nmax = \"200ms\"\nmultiplier = 2.0\njitter = 0.0\n\
+         [relay.ordering]\non_failure = \"{on_failure}\"",
+        id = env.id
+    ))
+}
+
+async fn key_order(env: &TestEnv, key: usize) -> Vec<String> {
+    env.stream_event_ids(&env.stream(&format!("k{key}"))).await
+}
+
+fn expected(key: usize, n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("k{key}-{i}")).collect()
+}
+
+#[tokio::test]
+async fn each_key_keeps_its_order_across_failures_and_two_relays_and_a_stuck_key_holds_only_itself() {
+    let env = TestEnv::new().await;
+    // Keys 3 and 7 fail (their stream key holds a string) until the test clears them.
+    for key in [3, 7] {
+        let _: () = env.redis.set(env.stream(&format!("k{key}")), "blocked", None, None, false).await.unwrap();
+    }
+    let mut rows: Vec<(usize, usize)> = (1..=PER_KEY).flat_map(|n| (0..KEYS).map(move |k| (k, n))).collect();
+    // Interleave keys unevenly; per key the numbers stay increasing.
+    rows.sort_by_key(|(k, n)| (n * 7 + k * 13) % 97 + n * 100);
+    let config = ordered_config(&env, "hold");
+    let a = Handoff::run(&config);
+    let b = Handoff::run(&config);
+    a.await_log("relay started").await;
+    b.await_log("relay started").await;
+    for chunk in rows.chunks(25) {
+        env.db.batch_execute("BEGIN").await.unwrap();
+        insert(&env.db, chunk, "user.changed").await;
+        env.db.batch_execute("COMMIT").await.unwrap();
+    }
+    let others = ((KEYS - 2) * PER_KEY) as i64;
+    env.await_delivered(others).await;
+    let held = env
+        .scalar_i64("SELECT count(*) FROM audit_outbox WHERE aggregate_id IN ('k3', 'k7') AND status = 'DELIVERED'")
+        .await;
+    assert_eq!(held, 0, "a failing key holds its later events");
+    for key in [3, 7] {
+        let _: i64 = env.redis.del(env.stream(&format!("k{key}"))).await.unwrap();
+    }
+    env.await_delivered((KEYS * PER_KEY) as i64).await;
+    for key in 0..KEYS {
+        assert_eq!(key_order(&env, key).await, expected(key, PER_KEY), "order of key k{key}");
+    }
+    let loops = env.scalar_i64("SELECT count(DISTINCT claimed_by) FROM audit_outbox").await;
+    assert!(loops >= 2, "concurrent claim loops took part ({loops})");
+}
+
+#[tokio::test]
+async fn a_row_committed_later_with_a_lower_id_is_not_overtaken() {
+    let env = TestEnv::new().await;
+    let relay = Handoff::run(&ordered_config(&env, "hold"));
+    relay.await_log("relay started").await;
+    let (late, conn) = tokio_postgres::connect(&env.database_url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    late.batch_execute("BEGIN").await.unwrap();
+    insert(&late, &[(1, 1)], "user.changed").await;
+    // k1-2 gets the higher id but commits first.
+    insert(&env.db, &[(1, 2)], "user.changed").await;
+    let claims = relay.logs().matches("claimed").count();
+    eventually("several claims while the first row is uncommitted", || async {
+        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("PENDING").await, 1, "k1-2 waits for the transaction holding k1-1");
+    assert!(key_order(&env, 1).await.is_empty());
+    late.batch_execute("COMMIT").await.unwrap();
+    env.await_delivered(2).await;
+    assert_eq!(key_order(&env, 1).await, expected(1, 2));
+}
+
+/// Key k1: events 1..5 where event 2 can never become an entry (empty event type → DEAD).
+async fn poisoned_key(env: &TestEnv) {
+    insert(&env.db, &[(1, 1)], "user.changed").await;
+    insert(&env.db, &[(1, 2)], "").await;
+    insert(&env.db, &[(1, 3), (1, 4), (1, 5)], "user.changed").await;
+}
+
+#[tokio::test]
+async fn park_sets_a_dead_event_aside_and_lets_the_next_ones_go() {
+    let env = TestEnv::new().await;
+    poisoned_key(&env).await;
+    let _relay = Handoff::run(&ordered_config(&env, "park"));
+    env.await_delivered(4).await;
+    assert_eq!(env.count("DEAD").await, 1);
+    assert_eq!(key_order(&env, 1).await, ["k1-1", "k1-3", "k1-4", "k1-5"]);
+}
+
+#[tokio::test]
+async fn hold_keeps_a_key_behind_its_dead_event() {
+    let env = TestEnv::new().await;
+    poisoned_key(&env).await;
+    let relay = Handoff::run(&ordered_config(&env, "hold"));
+    env.await_delivered(1).await;
+    eventually("event 2 to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let claims = relay.logs().matches("claimed").count();
+    eventually("several more claims", || async {
+        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("PENDING").await, 3, "events 3..5 wait behind the DEAD one");
+    assert_eq!(key_order(&env, 1).await, ["k1-1"]);
+}
