@@ -1,0 +1,175 @@
+//! The consumer side: bridge and worker throughput against their own SQL limits, and the seed's
+//! whole chain (outbox → relay → stream → bridge → inbox → worker → audit_logs).
+
+use std::time::{Duration, Instant};
+
+use crate::env::{BenchEnv, stop, time_until};
+use crate::relay::relay_config;
+use handoff::config::load_str;
+use handoff::fault::Faults;
+use handoff::store::inbox::{BindValue, BoundStatement, InboxEvent, InboxStore, WorkerStore};
+use handoff::store::postgres::{PgInbox, PgWorker, pool};
+use handoff::stream::redis::RedisStream;
+use handoff::stream::{AppendOptions, Entry, EventStream};
+
+const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";
+
+fn bridge_section(env: &BenchEnv, batch: u32) -> String {
+    format!(
+        "[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"{}\", owner = \"bench\" }}]\nbatch_size = {batch}\nblock = \"100ms\"\n",
+        env.stream("user")
+    )
+}
+
+fn worker_section(batch: u32) -> String {
+    format!(
+        "[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nbatch_size = {batch}\npoll_interval = \"50ms\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"{HANDLER}\"]\n"
+    )
+}
+
+fn event(i: usize) -> (String, String) {
+    let id = format!("c-{i}");
+    (id.clone(), format!(r#"{{"auditId":"{id}","actor":"admin@example.com","reason":"{}"}}"#, "x".repeat(180)))
+}
+
+/// Bridge: `n` valid entries already in the stream, one bridge process, until all are in the inbox.
+pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    let config = load_str(&env.base_config())?;
+    let (stream, _) = RedisStream::connect(&config.redis).await?;
+    for start in (0..n).step_by(1000) {
+        let entries: Vec<Entry> = (start..(start + 1000).min(n))
+            .map(|i| {
+                let (id, payload) = event(i);
+                Entry {
+                    stream: env.stream("user"),
+                    fields: vec![
+                        ("event_id".into(), id.clone()),
+                        ("event_type".into(), "auth.mfa_policy_changed".into()),
+                        ("payload".into(), payload),
+                        ("owner".into(), "bench".into()),
+                    ],
+                    event_id: id,
+                    run: None,
+                }
+            })
+            .collect();
+        stream.append(&entries, &AppendOptions::default()).await;
+    }
+    let mut child = env.spawn("bridge", &format!("{}{}", env.base_config(), bridge_section(env, batch)))?;
+    let elapsed = time_until(Duration::from_secs(600), || async {
+        Ok(env.scalar("SELECT count(*) FROM consumer_inbox").await? >= n as i64)
+    })
+    .await;
+    stop(&mut child);
+    Ok(n as f64 / elapsed?.as_secs_f64())
+}
+
+/// The bridge's SQL limit: its batched insert-if-absent transaction alone.
+pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    let inbox = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, "consumer_inbox", "consumer_inbox_poison");
+    let started = Instant::now();
+    for start in (0..n).step_by(batch as usize) {
+        let events: Vec<InboxEvent> = (start..(start + batch as usize).min(n))
+            .map(|i| {
+                let (event_id, payload) = event(i);
+                InboxEvent {
+                    event_id,
+                    event_type: "auth.mfa_policy_changed".into(),
+                    owner: Some("bench".into()),
+                    aggregate_type: None,
+                    aggregate_id: None,
+                    payload,
+                    headers: "{}".into(),
+                    content_hash: format!("{i:064x}"),
+                    stream: env.stream("user"),
+                    entry_id: format!("{i}-0"),
+                    ignored: false,
+                }
+            })
+            .collect();
+        inbox.take_over("admin", &events, &[]).await?;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn fill_inbox(env: &BenchEnv, n: usize) -> anyhow::Result<()> {
+    env.db
+        .execute(
+            "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, content_hash, stream, stream_entry_id)
+             SELECT 'admin', 'w-' || g, 'auth.mfa_policy_changed', 'bench',
+                    jsonb_build_object('auditId', 'w-' || g, 'actor', 'admin@example.com', 'reason', repeat('x', 180)),
+                    md5(g::text), 's', g || '-0'
+             FROM generate_series(1, $1::bigint) g",
+            &[&(n as i64)],
+        )
+        .await?;
+    env.db.batch_execute("ANALYZE consumer_inbox").await?;
+    Ok(())
+}
+
+/// Worker: `n` inbox rows, one worker process with the seed's handler, until all PROCESSED.
+pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    fill_inbox(env, n).await?;
+    let section =
+        worker_section(batch).replace("poll_interval", &format!("concurrency = {concurrency}\npoll_interval"));
+    let mut child = env.spawn("worker", &format!("{}{}", env.base_config(), section))?;
+    let elapsed = time_until(Duration::from_secs(600), || async {
+        Ok(env.scalar("SELECT count(*) FROM audit_logs").await? >= n as i64)
+    })
+    .await;
+    stop(&mut child);
+    Ok(n as f64 / elapsed?.as_secs_f64())
+}
+
+/// The worker's SQL limit: claim, then per row the handler and the fenced mark in one
+/// transaction, without the worker around it.
+pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    fill_inbox(env, n).await?;
+    let store =
+        PgWorker::new(pool(&env.database_config(), "handoff-bench")?, "consumer_inbox", "admin", Faults::default());
+    let sql = handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql;
+    let started = Instant::now();
+    let mut done = 0;
+    loop {
+        let rows = store.claim("bench", batch, Duration::from_secs(30)).await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let values = vec![
+                BindValue::Text(row.event_id.clone()),
+                BindValue::Text(row.owner.clone().unwrap_or_default()),
+                BindValue::Text(row.event_type.clone()),
+                BindValue::Text(row.payload["actor"].as_str().unwrap_or_default().to_owned()),
+                BindValue::Json(row.payload.to_string()),
+            ];
+            store.apply("bench", row, &[BoundStatement { index: 0, sql: &sql, values }]).await?;
+            done += 1;
+        }
+    }
+    anyhow::ensure!(done == n, "applied {done} of {n}");
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The whole chain in one process: relay, bridge and worker, until audit_logs holds every event.
+pub async fn end_to_end(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
+    env.reset().await?;
+    env.fill(n, "e").await?;
+    let config = format!(
+        "{}{}{}",
+        relay_config(env, 500, "owner = \"bench\""),
+        bridge_section(env, 500),
+        worker_section(100).replace("poll_interval", "concurrency = 2\npoll_interval")
+    );
+    let mut child = env.spawn("end-to-end", &config)?;
+    let elapsed = time_until(Duration::from_secs(900), || async {
+        Ok(env.scalar("SELECT count(*) FROM audit_logs").await? >= n as i64)
+    })
+    .await;
+    stop(&mut child);
+    Ok(n as f64 / elapsed?.as_secs_f64())
+}

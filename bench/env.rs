@@ -1,0 +1,166 @@
+//! The benchmark's world: its own schema in the local Postgres, its own stream prefix, helpers
+//! to fill the outbox, run the real binary and read its resource use.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use tokio_postgres::NoTls;
+
+pub struct BenchEnv {
+    pub schema: String,
+    pub database_url: String,
+    pub redis_url: String,
+    pub db: tokio_postgres::Client,
+    pub redis: fred::prelude::Client,
+    pub binary: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl BenchEnv {
+    pub async fn new(base_url: &str, redis_url: &str, binary: PathBuf, dir: PathBuf) -> anyhow::Result<Self> {
+        let schema = format!("bench_{}", std::process::id());
+        let (admin, conn) = tokio_postgres::connect(base_url, NoTls).await?;
+        tokio::spawn(conn);
+        admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).await?;
+        let sep = if base_url.contains('?') { '&' } else { '?' };
+        let database_url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
+        let (db, conn) = tokio_postgres::connect(&database_url, NoTls).await?;
+        tokio::spawn(conn);
+        let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
+        redis.init().await?;
+        std::fs::create_dir_all(&dir)?;
+        let env = Self { schema, database_url, redis_url: redis_url.to_owned(), db, redis, binary, dir };
+        let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
+        handoff::migrate::postgres(&pool).await?;
+        Ok(env)
+    }
+
+    pub fn database_config(&self) -> handoff::config::DatabaseConfig {
+        handoff::config::load_str(&format!("[database]\nurl = \"{}\"\n", self.database_url)).expect("config").database
+    }
+
+    pub fn stream(&self, name: &str) -> String {
+        format!("{}:{name}", self.schema)
+    }
+
+    /// Empties the outbox, inbox and audit log and deletes the benchmark's streams.
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        self.db.batch_execute("TRUNCATE audit_outbox, consumer_inbox, consumer_inbox_poison, audit_logs").await?;
+        let keys: Vec<String> = self
+            .redis
+            .custom(
+                fred::types::CustomCommand::new_static("KEYS", fred::types::ClusterHash::Random, false),
+                vec![format!("{}:*", self.schema)],
+            )
+            .await?;
+        for key in keys {
+            let _: i64 = self.redis.del(key).await?;
+        }
+        Ok(())
+    }
+
+    /// Inserts `n` pending events with ~300-byte JSON payloads (one statement per 50k rows).
+    pub async fn fill(&self, n: usize, prefix: &str) -> anyhow::Result<()> {
+        let mut done = 0;
+        while done < n {
+            let chunk = (n - done).min(50_000) as i64;
+            self.db
+                .execute(
+                    "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+                     SELECT $1 || '-' || ($2 + g), 'user', 'user-' || (($2 + g) % 1000), 'auth.mfa_policy_changed',
+                            jsonb_build_object('auditId', $1 || '-' || ($2 + g), 'actor', 'admin@example.com',
+                                               'userId', 'user-' || (($2 + g) % 1000), 'policy', 'mfa_required',
+                                               'reason', repeat(md5(g::text), 5)),
+                            '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}'
+                     FROM generate_series(1, $3::bigint) g",
+                    &[&prefix, &(done as i64), &chunk],
+                )
+                .await?;
+            done += chunk as usize;
+        }
+        self.db.batch_execute("ANALYZE audit_outbox").await?;
+        Ok(())
+    }
+
+    pub async fn scalar(&self, sql: &str) -> anyhow::Result<i64> {
+        Ok(self.db.query_one(sql, &[]).await?.get(0))
+    }
+
+    pub async fn xlen(&self, stream: &str) -> anyhow::Result<u64> {
+        Ok(self.redis.xlen(stream).await?)
+    }
+
+    /// Starts `handoff run` with `config` (written to a file); logs go to a file next to it.
+    pub fn spawn(&self, name: &str, config: &str) -> anyhow::Result<Child> {
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config)?;
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        Ok(Command::new(&self.binary)
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?)
+    }
+
+    /// The sections every benchmark config shares.
+    pub fn base_config(&self) -> String {
+        format!(
+            "[database]\nurl = \"{}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
+            self.database_url, self.redis_url
+        )
+    }
+}
+
+/// Peak resident set (kB) and CPU seconds of a running process, from /proc.
+pub fn resources(pid: u32) -> (u64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let peak_kb = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start at index 2.
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (peak_kb, ticks / 100.0)
+}
+
+/// SIGTERM and wait (bounded), then SIGKILL.
+pub fn stop(child: &mut Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Polls `done` every 10 ms; returns the elapsed time, or fails after `limit`.
+pub async fn time_until<F, Fut>(limit: Duration, mut done: F) -> anyhow::Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if done().await? {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!("not done within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

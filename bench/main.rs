@@ -1,0 +1,212 @@
+//! handoff-bench: measures and prints; it asserts nothing. See the README's Performance section
+//! and `scripts/bench`.
+//!
+//! Every figure is the median of `--repeat` runs; ratios compare figures from the same run of
+//! the benchmark on the same data, so machine noise cancels out as far as it can.
+
+mod consumer;
+mod env;
+mod latency;
+mod relay;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(about = "Benchmark handoff against its own limits and the seed's per-row dispatcher")]
+struct Args {
+    #[arg(long, env = "HANDOFF_BENCH_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/handoff_test")]
+    database_url: String,
+    #[arg(long, env = "HANDOFF_BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Events per throughput run.
+    #[arg(long, default_value_t = 200_000)]
+    events: usize,
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000")]
+    batch_sizes: Vec<u32>,
+    /// Delivered rows already in the table for the bloat run.
+    #[arg(long, default_value_t = 1_000_000)]
+    history: usize,
+    /// Events for the per-row baseline (it is slow).
+    #[arg(long, default_value_t = 20_000)]
+    baseline_events: usize,
+    /// Events for the bridge / worker / end-to-end runs.
+    #[arg(long, default_value_t = 50_000)]
+    consumer_events: usize,
+    /// Seconds per dwell-latency run.
+    #[arg(long, default_value_t = 10)]
+    latency_seconds: u64,
+    #[arg(long, default_value = "target/release/handoff")]
+    binary: PathBuf,
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+#[derive(Serialize, Clone)]
+struct Figure {
+    section: &'static str,
+    name: String,
+    value: f64,
+    unit: &'static str,
+}
+
+struct Report(Vec<Figure>);
+
+impl Report {
+    fn add(&mut self, section: &'static str, name: impl Into<String>, value: f64, unit: &'static str) {
+        let name = name.into();
+        eprintln!("  {section:<10} {name:<58} {value:>12.1} {unit}");
+        self.0.push(Figure { section, name, value, unit });
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+async fn repeat<F, Fut, T>(times: usize, mut f: F) -> anyhow::Result<Vec<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut out = Vec::new();
+    for _ in 0..times {
+        out.push(f().await?);
+    }
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let env = env::BenchEnv::new(&args.database_url, &args.redis_url, args.binary.clone(), args.out.clone()).await?;
+    let mut report = Report(Vec::new());
+    let n = args.events;
+    let r = args.repeat;
+
+    for &batch in &args.batch_sizes {
+        let sql = median(repeat(r, || relay::sql_limit(&env, n, batch)).await?);
+        let redis = median(repeat(r, || relay::redis_limit(&env, n, batch)).await?);
+        report.add("limit", format!("claim + mark delivered alone, batch {batch}"), sql, "rows/s");
+        report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
+        for instances in [1, 2] {
+            let runs = repeat(r, || relay::throughput(&env, n, batch, instances, "")).await?;
+            let rate = median(runs.iter().map(|x| x.rows_per_sec).collect());
+            report.add("relay", format!("{instances} relay(s), batch {batch}"), rate, "rows/s");
+            report.add("ratio", format!("{instances} relay(s), batch {batch} / SQL limit"), rate / sql * 100.0, "%");
+            let serial = 1.0 / (1.0 / sql + 1.0 / redis);
+            report.add(
+                "ratio",
+                format!("{instances} relay(s), batch {batch} / (SQL then XADD) limit"),
+                rate / serial * 100.0,
+                "%",
+            );
+            if instances == 1 && batch == 500 {
+                let rss = median(runs.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
+                let cpu = median(runs.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
+                report.add("resources", "relay peak RSS, batch 500", rss, "MiB");
+                report.add("resources", "relay CPU per 100k events, batch 500", cpu, "s");
+            }
+        }
+    }
+    let baseline = median(repeat(r, || relay::per_row_baseline(&env, args.baseline_events)).await?);
+    report.add("baseline", "per-row dispatcher (select 50; claim, XADD, mark each)", baseline, "rows/s");
+    let best = report
+        .0
+        .iter()
+        .filter(|f| f.section == "relay" && f.name.starts_with("1 relay"))
+        .map(|f| f.value)
+        .fold(0.0, f64::max);
+    report.add("ratio", "best single relay / per-row baseline", best / baseline, "x");
+
+    for (rate, notify) in [(1000, false), (1000, true), (5000, false), (5000, true)] {
+        let runs = repeat(r, || latency::dwell(&env, rate, args.latency_seconds, notify)).await?;
+        let mode = if notify { "NOTIFY" } else { "polling 250ms" };
+        report.add("dwell", format!("p50 at {rate}/s, {mode}"), median(runs.iter().map(|d| d.p50_ms).collect()), "ms");
+        report.add("dwell", format!("p99 at {rate}/s, {mode}"), median(runs.iter().map(|d| d.p99_ms).collect()), "ms");
+        report.add("dwell", format!("max at {rate}/s, {mode}"), median(runs.iter().map(|d| d.max_ms).collect()), "ms");
+        report.add(
+            "dwell",
+            format!("events measured at {rate}/s, {mode}"),
+            median(runs.iter().map(|d| d.events as f64).collect()),
+            "events",
+        );
+    }
+
+    let clean = report.0.iter().find(|f| f.name == "1 relay(s), batch 500").map(|f| f.value).unwrap_or(0.0);
+    let bloat = median(
+        repeat(r, || relay::bloated(&env, n, args.history, 500)).await?.iter().map(|x| x.rows_per_sec).collect(),
+    );
+    report.add(
+        "bloat",
+        format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history),
+        bloat,
+        "rows/s",
+    );
+    if clean > 0.0 {
+        report.add("ratio", "bloated / clean table, batch 500", bloat / clean * 100.0, "%");
+    }
+
+    let c = args.consumer_events;
+    let bridge_limit = median(repeat(r, || consumer::bridge_limit(&env, c, 500)).await?);
+    let bridge = median(repeat(r, || consumer::bridge(&env, c, 500)).await?);
+    report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
+    report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
+    report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
+    let worker_limit = median(repeat(r, || consumer::worker_limit(&env, c, 100)).await?);
+    report.add("limit", "worker claim + handler + mark alone, batch 100", worker_limit, "rows/s");
+    for concurrency in [1, 2] {
+        let worker = median(repeat(r, || consumer::worker(&env, c, 100, concurrency)).await?);
+        report.add("worker", format!("1 worker, batch 100, concurrency {concurrency}"), worker, "rows/s");
+        report.add(
+            "ratio",
+            format!("worker (concurrency {concurrency}) / its SQL limit"),
+            worker / worker_limit * 100.0,
+            "%",
+        );
+    }
+    let chain = median(repeat(r, || consumer::end_to_end(&env, c)).await?);
+    report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
+
+    env.reset().await?;
+    env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
+    print_table(&report.0);
+    let json = serde_json::json!({ "machine": machine(), "events": n, "repeat": r, "figures": report.0 });
+    let path = args.out.join("results.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+fn print_table(figures: &[Figure]) {
+    println!("\n| section | measurement | median | unit |\n|---|---|---:|---|");
+    for f in figures {
+        let value = if f.value >= 100.0 { format!("{:.0}", f.value) } else { format!("{:.1}", f.value) };
+        println!("| {} | {} | {} | {} |", f.section, f.name, value, f.unit);
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024 / 1024)
+        })
+        .unwrap_or(0);
+    format!("{cores} cores ({cpu}), {mem} GiB RAM")
+}

@@ -1,0 +1,174 @@
+//! Relay throughput (the real binary), its limits (claim + settle alone; pipelined XADD alone)
+//! and the seed's per-row dispatcher as a baseline.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+
+use crate::env::{BenchEnv, resources, stop, time_until};
+use handoff::config::load_str;
+use handoff::store::postgres::{PgOutbox, pool};
+use handoff::store::{Delivered, OutboxStore};
+use handoff::stream::redis::RedisStream;
+use handoff::stream::{AppendOptions, Entry, EventStream};
+
+/// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    pub rows_per_sec: f64,
+    pub peak_rss_kb: u64,
+    pub cpu_seconds: f64,
+}
+
+pub fn relay_config(env: &BenchEnv, batch: u32, extra: &str) -> String {
+    format!(
+        "{}[[relay]]\nname = \"bench\"\nstream = \"{}\"\nbatch_size = {batch}\npoll_interval = \"50ms\"\n{extra}\n",
+        env.base_config(),
+        env.stream("{aggregate_type}")
+    )
+}
+
+/// Fills `n` events and times `instances` relay processes until all are in the stream and settled.
+pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, extra: &str) -> anyhow::Result<Run> {
+    env.reset().await?;
+    env.fill(n, "t").await?;
+    let stream = env.stream("user");
+    let config = relay_config(env, batch, extra);
+    let mut children: Vec<_> =
+        (0..instances).map(|i| env.spawn(&format!("relay-{batch}-{i}"), &config)).collect::<Result<_, _>>()?;
+    let elapsed = time_until(Duration::from_secs(600), || async {
+        Ok(env.xlen(&stream).await? >= n as u64
+            && env.scalar("SELECT count(*) FROM audit_outbox WHERE status <> 'DELIVERED'").await? == 0)
+    })
+    .await?;
+    let usage: Vec<(u64, f64)> = children.iter().map(|c| resources(c.id())).collect();
+    children.iter_mut().for_each(stop);
+    Ok(Run {
+        rows_per_sec: n as f64 / elapsed.as_secs_f64(),
+        peak_rss_kb: usage.iter().map(|u| u.0).max().unwrap_or(0),
+        cpu_seconds: usage.iter().map(|u| u.1).sum(),
+    })
+}
+
+/// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis.
+pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    env.fill(n, "s").await?;
+    let config = load_str(&relay_config(env, batch, ""))?;
+    let pool = pool(&config.database, "handoff-bench")?;
+    let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let started = Instant::now();
+    let mut done = 0;
+    loop {
+        let rows = store.claim("bench-limit", batch, Duration::from_secs(30)).await?;
+        if rows.is_empty() {
+            break;
+        }
+        let delivered: Vec<Delivered> =
+            rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into() }).collect();
+        done += store.settle_delivered("bench-limit", &delivered).await? as usize;
+    }
+    anyhow::ensure!(done == n, "settled {done} of {n}");
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The Redis limit: the relay's pipelined XADD of batches of `batch` entries, no database.
+pub async fn redis_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    let config = load_str(&relay_config(env, batch, ""))?;
+    let (stream, _) = RedisStream::connect(&config.redis).await?;
+    let payload = format!(r#"{{"actor":"admin@example.com","reason":"{}"}}"#, "x".repeat(160));
+    let entry = |i: usize| Entry {
+        stream: env.stream("user"),
+        fields: vec![
+            ("event_id".into(), format!("r-{i}")),
+            ("event_type".into(), "auth.mfa_policy_changed".into()),
+            ("aggregate_type".into(), "user".into()),
+            ("aggregate_id".into(), format!("user-{}", i % 1000)),
+            ("payload".into(), payload.clone()),
+            ("headers".into(), r#"{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#.into()),
+            ("owner".into(), "bench".into()),
+        ],
+        event_id: format!("r-{i}"),
+        run: None,
+    };
+    let started = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let entries: Vec<Entry> = (i..(i + batch as usize).min(n)).map(entry).collect();
+        stream.append(&entries, &AppendOptions::default()).await;
+        i += entries.len();
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The seed's dispatcher: select 50 pending, then per row claim, XADD, mark delivered.
+pub async fn per_row_baseline(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
+    env.reset().await?;
+    env.fill(n, "b").await?;
+    let stream = env.stream("user");
+    let started = Instant::now();
+    let mut done = 0;
+    loop {
+        let rows = env
+            .db
+            .query(
+                "SELECT id, event_id, event_type, payload::text FROM audit_outbox
+                 WHERE status = 'PENDING' AND next_attempt_at <= now() ORDER BY id LIMIT 50",
+                &[],
+            )
+            .await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in rows {
+            let id: i64 = row.get(0);
+            let claimed = env
+                .db
+                .execute(
+                    "UPDATE audit_outbox SET status = 'IN_FLIGHT', claimed_by = 'baseline',
+                         lease_expires_at = now() + interval '30 seconds' WHERE id = $1 AND status = 'PENDING'",
+                    &[&id],
+                )
+                .await?;
+            if claimed == 0 {
+                continue;
+            }
+            let fields: Vec<(&str, String)> =
+                vec![("event_id", row.get(1)), ("event_type", row.get(2)), ("payload", row.get(3))];
+            let entry_id: String = env.redis.xadd(stream.as_str(), false, None::<()>, "*", fields).await?;
+            env.db
+                .execute(
+                    "UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = $2 WHERE id = $1",
+                    &[&id, &entry_id],
+                )
+                .await?;
+            done += 1;
+        }
+    }
+    anyhow::ensure!(done == n, "baseline delivered {done} of {n}");
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Throughput with the outbox already holding `history` delivered rows (and their dead tuples:
+/// autovacuum is off for the table during the run, as on a busy table between vacuums).
+pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> anyhow::Result<Run> {
+    env.reset().await?;
+    env.db.batch_execute("ALTER TABLE audit_outbox SET (autovacuum_enabled = false)").await?;
+    env.fill(history, "h").await?;
+    env.db
+        .batch_execute("UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = '0-1'")
+        .await?;
+    env.fill(n, "t").await?;
+    let stream = env.stream("user");
+    let mut child = env.spawn("relay-bloat", &relay_config(env, batch, ""))?;
+    let elapsed = time_until(Duration::from_secs(600), || async {
+        Ok(env.xlen(&stream).await? >= n as u64
+            && env.scalar("SELECT count(*) FROM audit_outbox WHERE status IN ('PENDING', 'IN_FLIGHT')").await? == 0)
+    })
+    .await;
+    let (peak_rss_kb, cpu_seconds) = resources(child.id());
+    stop(&mut child);
+    env.db.batch_execute("ALTER TABLE audit_outbox RESET (autovacuum_enabled)").await?;
+    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds })
+}

@@ -1,0 +1,313 @@
+//! handoff-chaos: the whole chain on its own Postgres and Redis, under faults, then counted.
+//!
+//! A producer commits events at a steady rate; two relays, two bridges and a worker (the release
+//! binary) carry them to `audit_logs`. Meanwhile the run SIGKILLs handoff processes at random
+//! moments and restarts them, crashes and restarts Postgres and Redis, and cuts every connection
+//! through its TCP proxies. At the end it waits for the chain to drain and checks: nothing lost,
+//! no duplicate stream entries (dedupe is on), exactly one audit log per event, nothing DEAD.
+
+mod proxy;
+mod servers;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use fred::prelude::*;
+use rand::RngExt;
+use tokio_postgres::NoTls;
+
+#[derive(Parser)]
+struct Args {
+    /// Events the producer commits.
+    #[arg(long, default_value_t = 10_000)]
+    events: i64,
+    /// Events per second.
+    #[arg(long, default_value_t = 500)]
+    rate: i64,
+    /// SIGKILLs of handoff processes.
+    #[arg(long, default_value_t = 6)]
+    kills: usize,
+    /// Crash-restarts of each server.
+    #[arg(long, default_value_t = 1)]
+    restarts: usize,
+    /// Connection cuts through the proxies.
+    #[arg(long, default_value_t = 2)]
+    cuts: usize,
+    #[arg(long, default_value = "target/release/handoff")]
+    binary: PathBuf,
+    #[arg(long, default_value = "target/chaos")]
+    dir: PathBuf,
+}
+
+/// The handoff processes of the run, restartable by name.
+struct Fleet {
+    binary: PathBuf,
+    dir: PathBuf,
+    configs: Vec<(String, String)>,
+    children: HashMap<String, Child>,
+}
+
+impl Fleet {
+    fn start(&mut self, name: &str) -> anyhow::Result<()> {
+        let config = &self.configs.iter().find(|(n, _)| n == name).expect("known process").1;
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log")))?;
+        let child = Command::new(&self.binary)
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.children.insert(name.to_owned(), child);
+        Ok(())
+    }
+
+    fn kill(&mut self, name: &str) {
+        if let Some(mut child) = self.children.remove(name) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.configs.iter().map(|(n, _)| n.clone()).collect()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for name in self.names() {
+            self.kill(&name);
+        }
+    }
+}
+
+fn configs(pg_url: &str, redis_url: &str) -> Vec<(String, String)> {
+    let base = format!(
+        "[database]\nurl = \"{pg_url}\"\npool_size = 4\nconnect_timeout = \"2s\"\n[redis]\nurl = \"{redis_url}\"\ncommand_timeout = \"2s\"\n\
+         [telemetry]\nlisten = \"127.0.0.1:0\"\n[shutdown]\ngrace_period = \"5s\"\n"
+    );
+    let relay = "[[relay]]\nname = \"auth\"\nstream = \"chaos:{aggregate_type}\"\nbatch_size = 200\npoll_interval = \"50ms\"\nlease = \"3s\"\nmax_attempts = 1000\nmax_expired_claims = 1000\n[relay.dedupe]\nwindow = \"1h\"\n";
+    let bridge = |instance: &str| {
+        format!(
+            "[[bridge]]\nname = \"admin\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\nstreams = [{{ key = \"chaos:user\", owner = \"auth\" }}]\n\
+             block = \"200ms\"\nclaim_idle = \"3s\"\nmax_deliveries = 1000\n[bridge.validate]\npayload_id_field = \"auditId\"\n"
+        )
+    };
+    let worker = "[[worker]]\nname = \"audit\"\nconsumer = \"admin\"\nbatch_size = 100\npoll_interval = \"50ms\"\nlease = \"3s\"\nmax_attempts = 1000\nmax_expired_leases = 1000\n\
+                  [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING\"]\n";
+    vec![
+        ("relay-1".into(), format!("{base}{relay}")),
+        ("relay-2".into(), format!("{base}{relay}")),
+        ("bridge-1".into(), format!("{base}{}", bridge("bridge-1"))),
+        ("bridge-2".into(), format!("{base}{}", bridge("bridge-2"))),
+        ("worker".into(), format!("{base}{worker}")),
+    ]
+}
+
+/// Commits events at `rate`/s until `total`, retrying through outages; counts only commits.
+async fn produce(url: String, total: i64, rate: i64, committed: Arc<AtomicI64>) {
+    let per_tick = (rate / 20).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut client: Option<tokio_postgres::Client> = None;
+    while committed.load(Ordering::SeqCst) < total {
+        tick.tick().await;
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            client = match tokio_postgres::connect(&url, NoTls).await {
+                Ok((c, conn)) => {
+                    tokio::spawn(conn);
+                    Some(c)
+                }
+                Err(_) => continue,
+            };
+        }
+        let Some(db) = client.as_ref() else { continue };
+        let from = committed.load(Ordering::SeqCst);
+        let n = per_tick.min(total - from);
+        let insert = db
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+                 SELECT 'chaos-' || ($1 + g), 'user', 'user-' || (($1 + g) % 97), 'auth.mfa_policy_changed',
+                        jsonb_build_object('auditId', 'chaos-' || ($1 + g), 'actor', 'admin')
+                 FROM generate_series(1, $2::bigint) g",
+                &[&from, &n],
+            )
+            .await;
+        // A failed commit may still have committed (the reply was lost): look before counting.
+        match insert {
+            Ok(_) => {
+                committed.fetch_add(n, Ordering::SeqCst);
+            }
+            Err(_) => {
+                client = None;
+                if let Ok((c, conn)) = tokio_postgres::connect(&url, NoTls).await {
+                    tokio::spawn(conn);
+                    let last = format!("chaos-{}", from + n);
+                    if let Ok(row) =
+                        c.query_one("SELECT count(*) FROM audit_outbox WHERE event_id = $1", &[&last]).await
+                        && row.get::<_, i64>(0) == 1
+                    {
+                        committed.fetch_add(n, Ordering::SeqCst);
+                    }
+                    client = Some(c);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Fault {
+    Kill,
+    RestartPostgres,
+    RestartRedis,
+    Cut,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _ = std::fs::remove_dir_all(&args.dir);
+    std::fs::create_dir_all(&args.dir)?;
+    let dir = std::fs::canonicalize(&args.dir)?;
+    println!("chaos: starting private Postgres and Redis under {}", dir.display());
+    let pg = servers::Postgres::start(&dir).await?;
+    let mut redis = servers::Redis::start(&dir).await?;
+    let pg_proxy = proxy::Proxy::start(pg.port).await?;
+    let redis_proxy = proxy::Proxy::start(redis.port).await?;
+    let direct = pg.url(pg.port);
+    let through_proxy = pg.url(pg_proxy.port);
+    let redis_url = format!("redis://127.0.0.1:{}", redis_proxy.port);
+
+    let migrate_config = dir.join("migrate.toml");
+    std::fs::write(&migrate_config, format!("[database]\nurl = \"{direct}\"\n"))?;
+    let status =
+        Command::new(&args.binary).args(["migrate", "--config"]).arg(&migrate_config).stdout(Stdio::null()).status()?;
+    anyhow::ensure!(status.success(), "migrate failed");
+
+    let mut fleet = Fleet {
+        binary: args.binary.clone(),
+        dir: dir.clone(),
+        configs: configs(&through_proxy, &redis_url),
+        children: HashMap::new(),
+    };
+    for name in fleet.names() {
+        fleet.start(&name)?;
+    }
+    let committed = Arc::new(AtomicI64::new(0));
+    let producer = tokio::spawn(produce(direct.clone(), args.events, args.rate, committed.clone()));
+
+    let mut faults: Vec<Fault> = Vec::new();
+    faults.extend((0..args.kills).map(|_| Fault::Kill));
+    faults.extend((0..args.restarts).flat_map(|_| [Fault::RestartPostgres, Fault::RestartRedis]));
+    faults.extend((0..args.cuts).map(|_| Fault::Cut));
+    let production = Duration::from_secs_f64(args.events as f64 / args.rate as f64);
+    let mut rng = rand::rng();
+    // Shuffle, then space the faults over the production time.
+    for i in (1..faults.len()).rev() {
+        faults.swap(i, rng.random_range(0..=i));
+    }
+    let spacing = production / (faults.len() as u32 + 1);
+    let started = Instant::now();
+    let mut done = Vec::new();
+    for fault in faults {
+        let jitter = rng.random_range(0.5..1.5);
+        tokio::time::sleep(spacing.mul_f64(jitter)).await;
+        match &fault {
+            Fault::Kill => {
+                let names = fleet.names();
+                let victim = names[rng.random_range(0..names.len())].clone();
+                fleet.kill(&victim);
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
+                fleet.start(&victim)?;
+                done.push(format!("SIGKILL {victim}"));
+            }
+            Fault::RestartPostgres => {
+                pg.crash_and_restart().await?;
+                done.push("crash + restart Postgres".into());
+            }
+            Fault::RestartRedis => {
+                redis.crash_and_restart().await?;
+                done.push("crash + restart Redis".into());
+            }
+            Fault::Cut => {
+                pg_proxy.cut();
+                redis_proxy.cut();
+                done.push("cut every connection".into());
+            }
+        }
+        println!("chaos: t={:>5.1}s {}", started.elapsed().as_secs_f64(), done.last().unwrap());
+    }
+    producer.await?;
+    let produced = committed.load(Ordering::SeqCst);
+    println!("chaos: producer done ({produced} events committed); waiting for the chain to drain");
+
+    let (db, conn) = tokio_postgres::connect(&direct, NoTls).await?;
+    tokio::spawn(conn);
+    let count = |sql: &'static str| {
+        let db = &db;
+        async move { db.query_one(sql, &[]).await.map(|r| r.get::<_, i64>(0)).unwrap_or(-1) }
+    };
+    let drain_started = Instant::now();
+    while count("SELECT count(*) FROM audit_logs").await < produced
+        && drain_started.elapsed() < Duration::from_secs(300)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let redis_client = Client::new(Config::from_url(&format!("redis://127.0.0.1:{}", redis.port))?, None, None, None);
+    redis_client.init().await?;
+    let entries: Vec<(String, HashMap<String, String>)> = redis_client.xrange("chaos:user", "-", "+", None).await?;
+    let mut per_event: HashMap<String, usize> = HashMap::new();
+    for (_, fields) in &entries {
+        *per_event.entry(fields.get("event_id").cloned().unwrap_or_default()).or_default() += 1;
+    }
+    let outbox = count("SELECT count(*) FROM audit_outbox").await;
+    let delivered = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED'").await;
+    let lost = count("SELECT count(*) FROM audit_outbox o WHERE NOT EXISTS (SELECT 1 FROM audit_logs a WHERE a.audit_id = o.event_id)").await;
+    let inbox = count("SELECT count(*) FROM consumer_inbox").await;
+    let audit = count("SELECT count(*) FROM audit_logs").await;
+    let dead = count("SELECT (SELECT count(*) FROM audit_outbox WHERE status = 'DEAD') + (SELECT count(*) FROM consumer_inbox WHERE status = 'DEAD')").await;
+    let poison = count("SELECT count(*) FROM consumer_inbox_poison").await;
+    let duplicates: usize = per_event.values().map(|n| n - 1).sum();
+    drop(fleet);
+    pg.stop();
+    redis.stop();
+
+    println!("\nchaos: {} faults in {:.0}s: {}", done.len(), started.elapsed().as_secs_f64(), done.join(", "));
+    println!("| figure | value |\n|---|---:|");
+    for (name, value) in [
+        ("events produced (committed)", produced),
+        ("outbox rows", outbox),
+        ("delivered", delivered),
+        ("lost (committed, not in audit_logs)", lost),
+        ("stream entries", entries.len() as i64),
+        ("duplicate stream entries", duplicates as i64),
+        ("inbox rows", inbox),
+        ("audit_logs rows", audit),
+        ("rows left DEAD", dead),
+        ("poison records", poison),
+    ] {
+        println!("| {name} | {value} |");
+    }
+    let ok = produced == args.events
+        && outbox == produced
+        && lost == 0
+        && audit == produced
+        && inbox == produced
+        && dead == 0
+        && duplicates == 0
+        && poison == 0;
+    if ok {
+        println!("\nchaos: PASS");
+        Ok(())
+    } else {
+        anyhow::bail!("chaos: FAIL (see the figures above and the logs in {})", dir.display())
+    }
+}

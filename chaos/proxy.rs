@@ -1,0 +1,45 @@
+//! A TCP proxy the chaos run owns, to cut every connection through it at will (toxiproxy is not
+//! installable here): handoff talks to Postgres and Redis only through these.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+pub struct Proxy {
+    pub port: u16,
+    /// Bumped to cut: every connection of an older generation is closed.
+    generation: Arc<AtomicU64>,
+    cut: watch::Sender<u64>,
+}
+
+impl Proxy {
+    pub async fn start(target_port: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let generation = Arc::new(AtomicU64::new(0));
+        let (cut, watcher) = watch::channel(0u64);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut watcher = watcher.clone();
+                let born = *watcher.borrow();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(("127.0.0.1", target_port)).await else { return };
+                    tokio::select! {
+                        _ = copy_bidirectional(&mut client, &mut server) => {}
+                        _ = watcher.wait_for(|g| *g != born) => {}
+                    }
+                });
+            }
+        });
+        Ok(Self { port, generation, cut })
+    }
+
+    /// Closes every connection open through the proxy now (new ones are accepted again).
+    pub fn cut(&self) {
+        let next = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.cut.send(next);
+    }
+}

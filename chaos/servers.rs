@@ -1,0 +1,153 @@
+//! Postgres and Redis instances of the chaos run's own, on spare ports, to stop and restart
+//! without touching the machine's shared ones.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn spare_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+async fn await_port(port: u16) -> anyhow::Result<()> {
+    for _ in 0..600 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("nothing listens on port {port}")
+}
+
+/// Runs a command as the `postgres` user when we are root (initdb and postgres refuse root).
+fn as_postgres(program: &Path, args: &[&str]) -> Command {
+    let root = std::env::var("USER").map(|u| u == "root").unwrap_or(false) || unsafe_uid_is_root();
+    if root {
+        let mut line = format!("'{}'", program.display());
+        for a in args {
+            line.push_str(&format!(" '{a}'"));
+        }
+        let mut command = Command::new("su");
+        command.args(["postgres", "-s", "/bin/sh", "-c", &line]);
+        command
+    } else {
+        let mut command = Command::new(program);
+        command.args(args);
+        command
+    }
+}
+
+fn unsafe_uid_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+pub struct Postgres {
+    pub port: u16,
+    bin: PathBuf,
+    data: PathBuf,
+}
+
+impl Postgres {
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .max()
+            .ok_or_else(|| anyhow::anyhow!("no /usr/lib/postgresql/*/bin (run scripts/services)"))?;
+        let data = dir.join("pg");
+        std::fs::create_dir_all(&data)?;
+        let _ = Command::new("chown").args(["-R", "postgres"]).arg(dir).status();
+        let initdb = bin.join("initdb");
+        let status = as_postgres(&initdb, &["-D", &data.display().to_string(), "-U", "postgres", "-A", "trust"])
+            .stdout(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "initdb failed");
+        let pg = Self { port: spare_port(), bin, data };
+        pg.up().await?;
+        Ok(pg)
+    }
+
+    pub fn url(&self, port: u16) -> String {
+        format!("postgres://postgres@127.0.0.1:{port}/postgres")
+    }
+
+    async fn up(&self) -> anyhow::Result<()> {
+        let options =
+            format!("-p {} -c listen_addresses=127.0.0.1 -k /tmp -c max_connections=200 -c fsync=on", self.port);
+        let log = self.data.join("server.log").display().to_string();
+        let status = as_postgres(
+            &self.bin.join("pg_ctl"),
+            &["-D", &self.data.display().to_string(), "-l", &log, "-o", &options, "start"],
+        )
+        .stdout(Stdio::null())
+        .status()?;
+        anyhow::ensure!(status.success(), "pg_ctl start failed");
+        await_port(self.port).await
+    }
+
+    /// An immediate stop is a crash: recovery replays the WAL; committed rows survive.
+    pub async fn crash_and_restart(&self) -> anyhow::Result<()> {
+        let _ =
+            as_postgres(&self.bin.join("pg_ctl"), &["-D", &self.data.display().to_string(), "-m", "immediate", "stop"])
+                .stdout(Stdio::null())
+                .status()?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.up().await
+    }
+
+    pub fn stop(&self) {
+        let _ = as_postgres(&self.bin.join("pg_ctl"), &["-D", &self.data.display().to_string(), "-m", "fast", "stop"])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+pub struct Redis {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let dir = dir.join("redis");
+        std::fs::create_dir_all(&dir)?;
+        let mut redis = Self { port: spare_port(), dir, child: None };
+        redis.up().await?;
+        Ok(redis)
+    }
+
+    /// AOF with fsync on every write: a killed Redis comes back with every acknowledged entry,
+    /// as a production deployment that promises no loss must be configured.
+    async fn up(&mut self) -> anyhow::Result<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        await_port(self.port).await
+    }
+
+    pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        self.stop();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.up().await
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
