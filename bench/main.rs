@@ -45,6 +45,15 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl Args {
+    fn wants(&self, part: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == part)
+    }
 }
 
 #[derive(Serialize, Clone)]
@@ -90,7 +99,7 @@ async fn main() -> anyhow::Result<()> {
     let n = args.events;
     let r = args.repeat;
 
-    for &batch in &args.batch_sizes {
+    for &batch in args.batch_sizes.iter().filter(|_| args.wants("relay")) {
         let sql = median(repeat(r, || relay::sql_limit(&env, n, batch)).await?);
         let redis = median(repeat(r, || relay::redis_limit(&env, n, batch)).await?);
         report.add("limit", format!("claim + mark delivered alone, batch {batch}"), sql, "rows/s");
@@ -115,64 +124,29 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let baseline = median(repeat(r, || relay::per_row_baseline(&env, args.baseline_events)).await?);
-    report.add("baseline", "per-row dispatcher (select 50; claim, XADD, mark each)", baseline, "rows/s");
-    let best = report
-        .0
-        .iter()
-        .filter(|f| f.section == "relay" && f.name.starts_with("1 relay"))
-        .map(|f| f.value)
-        .fold(0.0, f64::max);
-    report.add("ratio", "best single relay / per-row baseline", best / baseline, "x");
-
-    for (rate, notify) in [(1000, false), (1000, true), (5000, false), (5000, true)] {
-        let runs = repeat(r, || latency::dwell(&env, rate, args.latency_seconds, notify)).await?;
-        let mode = if notify { "NOTIFY" } else { "polling 250ms" };
-        report.add("dwell", format!("p50 at {rate}/s, {mode}"), median(runs.iter().map(|d| d.p50_ms).collect()), "ms");
-        report.add("dwell", format!("p99 at {rate}/s, {mode}"), median(runs.iter().map(|d| d.p99_ms).collect()), "ms");
-        report.add("dwell", format!("max at {rate}/s, {mode}"), median(runs.iter().map(|d| d.max_ms).collect()), "ms");
-        report.add(
-            "dwell",
-            format!("events measured at {rate}/s, {mode}"),
-            median(runs.iter().map(|d| d.events as f64).collect()),
-            "events",
-        );
+    if args.wants("baseline") {
+        let baseline = median(repeat(r, || relay::per_row_baseline(&env, args.baseline_events)).await?);
+        report.add("baseline", "per-row dispatcher (select 50; claim, XADD, mark each)", baseline, "rows/s");
+        let singles = report.0.iter().filter(|f| f.section == "relay" && f.name.starts_with("1 relay"));
+        let best = singles.map(|f| f.value).fold(0.0, f64::max);
+        report.add("ratio", "best single relay / per-row baseline", best / baseline, "x");
     }
-
-    let clean = report.0.iter().find(|f| f.name == "1 relay(s), batch 500").map(|f| f.value).unwrap_or(0.0);
-    let bloat = median(
-        repeat(r, || relay::bloated(&env, n, args.history, 500)).await?.iter().map(|x| x.rows_per_sec).collect(),
-    );
-    report.add(
-        "bloat",
-        format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history),
-        bloat,
-        "rows/s",
-    );
-    if clean > 0.0 {
-        report.add("ratio", "bloated / clean table, batch 500", bloat / clean * 100.0, "%");
+    if args.wants("dwell") {
+        dwell(&env, &args, &mut report).await?;
     }
-
-    let c = args.consumer_events;
-    let bridge_limit = median(repeat(r, || consumer::bridge_limit(&env, c, 500)).await?);
-    let bridge = median(repeat(r, || consumer::bridge(&env, c, 500)).await?);
-    report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
-    report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
-    report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
-    let worker_limit = median(repeat(r, || consumer::worker_limit(&env, c, 100)).await?);
-    report.add("limit", "worker claim + handler + mark alone, batch 100", worker_limit, "rows/s");
-    for concurrency in [1, 2] {
-        let worker = median(repeat(r, || consumer::worker(&env, c, 100, concurrency)).await?);
-        report.add("worker", format!("1 worker, batch 100, concurrency {concurrency}"), worker, "rows/s");
-        report.add(
-            "ratio",
-            format!("worker (concurrency {concurrency}) / its SQL limit"),
-            worker / worker_limit * 100.0,
-            "%",
-        );
+    if args.wants("bloat") {
+        let clean = report.0.iter().find(|f| f.name == "1 relay(s), batch 500").map(|f| f.value).unwrap_or(0.0);
+        let runs = repeat(r, || relay::bloated(&env, n, args.history, 500)).await?;
+        let bloat = median(runs.iter().map(|x| x.rows_per_sec).collect());
+        let name = format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history);
+        report.add("bloat", name, bloat, "rows/s");
+        if clean > 0.0 {
+            report.add("ratio", "bloated / clean table, batch 500", bloat / clean * 100.0, "%");
+        }
     }
-    let chain = median(repeat(r, || consumer::end_to_end(&env, c)).await?);
-    report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
+    if args.wants("consumer") {
+        consumer_side(&env, &args, &mut report).await?;
+    }
 
     env.reset().await?;
     env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
@@ -181,6 +155,39 @@ async fn main() -> anyhow::Result<()> {
     let path = args.out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
     println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+async fn dwell(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    for (rate, notify) in [(1000, false), (1000, true), (5000, false), (5000, true)] {
+        let runs = repeat(args.repeat, || latency::dwell(env, rate, args.latency_seconds, notify)).await?;
+        let mode = if notify { "NOTIFY" } else { "polling 250ms" };
+        let pick = |f: fn(&latency::Dwell) -> f64| median(runs.iter().map(f).collect());
+        report.add("dwell", format!("p50 at {rate}/s, {mode}"), pick(|d| d.p50_ms), "ms");
+        report.add("dwell", format!("p99 at {rate}/s, {mode}"), pick(|d| d.p99_ms), "ms");
+        report.add("dwell", format!("max at {rate}/s, {mode}"), pick(|d| d.max_ms), "ms");
+        report.add("dwell", format!("events measured at {rate}/s, {mode}"), pick(|d| d.events as f64), "events");
+    }
+    Ok(())
+}
+
+async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let (c, r) = (args.consumer_events, args.repeat);
+    let bridge_limit = median(repeat(r, || consumer::bridge_limit(env, c, 500)).await?);
+    let bridge = median(repeat(r, || consumer::bridge(env, c, 500)).await?);
+    report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
+    report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
+    report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
+    let worker_limit = median(repeat(r, || consumer::worker_limit(env, c, 100)).await?);
+    report.add("limit", "worker claim + handler + mark alone, batch 100", worker_limit, "rows/s");
+    for concurrency in [1, 2] {
+        let worker = median(repeat(r, || consumer::worker(env, c, 100, concurrency)).await?);
+        report.add("worker", format!("1 worker, batch 100, concurrency {concurrency}"), worker, "rows/s");
+        let ratio = worker / worker_limit * 100.0;
+        report.add("ratio", format!("worker (concurrency {concurrency}) / its SQL limit"), ratio, "%");
+    }
+    let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
+    report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
     Ok(())
 }
 

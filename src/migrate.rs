@@ -11,6 +11,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0002_consumer_inbox", include_str!("../migrations/postgres/0002_consumer_inbox.sql")),
     ("0003_audit_logs", include_str!("../migrations/postgres/0003_audit_logs.sql")),
     ("0004_outbox_extras", include_str!("../migrations/postgres/0004_outbox_extras.sql")),
+    ("0005_queue_vacuum", include_str!("../migrations/postgres/0005_queue_vacuum.sql")),
 ];
 
 /// Arbitrary constant identifying handoff's migration lock.

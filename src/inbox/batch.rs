@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use fred::prelude::*;
-use tracing::{error, warn};
+use tracing::{error, trace, warn};
 
 use super::StreamBridge;
 use super::entry::RawEntry;
@@ -18,6 +18,7 @@ use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
 
 impl<S: InboxStore> StreamBridge<S> {
     pub(super) async fn handle(&self, entries: Vec<RawEntry>, deliveries: &HashMap<String, u64>) {
+        let started = std::time::Instant::now();
         let metrics = &self.deps.metrics;
         metrics.received.inc_by(entries.len() as u64);
         let mut events: Vec<InboxEvent> = Vec::new();
@@ -45,8 +46,10 @@ impl<S: InboxStore> StreamBridge<S> {
                 },
             }
         }
+        let validated = started.elapsed();
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
         let Some((outcomes, poison)) = self.take_over(events, poison).await else { return };
+        let committed = started.elapsed();
         self.count(&outcomes, &poison);
         self.deps.faults.reach(Point::BridgeBeforeAck).await;
         let mut ack: Vec<String> = outcomes.iter().map(|(entry_id, _)| entry_id.clone()).chain(repeats).collect();
@@ -57,6 +60,13 @@ impl<S: InboxStore> StreamBridge<S> {
             metrics.ack_failures.inc();
             warn!(stream = %self.source.key, entries = ack.len(), error = %e, "XACK failed; the entries will be redelivered and recognised");
         }
+        trace!(
+            entries = entries.len(),
+            validate_ms = validated.as_secs_f64() * 1e3,
+            commit_ms = (committed - validated).as_secs_f64() * 1e3,
+            ack_ms = (started.elapsed() - committed).as_secs_f64() * 1e3,
+            "batch handled"
+        );
     }
 
     fn over_delivered(&self, entry: &RawEntry, deliveries: u64) -> PoisonRecord {

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use tracing::{debug, warn};
+use tracing::{debug, trace, warn};
 
 use super::{Relay, Retrier, delay, error_chain};
 use crate::config::OnFailure;
@@ -78,6 +78,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             outcomes
         };
         let mut stream_outage = false;
+        let prepared = started.elapsed();
         match self.under_lease(claimant, &keys, append).await {
             Some(outcomes) => {
                 stream_outage = self.sort_outcomes(&sendable, outcomes, started, &mut settlement);
@@ -89,8 +90,16 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 return Turn { stream_outage };
             }
         }
+        let appended = started.elapsed();
         self.settle(claimant, &keys_of(&settlement), settlement).await;
-        metrics.cycle.observe(started.elapsed().as_secs_f64());
+        let settled = started.elapsed();
+        metrics.cycle.observe(settled.as_secs_f64());
+        trace!(
+            prepare_ms = prepared.as_secs_f64() * 1e3,
+            append_ms = (appended - prepared).as_secs_f64() * 1e3,
+            settle_ms = (settled - appended).as_secs_f64() * 1e3,
+            "batch done"
+        );
         Turn { stream_outage }
     }
 

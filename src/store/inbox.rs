@@ -139,14 +139,15 @@ pub trait WorkerStore: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = StoreResult<Vec<InboxRow>>> + Send;
 
-    /// In one transaction: the statements, then the fenced mark to PROCESSED; rolled back if
-    /// anything fails or the fence refuses.
-    fn apply(
+    /// In one transaction, each item in its own savepoint: the item's statements, then the
+    /// fenced mark to PROCESSED. An item whose statements fail or whose fence refuses is rolled
+    /// back to its savepoint; the others commit together (one commit for the batch). `Err` when
+    /// the transaction as a whole failed: nothing committed.
+    fn apply_batch(
         &self,
         owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
+        items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+    ) -> impl Future<Output = StoreResult<Vec<Result<Applied, ApplyError>>>> + Send;
 
     /// Records a failure: back to PENDING after `retry_in`, or DEAD when `None`. False if fenced.
     fn fail(

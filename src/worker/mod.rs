@@ -2,25 +2,24 @@
 //! handler's effect and mark PROCESSED in one transaction, or record the failure: retry with
 //! backoff, or DEAD at once when retrying cannot help.
 
+mod batch;
 mod handler;
 mod http;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::config::{Unhandled, WorkerConfig};
-use crate::relay::{Retrier, delay, error_chain};
+use crate::config::WorkerConfig;
+use crate::relay::{Retrier, error_chain};
 use crate::sql::params::Placeholder;
-use crate::store::inbox::{Applied, ApplyError, InboxRow, WorkerStore};
+use crate::store::inbox::{InboxRow, WorkerStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::telemetry::throttle::Throttle;
 pub use handler::Handler;
-use handler::{Effect, MissingField};
-use http::Delivery;
 
 pub struct WorkerDeps<S> {
     pub store: S,
@@ -35,14 +34,6 @@ pub struct Worker<S> {
     config: WorkerConfig,
     handlers: Vec<Handler>,
     deps: WorkerDeps<S>,
-}
-
-/// What to do with a row after its handler ran.
-enum Outcome {
-    Processed,
-    Fenced,
-    Retry(String),
-    Dead(String),
 }
 
 impl<S: WorkerStore> Worker<S> {
@@ -128,107 +119,6 @@ impl<S: WorkerStore> Worker<S> {
         }
     }
 
-    /// Rows one after another, the lease of those not yet done renewed while each runs. On
-    /// shutdown the rest of the batch is released untouched.
-    async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
-        for (i, row) in rows.iter().enumerate() {
-            let held: Vec<(i64, i64)> = rows[i..].iter().map(|r| (r.id, r.token)).collect();
-            if shutdown.is_cancelled() {
-                self.release(owner, &held).await;
-                return;
-            }
-            if row.reclaimed {
-                self.deps.metrics.reclaims.inc();
-            }
-            match self.under_lease(owner, &held, self.process(owner, row)).await {
-                Some(()) => {}
-                None => {
-                    self.release(owner, &held).await;
-                    return;
-                }
-            }
-        }
-    }
-
-    async fn process(&self, owner: &str, row: &InboxRow) {
-        let started = Instant::now();
-        let outcome = if row.expired_leases >= self.config.max_expired_leases {
-            Outcome::Dead(format!(
-                "lease expired {} times: the row keeps its worker from finishing",
-                row.expired_leases
-            ))
-        } else {
-            self.apply(owner, row).await
-        };
-        let metrics = &self.deps.metrics;
-        let failure = match outcome {
-            Outcome::Processed => {
-                metrics.processed(&row.event_type, started.elapsed().as_secs_f64());
-                return;
-            }
-            Outcome::Fenced => {
-                metrics.fenced.inc();
-                warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
-                return;
-            }
-            Outcome::Retry(error) if row.attempts + 1 < self.config.max_attempts => {
-                metrics.failed(&row.event_type);
-                (error, Some(delay(&self.config.backoff, row.attempts + 1)))
-            }
-            Outcome::Retry(error) | Outcome::Dead(error) => {
-                metrics.dead(&row.event_type);
-                (error, None)
-            }
-        };
-        let error = truncate(&failure.0, self.config.error_max_len);
-        debug!(event_id = %row.event_id, error = %error, dead = failure.1.is_none(), "handler failed");
-        self.persist_failure(owner, row, &error, failure.1).await;
-    }
-
-    async fn apply(&self, owner: &str, row: &InboxRow) -> Outcome {
-        let Some(handler) = self.handlers.iter().find(|h| h.serves(&row.event_type)) else {
-            return match self.config.unhandled {
-                Unhandled::Dead => Outcome::Dead(format!("no handler serves event type `{}`", row.event_type)),
-                Unhandled::Skip => self.commit(owner, row, &[]).await,
-            };
-        };
-        match &handler.effect {
-            Effect::Sql(statements) => {
-                let bound: Result<Vec<_>, MissingField> =
-                    statements.iter().enumerate().map(|(i, s)| s.bind(i, row)).collect();
-                match bound {
-                    Ok(bound) => self.commit(owner, row, &bound).await,
-                    Err(MissingField(name)) => Outcome::Dead(format!("payload has no field for :{name}")),
-                }
-            }
-            Effect::Http(http) => match http.deliver(row).await {
-                Delivery::Done => self.commit(owner, row, &[]).await,
-                Delivery::Refused(e) => Outcome::Dead(e),
-                Delivery::Failed(e) => Outcome::Retry(e),
-            },
-        }
-    }
-
-    async fn commit(
-        &self,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[crate::store::inbox::BoundStatement<'_>],
-    ) -> Outcome {
-        match self.deps.store.apply(owner, row, statements).await {
-            Ok(Applied::Processed) => Outcome::Processed,
-            Ok(Applied::Fenced) => Outcome::Fenced,
-            Err(ApplyError::Handler { message, deterministic: true, .. }) => Outcome::Dead(message),
-            Err(e @ ApplyError::Handler { .. }) => Outcome::Retry(e.to_string()),
-            // The database went away: not the row's fault. Its lease lapses and it comes back.
-            Err(ApplyError::Store(e)) => {
-                warn!(event_id = %row.event_id, error = %error_chain(&e), "database unavailable while applying; the row will be retried");
-                self.deps.health.set_source_ok(false);
-                Outcome::Fenced
-            }
-        }
-    }
-
     async fn persist_failure(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) {
         match self.deps.store.fail(owner, row, error, retry_in).await {
             Ok(true) => {}
@@ -239,9 +129,24 @@ impl<S: WorkerStore> Worker<S> {
         }
     }
 
+    /// Hands rows back without counting an attempt, retrying through a database outage until
+    /// the shutdown drain ends (then their leases lapse).
     async fn release(&self, owner: &str, rows: &[(i64, i64)]) {
-        if let Err(e) = self.deps.store.release(owner, rows).await {
-            warn!(rows = rows.len(), error = %error_chain(&e), "could not release rows; their leases will lapse");
+        let mut retrier = Retrier::new(self.config.outage_backoff.clone());
+        loop {
+            match self.deps.store.release(owner, rows).await {
+                Ok(_) => return,
+                Err(e) => {
+                    debug!(rows = rows.len(), error = %error_chain(&e), "could not release rows yet");
+                    tokio::select! {
+                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.abandon.cancelled() => {
+                            warn!(rows = rows.len(), "could not release rows; their leases will lapse");
+                            return;
+                        }
+                    }
+                }
+            }
         }
     }
 

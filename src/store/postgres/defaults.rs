@@ -1,5 +1,10 @@
 //! Default statements for the reference schema (`migrations/postgres`), with `{table}` replaced by
-//! the relay's table. Every state change is fenced by claimant + token and by status.
+//! the relay's table. Every state change is fenced by claimant + token, and by
+//! `lease_expires_at IS NOT NULL`, which in this schema holds exactly for IN_FLIGHT rows. The
+//! settles say that rather than `status = 'IN_FLIGHT'` on purpose: that predicate makes the
+//! planner scan the whole IN_FLIGHT partial index — every dead entry settled rows left in it
+//! since the last vacuum — instead of probing the primary key once per row (measured: settle
+//! times growing from 8 ms to 150 ms per 500 rows within seconds under load).
 
 use crate::config::OnFailure;
 use crate::store::statements::StatementKind;
@@ -45,27 +50,27 @@ SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id,
     lease_expires_at = NULL, last_error = NULL
 FROM unnest(:ids::bigint[], :tokens::bigint[], :entry_ids::text[]) AS s(id, token, entry_id)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
-  AND o.status = 'IN_FLIGHT'";
+  AND o.lease_expires_at IS NOT NULL";
 
 const DELETE: &str = "\
 DELETE FROM {table} o
 USING unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
-  AND o.status = 'IN_FLIGHT'";
+  AND o.lease_expires_at IS NOT NULL";
 
 const RETRY: &str = "\
 UPDATE {table}
 SET status = 'PENDING', attempts = attempts + 1, last_error = :error, lease_expires_at = NULL,
     next_attempt_at = now() + :delay_ms::bigint * interval '1 millisecond'
 WHERE id = :id::bigint AND claim_token = :token AND claimed_by = :claimant
-  AND status = 'IN_FLIGHT'";
+  AND lease_expires_at IS NOT NULL";
 
 const DEAD: &str = "\
 UPDATE {table}
 SET status = 'DEAD', attempts = attempts + 1, last_error = :error, lease_expires_at = NULL,
     dead_at = now()
 WHERE id = :id::bigint AND claim_token = :token AND claimed_by = :claimant
-  AND status = 'IN_FLIGHT'";
+  AND lease_expires_at IS NOT NULL";
 
 /// Hands rows back untouched: an outage is not the row's fault, so attempts stay as they were.
 const RELEASE: &str = "\
@@ -73,14 +78,14 @@ UPDATE {table} o
 SET status = 'PENDING', lease_expires_at = NULL
 FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
-  AND o.status = 'IN_FLIGHT'";
+  AND o.lease_expires_at IS NOT NULL";
 
 const RENEW: &str = "\
 UPDATE {table} o
 SET lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond'
 FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
-  AND o.status = 'IN_FLIGHT'";
+  AND o.lease_expires_at IS NOT NULL";
 
 /// Gauges for the metrics sampler. Each arm reads one partial index (or the rows it covers), so
 /// the cost follows the backlog and the DEAD rows, never the delivered history.

@@ -11,8 +11,8 @@ use super::values::Param;
 use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
 use crate::store::PrepareError;
-use crate::store::StoreResult;
 use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
+use crate::store::{StoreError, StoreResult};
 
 pub struct PgWorker {
     pool: Pool,
@@ -90,6 +90,28 @@ impl WorkerSql {
 impl PgWorker {
     pub fn new(pool: Pool, table: &str, consumer: &str, faults: Faults) -> Self {
         Self { pool, consumer: consumer.to_owned(), faults, sql: WorkerSql::new(table) }
+    }
+
+    /// One row inside its savepoint: the handler's statements, then the fenced mark.
+    async fn apply_one(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> Result<Applied, ApplyError> {
+        for statement in statements {
+            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
+            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
+        }
+        self.faults.reach(Point::WorkerInHandler).await;
+        let marked = tx
+            .execute(&self.sql.processed, &[&row.id, &owner, &row.token])
+            .await
+            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
+        Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
     }
 }
 
@@ -187,32 +209,39 @@ impl WorkerStore for PgWorker {
             .collect())
     }
 
-    async fn apply(
+    async fn apply_batch(
         &self,
         owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> Result<Applied, ApplyError> {
+        items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+    ) -> StoreResult<Vec<Result<Applied, ApplyError>>> {
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
-        let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
-        for statement in statements {
-            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
-            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
+        let mut tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
+        let mut results = Vec::with_capacity(items.len());
+        for (row, statements) in items {
+            let savepoint = tx.savepoint("handoff_row").await.map_err(|e| query_error("apply", e))?;
+            let outcome = self.apply_one(&savepoint, owner, row, statements).await;
+            match outcome {
+                Ok(Applied::Processed) => savepoint.commit().await.map_err(|e| query_error("apply", e))?,
+                // The fence refused or a statement failed: undo this row's effect only.
+                Ok(Applied::Fenced) | Err(ApplyError::Handler { .. }) => {
+                    savepoint.rollback().await.map_err(|e| query_error("apply", e))?
+                }
+                Err(ApplyError::Store(e)) => return Err(e),
+            }
+            results.push(outcome);
         }
-        self.faults.reach(Point::WorkerInHandler).await;
-        let marked = tx
-            .execute(&self.sql.processed, &[&row.id, &owner, &row.token])
-            .await
-            .map_err(|e| query_error("mark processed", e))?;
-        if marked == 0 {
-            // Dropping the transaction rolls the effect back.
-            tx.rollback().await.map_err(|e| query_error("roll back a fenced row", e))?;
-            return Ok(Applied::Fenced);
+        match tx.commit().await {
+            Ok(()) => Ok(results),
+            // A failure at commit (a deferred constraint, say) belongs to one of the rows when
+            // there is just one; with several the caller retries them one by one to find it.
+            Err(e) => match handler_error(usize::MAX, e) {
+                handler @ ApplyError::Handler { .. } if items.len() == 1 => Ok(vec![Err(handler)]),
+                ApplyError::Handler { message, .. } => {
+                    Err(StoreError::Statement { statement: "commit", source: message.into() })
+                }
+                ApplyError::Store(e) => Err(e),
+            },
         }
-        tx.commit().await.map_err(|e| handler_error(statements.len(), e))?;
-        Ok(Applied::Processed)
     }
 
     async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {

@@ -1,0 +1,148 @@
+//! One claimed batch: decide each row's effect, apply the SQL effects in one transaction (a
+//! savepoint per row), then record the failures. HTTP effects are POSTed first; their rows are
+//! then only marked PROCESSED in the same transaction.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::handler::{Effect, MissingField};
+use super::http::Delivery;
+use super::{Worker, truncate};
+use crate::config::Unhandled;
+use crate::relay::{delay, error_chain};
+use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
+
+/// A row's fate when it is not (or no longer) part of the transaction.
+enum Failure {
+    Retry(String),
+    Dead(String),
+}
+
+impl<S: WorkerStore> Worker<S> {
+    pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
+        let started = Instant::now();
+        let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
+        let work = async {
+            let mut failures: Vec<(&InboxRow, Failure)> = Vec::new();
+            let mut items: Vec<(&InboxRow, Vec<BoundStatement<'_>>)> = Vec::new();
+            for row in &rows {
+                if row.reclaimed {
+                    self.deps.metrics.reclaims.inc();
+                }
+                match self.prepare(row).await {
+                    Ok(statements) => items.push((row, statements)),
+                    Err(failure) => failures.push((row, failure)),
+                }
+            }
+            let applied = self.apply(owner, &items).await;
+            (items, applied, failures)
+        };
+        if shutdown.is_cancelled() {
+            self.release(owner, &held).await;
+            return;
+        }
+        let Some((items, applied, failures)) = self.under_lease(owner, &held, work).await else {
+            self.release(owner, &held).await;
+            return;
+        };
+        let seconds = started.elapsed().as_secs_f64() / rows.len().max(1) as f64;
+        let mut failures = failures;
+        match applied {
+            Ok(results) => {
+                for ((row, _), result) in items.iter().zip(results) {
+                    match result {
+                        Ok(Applied::Processed) => self.deps.metrics.processed(&row.event_type, seconds),
+                        Ok(Applied::Fenced) => {
+                            self.deps.metrics.fenced.inc();
+                            warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
+                        }
+                        Err(ApplyError::Handler { message, deterministic: true, .. }) => {
+                            failures.push((row, Failure::Dead(message)))
+                        }
+                        Err(e) => failures.push((row, Failure::Retry(e.to_string()))),
+                    }
+                }
+            }
+            // Not the rows' fault: hand them back untouched.
+            Err(e) => {
+                warn!(error = %error_chain(&e), rows = items.len(), "applying the batch failed; releasing its rows");
+                self.deps.health.set_source_ok(false);
+                let back: Vec<(i64, i64)> = items.iter().map(|(r, _)| (r.id, r.token)).collect();
+                self.release(owner, &back).await;
+            }
+        }
+        for (row, failure) in failures {
+            self.record(owner, row, failure).await;
+        }
+    }
+
+    /// The statements to run for `row` (none: only mark it), or why it fails without them.
+    async fn prepare<'a>(&'a self, row: &InboxRow) -> Result<Vec<BoundStatement<'a>>, Failure> {
+        if row.expired_leases >= self.config.max_expired_leases {
+            return Err(Failure::Dead(format!(
+                "lease expired {} times: the row keeps its worker from finishing",
+                row.expired_leases
+            )));
+        }
+        let Some(handler) = self.handlers.iter().find(|h| h.serves(&row.event_type)) else {
+            return match self.config.unhandled {
+                Unhandled::Dead => Err(Failure::Dead(format!("no handler serves event type `{}`", row.event_type))),
+                Unhandled::Skip => Ok(Vec::new()),
+            };
+        };
+        match &handler.effect {
+            Effect::Sql(statements) => statements
+                .iter()
+                .enumerate()
+                .map(|(i, s)| s.bind(i, row))
+                .collect::<Result<Vec<_>, MissingField>>()
+                .map_err(|MissingField(name)| Failure::Dead(format!("payload has no field for :{name}"))),
+            Effect::Http(http) => match http.deliver(row).await {
+                Delivery::Done => Ok(Vec::new()),
+                Delivery::Refused(e) => Err(Failure::Dead(e)),
+                Delivery::Failed(e) => Err(Failure::Retry(e)),
+            },
+        }
+    }
+
+    /// Applies the batch; if the database refuses it as a whole, row by row so the row at
+    /// fault gets the error and the others still commit.
+    async fn apply(
+        &self,
+        owner: &str,
+        items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+    ) -> crate::store::StoreResult<Vec<Result<Applied, ApplyError>>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.deps.store.apply_batch(owner, items).await {
+            Err(e) if !e.is_unavailable() && items.len() > 1 => {
+                debug!(error = %error_chain(&e), "batch refused; applying row by row");
+                let mut results = Vec::with_capacity(items.len());
+                for item in items {
+                    results.extend(self.deps.store.apply_batch(owner, std::slice::from_ref(item)).await?);
+                }
+                Ok(results)
+            }
+            other => other,
+        }
+    }
+
+    async fn record(&self, owner: &str, row: &InboxRow, failure: Failure) {
+        let (error, retry_in): (String, Option<Duration>) = match failure {
+            Failure::Retry(error) if row.attempts + 1 < self.config.max_attempts => {
+                self.deps.metrics.failed(&row.event_type);
+                (error, Some(delay(&self.config.backoff, row.attempts + 1)))
+            }
+            Failure::Retry(error) | Failure::Dead(error) => {
+                self.deps.metrics.dead(&row.event_type);
+                (error, None)
+            }
+        };
+        let error = truncate(&error, self.config.error_max_len);
+        debug!(event_id = %row.event_id, error = %error, dead = retry_in.is_none(), "handler failed");
+        self.persist_failure(owner, row, &error, retry_in).await;
+    }
+}
