@@ -4,13 +4,15 @@
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, WorkerConfig};
 use crate::fault::Faults;
 use crate::inbox::validate::Validator;
 use crate::relay::entries::EntryBuilder;
-use crate::sql::params::Placeholder;
-use crate::store::postgres::{self, PgOutbox, PrepareError};
-use crate::store::postgres::{PgInbox, PgWorker};
+use crate::store::database::{Database, Dialect};
+use crate::store::inbox::WorkerStore;
+use crate::store::mysql::{MyInbox, MyOutbox, MyWorker};
+use crate::store::postgres::{PgInbox, PgOutbox, PgWorker};
+use crate::store::{OutboxStore, PrepareError};
 use crate::stream::EventStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
@@ -28,11 +30,8 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(e) => problems.push(format!("redis: {e}")),
         },
     }
-    let pool = match postgres::pool(&config.database, "handoff-check") {
-        Ok(pool) => pool,
-        Err(e) => return Err(vec![e.to_string()]),
-    };
-    match postgres::probe(&pool).await {
+    let db = Database::connect(&config.database, "handoff-check").map_err(|e| vec![e.to_string()])?;
+    match db.probe().await {
         Ok(()) => ok.push("database: reachable".to_owned()),
         Err(e) => {
             problems.push(format!("database: {}", crate::relay::error_chain(&e)));
@@ -40,10 +39,14 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         }
     }
     for relay in &config.relays {
-        match PgOutbox::prepare(pool.clone(), relay).await {
+        let prepared = match &db {
+            Database::Postgres(pool) => relay_columns(PgOutbox::prepare(pool.clone(), relay).await),
+            Database::Mysql(pool) => relay_columns(MyOutbox::prepare(pool.clone(), relay).await),
+        };
+        match prepared {
             Err(PrepareError::Invalid(errors)) => problems.extend(errors),
-            Err(e @ PrepareError::Unreachable(_)) => problems.push(e.to_string()),
-            Ok(store) => match EntryBuilder::new(relay, &crate::store::OutboxStore::columns(&store)) {
+            Err(e) => problems.push(e.to_string()),
+            Ok(columns) => match EntryBuilder::new(relay, &columns) {
                 Ok(_) => ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name)),
                 Err(e) => problems.push(e),
             },
@@ -54,28 +57,46 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(_) => ok.push(format!("bridge `{}`: validation rules loaded", bridge.name)),
             Err(e) => problems.push(format!("bridge `{}` {e}", bridge.name)),
         }
-        let inbox = PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table);
-        match inbox.check().await {
+        let checked = match &db {
+            Database::Postgres(pool) => PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table).check().await,
+            Database::Mysql(pool) => MyInbox::new(pool.clone(), &bridge.table, &bridge.poison_table).check().await,
+        };
+        match checked {
             Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
             Err(e) => problems.push(format!("bridge `{}`: {e}", bridge.name)),
         }
     }
     for worker in &config.workers {
-        let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
-        let deps = WorkerDeps {
-            store,
-            metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),
-            health: Health::default().register("check", std::time::Duration::MAX),
-            owner: "check".into(),
-            abandon: CancellationToken::new(),
+        let checked = match &db {
+            Database::Postgres(pool) => {
+                let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
+                check_worker(worker, store, Dialect::Postgres).await
+            }
+            Database::Mysql(pool) => {
+                let store = MyWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
+                check_worker(worker, store, Dialect::Mysql).await
+            }
         };
-        match Worker::new(worker.clone(), Placeholder::Numbered, deps) {
+        match checked {
+            Ok(()) => ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name)),
             Err(e) => problems.push(e),
-            Ok(built) => match built.check_statements(&built.handler_sql()).await {
-                Ok(()) => ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name)),
-                Err(e) => problems.push(format!("worker `{}`: {e}", worker.name)),
-            },
         }
     }
     if problems.is_empty() { Ok(ok) } else { Err(problems) }
+}
+
+fn relay_columns<S: OutboxStore>(prepared: Result<S, PrepareError>) -> Result<std::sync::Arc<[String]>, PrepareError> {
+    prepared.map(|store| store.columns())
+}
+
+async fn check_worker<S: WorkerStore>(worker: &WorkerConfig, store: S, dialect: Dialect) -> Result<(), String> {
+    let deps = WorkerDeps {
+        store,
+        metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),
+        health: Health::default().register("check", std::time::Duration::MAX),
+        owner: "check".into(),
+        abandon: CancellationToken::new(),
+    };
+    let built = Worker::new(worker.clone(), dialect.placeholder(), deps)?;
+    built.check_statements(&built.handler_sql()).await.map_err(|e| format!("worker `{}`: {e}", worker.name))
 }

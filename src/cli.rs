@@ -85,7 +85,10 @@ pub struct DeadArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Migrate { print: true } = cli.command {
-        for (version, sql) in migrate::POSTGRES {
+        let mysql = config::load(&cli.config).ok().and_then(|c| c.database.url).is_some_and(|u| {
+            crate::store::database::Dialect::of(u.expose()) == Some(crate::store::database::Dialect::Mysql)
+        });
+        for (version, sql) in if mysql { migrate::MYSQL } else { migrate::POSTGRES } {
             println!("-- {version}\n{sql}");
         }
         return ExitCode::SUCCESS;
@@ -131,8 +134,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Dead { action } => dead(&config, action).await,
         Command::Migrate { .. } => {
             let result = async {
-                let pool = crate::store::postgres::pool(&config.database, "handoff-migrate")?;
-                migrate::postgres(&pool).await
+                let db = crate::store::database::Database::connect(&config.database, "handoff-migrate")?;
+                db.migrate().await
             };
             match result.await {
                 Ok(applied) if applied.is_empty() => {
@@ -153,6 +156,10 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
 }
 
 async fn status(config: &Config, json: bool) -> ExitCode {
+    if let Some(e) = postgres_only(config) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let pool = match crate::store::postgres::pool(&config.database, "handoff-status") {
         Ok(pool) => pool,
         Err(e) => {
@@ -184,6 +191,10 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         error_contains: args.error,
         limit: args.limit,
     };
+    if let Some(e) = postgres_only(config) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let pool = match crate::store::postgres::pool(&config.database, "handoff-dead") {
         Ok(pool) => pool,
         Err(e) => {
@@ -224,4 +235,11 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         println!("{verb}: {} row(s)", rows.len());
     }
     ExitCode::SUCCESS
+}
+
+/// `status` and `dead` read the Postgres reference schema; MySQL has its own statements to come.
+fn postgres_only(config: &Config) -> Option<&'static str> {
+    let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    (crate::store::database::Dialect::of(url) != Some(crate::store::database::Dialect::Postgres))
+        .then_some("this command supports Postgres databases only (MySQL: query the tables directly)")
 }

@@ -15,5 +15,6 @@ pub mod shutdown;
 pub mod sql;
 pub mod store;
 pub mod stream;
+pub mod tasks;
 pub mod telemetry;
 pub mod worker;

@@ -14,6 +14,45 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0005_queue_vacuum", include_str!("../migrations/postgres/0005_queue_vacuum.sql")),
 ];
 
+/// The MySQL / MariaDB reference schema, in order; each file is idempotent.
+pub const MYSQL: &[(&str, &str)] = &[
+    ("0001_audit_outbox", include_str!("../migrations/mysql/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../migrations/mysql/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../migrations/mysql/0003_audit_logs.sql")),
+];
+
+/// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is
+/// idempotent and a named lock (not a transaction) keeps replicas from running it together.
+pub async fn mysql(pool: &mysql_async::Pool) -> anyhow::Result<Vec<&'static str>> {
+    use mysql_async::prelude::Queryable;
+    let mut conn = pool.get_conn().await.context("connecting to the database")?;
+    let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('handoff_migrate', 60)").await?;
+    anyhow::ensure!(locked == Some(1), "another migration holds the lock");
+    conn.query_drop(
+        "CREATE TABLE IF NOT EXISTS handoff_schema_migrations (
+             version    VARCHAR(64) NOT NULL PRIMARY KEY,
+             applied_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+         ) ENGINE = InnoDB",
+    )
+    .await?;
+    let mut applied = Vec::new();
+    for (version, sql) in MYSQL {
+        let done: Option<i64> =
+            conn.exec_first("SELECT 1 FROM handoff_schema_migrations WHERE version = ?", (version,)).await?;
+        if done.is_some() {
+            continue;
+        }
+        for statement in crate::sql::params::split_statements(sql, crate::sql::params::Placeholder::Positional)? {
+            conn.query_drop(statement).await.with_context(|| format!("applying migration {version}"))?;
+        }
+        conn.exec_drop("INSERT INTO handoff_schema_migrations (version) VALUES (?)", (version,)).await?;
+        info!(version, "migration applied");
+        applied.push(*version);
+    }
+    conn.query_drop("DO RELEASE_LOCK('handoff_migrate')").await?;
+    Ok(applied)
+}
+
 /// Arbitrary constant identifying handoff's migration lock.
 const LOCK_KEY: i64 = 0x68616e646f6666;
 

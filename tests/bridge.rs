@@ -220,3 +220,27 @@ async fn an_entry_delivered_too_often_goes_to_poison() {
     await_acknowledged(&env, "user").await;
     assert_eq!(env.inbox_count("PENDING").await, 0);
 }
+
+#[tokio::test]
+async fn idle_consumers_left_by_dead_instances_are_deleted() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "i", 3).await;
+    let key = env.stream("user");
+    let _: Value = env.redis.xgroup_create(&key, "admin", "0", true).await.unwrap();
+    let _: Value = env.redis.xgroup_createconsumer(&key, "admin", "ghost-pod").await.unwrap();
+    let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], "delete_idle_consumers_after = \"300ms\""));
+    await_inbox(&env, 3).await;
+    eventually("the idle consumer to be deleted", || async {
+        let consumers: Value = env
+            .redis
+            .custom(
+                fred::types::CustomCommand::new_static("XINFO", fred::types::ClusterHash::Offset(1), false),
+                vec!["CONSUMERS".to_owned(), key.clone(), "admin".to_owned()],
+            )
+            .await
+            .unwrap();
+        let listed = format!("{consumers:?}");
+        (!listed.contains("ghost-pod") && listed.contains("b1")).then_some(())
+    })
+    .await;
+}

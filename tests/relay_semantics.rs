@@ -201,3 +201,23 @@ async fn dead_rows_are_listed_re_driven_with_history_and_purged() {
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(status[0]["dead"], 1);
 }
+
+#[tokio::test]
+async fn dedupe_works_on_redis_cluster_across_slots() {
+    let cluster = common::redis_cluster::RedisCluster::start().await;
+    let env = TestEnv::with_redis(&cluster.url()).await;
+    // Three aggregate types: three streams, spread over the cluster's slots.
+    for kind in ["user", "order", "invoice"] {
+        env.insert_events(kind, kind, 20).await;
+    }
+    let config = env.config("[relay.dedupe]\nwindow = \"10m\"");
+    let mut first = Handoff::run_paused(&config, "after_append");
+    first.await_paused().await;
+    first.kill();
+    let _second = Handoff::run(&config);
+    env.await_delivered(60).await;
+    for kind in ["user", "order", "invoice"] {
+        let ids = env.stream_event_ids(&env.stream(kind)).await;
+        assert_eq!(ids.len(), 20, "one entry per {kind} event despite the takeover");
+    }
+}

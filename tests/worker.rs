@@ -251,3 +251,26 @@ async fn the_http_handler_sends_the_idempotency_key_retries_5xx_and_kills_on_4xx
         env.db.query_one("SELECT last_error FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap().get(0);
     assert!(error.contains("422"), "{error}");
 }
+
+#[tokio::test]
+async fn retention_purges_old_processed_rows_and_keeps_dead_and_recent_ones() {
+    let env = TestEnv::new().await;
+    insert_many(&env, "old", 12).await;
+    insert_many(&env, "new", 3).await;
+    env.db
+        .batch_execute(
+            "UPDATE consumer_inbox SET status = 'PROCESSED', processed_at = now() - interval '8 days' WHERE event_id LIKE 'old-%';
+             UPDATE consumer_inbox SET status = 'DEAD', dead_at = now() - interval '30 days' WHERE event_id = 'old-1';",
+        )
+        .await
+        .unwrap();
+    let extra = "[worker.retention]\nprocessed_after = \"7d\"\nbatch = 5\ninterval = \"100ms\"";
+    let worker = Handoff::run(&worker_config(&env, extra));
+    eventually("old processed rows purged", || async {
+        (env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE event_id LIKE 'old-%'").await == 1).then_some(())
+    })
+    .await;
+    await_status(&env, "PROCESSED", 3).await;
+    assert_eq!(env.inbox_count("DEAD").await, 1);
+    worker.await_log("purged processed rows").await;
+}

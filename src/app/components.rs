@@ -4,7 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -14,29 +13,58 @@ use crate::inbox::validate::Validator;
 use crate::inbox::{BridgeDeps, StreamBridge};
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps, Retrier};
-use crate::sql::params::Placeholder;
-use crate::store::PrepareError;
+use crate::store::database::{Database, Dialect};
+use crate::store::inbox::{InboxStore, WorkerStore};
+use crate::store::mysql::{MyInbox, MyOutbox, MyWorker};
 use crate::store::postgres::{PgInbox, PgOutbox, PgWorker};
+use crate::store::{OutboxStore, PrepareError};
 use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tracker`. `Ok(false)` if shutdown came
 /// while waiting for the database.
-pub async fn spawn_all(config: &Config, shared: &Shared, pool: &Pool, stream: &RedisStream) -> anyhow::Result<bool> {
+pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: &RedisStream) -> anyhow::Result<bool> {
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
     let bridge_metrics = BridgeMetrics::register(&shared.registry)?;
     let worker_metrics = WorkerMetrics::register(&shared.registry)?;
     for relay in &config.relays {
-        if !spawn_relay(config, relay, shared, pool, stream, &relay_metrics).await? {
+        if !spawn_relay(config, relay, shared, db, stream, &relay_metrics).await? {
             return Ok(false);
         }
     }
     for bridge in &config.bridges {
-        spawn_bridge(config, bridge, shared, pool, stream, &bridge_metrics)?;
+        match db {
+            Database::Postgres(pool) => spawn_bridge(
+                config,
+                bridge,
+                shared,
+                || PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
+                stream,
+                &bridge_metrics,
+            )?,
+            Database::Mysql(pool) => spawn_bridge(
+                config,
+                bridge,
+                shared,
+                || MyInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
+                stream,
+                &bridge_metrics,
+            )?,
+        }
     }
     for worker in &config.workers {
-        if !spawn_worker(config, worker, shared, pool, &worker_metrics).await? {
+        let started = match db {
+            Database::Postgres(pool) => {
+                let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone());
+                spawn_worker(config, worker, shared, store, Dialect::Postgres, &worker_metrics).await?
+            }
+            Database::Mysql(pool) => {
+                let store = MyWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone());
+                spawn_worker(config, worker, shared, store, Dialect::Mysql, &worker_metrics).await?
+            }
+        };
+        if !started {
             return Ok(false);
         }
     }
@@ -47,15 +75,38 @@ async fn spawn_relay(
     config: &Config,
     relay: &RelayConfig,
     shared: &Shared,
-    pool: &Pool,
+    db: &Database,
     stream: &RedisStream,
     metrics: &RelayMetrics,
 ) -> anyhow::Result<bool> {
-    let prepare = || PgOutbox::prepare(pool.clone(), relay);
     let context = format!("relay `{}`", relay.name);
-    let Some(store) = with_retry(&context, &relay.outage_backoff, &shared.shutdown, prepare).await? else {
-        return Ok(false);
-    };
+    let (backoff, shutdown) = (&relay.outage_backoff, &shared.shutdown);
+    match db {
+        Database::Postgres(pool) => {
+            let prepared = with_retry(&context, backoff, shutdown, || PgOutbox::prepare(pool.clone(), relay)).await?;
+            prepared
+                .map(|store| start_relay(config, relay, shared, store, stream, metrics))
+                .transpose()
+                .map(|s| s.is_some())
+        }
+        Database::Mysql(pool) => {
+            let prepared = with_retry(&context, backoff, shutdown, || MyOutbox::prepare(pool.clone(), relay)).await?;
+            prepared
+                .map(|store| start_relay(config, relay, shared, store, stream, metrics))
+                .transpose()
+                .map(|s| s.is_some())
+        }
+    }
+}
+
+fn start_relay<S: OutboxStore>(
+    config: &Config,
+    relay: &RelayConfig,
+    shared: &Shared,
+    store: S,
+    stream: &RedisStream,
+    metrics: &RelayMetrics,
+) -> anyhow::Result<()> {
     let stall_after = 2 * (relay.lease + relay.outage_backoff.max + relay.poll_interval);
     let deps = RelayDeps {
         store,
@@ -83,14 +134,14 @@ async fn spawn_relay(
     let (trimmer, stop) = (relay.clone(), shared.shutdown.clone());
     shared.tracker.spawn(async move { trimmer.trim_acknowledged(stop).await });
     shared.tracker.spawn(relay.run(shared.shutdown.clone()));
-    Ok(true)
+    Ok(())
 }
 
-fn spawn_bridge(
+fn spawn_bridge<S: InboxStore>(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
-    pool: &Pool,
+    store: impl Fn() -> S,
     stream: &RedisStream,
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
@@ -99,7 +150,7 @@ fn spawn_bridge(
     let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
     for source in &bridge.streams {
         let deps = BridgeDeps {
-            store: PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
+            store: store(),
             client: stream.dedicated(),
             metrics: metrics.for_stream(&bridge.name, &source.key),
             health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
@@ -117,22 +168,23 @@ fn spawn_bridge(
     Ok(())
 }
 
-async fn spawn_worker(
+async fn spawn_worker<S: WorkerStore>(
     config: &Config,
     worker: &WorkerConfig,
     shared: &Shared,
-    pool: &Pool,
+    store: S,
+    dialect: Dialect,
     metrics: &WorkerMetrics,
 ) -> anyhow::Result<bool> {
     let stall_after = 2 * (worker.lease + worker.outage_backoff.max + worker.poll_interval);
     let deps = WorkerDeps {
-        store: PgWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone()),
+        store,
         metrics: metrics.for_worker(&worker.name),
         health: shared.health.register(format!("worker {}", worker.name), stall_after),
         owner: format!("{}/{}", shared.claimant, worker.name),
         abandon: shared.abandon.clone(),
     };
-    let built = Worker::new(worker.clone(), Placeholder::Numbered, deps).map_err(|e| anyhow!(e))?;
+    let built = Worker::new(worker.clone(), dialect.placeholder(), deps).map_err(|e| anyhow!(e))?;
     let sql = built.handler_sql();
     let check = || built.check_statements(&sql);
     let context = format!("worker `{}`", worker.name);
@@ -144,6 +196,8 @@ async fn spawn_worker(
     let sampler = worker.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
     shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    let (purger, stop) = (worker.clone(), shared.shutdown.clone());
+    shared.tracker.spawn(async move { purger.purge(stop).await });
     shared.tracker.spawn(worker.run(shared.shutdown.clone()));
     Ok(true)
 }

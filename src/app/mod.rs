@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::store::postgres;
+use crate::store::database::Database;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
@@ -48,7 +48,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         faults,
         claimant: claimant_id(),
     };
-    let pool = postgres::pool(&config.database, "handoff").context("database")?;
+    let db = Database::connect(&config.database, "handoff").context("database")?;
     let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
     if let Some(warning) = warning {
         warn!(error = %warning, "redis not reachable yet; components wait for it");
@@ -61,7 +61,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     let server = tokio::spawn(server);
     tokio::pin!(stop);
     let started = tokio::select! {
-        started = components::spawn_all(&config, &shared, &pool, &stream) => started?,
+        started = components::spawn_all(&config, &shared, &db, &stream) => started?,
         _ = &mut stop => false,
     };
     shared.tracker.close();

@@ -24,7 +24,7 @@ pub use relay::{
     TrimConfig,
 };
 pub use secret::Secret;
-pub use worker::{HandlerConfig, HttpHandlerConfig, Unhandled, WorkerConfig};
+pub use worker::{HandlerConfig, HttpHandlerConfig, InboxRetention, Unhandled, WorkerConfig};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{BackoffConfig, Config, RelayConfig};
 use crate::relay::template::Template;
 use crate::sql::params::Placeholder;
+use crate::store::database::Dialect;
 use crate::store::statements::{self, StatementKind};
 
 /// Entry fields handoff writes itself; `fields` may not redefine them.
@@ -14,10 +15,17 @@ const RESERVED_FIELDS: &[&str] =
 
 pub fn validate(config: &Config) -> Vec<String> {
     let mut errors = Vec::new();
-    if let Some(url) = &config.database.url
-        && placeholder_style(url.expose()).is_none()
-    {
-        errors.push("database.url: scheme must be postgres:// or postgresql://".into());
+    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
+    if config.database.url.is_some() && dialect.is_none() {
+        errors.push("database.url: scheme must be postgres://, postgresql://, mysql:// or mariadb://".into());
+    }
+    let style = dialect.unwrap_or(Dialect::Postgres).placeholder();
+    if dialect == Some(Dialect::Mysql) {
+        for (i, relay) in config.relays.iter().enumerate() {
+            if relay.ordering.is_some() || relay.notify.is_some() {
+                errors.push(format!("relay[{i}]: ordering and notify need Postgres (commit-order horizon, LISTEN)"));
+            }
+        }
     }
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
@@ -36,21 +44,22 @@ pub fn validate(config: &Config) -> Vec<String> {
         if !names.insert(relay.name.as_str()) {
             errors.push(format!("{path}.name: `{}` is used by another relay", relay.name));
         }
-        validate_relay(&path, relay, &mut errors);
+        validate_relay(&path, relay, style, &mut errors);
     }
     errors
 }
 
-/// The placeholder style of the database behind `url`, or None for an unsupported scheme.
-pub fn placeholder_style(url: &str) -> Option<Placeholder> {
-    let scheme = url.split("://").next().unwrap_or_default();
-    match scheme {
-        "postgres" | "postgresql" => Some(Placeholder::Numbered),
-        _ => None,
+/// A configured statement's parameters; on MySQL the claim is a script of statements, which
+/// also see `:ids` (the ids the earlier ones returned).
+fn check_statement(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
+    if style == Placeholder::Positional && kind == StatementKind::Claim {
+        let parts = crate::sql::params::split_statements(sql, style).map_err(|e| e.to_string())?;
+        return parts.iter().try_for_each(|part| statements::check_params(kind, part, style));
     }
+    statements::check_params(kind, sql, style)
 }
 
-fn validate_relay(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) {
+fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &mut Vec<String>) {
     let mut check = |ok: bool, message: &str| {
         if !ok {
             errors.push(format!("{path}.{message}"));
@@ -113,7 +122,7 @@ fn validate_relay(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) {
     }
     for kind in StatementKind::ALL {
         if let Some(sql) = relay.sql.get(kind)
-            && let Err(e) = statements::check_params(kind, sql, Placeholder::Numbered)
+            && let Err(e) = check_statement(kind, sql, style)
         {
             errors.push(format!("{path}.sql.{}: {e}", kind.name()));
         }

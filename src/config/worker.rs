@@ -48,9 +48,26 @@ pub struct WorkerConfig {
     /// no effect). Default: "dead".
     #[serde(default)]
     pub unhandled: Unhandled,
+    /// Purge PROCESSED (and IGNORED) rows after an age. Default: off (they stay).
+    pub retention: Option<InboxRetention>,
     /// Handlers, tried in order; the first whose `event_types` matches applies.
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
+}
+
+/// `[worker.retention]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InboxRetention {
+    /// PROCESSED / IGNORED rows older than this (by `processed_at` / `received_at`) are deleted. Required.
+    #[serde(with = "humantime_serde")]
+    pub processed_after: Duration,
+    /// Rows per delete statement. Default: 1000.
+    #[serde(default = "defaults::purge_batch")]
+    pub batch: u32,
+    /// Pause between purge passes. Default: "1m".
+    #[serde(default = "defaults::purge_interval", with = "humantime_serde")]
+    pub interval: Duration,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -123,6 +140,12 @@ mod defaults {
     }
     pub fn http_timeout() -> Duration {
         Duration::from_secs(10)
+    }
+    pub fn purge_batch() -> u32 {
+        1000
+    }
+    pub fn purge_interval() -> Duration {
+        Duration::from_secs(60)
     }
     pub fn dead_statuses() -> Vec<u16> {
         vec![400, 404, 409, 410, 415, 422]

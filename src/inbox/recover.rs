@@ -80,27 +80,23 @@ impl<S: InboxStore> StreamBridge<S> {
     /// Samples lag, pending count and the oldest pending entry's idle time; probes the
     /// database so `/readyz` notices an outage while the stream is quiet.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = shutdown.cancelled() => return,
+        crate::tasks::every(interval, &shutdown, || self.sample_once()).await
+    }
+
+    async fn sample_once(&self) {
+        let m = &self.deps.metrics;
+        match self.group.info().await {
+            Ok(info) => {
+                m.pending.set(info.pending as i64);
+                m.lag.set(info.lag.unwrap_or(0) as i64);
+                self.deps.health.set_stream_ok(true);
             }
-            let m = &self.deps.metrics;
-            match self.group.info().await {
-                Ok(info) => {
-                    m.pending.set(info.pending as i64);
-                    m.lag.set(info.lag.unwrap_or(0) as i64);
-                    self.deps.health.set_stream_ok(true);
-                }
-                Err(GroupError::NoGroup(_)) => self.deps.health.set_stream_ok(true),
-                Err(_) => self.deps.health.set_stream_ok(false),
-            }
-            if let Ok(oldest) = self.group.oldest_pending_idle().await {
-                m.oldest_pending.set(oldest.unwrap_or_default().as_secs_f64());
-            }
-            self.deps.health.set_source_ok(self.deps.store.ping().await.is_ok());
+            Err(GroupError::NoGroup(_)) => self.deps.health.set_stream_ok(true),
+            Err(_) => self.deps.health.set_stream_ok(false),
         }
+        if let Ok(oldest) = self.group.oldest_pending_idle().await {
+            m.oldest_pending.set(oldest.unwrap_or_default().as_secs_f64());
+        }
+        self.deps.health.set_source_ok(self.deps.store.ping().await.is_ok());
     }
 }

@@ -16,6 +16,7 @@ use crate::config::OnFailure;
 use crate::fault::Point;
 use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
 use crate::stream::{AppendOutcome, Entry, EventStream};
+use crate::tasks;
 use crate::telemetry::metrics::{DeadReason, FailureReason};
 
 /// What the loop needs to know about a finished turn.
@@ -237,25 +238,19 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
-    /// Runs `work` while renewing the leases of `rows` every third of the lease. Returns `None`
-    /// if in-flight work was abandoned (shutdown drain time over) before `work` finished.
+    /// Runs `work` while renewing the leases of `rows`; `None` if in-flight work was abandoned
+    /// (shutdown drain time over) before it finished.
     async fn under_lease<F: Future>(&self, claimant: &str, rows: &[RowRef], work: F) -> Option<F::Output> {
-        let every = self.config.lease / 3;
-        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                output = &mut work => return Some(output),
-                _ = self.deps.abandon.cancelled() => return None,
-                _ = renew.tick(), if !rows.is_empty() => {
-                    match self.deps.store.renew(claimant, rows, self.config.lease).await {
-                        Ok(n) => debug!(renewed = n, "lease renewed"),
-                        Err(error) => debug!(error = %error_chain(&error), "lease renewal failed"),
-                    }
-                }
+        let renew = || async move {
+            if rows.is_empty() {
+                return;
             }
-        }
+            match self.deps.store.renew(claimant, rows, self.config.lease).await {
+                Ok(n) => debug!(renewed = n, "lease renewed"),
+                Err(error) => debug!(error = %error_chain(&error), "lease renewal failed"),
+            }
+        };
+        tasks::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
     }
 }
 

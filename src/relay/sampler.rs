@@ -13,15 +13,7 @@ use crate::stream::EventStream;
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = shutdown.cancelled() => return,
-            }
-            self.sample_once().await;
-        }
+        crate::tasks::every(interval, &shutdown, || self.sample_once()).await
     }
 
     async fn sample_once(&self) {

@@ -73,6 +73,29 @@ pub fn rewrite(sql: &str, style: Placeholder) -> Result<NamedSql, ParseError> {
     Ok(NamedSql { sql: out, names })
 }
 
+/// Splits a script at `;` outside quotes and comments; empty statements are dropped. MySQL's
+/// claim is such a script (it has no `UPDATE … RETURNING`).
+pub fn split_statements(sql: &str, style: Placeholder) -> Result<Vec<String>, ParseError> {
+    let mut statements = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < sql.len() {
+        let skip = skip_quoted(sql, i, style)?;
+        if skip > i {
+            i = skip;
+            continue;
+        }
+        if sql.as_bytes()[i] == b';' {
+            statements.push(sql[start..i].trim().to_owned());
+            start = i + 1;
+        }
+        i += utf8_len(sql.as_bytes()[i]);
+    }
+    statements.push(sql[start..].trim().to_owned());
+    statements.retain(|s| !s.is_empty());
+    Ok(statements)
+}
+
 fn placeholder(names: &mut Vec<String>, name: &str, style: Placeholder) -> String {
     match style {
         Placeholder::Numbered => {
@@ -220,6 +243,13 @@ mod tests {
     #[test]
     fn non_ascii_text_survives() {
         assert_eq!(numbered("select '审计', :a -- 注释").sql, "select '审计', $1 -- 注释");
+    }
+
+    #[test]
+    fn scripts_split_at_semicolons_outside_quotes() {
+        let parts =
+            split_statements("select ';'; update t set a = 1 -- ;\n; ;select 2", Placeholder::Positional).unwrap();
+        assert_eq!(parts, ["select ';'", "update t set a = 1 -- ;", "select 2"]);
     }
 
     #[test]

@@ -165,4 +165,7 @@ pub trait WorkerStore: Send + Sync + 'static {
     fn release(&self, owner: &str, rows: &[(i64, i64)]) -> impl Future<Output = StoreResult<u64>> + Send;
 
     fn stats(&self) -> impl Future<Output = StoreResult<InboxStats>> + Send;
+
+    /// Retention: deletes up to `batch` PROCESSED / IGNORED rows older than `age`; returns how many.
+    fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
 }

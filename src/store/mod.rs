@@ -3,7 +3,10 @@
 //! The relay speaks in claimed rows and settle outcomes; a dialect turns them into statements.
 //! Postgres is the first dialect; MySQL follows as a sibling module.
 
+pub mod claim;
+pub mod database;
 pub mod inbox;
+pub mod mysql;
 pub mod postgres;
 pub mod statements;
 

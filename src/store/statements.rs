@@ -50,7 +50,8 @@ impl StatementKind {
     /// one element per row, in the same order); per-row steps get scalars.
     pub fn params(self) -> &'static [&'static str] {
         match self {
-            Self::Claim => &["claimant", "batch_size", "lease_ms"],
+            // `ids`: in a MySQL claim script, the ids earlier statements returned (JSON array).
+            Self::Claim => &["claimant", "batch_size", "lease_ms", "ids"],
             Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids"],
             Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
             Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],

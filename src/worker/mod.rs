@@ -152,31 +152,44 @@ impl<S: WorkerStore> Worker<S> {
 
     /// Runs `work` while a heartbeat renews the leases of `rows`; `None` if abandoned at shutdown.
     async fn under_lease<F: Future>(&self, owner: &str, rows: &[(i64, i64)], work: F) -> Option<F::Output> {
-        let every = self.config.lease / 3;
-        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                output = &mut work => return Some(output),
-                _ = self.deps.abandon.cancelled() => return None,
-                _ = renew.tick() => {
-                    if let Err(e) = self.deps.store.renew(owner, rows, self.config.lease).await {
-                        debug!(error = %error_chain(&e), "lease renewal failed");
+        let renew = || async move {
+            if let Err(e) = self.deps.store.renew(owner, rows, self.config.lease).await {
+                debug!(error = %error_chain(&e), "lease renewal failed");
+            }
+        };
+        crate::tasks::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
+    }
+
+    /// Deletes PROCESSED rows older than `retention.processed_after` in bounded batches, every
+    /// `retention.interval`. DEAD rows wait for `handoff dead retry` / `purge`.
+    pub async fn purge(&self, shutdown: CancellationToken) {
+        let Some(retention) = self.config.retention.clone() else { return };
+        crate::tasks::every(retention.interval, &shutdown, || async {
+            let mut total = 0;
+            loop {
+                match self.deps.store.purge(retention.processed_after, retention.batch).await {
+                    Ok(n) => {
+                        total += n;
+                        if n < u64::from(retention.batch) || shutdown.is_cancelled() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        warn!(worker = %self.config.name, error = %error_chain(&e), "purging processed rows failed");
+                        break;
                     }
                 }
             }
-        }
+            if total > 0 {
+                info!(worker = %self.config.name, rows = total, "purged processed rows");
+            }
+        })
+        .await
     }
 
     /// Samples the worker's gauges until `shutdown`.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = shutdown.cancelled() => return,
-            }
+        crate::tasks::every(interval, &shutdown, || async {
             match self.deps.store.stats().await {
                 Ok(stats) => {
                     let m = &self.deps.metrics;
@@ -191,7 +204,8 @@ impl<S: WorkerStore> Worker<S> {
                     self.deps.health.set_source_ok(false);
                 }
             }
-        }
+        })
+        .await
     }
 }
 

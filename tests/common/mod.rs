@@ -6,7 +6,9 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod mysql;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;
 
 use std::future::Future;
@@ -45,7 +47,7 @@ where
 }
 
 /// The relay keys tests usually want, minus those `extra` sets itself (TOML forbids repeats).
-fn relay_defaults(id: &str, extra: &str) -> String {
+pub fn relay_defaults(id: &str, extra: &str) -> String {
     let defaults = [
         ("stream", format!("\"{id}:{{aggregate_type}}\"")),
         ("poll_interval", "\"50ms\"".to_owned()),
@@ -82,15 +84,21 @@ impl TestEnv {
         let database_url = format!("{base}{sep}options=-csearch_path%3D{schema}&application_name=handoff-{id}");
         let (db, conn) = tokio_postgres::connect(&database_url, NoTls).await.unwrap();
         tokio::spawn(conn);
+        let redis = Self::redis_client(redis_url).await;
+        let env = Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned() };
+        env.migrate().await;
+        env
+    }
+
+    /// A Redis client for assertions that reconnects by itself (tests stop their own servers).
+    pub async fn redis_client(redis_url: &str) -> Client {
         let redis = Builder::from_config(Config::from_url(redis_url).unwrap())
             .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
             .set_policy(ReconnectPolicy::new_constant(0, 100))
             .build()
             .unwrap();
         redis.init().await.expect("connect to test redis");
-        let env = Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned() };
-        env.migrate().await;
-        env
+        redis
     }
 
     async fn migrate(&self) {
@@ -223,27 +231,8 @@ sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES 
     /// `[[relay]]` table (later keys may open sub-tables).
     pub fn config(&self, extra: &str) -> String {
         format!(
-            r#"[database]
-url = "{db}"
-pool_size = 4
-
-[redis]
-url = "{redis}"
-command_timeout = "1s"
-
-[telemetry]
-listen = "127.0.0.1:0"
-sample_interval = "100ms"
-
-[shutdown]
-grace_period = "5s"
-
-[[relay]]
-name = "relay"
-{defaults}{extra}
-"#,
-            db = self.database_url,
-            redis = self.redis_url,
+            "{base}\n[[relay]]\nname = \"relay\"\n{defaults}{extra}\n",
+            base = self.base_config(),
             defaults = relay_defaults(&self.id, extra),
         )
     }

@@ -13,7 +13,8 @@ use super::{defaults, pool_error, query_error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
-use crate::store::statements::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN, STATS_COLUMNS, StatementKind};
+use crate::store::claim::ClaimShape;
+use crate::store::statements::{STATS_COLUMNS, StatementKind};
 use crate::store::{
     ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult, Verdict,
 };
@@ -26,25 +27,11 @@ struct Prepared {
     names: Vec<String>,
 }
 
-/// Positions of the contract columns in the claim result.
-#[derive(Debug, Clone, Copy)]
-struct ClaimIndex {
-    id: usize,
-    token: usize,
-    event_id: usize,
-    attempts: usize,
-    expired_claims: usize,
-    age_ms: usize,
-    reclaimed: Option<usize>,
-    order_key: Option<usize>,
-}
-
 pub struct PgOutbox {
     pool: Pool,
     statements: HashMap<StatementKind, Prepared>,
     settle: SettleMode,
-    columns: Arc<[String]>,
-    index: ClaimIndex,
+    shape: ClaimShape,
 }
 
 impl PgOutbox {
@@ -120,13 +107,11 @@ impl PgOutbox {
                 }
             }
         }
-        let index = claim_index(&columns).map_err(|e| {
+        let shape = ClaimShape::new(columns).map_err(|e| {
             errors.push(format!("{prefix} sql.claim: {e}"));
         });
-        match index {
-            Ok(index) if errors.is_empty() => {
-                Ok(Self { pool, statements, settle: relay.settle, columns: columns.into(), index })
-            }
+        match shape {
+            Ok(shape) if errors.is_empty() => Ok(Self { pool, statements, settle: relay.settle, shape }),
             _ => Err(PrepareError::Invalid(errors)),
         }
     }
@@ -145,48 +130,8 @@ impl PgOutbox {
             .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| c.map(|c| c.0)))
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::Contract(e.to_string()))?;
-        let required = |i: usize| {
-            values[i].clone().ok_or_else(|| StoreError::Contract(format!("column `{}` is NULL", self.columns[i])))
-        };
-        let number = |i: usize| -> StoreResult<f64> {
-            required(i)?
-                .parse::<f64>()
-                .map_err(|_| StoreError::Contract(format!("column `{}` is not a number", self.columns[i])))
-        };
-        Ok(ClaimedRow {
-            id: required(self.index.id)?,
-            token: number(self.index.token)? as i64,
-            event_id: required(self.index.event_id)?,
-            attempts: number(self.index.attempts)?.max(0.0) as u32,
-            expired_claims: number(self.index.expired_claims)?.max(0.0) as u32,
-            age: Duration::from_secs_f64(number(self.index.age_ms)?.max(0.0) / 1000.0),
-            reclaimed: self
-                .index
-                .reclaimed
-                .and_then(|i| values[i].as_deref())
-                .is_some_and(|v| matches!(v, "true" | "t" | "1")),
-            order_key: self.index.order_key.and_then(|i| values[i].clone()),
-            values,
-        })
+        self.shape.row(values)
     }
-}
-
-fn claim_index(columns: &[String]) -> Result<ClaimIndex, String> {
-    let missing: Vec<&str> = CLAIM_COLUMNS.iter().copied().filter(|c| !columns.iter().any(|n| n == c)).collect();
-    if !missing.is_empty() {
-        return Err(format!("result lacks required column(s): {}", missing.join(", ")));
-    }
-    let at = |name: &str| columns.iter().position(|c| c == name).unwrap_or_default();
-    Ok(ClaimIndex {
-        id: at("id"),
-        token: at("token"),
-        event_id: at("event_id"),
-        attempts: at("attempts"),
-        expired_claims: at("expired_claims"),
-        age_ms: at("age_ms"),
-        reclaimed: columns.iter().position(|c| c == RECLAIMED_COLUMN),
-        order_key: columns.iter().position(|c| c == ORDER_KEY_COLUMN),
-    })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -199,7 +144,7 @@ fn ids(rows: &[RowRef]) -> (Vec<String>, Vec<i64>) {
 
 impl OutboxStore for PgOutbox {
     fn columns(&self) -> Arc<[String]> {
-        self.columns.clone()
+        self.shape.columns.clone()
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
@@ -212,6 +157,7 @@ impl OutboxStore for PgOutbox {
             .map(|name| match name.as_str() {
                 "claimant" => Param::Text(claimant.to_owned()),
                 "batch_size" => Param::Int(batch_size.into()),
+                "ids" => Param::Texts(Vec::new()),
                 _ => Param::Int(millis(lease)),
             })
             .collect();

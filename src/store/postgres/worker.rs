@@ -29,6 +29,7 @@ struct WorkerSql {
     renew: String,
     release: String,
     stats: String,
+    purge: String,
 }
 
 impl WorkerSql {
@@ -75,6 +76,19 @@ impl WorkerSql {
                 "UPDATE {t} i SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' {batch_fence}"
             ),
             release: format!("UPDATE {t} i SET status = 'PENDING', lease_expires_at = NULL {}", batch_fence.replace("$3", "$2").replace("$4", "$3")),
+            // Oldest first on the processed_at partial index, in bounded batches; IGNORED rows by age of receipt.
+            purge: format!(
+                "WITH old AS (
+                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PROCESSED'
+                       AND processed_at < now() - $2::bigint * interval '1 millisecond'
+                     ORDER BY processed_at LIMIT $3 FOR UPDATE SKIP LOCKED
+                 ), ignored AS (
+                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'IGNORED'
+                       AND received_at < now() - $2::bigint * interval '1 millisecond'
+                     LIMIT $3 FOR UPDATE SKIP LOCKED
+                 )
+                 DELETE FROM {t} i USING (SELECT id FROM old UNION ALL SELECT id FROM ignored) d WHERE i.id = d.id"
+            ),
             stats: format!(
                 "SELECT (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'DEAD') AS dead,
                         (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'PENDING') AS pending,
@@ -270,6 +284,12 @@ impl WorkerStore for PgWorker {
         let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
         let client = self.pool.get().await.map_err(|e| pool_error("release rows", e))?;
         client.execute(&self.sql.release, &[&owner, &ids, &tokens]).await.map_err(|e| query_error("release rows", e))
+    }
+
+    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
+        let client = self.pool.get().await.map_err(|e| pool_error("purge the inbox", e))?;
+        let params: [&(dyn ToSql + Sync); 3] = [&self.consumer, &(age.as_millis() as i64), &i64::from(batch)];
+        client.execute(&self.sql.purge, &params).await.map_err(|e| query_error("purge the inbox", e))
     }
 
     async fn stats(&self) -> StoreResult<InboxStats> {

@@ -38,9 +38,9 @@ impl RedisStream {
             .with_connection_config(|c| {
                 c.connection_timeout = config.command_timeout;
                 c.internal_command_timeout = config.command_timeout;
-                // A command cut off by a dropped connection fails back to the relay, which
-                // releases or retries the row itself instead of fred replaying it later.
-                c.max_command_attempts = 1;
+                // Few resends: a command cut off by a dropped connection soon fails back to the
+                // relay, which releases the row itself (the relay does the long retrying).
+                c.max_command_attempts = 2;
             })
             .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
@@ -91,18 +91,37 @@ impl EventStream for RedisStream {
 impl RedisStream {
     /// One pipelined XADD per entry: the fast path when nothing needs a script.
     async fn append_plain(&self, entries: &[Entry], trim: Option<Trim>) -> Vec<AppendOutcome> {
-        let pipeline = self.client.pipeline();
-        for entry in entries {
-            let cap = cap(trim);
-            // Queuing only buffers the command locally; errors arrive with the results.
-            let _: Result<(), _> = pipeline.xadd(entry.stream.as_str(), false, cap, "*", entry.fields.clone()).await;
-        }
-        let results: Vec<Result<String, Error>> = pipeline.try_all().await;
-        let mut outcomes: Vec<AppendOutcome> = results.into_iter().map(outcome).collect();
-        // A pipeline cut short answers fewer commands than it was given.
-        outcomes.resize(entries.len(), AppendOutcome::Unavailable("no reply from redis".into()));
-        outcomes
+        let results: Vec<Result<String, Error>> = if self.client.is_clustered() {
+            // A pipeline goes to one node; across slots, concurrent commands (which the client
+            // pipelines per node by itself) reach each entry's node.
+            let calls =
+                entries.iter().map(|e| self.client.xadd(e.stream.as_str(), false, cap(trim), "*", e.fields.clone()));
+            futures_util::future::join_all(calls).await
+        } else {
+            let pipeline = self.client.pipeline();
+            for entry in entries {
+                // Queuing only buffers the command locally; errors arrive with the results.
+                let _: Result<(), _> =
+                    pipeline.xadd(entry.stream.as_str(), false, cap(trim), "*", entry.fields.clone()).await;
+            }
+            pipeline.try_all().await
+        };
+        outcomes(results, entries.len(), outcome)
     }
+}
+
+/// One outcome per command. A pipeline that failed as a whole answers with a single error: then
+/// no command can be trusted to have failed for its own reasons, and all count as unavailable.
+pub(super) fn outcomes<T>(
+    results: Vec<Result<T, Error>>,
+    expected: usize,
+    each: impl Fn(Result<T, Error>) -> AppendOutcome,
+) -> Vec<AppendOutcome> {
+    if results.len() == expected {
+        return results.into_iter().map(each).collect();
+    }
+    let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
+    vec![AppendOutcome::Unavailable(why.unwrap_or_else(|| "no reply from redis".into())); expected]
 }
 
 /// The MINID for `min_age` trimming, by the relay's clock.
@@ -165,7 +184,10 @@ pub fn is_outage(error: &Error) -> bool {
         ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => false,
         ErrorKind::Unknown => {
             let code = error.details().split_whitespace().next().unwrap_or_default();
-            OUTAGE_REPLIES.contains(&code) || error.details().contains("max number of clients")
+            OUTAGE_REPLIES.contains(&code)
+                || error.details().contains("max number of clients")
+                // The client gave up resending (connection trouble, cluster redirections).
+                || error.details().starts_with("Too many failed write attempts")
         }
         _ => true,
     }

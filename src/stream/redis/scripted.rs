@@ -20,33 +20,32 @@ impl RedisStream {
         };
         let calls = runs(entries);
         let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
-        let pipeline = self.client.pipeline();
         let mut sent: Vec<Range<usize>> = Vec::new();
+        let mut commands: Vec<Vec<Value>> = Vec::new();
         for range in calls {
             match call_args(&entries[range.clone()], options) {
                 Ok((keys, args)) => {
-                    // EVALSHA sha numkeys key…: route by the first key (the stream).
-                    let command = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
                     let mut call: Vec<Value> = vec![sha.as_str().into(), (keys.len() as i64).into()];
                     call.extend(keys.into_iter().map(Value::from));
                     call.extend(args);
-                    let _: Result<(), _> = pipeline.custom(command, call).await;
+                    commands.push(call);
                     sent.push(range);
                 }
                 Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.clone()))),
             }
         }
-        let replies: Vec<Result<Value, Error>> = if sent.is_empty() { Vec::new() } else { pipeline.try_all().await };
+        let replies = self.send(commands).await;
+        let whole = replies.len() == sent.len();
         let mut forgotten = false;
-        for (range, reply) in sent.iter().zip(replies.into_iter().map(Some).chain(std::iter::repeat_with(|| None))) {
-            let results = match reply {
+        for (n, range) in sent.iter().enumerate() {
+            let results = match replies.get(n).filter(|_| whole) {
                 None => vec![AppendOutcome::Unavailable("no reply from redis".into()); range.len()],
-                Some(Ok(value)) => parse_reply(value, range.len()),
+                Some(Ok(value)) => parse_reply(value.clone(), range.len()),
                 Some(Err(e)) if e.details().starts_with("NOSCRIPT") => {
                     forgotten = true;
                     vec![AppendOutcome::Unavailable("redis forgot the append script; reloading".into()); range.len()]
                 }
-                Some(Err(e)) => vec![super::outcome(Err(e)); range.len()],
+                Some(Err(e)) => vec![super::outcome(Err(e.clone())); range.len()],
             };
             for (i, outcome) in range.clone().zip(results) {
                 outcomes[i] = Some(outcome);
@@ -56,6 +55,24 @@ impl RedisStream {
             *self.script_sha.lock().await = None;
         }
         outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Unavailable("not sent".into()))).collect()
+    }
+
+    /// EVALSHA calls, pipelined to one server, or concurrent across a cluster's nodes.
+    async fn send(&self, commands: Vec<Vec<Value>>) -> Vec<Result<Value, Error>> {
+        // EVALSHA sha numkeys key…: route by the first key (the stream).
+        let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+        if commands.is_empty() {
+            return Vec::new();
+        }
+        if self.client.is_clustered() {
+            let calls = commands.into_iter().map(|args| self.client.custom::<Value, Value>(evalsha(), args));
+            return futures_util::future::join_all(calls).await;
+        }
+        let pipeline = self.client.pipeline();
+        for args in commands {
+            let _: Result<(), _> = pipeline.custom(evalsha(), args).await;
+        }
+        pipeline.try_all().await
     }
 
     /// The script's SHA, loading it (on every primary, in cluster mode) the first time.

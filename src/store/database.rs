@@ -1,0 +1,80 @@
+//! Which database the config names, and its pool: the one place that picks the dialect.
+
+use crate::config::DatabaseConfig;
+use crate::sql::params::Placeholder;
+
+/// A connection pool of one dialect.
+#[derive(Clone)]
+pub enum Database {
+    Postgres(deadpool_postgres::Pool),
+    Mysql(mysql_async::Pool),
+}
+
+/// The dialect a `database.url` names, by its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Mysql,
+}
+
+impl Dialect {
+    pub fn of(url: &str) -> Option<Self> {
+        match url.split("://").next().unwrap_or_default() {
+            "postgres" | "postgresql" => Some(Dialect::Postgres),
+            "mysql" | "mariadb" => Some(Dialect::Mysql),
+            _ => None,
+        }
+    }
+
+    pub fn placeholder(self) -> Placeholder {
+        match self {
+            Dialect::Postgres => Placeholder::Numbered,
+            Dialect::Mysql => Placeholder::Positional,
+        }
+    }
+}
+
+impl Database {
+    /// Builds the pool for the dialect of `config.url` (validated before: the scheme is known).
+    pub fn connect(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Self> {
+        let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+        match Dialect::of(url) {
+            Some(Dialect::Postgres) => Ok(Database::Postgres(super::postgres::pool(config, application_name)?)),
+            Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool(&mysql_url(config))?)),
+            None => anyhow::bail!("database.url: unsupported scheme"),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Database::Postgres(_) => Dialect::Postgres,
+            Database::Mysql(_) => Dialect::Mysql,
+        }
+    }
+
+    /// Applies the reference schema; returns the versions applied now.
+    pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
+        match self {
+            Database::Postgres(pool) => crate::migrate::postgres(pool).await,
+            Database::Mysql(pool) => crate::migrate::mysql(pool).await,
+        }
+    }
+
+    pub async fn probe(&self) -> Result<(), super::StoreError> {
+        match self {
+            Database::Postgres(pool) => super::postgres::probe(pool).await,
+            Database::Mysql(pool) => super::mysql::probe(pool).await,
+        }
+    }
+}
+
+/// mysql_async reads `mysql://`; `mariadb://` is accepted as a synonym.
+fn mysql_url(config: &DatabaseConfig) -> DatabaseConfig {
+    let mut config = config.clone();
+    if let Some(url) = &config.url
+        && let Some(rest) = url.expose().strip_prefix("mariadb://")
+    {
+        config.url = Some(crate::config::Secret::new(format!("mysql://{rest}")));
+    }
+    config
+}

@@ -1,0 +1,84 @@
+//! Default statements for the MySQL / MariaDB reference schema (`migrations/mysql`).
+//!
+//! The claim is a script run in one transaction: each statement before the last may return
+//! ids; later statements see all ids returned so far as `:ids` (a JSON array); the last
+//! statement's result is the claim result. Fencing, as in Postgres, is claimant + token +
+//! `lease_expires_at IS NOT NULL` (which holds exactly for IN_FLIGHT rows).
+
+use crate::store::statements::StatementKind;
+
+/// Reclaims at most one lease-expired row and, only when there is none, locks a batch of due
+/// rows; then claims them and reads them back.
+const CLAIM: &str = "\
+SELECT id FROM {table}
+WHERE status = 'IN_FLIGHT' AND lease_expires_at <= NOW(3)
+ORDER BY lease_expires_at LIMIT 1
+FOR UPDATE SKIP LOCKED;
+SELECT id FROM {table}
+WHERE status = 'PENDING' AND next_attempt_at <= NOW(3) AND JSON_LENGTH(:ids) = 0
+ORDER BY next_attempt_at, id LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
+UPDATE {table}
+SET expired_claims = expired_claims + IF(status = 'IN_FLIGHT', 1, 0),
+    status = 'IN_FLIGHT', claimed_by = :claimant, claim_token = claim_token + 1,
+    lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND
+WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
+SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id,
+       payload, headers, attempts, expired_claims,
+       TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1000 AS age_ms
+FROM {table}
+WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)";
+
+/// `JOIN`s that zip the `:ids` and `:tokens` arrays (by position) onto the table's rows.
+const ROWS: &str = "\
+JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON o.id = i.id
+JOIN JSON_TABLE(:tokens, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
+
+const FENCE: &str = "o.claim_token = t.token AND o.claimed_by = :claimant AND o.lease_expires_at IS NOT NULL";
+
+/// The default text of `kind` for `table`.
+pub fn default_sql(kind: StatementKind, table: &str) -> String {
+    let text = match kind {
+        StatementKind::Claim => CLAIM.to_owned(),
+        StatementKind::MarkDelivered => format!(
+            "UPDATE {{table}} o {ROWS}
+JOIN JSON_TABLE(:entry_ids, '$[*]' COLUMNS (n FOR ORDINALITY, entry_id VARCHAR(64) PATH '$')) AS e ON e.n = i.n
+SET o.status = 'DELIVERED', o.delivered_at = NOW(3), o.stream_entry_id = e.entry_id,
+    o.lease_expires_at = NULL, o.last_error = NULL
+WHERE {FENCE}"
+        ),
+        StatementKind::Delete => format!("DELETE o FROM {{table}} o {ROWS} WHERE {FENCE}"),
+        StatementKind::Release => {
+            format!("UPDATE {{table}} o {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL WHERE {FENCE}")
+        }
+        StatementKind::Renew => format!(
+            "UPDATE {{table}} o {ROWS} SET o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND WHERE {FENCE}"
+        ),
+        StatementKind::Retry => "\
+UPDATE {table}
+SET status = 'PENDING', attempts = attempts + 1, last_error = :error, lease_expires_at = NULL,
+    next_attempt_at = NOW(3) + INTERVAL :delay_ms * 1000 MICROSECOND
+WHERE id = :id AND claim_token = :token AND claimed_by = :claimant AND lease_expires_at IS NOT NULL"
+            .to_owned(),
+        StatementKind::Dead => "\
+UPDATE {table}
+SET status = 'DEAD', attempts = attempts + 1, last_error = :error, lease_expires_at = NULL, dead_at = NOW(3)
+WHERE id = :id AND claim_token = :token AND claimed_by = :claimant AND lease_expires_at IS NOT NULL"
+            .to_owned(),
+        StatementKind::Stats => "\
+SELECT (SELECT COUNT(*) FROM {table} WHERE status = 'PENDING') AS pending,
+       (SELECT COUNT(*) FROM {table} WHERE status = 'IN_FLIGHT') AS in_flight,
+       (SELECT COUNT(*) FROM {table} WHERE status = 'DEAD') AS dead,
+       COALESCE(TIMESTAMPDIFF(MICROSECOND,
+           LEAST(COALESCE((SELECT MIN(created_at) FROM {table} WHERE status = 'PENDING'), NOW(3)),
+                 COALESCE((SELECT MIN(created_at) FROM {table} WHERE status = 'IN_FLIGHT'), NOW(3))),
+           NOW(3)) / 1000000, 0) AS oldest_pending_age_seconds"
+            .to_owned(),
+        StatementKind::Purge => "\
+DELETE FROM {table}
+WHERE status = 'DELIVERED' AND delivered_at < NOW(3) - INTERVAL :age_ms * 1000 MICROSECOND
+ORDER BY delivered_at LIMIT :batch_size"
+            .to_owned(),
+    };
+    text.replace("{table}", table)
+}

@@ -1,0 +1,139 @@
+//! The bridge's takeover on MySQL / MariaDB. One transaction; each event is inserted only if
+//! absent (`INSERT … SELECT … WHERE NOT EXISTS`), so the affected-row count says exactly whether
+//! this statement inserted it — whatever the client's found-rows mode, and without `INSERT
+//! IGNORE`, which would turn data errors into silent truncation.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Row, TxOpts, Value};
+
+use super::error;
+use crate::inbox::validate::reason;
+use crate::store::StoreResult;
+use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+
+pub struct MyInbox {
+    pool: Pool,
+    insert: String,
+    existing: String,
+    poison: String,
+}
+
+impl MyInbox {
+    pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
+        let insert = format!(
+            "INSERT INTO {table} (consumer, event_id, event_type, owner, aggregate_type, aggregate_id,
+                                  payload, headers, content_hash, stream, stream_entry_id, status)
+             SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = ? AND event_id = ?)"
+        );
+        let existing = format!("SELECT content_hash FROM {table} WHERE consumer = ? AND event_id = ?");
+        let poison = format!(
+            "INSERT INTO {poison_table} (consumer, stream, stream_entry_id, event_id, reason, detail, fields)
+             SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
+        );
+        Self { pool, insert, existing, poison }
+    }
+
+    /// Prepares the takeover statements (the tables exist and have the columns).
+    pub async fn check(&self) -> Result<(), String> {
+        let mut conn = self.pool.get_conn().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
+        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+            conn.prep(sql.as_str()).await.map_err(|e| format!("takeover statement {name}: {}", super::describe(&e)))?;
+        }
+        Ok(())
+    }
+}
+
+fn text(s: &Option<String>) -> Value {
+    s.as_ref().map_or(Value::NULL, |s| Value::Bytes(s.clone().into_bytes()))
+}
+
+fn bytes(s: &str) -> Value {
+    Value::Bytes(s.as_bytes().to_vec())
+}
+
+impl InboxStore for MyInbox {
+    async fn take_over(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        poison: &[PoisonRecord],
+    ) -> StoreResult<Vec<Takeover>> {
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
+        let insert = tx.prep(self.insert.as_str()).await.map_err(|e| error("take over", e))?;
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut records: Vec<PoisonRecord> = poison.to_vec();
+        for e in events {
+            let status = if e.ignored { "IGNORED" } else { "PENDING" };
+            let values = vec![
+                bytes(consumer),
+                bytes(&e.event_id),
+                bytes(&e.event_type),
+                text(&e.owner),
+                text(&e.aggregate_type),
+                text(&e.aggregate_id),
+                bytes(&e.payload),
+                bytes(&e.headers),
+                bytes(&e.content_hash),
+                bytes(&e.stream),
+                bytes(&e.entry_id),
+                bytes(status),
+                bytes(consumer),
+                bytes(&e.event_id),
+            ];
+            tx.exec_drop(&insert, values).await.map_err(|e| error("insert into the inbox", e))?;
+            if tx.affected_rows() == 1 {
+                outcomes.push(Takeover::Inserted);
+                continue;
+            }
+            let row: Option<Row> = tx
+                .exec_first(self.existing.as_str(), (consumer, e.event_id.as_str()))
+                .await
+                .map_err(|e| error("read an existing inbox row", e))?;
+            let existing: Option<String> = row.and_then(|r| r.get(0));
+            if existing.as_deref() == Some(e.content_hash.as_str()) {
+                outcomes.push(Takeover::Duplicate);
+            } else {
+                records.push(conflict(e, existing.as_deref()));
+                outcomes.push(Takeover::Conflict);
+            }
+        }
+        for p in &records {
+            let values = vec![
+                bytes(consumer),
+                bytes(&p.stream),
+                bytes(&p.entry_id),
+                text(&p.event_id),
+                bytes(p.reason),
+                bytes(&p.detail),
+                bytes(&p.fields.to_string()),
+                bytes(consumer),
+                bytes(&p.stream),
+                bytes(&p.entry_id),
+            ];
+            tx.exec_drop(self.poison.as_str(), values).await.map_err(|e| error("record poison entries", e))?;
+        }
+        tx.commit().await.map_err(|e| error("commit the takeover", e))?;
+        Ok(outcomes)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        super::probe(&self.pool).await
+    }
+}
+
+fn conflict(event: &InboxEvent, existing: Option<&str>) -> PoisonRecord {
+    PoisonRecord {
+        stream: event.stream.clone(),
+        entry_id: event.entry_id.clone(),
+        event_id: Some(event.event_id.clone()),
+        reason: reason::PAYLOAD_CONFLICT,
+        detail: format!(
+            "event id already taken over with content hash {}, this entry hashes to {}",
+            existing.unwrap_or("(unknown)"),
+            event.content_hash
+        ),
+        fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload, "headers": event.headers }),
+    }
+}

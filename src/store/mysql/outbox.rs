@@ -1,0 +1,245 @@
+//! The relay's statements on a MySQL / MariaDB outbox.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Row, TxOpts};
+
+use super::values::{Param, bind, row_texts};
+use super::{defaults, describe, error};
+use crate::config::{RelayConfig, SettleMode};
+use crate::sql::params::{self, NamedSql, Placeholder};
+use crate::store::claim::ClaimShape;
+use crate::store::statements::{STATS_COLUMNS, StatementKind};
+use crate::store::{
+    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError, StoreResult, Verdict,
+};
+
+pub struct MyOutbox {
+    pool: Pool,
+    /// The claim script's statements, in order.
+    claim: Vec<NamedSql>,
+    statements: HashMap<StatementKind, NamedSql>,
+    settle: SettleMode,
+    shape: ClaimShape,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl MyOutbox {
+    /// Prepares every statement (each statement of the claim script) and checks the claim's
+    /// and the stats' result columns; returns every problem found.
+    pub async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
+        let prefix = format!("relay `{}`", relay.name);
+        let mut conn = pool
+            .get_conn()
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("{prefix}: cannot connect to the database: {e}")))?;
+        let mut errors = Vec::new();
+        let mut statements = HashMap::new();
+        let mut claim = Vec::new();
+        let mut columns = Vec::new();
+        for kind in StatementKind::ALL {
+            let needed = match kind {
+                StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
+                StatementKind::Delete => relay.settle == SettleMode::Delete,
+                StatementKind::Stats => relay.sql.stats.is_some() || relay.sql.claim.is_none(),
+                StatementKind::Purge => relay.retention.is_some(),
+                _ => true,
+            };
+            if !needed {
+                continue;
+            }
+            let context = format!("{prefix} sql.{}", kind.name());
+            let sql =
+                relay.sql.get(kind).map(str::to_owned).unwrap_or_else(|| defaults::default_sql(kind, &relay.table));
+            let parts = match params::split_statements(&sql, Placeholder::Positional) {
+                Ok(parts) if kind == StatementKind::Claim || parts.len() == 1 => parts,
+                Ok(_) => {
+                    errors.push(format!("{context}: one statement expected (only the claim is a script)"));
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(format!("{context}: {e}"));
+                    continue;
+                }
+            };
+            for (i, part) in parts.iter().enumerate() {
+                let named = match params::rewrite(part, Placeholder::Positional) {
+                    Ok(named) => named,
+                    Err(e) => {
+                        errors.push(format!("{context}: {e}"));
+                        continue;
+                    }
+                };
+                match conn.prep(named.sql.as_str()).await {
+                    Err(e) => errors.push(format!("{context}: {}", describe(&e))),
+                    Ok(stmt) => {
+                        let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
+                        if kind == StatementKind::Claim && i == parts.len() - 1 {
+                            columns = names;
+                        } else if kind == StatementKind::Stats {
+                            let missing: Vec<&str> =
+                                STATS_COLUMNS.iter().copied().filter(|c| !names.iter().any(|n| n == c)).collect();
+                            if !missing.is_empty() {
+                                errors.push(format!(
+                                    "{context}: result lacks required column(s): {}",
+                                    missing.join(", ")
+                                ));
+                            }
+                        }
+                    }
+                }
+                if kind == StatementKind::Claim {
+                    claim.push(named);
+                } else {
+                    statements.insert(kind, named);
+                }
+            }
+        }
+        let shape = ClaimShape::new(columns).map_err(|e| errors.push(format!("{prefix} sql.claim: {e}")));
+        match shape {
+            Ok(shape) if errors.is_empty() => Ok(Self { pool, claim, statements, settle: relay.settle, shape }),
+            _ => Err(PrepareError::Invalid(errors)),
+        }
+    }
+
+    async fn execute(&self, kind: StatementKind, value: impl Fn(&str) -> Param) -> StoreResult<u64> {
+        let named = &self.statements[&kind];
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
+        conn.exec_drop(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
+        Ok(conn.affected_rows())
+    }
+
+    async fn batch_step(
+        &self,
+        kind: StatementKind,
+        claimant: &str,
+        rows: &[RowRef],
+        lease: Duration,
+    ) -> StoreResult<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let tokens: Vec<i64> = rows.iter().map(|r| r.token).collect();
+        self.execute(kind, |name| match name {
+            "claimant" => Param::Text(claimant.to_owned()),
+            "ids" => Param::Texts(ids.clone()),
+            "tokens" => Param::Ints(tokens.clone()),
+            _ => Param::Int(millis(lease)),
+        })
+        .await
+    }
+}
+
+impl OutboxStore for MyOutbox {
+    fn columns(&self) -> Arc<[String]> {
+        self.shape.columns.clone()
+    }
+
+    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("claim", e))?;
+        let mut ids: Vec<String> = Vec::new();
+        let mut result: Vec<Row> = Vec::new();
+        for (i, named) in self.claim.iter().enumerate() {
+            let values = bind(named, |name| match name {
+                "claimant" => Param::Text(claimant.to_owned()),
+                "batch_size" => Param::Int(batch_size.into()),
+                "ids" => Param::Texts(ids.clone()),
+                _ => Param::Int(millis(lease)),
+            });
+            let rows: Vec<Row> = tx.exec(named.sql.as_str(), values).await.map_err(|e| error("claim", e))?;
+            if i + 1 == self.claim.len() {
+                result = rows;
+            } else {
+                ids.extend(rows.iter().filter_map(|r| row_texts(r).into_iter().next().flatten()));
+            }
+        }
+        tx.commit().await.map_err(|e| error("claim", e))?;
+        result.iter().map(|row| self.shape.row(row_texts(row))).collect()
+    }
+
+    async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<String> = rows.iter().map(|d| d.row.id.clone()).collect();
+        let tokens: Vec<i64> = rows.iter().map(|d| d.row.token).collect();
+        let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
+        let kind = match self.settle {
+            SettleMode::MarkDelivered => StatementKind::MarkDelivered,
+            SettleMode::Delete => StatementKind::Delete,
+        };
+        self.execute(kind, |name| match name {
+            "claimant" => Param::Text(claimant.to_owned()),
+            "ids" => Param::Texts(ids.clone()),
+            "tokens" => Param::Ints(tokens.clone()),
+            _ => Param::Texts(entry_ids.clone()),
+        })
+        .await
+    }
+
+    async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
+        let mut changed = 0;
+        for failure in failures {
+            let (kind, delay) = match failure.verdict {
+                Verdict::Retry { delay } => (StatementKind::Retry, delay),
+                Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
+            };
+            changed += self
+                .execute(kind, |name| match name {
+                    "claimant" => Param::Text(claimant.to_owned()),
+                    "id" => Param::Text(failure.row.id.clone()),
+                    "token" => Param::Int(failure.row.token),
+                    "error" => Param::Text(failure.error.clone()),
+                    _ => Param::Int(millis(delay)),
+                })
+                .await?;
+        }
+        Ok(changed)
+    }
+
+    async fn release(&self, claimant: &str, rows: &[RowRef]) -> StoreResult<u64> {
+        self.batch_step(StatementKind::Release, claimant, rows, Duration::ZERO).await
+    }
+
+    async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
+        self.batch_step(StatementKind::Renew, claimant, rows, lease).await
+    }
+
+    async fn stats(&self) -> StoreResult<Option<OutboxStats>> {
+        let Some(named) = self.statements.get(&StatementKind::Stats) else { return Ok(None) };
+        let mut conn = self.pool.get_conn().await.map_err(|e| error("stats", e))?;
+        let row: Option<Row> = conn.exec_first(named.sql.as_str(), ()).await.map_err(|e| error("stats", e))?;
+        let row = row.ok_or_else(|| StoreError::Contract("stats returned no row".into()))?;
+        let columns = super::values::row_columns(&row);
+        let texts = row_texts(&row);
+        let number = |name: &str| -> f64 {
+            columns
+                .iter()
+                .position(|c| c == name)
+                .and_then(|i| texts[i].as_deref())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(Some(OutboxStats {
+            pending: number("pending") as i64,
+            in_flight: number("in_flight") as i64,
+            dead: number("dead") as i64,
+            oldest_pending_age: number("oldest_pending_age_seconds"),
+        }))
+    }
+
+    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
+        self.execute(StatementKind::Purge, |name| match name {
+            "age_ms" => Param::Int(millis(age)),
+            _ => Param::Int(batch.into()),
+        })
+        .await
+    }
+}

@@ -1,0 +1,189 @@
+//! The bridge and worker suites against MariaDB: takeover before acknowledgement across crashes,
+//! the poison path, the worker's kill and atomicity guarantees, and the seed's chain end to end.
+
+mod common;
+
+use common::eventually;
+use common::mysql::MyEnv;
+use common::process::Handoff;
+use fred::prelude::*;
+
+const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON DUPLICATE KEY UPDATE audit_id = audit_id";
+
+fn bridge(env: &MyEnv, instance: &str) -> String {
+    format!(
+        "{}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\nstreams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n[bridge.validate]\npayload_id_field = \"auditId\"\n",
+        env.base_config(),
+        env.stream("user")
+    )
+}
+
+fn worker(env: &MyEnv, sql: &[&str]) -> String {
+    let sql: Vec<String> = sql.iter().map(|s| format!("\"{s}\"")).collect();
+    format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nlease = \"2s\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [{}]\n",
+        env.base_config(),
+        sql.join(", ")
+    )
+}
+
+async fn add(env: &MyEnv, prefix: &str, n: usize) {
+    for i in 1..=n {
+        let id = format!("{prefix}-{i}");
+        let fields: Vec<(&str, String)> = vec![
+            ("event_id", id.clone()),
+            ("event_type", "user.changed".into()),
+            ("payload", format!(r#"{{"auditId":"{id}","actor":"admin"}}"#)),
+            ("owner", "relay".into()),
+        ];
+        let _: String = env.redis.xadd(env.stream("user"), false, None::<()>, "*", fields).await.unwrap();
+    }
+}
+
+async fn inbox(env: &MyEnv, status: &str) -> i64 {
+    env.scalar(&format!("SELECT COUNT(*) FROM consumer_inbox WHERE status = '{status}'")).await
+}
+
+async fn pending_entries(env: &MyEnv) -> Option<u64> {
+    let reply: Value = env
+        .redis
+        .custom(
+            fred::types::CustomCommand::new_static("XPENDING", fred::types::ClusterHash::FirstKey, false),
+            vec![env.stream("user"), "admin".to_owned()],
+        )
+        .await
+        .ok()?;
+    match reply {
+        Value::Array(parts) => parts.first().and_then(|v| v.as_u64()),
+        _ => None,
+    }
+}
+
+async fn await_acknowledged(env: &MyEnv) {
+    eventually("every entry acknowledged", || async { (pending_entries(env).await == Some(0)).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn crashes_before_and_after_the_commit_still_give_one_inbox_row_per_event() {
+    let env = MyEnv::new().await;
+    add(&env, "c", 30).await;
+    let mut before_commit = Handoff::run_paused(&bridge(&env, "b1"), "bridge_before_commit");
+    before_commit.await_paused().await;
+    before_commit.kill();
+    assert_eq!(inbox(&env, "PENDING").await, 0);
+    let mut before_ack = Handoff::run_paused(&bridge(&env, "b1"), "bridge_before_ack");
+    before_ack.await_paused().await;
+    before_ack.kill();
+    assert_eq!(inbox(&env, "PENDING").await, 30, "committed");
+    assert_eq!(pending_entries(&env).await, Some(30), "not acknowledged");
+    let _bridge = Handoff::run(&bridge(&env, "b1"));
+    await_acknowledged(&env).await;
+    assert_eq!(inbox(&env, "PENDING").await, 30, "one row per event");
+}
+
+#[tokio::test]
+async fn malformed_entries_go_to_poison_with_their_reason() {
+    let env = MyEnv::new().await;
+    add(&env, "ok", 2).await;
+    for fields in [
+        vec![("event_type", "user.changed".to_owned()), ("payload", "{}".into()), ("owner", "relay".into())],
+        vec![
+            ("event_id", "x".into()),
+            ("event_type", "user.changed".into()),
+            ("payload", "[1]".into()),
+            ("owner", "relay".into()),
+        ],
+        vec![
+            ("event_id", "y".into()),
+            ("event_type", "user.changed".into()),
+            ("payload", r#"{"auditId":"z"}"#.into()),
+            ("owner", "relay".into()),
+        ],
+        vec![
+            ("event_id", "w".into()),
+            ("event_type", "user.changed".into()),
+            ("payload", r#"{"auditId":"w"}"#.into()),
+            ("owner", "mallory".into()),
+        ],
+    ] {
+        let _: String = env.redis.xadd(env.stream("user"), false, None::<()>, "*", fields).await.unwrap();
+    }
+    let _bridge = Handoff::run(&bridge(&env, "b1"));
+    await_acknowledged(&env).await;
+    assert_eq!(inbox(&env, "PENDING").await, 2);
+    let reasons: Vec<String> = env
+        .rows("SELECT reason FROM consumer_inbox_poison ORDER BY id")
+        .await
+        .into_iter()
+        .map(|r| r.get(0).unwrap())
+        .collect();
+    assert_eq!(reasons, ["missing_field", "invalid_payload", "id_mismatch", "owner_mismatch"]);
+}
+
+async fn insert_inbox(env: &MyEnv, id: &str) {
+    env.exec(&format!(
+        "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, content_hash, stream, stream_entry_id)
+         VALUES ('admin', '{id}', 'auth.mfa_policy_changed', 'auth', JSON_OBJECT('actor', 'admin'), 'h', 's', '0-1')"
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_handler_commits_nothing_and_the_row_is_applied_once() {
+    let env = MyEnv::new().await;
+    insert_inbox(&env, "k-1").await;
+    let mut victim = Handoff::run_paused(&worker(&env, &[HANDLER]), "worker_in_handler");
+    victim.await_paused().await;
+    victim.kill();
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 0);
+    let _next = Handoff::run(&worker(&env, &[HANDLER]));
+    eventually("the row processed", || async { (inbox(&env, "PROCESSED").await == 1).then_some(()) }).await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 1);
+    assert_eq!(env.scalar("SELECT expired_leases FROM consumer_inbox").await, 1);
+}
+
+#[tokio::test]
+async fn effect_and_processed_commit_together_or_not_at_all() {
+    let env = MyEnv::new().await;
+    insert_inbox(&env, "z-1").await;
+    insert_inbox(&env, "z-2").await;
+    // The second statement fails for every row (a NOT NULL column): a data error, DEAD at once,
+    // and the first statement's effect is rolled back with it.
+    let failing = "INSERT INTO audit_logs (audit_id, source, action) VALUES (NULL, 'x', 'y')";
+    let _worker = Handoff::run(&worker(&env, &[HANDLER, failing]));
+    eventually("both rows DEAD", || async { (inbox(&env, "DEAD").await == 2).then_some(()) }).await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 0);
+    assert_eq!(env.scalar("SELECT MAX(attempts) FROM consumer_inbox").await, 1);
+}
+
+#[tokio::test]
+async fn the_seed_chain_on_mariadb_gives_one_audit_log_per_event_through_kills() {
+    let env = MyEnv::new().await;
+    let relay_config = env.config("batch_size = 100\nowner = \"relay\"");
+    let _worker = Handoff::run(&worker(&env, &[HANDLER]));
+    let mut bridge_process = Handoff::run(&bridge(&env, "b1"));
+    let mut relay = Handoff::run(&relay_config);
+    for round in 0..3 {
+        env.insert_events(&format!("r{round}"), "user", 300).await;
+        let floor = (round * 300 + 60) as i64;
+        eventually("relay progress", || async { (env.count("DELIVERED").await >= floor).then_some(()) }).await;
+        relay.kill();
+        relay = Handoff::run(&relay_config);
+        let taken = env.scalar("SELECT COUNT(*) FROM consumer_inbox").await;
+        eventually("bridge progress", || async {
+            (env.scalar("SELECT COUNT(*) FROM consumer_inbox").await > taken).then_some(())
+        })
+        .await;
+        bridge_process.kill();
+        bridge_process = Handoff::run(&bridge(&env, "b1"));
+    }
+    eventually("every event in audit_logs", || async {
+        (env.scalar("SELECT COUNT(*) FROM audit_logs").await == 900).then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM consumer_inbox_poison").await, 0);
+    assert_eq!(
+        env.scalar("SELECT COUNT(*) FROM audit_outbox o WHERE NOT EXISTS (SELECT 1 FROM audit_logs a WHERE a.audit_id = o.event_id)").await,
+        0
+    );
+}
