@@ -42,6 +42,9 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
+    /// How long the chain may take to drain after the producer stops.
+    #[arg(long, default_value_t = 300)]
+    drain_seconds: u64,
 }
 
 /// The handoff processes of the run, restartable by name.
@@ -61,7 +64,7 @@ impl Fleet {
         let child = Command::new(&self.binary)
             .args(["run", "--config"])
             .arg(&path)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,handoff=debug")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
@@ -257,7 +260,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let drain_started = Instant::now();
     while count("SELECT count(*) FROM audit_logs").await < produced
-        && drain_started.elapsed() < Duration::from_secs(300)
+        && drain_started.elapsed() < Duration::from_secs(args.drain_seconds)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -276,6 +279,35 @@ async fn main() -> anyhow::Result<()> {
     let dead = count("SELECT (SELECT count(*) FROM audit_outbox WHERE status = 'DEAD') + (SELECT count(*) FROM consumer_inbox WHERE status = 'DEAD')").await;
     let poison = count("SELECT count(*) FROM consumer_inbox_poison").await;
     let duplicates: usize = per_event.values().map(|n| n - 1).sum();
+    if count("SELECT count(*) FROM audit_logs").await < produced {
+        let activity = db
+            .query(
+                "SELECT application_name, state, coalesce(wait_event_type, '') || ':' || coalesce(wait_event, ''),
+                        left(query, 120), (now() - state_change)::text
+                 FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        for r in activity {
+            let cells: Vec<String> = (0..5).map(|i| r.get::<_, Option<String>>(i).unwrap_or_default()).collect();
+            println!("chaos: backend {cells:?}");
+        }
+    }
+    for table in ["audit_outbox", "consumer_inbox"] {
+        let rows = db
+            .query(
+                &format!("SELECT status, count(*), max(attempts), min(lease_expires_at)::text FROM {table} GROUP BY 1"),
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        for r in rows {
+            let (status, n, attempts, lease): (String, i64, i32, Option<String>) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            println!("chaos: {table}: {status} {n} rows (max attempts {attempts}, earliest lease {lease:?})");
+        }
+    }
     drop(fleet);
     pg.stop();
     redis.stop();

@@ -27,6 +27,8 @@ impl Proxy {
                 let born = *watcher.borrow();
                 tokio::spawn(async move {
                     let Ok(mut server) = TcpStream::connect(("127.0.0.1", target_port)).await else { return };
+                    // Without NODELAY, small request/response exchanges stall on delayed ACKs.
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
                     tokio::select! {
                         _ = copy_bidirectional(&mut client, &mut server) => {}
                         _ = watcher.wait_for(|g| *g != born) => {}

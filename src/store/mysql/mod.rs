@@ -60,3 +60,10 @@ pub(crate) fn describe(e: &mysql_async::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// A statement the database refused to prepare, as a message naming `context`; `Unreachable`
+/// when the connection went away meanwhile (then startup waits and tries again).
+pub(crate) fn prepare_refusal(context: &str, e: mysql_async::Error) -> Result<String, crate::store::PrepareError> {
+    let text = format!("{context}: {}", describe(&e));
+    if error("prepare", e).is_unavailable() { Err(crate::store::PrepareError::Unreachable(text)) } else { Ok(text) }
+}

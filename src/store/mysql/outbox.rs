@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Row, TxOpts};
 
 use super::values::{Param, bind, row_texts};
-use super::{defaults, describe, error};
+use super::{defaults, error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::claim::ClaimShape;
@@ -77,7 +77,7 @@ impl MyOutbox {
                     }
                 };
                 match conn.prep(named.sql.as_str()).await {
-                    Err(e) => errors.push(format!("{context}: {}", describe(&e))),
+                    Err(e) => errors.push(super::prepare_refusal(&context, e)?),
                     Ok(stmt) => {
                         let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
                         if kind == StatementKind::Claim && i == parts.len() - 1 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Row, TxOpts, Value};
 
-use super::{DATA_ERRORS, describe, error};
+use super::{DATA_ERRORS, error};
 use crate::fault::{Faults, Point};
 use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
 use crate::store::{PrepareError, StoreError, StoreResult};
@@ -26,6 +26,7 @@ struct WorkerSql {
     processed: String,
     retry: String,
     dead: String,
+    lock_held: String,
     renew: String,
     release: String,
     stats: String,
@@ -73,9 +74,15 @@ impl WorkerSql {
                      dead_at = NOW(3), lease_expires_at = NULL
                  WHERE {fence}"
             ),
+            // Renewal locks what it can without waiting (the batch transaction holds the rest and
+            // is about to settle them; waiting on it would deadlock with it), then extends those.
+            lock_held: format!(
+                "SELECT w.id FROM {t} w {ROWS}
+                 WHERE w.lease_token = t.token AND w.lease_owner = ? AND w.status = 'PROCESSING'
+                 FOR UPDATE SKIP LOCKED"
+            ),
             renew: format!(
-                "UPDATE {t} w {ROWS} SET w.lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND
-                 WHERE w.lease_token = t.token AND w.lease_owner = ? AND w.status = 'PROCESSING'"
+                "UPDATE {t} SET lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND WHERE id IN ({IDS})"
             ),
             release: format!(
                 "UPDATE {t} w {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL
@@ -163,12 +170,12 @@ impl WorkerStore for MyWorker {
         let mut errors = Vec::new();
         for (name, sql) in own {
             if let Err(e) = conn.prep(sql.as_str()).await {
-                errors.push(format!("inbox statement {name}: {}", describe(&e)));
+                errors.push(super::prepare_refusal(&format!("inbox statement {name}"), e)?);
             }
         }
         for (context, sql) in handler_sql {
             if let Err(e) = conn.prep(sql.as_str()).await {
-                errors.push(format!("{context}: {}", describe(&e)));
+                errors.push(super::prepare_refusal(context, e)?);
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
@@ -267,10 +274,17 @@ impl WorkerStore for MyWorker {
 
     async fn renew(&self, owner: &str, rows: &[(i64, i64)], lease: Duration) -> StoreResult<u64> {
         let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("renew leases", e))?;
-        let params = (json_ids(&ids), json_ids(&tokens), lease.as_millis() as i64, owner);
-        conn.exec_drop(self.sql.renew.as_str(), params).await.map_err(|e| error("renew leases", e))?;
-        Ok(conn.affected_rows())
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("renew leases", e))?;
+        let held: Vec<i64> = tx
+            .exec(self.sql.lock_held.as_str(), (json_ids(&ids), json_ids(&tokens), owner))
+            .await
+            .map_err(|e| error("renew leases", e))?;
+        tx.exec_drop(self.sql.renew.as_str(), (lease.as_millis() as i64, json_ids(&held)))
+            .await
+            .map_err(|e| error("renew leases", e))?;
+        let renewed = tx.affected_rows();
+        tx.commit().await.map_err(|e| error("renew leases", e))?;
+        Ok(renewed)
     }
 
     async fn release(&self, owner: &str, rows: &[(i64, i64)]) -> StoreResult<u64> {

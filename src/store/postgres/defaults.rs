@@ -80,12 +80,17 @@ FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
   AND o.lease_expires_at IS NOT NULL";
 
+/// Rows another statement holds (a settle in progress) are skipped rather than waited for.
 const RENEW: &str = "\
-UPDATE {table} o
+UPDATE {table} r
 SET lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond'
-FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
-WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
-  AND o.lease_expires_at IS NOT NULL";
+FROM (
+    SELECT o.id FROM {table} o
+    JOIN unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token) ON o.id = s.id
+    WHERE o.claim_token = s.token AND o.claimed_by = :claimant AND o.lease_expires_at IS NOT NULL
+    FOR UPDATE OF o SKIP LOCKED
+) AS held
+WHERE r.id = held.id";
 
 /// Gauges for the metrics sampler. Each arm reads one partial index (or the rows it covers), so
 /// the cost follows the backlog and the DEAD rows, never the delivered history.

@@ -85,3 +85,14 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
         None => error.to_string(),
     }
 }
+
+/// A statement the database refused to prepare, as a message naming `context`; `Unreachable`
+/// when the connection went away meanwhile (then startup waits and tries again).
+pub(crate) fn prepare_refusal(context: &str, e: tokio_postgres::Error) -> Result<String, crate::store::PrepareError> {
+    let text = format!("{context}: {}", describe(&e));
+    if query_error("prepare", e).is_unavailable() {
+        Err(crate::store::PrepareError::Unreachable(text))
+    } else {
+        Ok(text)
+    }
+}

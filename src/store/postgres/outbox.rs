@@ -75,7 +75,7 @@ impl PgOutbox {
                 continue;
             }
             match client.prepare(&named.sql).await {
-                Err(e) => errors.push(format!("{context}: {}", super::describe(&e))),
+                Err(e) => errors.push(super::prepare_refusal(&context, e)?),
                 Ok(stmt) => {
                     for (name, ty) in named.names.iter().zip(stmt.params()) {
                         if !param_type_supported(ty) {

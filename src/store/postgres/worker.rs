@@ -72,8 +72,14 @@ impl WorkerSql {
                      dead_at = now(), lease_expires_at = NULL
                  WHERE {fence}"
             ),
+            // Rows our own batch transaction has locked are skipped, not waited for: that
+            // transaction is about to settle them, and waiting on it deadlocks with it.
             renew: format!(
-                "UPDATE {t} i SET lease_expires_at = now() + $2::bigint * interval '1 millisecond' {batch_fence}"
+                "UPDATE {t} w SET lease_expires_at = now() + $2::bigint * interval '1 millisecond'
+                 FROM (SELECT i.id FROM {t} i JOIN unnest($3::bigint[], $4::bigint[]) AS s(id, token) ON i.id = s.id
+                       WHERE i.lease_token = s.token AND i.lease_owner = $1 AND i.status = 'PROCESSING'
+                       FOR UPDATE OF i SKIP LOCKED) AS l
+                 WHERE w.id = l.id"
             ),
             release: format!("UPDATE {t} i SET status = 'PENDING', lease_expires_at = NULL {}", batch_fence.replace("$3", "$2").replace("$4", "$3")),
             // Oldest first on the processed_at partial index, in bounded batches; IGNORED rows by age of receipt.
@@ -177,12 +183,12 @@ impl WorkerStore for PgWorker {
         ];
         for (name, sql) in own {
             if let Err(e) = client.prepare(sql).await {
-                errors.push(format!("inbox statement {name}: {}", super::describe(&e)));
+                errors.push(super::prepare_refusal(&format!("inbox statement {name}"), e)?);
             }
         }
         for (context, sql) in handler_sql {
             match client.prepare(sql).await {
-                Err(e) => errors.push(format!("{context}: {}", super::describe(&e))),
+                Err(e) => errors.push(super::prepare_refusal(context, e)?),
                 Ok(stmt) => {
                     for ty in stmt.params() {
                         if !super::values::param_type_supported(ty) {
