@@ -22,7 +22,7 @@ struct Args {
     #[arg(long, env = "HANDOFF_BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
     /// Events per throughput run.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 100_000)]
     events: usize,
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 3)]
@@ -100,42 +100,21 @@ async fn main() -> anyhow::Result<()> {
     let r = args.repeat;
 
     for &batch in args.batch_sizes.iter().filter(|_| args.wants("relay")) {
-        let sql = median(repeat(r, || relay::sql_limit(&env, n, batch)).await?);
-        let redis = median(repeat(r, || relay::redis_limit(&env, n, batch)).await?);
-        report.add("limit", format!("claim + mark delivered alone, batch {batch}"), sql, "rows/s");
-        report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
-        for instances in [1, 2] {
-            let runs = repeat(r, || relay::throughput(&env, n, batch, instances, "")).await?;
-            let rate = median(runs.iter().map(|x| x.rows_per_sec).collect());
-            report.add("relay", format!("{instances} relay(s), batch {batch}"), rate, "rows/s");
-            report.add("ratio", format!("{instances} relay(s), batch {batch} / SQL limit"), rate / sql * 100.0, "%");
-            let serial = 1.0 / (1.0 / sql + 1.0 / redis);
-            report.add(
-                "ratio",
-                format!("{instances} relay(s), batch {batch} / (SQL then XADD) limit"),
-                rate / serial * 100.0,
-                "%",
-            );
-            if instances == 1 && batch == 500 {
-                let rss = median(runs.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
-                let cpu = median(runs.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
-                report.add("resources", "relay peak RSS, batch 500", rss, "MiB");
-                report.add("resources", "relay CPU per 100k events, batch 500", cpu, "s");
-            }
-        }
+        relay_part(&env, &args, batch, &mut report).await?;
     }
     if args.wants("baseline") {
         let baseline = median(repeat(r, || relay::per_row_baseline(&env, args.baseline_events)).await?);
         report.add("baseline", "per-row dispatcher (select 50; claim, XADD, mark each)", baseline, "rows/s");
         let singles = report.0.iter().filter(|f| f.section == "relay" && f.name.starts_with("1 relay"));
         let best = singles.map(|f| f.value).fold(0.0, f64::max);
-        report.add("ratio", "best single relay / per-row baseline", best / baseline, "x");
+        report.add("ratio", "best single relay process / per-row baseline", best / baseline, "x");
     }
     if args.wants("dwell") {
         dwell(&env, &args, &mut report).await?;
     }
     if args.wants("bloat") {
-        let clean = report.0.iter().find(|f| f.name == "1 relay(s), batch 500").map(|f| f.value).unwrap_or(0.0);
+        let clean = report.0.iter().find(|f| f.name == "1 relay, concurrency 2 (default), batch 500").map(|f| f.value);
+        let clean = clean.unwrap_or(0.0);
         let runs = repeat(r, || relay::bloated(&env, n, args.history, 500)).await?;
         let bloat = median(runs.iter().map(|x| x.rows_per_sec).collect());
         let name = format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history);
@@ -155,6 +134,37 @@ async fn main() -> anyhow::Result<()> {
     let path = args.out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
     println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+/// One batch size: the limits with one and two loops, then relays with one loop, two loops
+/// (the default) and two processes; each compared with the limit of as many loops.
+async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut Report) -> anyhow::Result<()> {
+    let (n, r) = (args.events, args.repeat);
+    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1)).await?);
+    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2)).await?);
+    let redis = median(repeat(r, || relay::redis_limit(env, n, batch)).await?);
+    report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
+    report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
+    report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
+    let runs: [(&str, usize, u32, f64); 3] = [
+        ("1 relay, concurrency 1", 1, 1, sql1),
+        ("1 relay, concurrency 2 (default)", 1, 2, sql2),
+        ("2 relays, concurrency 1", 2, 1, sql2),
+    ];
+    for (name, instances, concurrency, limit) in runs {
+        let extra = format!("concurrency = {concurrency}");
+        let results = repeat(r, || relay::throughput(env, n, batch, instances, &extra)).await?;
+        let rate = median(results.iter().map(|x| x.rows_per_sec).collect());
+        report.add("relay", format!("{name}, batch {batch}"), rate, "rows/s");
+        report.add("ratio", format!("{name}, batch {batch} / SQL limit with as many loops"), rate / limit * 100.0, "%");
+        if instances == 1 && concurrency == 2 && batch == 500 {
+            let rss = median(results.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
+            let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
+            report.add("resources", "relay peak RSS, batch 500", rss, "MiB");
+            report.add("resources", "relay CPU per 100k events, batch 500", cpu, "s");
+        }
+    }
     Ok(())
 }
 

@@ -50,24 +50,32 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
     })
 }
 
-/// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis.
-pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+/// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis,
+/// in `loops` concurrent loops (as a relay with that concurrency runs them).
+pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize) -> anyhow::Result<f64> {
     env.reset().await?;
     env.fill(n, "s").await?;
     let config = load_str(&relay_config(env, batch, ""))?;
     let pool = pool(&config.database, "handoff-bench")?;
     let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let started = Instant::now();
-    let mut done = 0;
-    loop {
-        let rows = store.claim("bench-limit", batch, Duration::from_secs(30)).await?;
-        if rows.is_empty() {
-            break;
+    let one_loop = |name: String| {
+        let store = &store;
+        async move {
+            let mut done = 0;
+            loop {
+                let rows = store.claim(&name, batch, Duration::from_secs(30)).await?;
+                if rows.is_empty() {
+                    return anyhow::Ok(done);
+                }
+                let delivered: Vec<Delivered> =
+                    rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into() }).collect();
+                done += store.settle_delivered(&name, &delivered).await? as usize;
+            }
         }
-        let delivered: Vec<Delivered> =
-            rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into() }).collect();
-        done += store.settle_delivered("bench-limit", &delivered).await? as usize;
-    }
+    };
+    let counts = futures_util::future::join_all((0..loops).map(|i| one_loop(format!("bench-limit#{i}")))).await;
+    let done: usize = counts.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().sum();
     anyhow::ensure!(done == n, "settled {done} of {n}");
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
@@ -161,7 +169,7 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> an
         .await?;
     env.fill(n, "t").await?;
     let stream = env.stream("user");
-    let mut child = env.spawn("relay-bloat", &relay_config(env, batch, ""))?;
+    let mut child = env.spawn("relay-bloat", &relay_config(env, batch, "concurrency = 2"))?;
     let elapsed = time_until(Duration::from_secs(600), || async {
         Ok(env.xlen(&stream).await? >= n as u64
             && env.scalar("SELECT count(*) FROM audit_outbox WHERE status IN ('PENDING', 'IN_FLIGHT')").await? == 0)

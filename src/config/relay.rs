@@ -24,8 +24,9 @@ pub struct RelayConfig {
     /// Rows per claim. Default: 500.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
-    /// Batches in flight at once (claim loops). Default: 1.
-    #[serde(default = "defaults::one")]
+    /// Batches in flight at once (claim loops): with 2, one batch is appended while the next is
+    /// claimed and settled. Default: 2.
+    #[serde(default = "defaults::two")]
     pub concurrency: u32,
     /// Sleep between claims when the last one came back empty. Default: "250ms".
     #[serde(default = "defaults::poll_interval", with = "humantime_serde")]
@@ -204,8 +205,8 @@ mod defaults {
     pub fn batch_size() -> u32 {
         500
     }
-    pub fn one() -> u32 {
-        1
+    pub fn two() -> u32 {
+        2
     }
     pub fn poll_interval() -> Duration {
         Duration::from_millis(250)
