@@ -274,3 +274,25 @@ async fn retention_purges_old_processed_rows_and_keeps_dead_and_recent_ones() {
     assert_eq!(env.inbox_count("DEAD").await, 1);
     worker.await_log("purged processed rows").await;
 }
+
+#[tokio::test]
+async fn dead_inbox_rows_are_listed_and_re_driven_by_the_operator_commands() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "d-1", r#"{"no_actor": true}"#).await;
+    let worker = Handoff::run(&worker_config(&env, ""));
+    await_status(&env, "DEAD", 1).await;
+    let path = worker.config_path();
+    let (ok, out) = common::process::run_with_path(&path, &["dead", "list", "--worker", "worker", "--json"]);
+    assert!(ok, "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["count"], 1);
+    assert_eq!(listed["rows"][0]["source"], "worker worker");
+    // Fix the cause (the payload gains the field), then re-drive: the handler applies it.
+    env.db.batch_execute("UPDATE consumer_inbox SET payload = '{\"actor\": \"admin\"}'").await.unwrap();
+    let (ok, out) = common::process::run_with_path(&path, &["dead", "retry", "--worker", "worker"]);
+    assert!(ok && out.contains("re-driven: 1 row(s)"), "{out}");
+    await_status(&env, "PROCESSED", 1).await;
+    let redrives: i32 = env.db.query_one("SELECT redrives FROM consumer_inbox", &[]).await.unwrap().get(0);
+    assert_eq!(redrives, 1);
+    assert_eq!(audit_rows(&env).await, 1);
+}

@@ -100,7 +100,6 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut errors = Throttle::new(Duration::from_secs(30));
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
-            let seen = self.deps.wake.as_ref().map(|w| w.generation());
             let rows = match self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await {
                 Ok(rows) => rows,
                 Err(error) => {
@@ -112,7 +111,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             self.source_up(&mut errors);
             debug!(rows = rows.len(), "claimed");
             if rows.is_empty() {
-                self.idle(seen, &shutdown).await;
+                self.idle(&shutdown).await;
                 continue;
             }
             // A full batch means more is waiting; a reclaimed row is claimed alone, so its
@@ -124,18 +123,18 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             } else {
                 outage.succeeded();
                 if !again_now {
-                    self.idle(seen, &shutdown).await;
+                    self.idle(&shutdown).await;
                 }
             }
         }
     }
 
-    /// Waits for the poll interval, or less when a wake-up rang since `seen` was read.
-    async fn idle(&self, seen: Option<u64>, shutdown: &CancellationToken) {
+    /// Waits for the poll interval, or less when a wake-up rings.
+    async fn idle(&self, shutdown: &CancellationToken) {
         let woken = async {
-            match (&self.deps.wake, seen) {
-                (Some(wake), Some(seen)) => wake.wait(seen).await,
-                _ => std::future::pending().await,
+            match &self.deps.wake {
+                Some(wake) => wake.wait().await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {

@@ -2,7 +2,6 @@
 //! relay's claim loops on every notification. Polling stays as the fallback; after a reconnect
 //! the listener rings once, since notifications sent while it was away are gone.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -14,34 +13,23 @@ use super::Retrier;
 use crate::config::{BackoffConfig, DatabaseConfig};
 use crate::telemetry::throttle::Throttle;
 
-/// Rings waiting claim loops. A loop that was busy when it rang sees the changed generation
-/// and does not go to sleep, so no notification falls between two claims.
+/// Wakes one idle claim loop per ring: one claim picks up what the inserts brought (a full
+/// batch makes that loop claim again at once), and the other loops are not stirred into empty
+/// claims that compete for the same rows. A ring while every loop is busy is kept, so the next
+/// loop to go idle claims at once: no notification falls between two claims.
 #[derive(Default)]
 pub struct Wake {
-    generation: AtomicU64,
     notify: Notify,
 }
 
 impl Wake {
     pub fn ring(&self) {
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        self.notify.notify_waiters();
+        self.notify.notify_one();
     }
 
-    /// The generation to pass to [`Wake::wait`] later: read it before claiming.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
-    }
-
-    /// Returns once the generation differs from `seen` (at once if it already does).
-    pub async fn wait(&self, seen: u64) {
-        loop {
-            let notified = self.notify.notified();
-            if self.generation() != seen {
-                return;
-            }
-            notified.await;
-        }
+    /// Returns at the next ring, or at once if one came while no loop was waiting.
+    pub async fn wait(&self) {
+        self.notify.notified().await
     }
 }
 
@@ -121,10 +109,9 @@ mod tests {
     #[tokio::test]
     async fn a_ring_between_claims_is_not_lost() {
         let wake = Wake::default();
-        let seen = wake.generation();
         wake.ring();
         // No waiter at the time of the ring, yet the wait returns at once.
-        tokio::time::timeout(Duration::from_secs(5), wake.wait(seen)).await.expect("wait returned");
+        tokio::time::timeout(Duration::from_secs(5), wake.wait()).await.expect("wait returned");
     }
 
     #[test]
