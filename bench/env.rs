@@ -100,7 +100,8 @@ impl BenchEnv {
         Ok(Command::new(&self.binary)
             .args(["run", "--config"])
             .arg(&path)
-            .env("RUST_LOG", "warn")
+            // HANDOFF_BENCH_LOG=handoff=trace shows where each batch's time goes.
+            .env("RUST_LOG", std::env::var("HANDOFF_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?)

@@ -129,7 +129,27 @@ impl Redis {
             .stdout(Stdio::null())
             .spawn()?;
         self.child = Some(child);
-        await_port(self.port).await
+        await_port(self.port).await?;
+        self.await_serving().await
+    }
+
+    /// A restarted Redis accepts connections while it replays its AOF and answers `LOADING`
+    /// until it is done; the run's own checks wait for a plain PONG.
+    async fn await_serving(&self) -> anyhow::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for _ in 0..600 {
+            if let Ok(mut socket) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
+                let mut reply = [0u8; 64];
+                if socket.write_all(b"PING\r\n").await.is_ok()
+                    && let Ok(n) = socket.read(&mut reply).await
+                    && reply[..n].starts_with(b"+PONG")
+                {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("redis on port {} never finished loading", self.port)
     }
 
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {

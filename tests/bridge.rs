@@ -244,3 +244,21 @@ async fn idle_consumers_left_by_dead_instances_are_deleted() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn sigterm_takes_over_every_entry_already_read_before_exiting() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "t", 3000).await;
+    let mut bridge = Handoff::run(&env.bridge_config("b1", &["user"], "batch_size = 50"));
+    eventually("the bridge under way", || async { (env.inbox_count("PENDING").await >= 100).then_some(()) }).await;
+    bridge.signal("TERM");
+    assert!(bridge.await_exit().await.success());
+    // The bridge reads the next batch while it takes one over; whatever it read is taken over
+    // and acknowledged before it leaves, so nothing stays pending under its name.
+    assert_eq!(env.group_pending("user").await, Some(0), "entries left unacknowledged");
+    let taken = env.inbox_count("PENDING").await;
+    assert!(taken < 3000, "stopped before the end ({taken})");
+    let restarted = Handoff::run(&env.bridge_config("b1", &["user"], "batch_size = 50"));
+    await_inbox(&env, 3000).await;
+    drop(restarted);
+}

@@ -11,12 +11,13 @@ pub mod group;
 mod recover;
 pub mod validate;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::Client;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{info, trace, warn};
 
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
@@ -25,7 +26,8 @@ use crate::store::inbox::InboxStore;
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
-use group::{Group, GroupError};
+use entry::RawEntry;
+use group::{Group, GroupError, GroupResult};
 use validate::Validator;
 
 pub struct BridgeDeps<S> {
@@ -69,19 +71,22 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut last_recovery: Option<Instant> = None;
         let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(Duration::from_secs(30));
+        // New entries read while the previous batch was being taken over.
+        let mut ahead: Option<GroupResult<Vec<RawEntry>>> = None;
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2) {
                 last_recovery = Some(Instant::now());
                 self.recover(&shutdown).await;
             }
-            let read = if own_backlog {
-                self.group.read("0", self.config.batch_size, None).await
-            } else {
-                tokio::select! {
+            let reading = Instant::now();
+            let read = match ahead.take() {
+                Some(read) => read,
+                None if own_backlog => self.group.read("0", self.config.batch_size, None).await,
+                None => tokio::select! {
                     read = self.group.read(">", self.config.batch_size, Some(self.config.block)) => read,
                     _ = shutdown.cancelled() => break,
-                }
+                },
             };
             match read {
                 Ok(entries) => {
@@ -92,8 +97,20 @@ impl<S: InboxStore> StreamBridge<S> {
                         own_backlog = false;
                         continue;
                     }
-                    let limits = if own_backlog { self.deliveries(&entries).await } else { Default::default() };
-                    self.handle(entries, &limits).await;
+                    trace!(entries = entries.len(), read_ms = reading.elapsed().as_secs_f64() * 1e3, "batch read");
+                    if own_backlog {
+                        // Reading "0" again would return this batch too: no read-ahead here.
+                        let limits = self.deliveries(&entries).await;
+                        self.handle(entries, &limits).await;
+                    } else {
+                        // The next batch is read while this one commits (the read waits on Redis,
+                        // the commit on the database). Without BLOCK, so the acknowledgement that
+                        // ends this batch never queues behind a read waiting for new entries.
+                        let none = HashMap::new();
+                        let next = self.group.read(">", self.config.batch_size, None);
+                        let ((), next) = tokio::join!(self.handle(entries, &none), next);
+                        ahead = Some(next);
+                    }
                 }
                 Err(GroupError::NoGroup(detail)) => {
                     warn!(bridge = %self.config.name, stream = %self.source.key, %detail, "consumer group missing; creating it");
@@ -103,6 +120,13 @@ impl<S: InboxStore> StreamBridge<S> {
                 }
                 Err(e) => self.outage(&mut outage, &mut errors, &e, &shutdown).await,
             }
+        }
+        // Entries already read ahead belong to this consumer now: take them over before leaving
+        // rather than leave them for recovery.
+        if let Some(Ok(entries)) = ahead
+            && !entries.is_empty()
+        {
+            self.handle(entries, &HashMap::new()).await;
         }
         self.deps.health.stopped();
         info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");

@@ -69,9 +69,10 @@ impl InboxStore for PgInbox {
         let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
         let mut inserted = HashSet::new();
         if !events.is_empty() {
+            let insert = tx.prepare_cached(&self.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
             let rows = tx
                 .query(
-                    &self.insert,
+                    &insert,
                     &[
                         &consumer,
                         &column(events, |e| e.event_id.clone()),

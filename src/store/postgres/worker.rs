@@ -127,8 +127,13 @@ impl PgWorker {
             tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
         }
         self.faults.reach(Point::WorkerInHandler).await;
+        // Cached: this runs once per row, and an unprepared statement costs a second round trip.
+        let processed = tx
+            .prepare_cached(&self.sql.processed)
+            .await
+            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
         let marked = tx
-            .execute(&self.sql.processed, &[&row.id, &owner, &row.token])
+            .execute(&processed, &[&row.id, &owner, &row.token])
             .await
             .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
         Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
