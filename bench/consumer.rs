@@ -44,9 +44,9 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64>
                 Entry {
                     stream: env.stream("user"),
                     fields: vec![
-                        ("event_id".into(), id.clone()),
+                        ("event_id".into(), id.clone().into()),
                         ("event_type".into(), "auth.mfa_policy_changed".into()),
-                        ("payload".into(), payload),
+                        ("payload".into(), payload.into()),
                         ("owner".into(), "bench".into()),
                     ],
                     event_id: id,

@@ -89,11 +89,11 @@ pub async fn redis_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result
     let entry = |i: usize| Entry {
         stream: env.stream("user"),
         fields: vec![
-            ("event_id".into(), format!("r-{i}")),
+            ("event_id".into(), format!("r-{i}").into()),
             ("event_type".into(), "auth.mfa_policy_changed".into()),
             ("aggregate_type".into(), "user".into()),
-            ("aggregate_id".into(), format!("user-{}", i % 1000)),
-            ("payload".into(), payload.clone()),
+            ("aggregate_id".into(), format!("user-{}", i % 1000).into()),
+            ("payload".into(), payload.clone().into()),
             ("headers".into(), r#"{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#.into()),
             ("owner".into(), "bench".into()),
         ],

@@ -71,7 +71,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             order_runs(&mut sendable);
         }
         let keys: Vec<RowRef> = sendable.iter().map(|(row, _)| row.key()).collect();
-        let entries: Vec<Entry> = sendable.iter().map(|(_, entry)| entry.clone()).collect();
+        // Rows and entries part here (no copy of the payloads): appends take entries alone.
+        let (sendable, entries): (Vec<ClaimedRow>, Vec<Entry>) = sendable.into_iter().unzip();
         let append = async {
             self.deps.faults.reach(Point::BeforeAppend).await;
             let outcomes = self.deps.stream.append(&entries, &self.options).await;
@@ -82,7 +83,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let prepared = started.elapsed();
         match self.under_lease(claimant, &keys, append).await {
             Some(outcomes) => {
-                stream_outage = self.sort_outcomes(&sendable, outcomes, started, &mut settlement);
+                stream_outage = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
             }
             None => {
                 // Rows already judged DEAD are released too: the next claim judges them again.
@@ -107,7 +108,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Turns append outcomes into settle decisions; returns whether the broker was unreachable.
     fn sort_outcomes(
         &self,
-        sendable: &[(ClaimedRow, Entry)],
+        sendable: &[ClaimedRow],
+        entries: &[Entry],
         outcomes: Vec<AppendOutcome>,
         started: Instant,
         settlement: &mut Settlement,
@@ -115,7 +117,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let metrics = &self.deps.metrics;
         let mut outage = false;
         let elapsed = started.elapsed();
-        for ((row, _), outcome) in sendable.iter().zip(outcomes) {
+        for (row, outcome) in sendable.iter().zip(outcomes) {
             match outcome {
                 AppendOutcome::Appended(entry_id) => {
                     metrics.dwell.observe((row.age + elapsed).as_secs_f64());
@@ -158,7 +160,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
         if self.config.trim.as_ref().is_some_and(|t| t.acknowledged) {
             let mut streams = self.appended_to.lock().expect("appended_to lock");
-            streams.extend(sendable.iter().map(|(_, entry)| entry.stream.clone()));
+            streams.extend(entries.iter().map(|entry| entry.stream.clone()));
         }
         outage
     }

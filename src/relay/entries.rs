@@ -3,6 +3,8 @@
 //! Fields: `event_id`, then each of `event_type`, `aggregate_type`, `aggregate_id`, `payload`,
 //! `headers` the claim returns (skipped when NULL), then `owner`, then the configured extras.
 
+use bytes::Bytes;
+
 use super::template::{BoundTemplate, Template};
 use crate::config::RelayConfig;
 use crate::store::ClaimedRow;
@@ -12,9 +14,9 @@ use crate::stream::Entry;
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {
     stream: BoundTemplate,
-    columns: Vec<(String, usize)>,
-    owner: String,
-    extras: Vec<(String, BoundTemplate)>,
+    columns: Vec<(Bytes, usize)>,
+    owner: Bytes,
+    extras: Vec<(Bytes, BoundTemplate)>,
 }
 
 impl EntryBuilder {
@@ -29,29 +31,30 @@ impl EntryBuilder {
         let extras = relay
             .fields
             .iter()
-            .map(|(name, text)| Ok((name.clone(), bind(&format!("fields.{name}"), text)?)))
+            .map(|(name, text)| Ok((Bytes::from(name.clone()), bind(&format!("fields.{name}"), text)?)))
             .collect::<Result<_, String>>()?;
         let columns = ENTRY_COLUMNS
             .iter()
-            .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (name.to_string(), i)))
+            .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (Bytes::from_static(name.as_bytes()), i)))
             .collect();
-        Ok(Self { stream, columns, owner: relay.owner().to_owned(), extras })
+        Ok(Self { stream, columns, owner: Bytes::from(relay.owner().to_owned()), extras })
     }
 
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
     pub fn build(&self, row: &ClaimedRow) -> Result<Entry, String> {
         let stream = self.stream.render(&row.values).map_err(|e| format!("stream key: {e}"))?;
         let mut fields = Vec::with_capacity(2 + self.columns.len() + self.extras.len());
-        fields.push(("event_id".to_owned(), row.event_id.clone()));
+        fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
         for (name, index) in &self.columns {
             if let Some(Some(value)) = row.values.get(*index) {
-                fields.push((name.clone(), value.clone()));
+                fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
             }
         }
-        fields.push(("owner".to_owned(), self.owner.clone()));
+        fields.push((Bytes::from_static(b"owner"), self.owner.clone()));
         for (name, template) in &self.extras {
-            let value = template.render(&row.values).map_err(|e| format!("field {name}: {e}"))?;
-            fields.push((name.clone(), value));
+            let value =
+                template.render(&row.values).map_err(|e| format!("field {}: {e}", String::from_utf8_lossy(name)))?;
+            fields.push((name.clone(), Bytes::from(value)));
         }
         Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None })
     }
@@ -92,7 +95,7 @@ mod tests {
         let entry =
             builder.build(&row(&[Some("1"), Some("e-1"), Some("order"), Some("{}"), None, Some("acme")])).unwrap();
         assert_eq!(entry.stream, "audit:order");
-        let names: Vec<&str> = entry.fields.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = entry.fields.iter().map(|(n, _)| std::str::from_utf8(n).unwrap()).collect();
         assert_eq!(names, ["event_id", "aggregate_type", "payload", "owner", "tenant"]);
         assert_eq!(entry.fields[3].1, "auth");
         assert_eq!(entry.fields[4].1, "t-acme");

@@ -8,11 +8,14 @@ pub mod script;
 use std::future::Future;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 /// One stream entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub stream: String,
-    pub fields: Vec<(String, String)>,
+    /// Names and values as shared bytes: the pipeline and the script take them without copying.
+    pub fields: Vec<(Bytes, Bytes)>,
     /// The event id (names the dedupe marker).
     pub event_id: String,
     /// Entries sharing a run (consecutive, same stream) are appended in order by one atomic

@@ -129,8 +129,8 @@ fn call_args(run: &[Entry], options: &AppendOptions) -> Result<(Vec<String>, Vec
     for entry in run {
         args.push(((entry.fields.len() * 2) as i64).into());
         for (name, value) in &entry.fields {
-            args.push(name.as_str().into());
-            args.push(value.as_str().into());
+            args.push(name.clone().into());
+            args.push(value.clone().into());
         }
     }
     Ok((keys, args))
