@@ -82,6 +82,17 @@ fn url_file_reads_a_mounted_secret_and_conflicts_with_url() {
 }
 
 #[test]
+fn a_url_asking_for_tls_is_refused_rather_than_used_in_the_clear() {
+    let config = "[database]\nurl = \"postgres://app:hunter2@127.0.0.1:5432/handoff_test?sslmode=require\"\n\
+                  [redis]\nurl = \"rediss://:s3cret@127.0.0.1:6379\"\n[[relay]]\nname = \"a\"\n";
+    let (ok, out) = run_to_end(config, &["check"]);
+    assert!(!ok);
+    assert!(out.contains("redis.url: TLS (rediss://) is not supported"), "{out}");
+    assert!(out.contains("database.url: the sslmode requires TLS"), "{out}");
+    assert!(!out.contains("hunter2") && !out.contains("s3cret"), "secrets leaked: {out}");
+}
+
+#[test]
 fn secrets_never_appear_in_errors() {
     let config = "[database]\nurl = \"postgres://postgres:hunter2@127.0.0.1:1/none\"\n[redis]\nurl = \"redis://:sekrit@127.0.0.1:1\"\ncommand_timeout = \"200ms\"\n";
     let (ok, out) = run_to_end(config, &["check"]);

@@ -73,7 +73,7 @@ pub struct DatabaseConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
-    /// `redis://`, `rediss://`, `redis-cluster://host:port?node=…` or
+    /// `redis://`, `redis-cluster://host:port?node=…` or
     /// `redis-sentinel://host:port/db?sentinelServiceName=…`. Secret like the database URL
     /// (`HANDOFF_REDIS__URL`, `url_file`). Default: `redis://127.0.0.1:6379`.
     pub url: Option<Secret>,

@@ -13,6 +13,25 @@ use crate::store::statements::{self, StatementKind};
 const RESERVED_FIELDS: &[&str] =
     &["event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "owner"];
 
+/// This build speaks plain TCP only. A URL asking for TLS must fail loudly: `rediss://` would
+/// otherwise connect in the clear, and an `sslmode` Postgres cannot serve would only fail later.
+fn tls_requested(config: &Config) -> Vec<String> {
+    let advice = "this build has no TLS; reach it over a private network or a local TLS proxy";
+    let mut errors = Vec::new();
+    if config.redis.url.as_ref().is_some_and(|u| u.expose().trim_start().to_ascii_lowercase().starts_with("rediss")) {
+        errors.push(format!("redis.url: TLS (rediss://) is not supported: {advice}"));
+    }
+    let database = config.database.url.as_ref().map(|u| u.expose().to_ascii_lowercase()).unwrap_or_default();
+    let demands_tls = ["sslmode=require", "sslmode=verify-ca", "sslmode=verify-full", "ssl-mode=required"]
+        .iter()
+        .chain(&["ssl-mode=verify_ca", "ssl-mode=verify_identity", "require_ssl=true"])
+        .any(|option| database.contains(option));
+    if demands_tls {
+        errors.push(format!("database.url: the sslmode requires TLS, which is not supported: {advice}"));
+    }
+    errors
+}
+
 pub fn validate(config: &Config) -> Vec<String> {
     let mut errors = Vec::new();
     let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
@@ -27,6 +46,7 @@ pub fn validate(config: &Config) -> Vec<String> {
             }
         }
     }
+    errors.extend(tls_requested(config));
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
     }
