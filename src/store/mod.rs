@@ -3,6 +3,7 @@
 //! The relay speaks in claimed rows and settle outcomes; a dialect turns them into statements.
 //! Postgres is the first dialect; MySQL follows as a sibling module.
 
+pub mod bindings;
 pub mod claim;
 pub mod database;
 pub mod inbox;

@@ -11,10 +11,11 @@ use super::values::{Param, bind, row_texts};
 use super::{defaults, error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, NamedSql, Placeholder};
+use crate::store::bindings;
 use crate::store::claim::ClaimShape;
 use crate::store::statements::{STATS_COLUMNS, StatementKind};
 use crate::store::{
-    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError, StoreResult, Verdict,
+    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError, StoreResult,
 };
 
 pub struct MyOutbox {
@@ -24,10 +25,6 @@ pub struct MyOutbox {
     statements: HashMap<StatementKind, NamedSql>,
     settle: SettleMode,
     shape: ClaimShape,
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl MyOutbox {
@@ -125,15 +122,7 @@ impl MyOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-        let tokens: Vec<i64> = rows.iter().map(|r| r.token).collect();
-        self.execute(kind, |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "ids" => Param::Texts(ids.clone()),
-            "tokens" => Param::Ints(tokens.clone()),
-            _ => Param::Int(millis(lease)),
-        })
-        .await
+        self.execute(kind, bindings::held(claimant, rows, lease)).await
     }
 }
 
@@ -147,12 +136,7 @@ impl OutboxStore for MyOutbox {
         let mut ids: Vec<String> = Vec::new();
         let mut result: Vec<Row> = Vec::new();
         for (i, named) in self.claim.iter().enumerate() {
-            let values = bind(named, |name| match name {
-                "claimant" => Param::Text(claimant.to_owned()),
-                "batch_size" => Param::Int(batch_size.into()),
-                "ids" => Param::Texts(ids.clone()),
-                _ => Param::Int(millis(lease)),
-            });
+            let values = bind(named, bindings::claim(claimant, batch_size, lease, &ids));
             let rows: Vec<Row> = tx.exec(named.sql.as_str(), values).await.map_err(|e| error("claim", e))?;
             if i + 1 == self.claim.len() {
                 result = rows;
@@ -168,38 +152,18 @@ impl OutboxStore for MyOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let ids: Vec<String> = rows.iter().map(|d| d.row.id.clone()).collect();
-        let tokens: Vec<i64> = rows.iter().map(|d| d.row.token).collect();
-        let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
         let kind = match self.settle {
             SettleMode::MarkDelivered => StatementKind::MarkDelivered,
             SettleMode::Delete => StatementKind::Delete,
         };
-        self.execute(kind, |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "ids" => Param::Texts(ids.clone()),
-            "tokens" => Param::Ints(tokens.clone()),
-            _ => Param::Texts(entry_ids.clone()),
-        })
-        .await
+        self.execute(kind, bindings::delivered(claimant, rows)).await
     }
 
     async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
         let mut changed = 0;
         for failure in failures {
-            let (kind, delay) = match failure.verdict {
-                Verdict::Retry { delay } => (StatementKind::Retry, delay),
-                Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
-            };
-            changed += self
-                .execute(kind, |name| match name {
-                    "claimant" => Param::Text(claimant.to_owned()),
-                    "id" => Param::Text(failure.row.id.clone()),
-                    "token" => Param::Int(failure.row.token),
-                    "error" => Param::Text(failure.error.clone()),
-                    _ => Param::Int(millis(delay)),
-                })
-                .await?;
+            let (kind, bind) = bindings::failure(claimant, failure);
+            changed += self.execute(kind, bind).await?;
         }
         Ok(changed)
     }
@@ -236,10 +200,6 @@ impl OutboxStore for MyOutbox {
     }
 
     async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        self.execute(StatementKind::Purge, |name| match name {
-            "age_ms" => Param::Int(millis(age)),
-            _ => Param::Int(batch.into()),
-        })
-        .await
+        self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
     }
 }

@@ -5,22 +5,14 @@ use mysql_async::{Row, Value};
 
 use crate::sql::params::NamedSql;
 
-/// A parameter value.
-#[derive(Debug, Clone)]
-pub enum Param {
-    Null,
-    Text(String),
-    Int(i64),
-    /// Bound as a JSON array, for `JSON_TABLE(:ids, '$[*]' …)`.
-    Texts(Vec<String>),
-    Ints(Vec<i64>),
-}
+/// Text as text; arrays as JSON arrays, for `JSON_TABLE(:ids, '$[*]' …)`.
+pub use crate::store::bindings::Param;
 
 impl From<&Param> for Value {
     fn from(p: &Param) -> Value {
         match p {
             Param::Null => Value::NULL,
-            Param::Text(s) => Value::Bytes(s.clone().into_bytes()),
+            Param::Text(s) | Param::Json(s) => Value::Bytes(s.clone().into_bytes()),
             Param::Int(i) => Value::Int(*i),
             Param::Texts(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),
             Param::Ints(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),

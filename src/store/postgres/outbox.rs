@@ -13,11 +13,10 @@ use super::{defaults, pool_error, query_error};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
+use crate::store::bindings;
 use crate::store::claim::ClaimShape;
 use crate::store::statements::{STATS_COLUMNS, StatementKind};
-use crate::store::{
-    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult, Verdict,
-};
+use crate::store::{ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
 #[derive(Debug, Clone)]
@@ -134,14 +133,6 @@ impl PgOutbox {
     }
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn ids(rows: &[RowRef]) -> (Vec<String>, Vec<i64>) {
-    rows.iter().map(|r| (r.id.clone(), r.token)).unzip()
-}
-
 impl OutboxStore for PgOutbox {
     fn columns(&self) -> Arc<[String]> {
         self.shape.columns.clone()
@@ -151,16 +142,8 @@ impl OutboxStore for PgOutbox {
         let prepared = &self.statements[&StatementKind::Claim];
         let client = self.pool.get().await.map_err(|e| pool_error("claim", e))?;
         let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("claim", e))?;
-        let values: Vec<Param> = prepared
-            .names
-            .iter()
-            .map(|name| match name.as_str() {
-                "claimant" => Param::Text(claimant.to_owned()),
-                "batch_size" => Param::Int(batch_size.into()),
-                "ids" => Param::Texts(Vec::new()),
-                _ => Param::Int(millis(lease)),
-            })
-            .collect();
+        let bind = bindings::claim(claimant, batch_size, lease, &[]);
+        let values: Vec<Param> = prepared.names.iter().map(|name| bind(name)).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
         let rows = client.query(&stmt, &refs).await.map_err(|e| query_error("claim", e))?;
         rows.iter().map(|row| self.parse_row(row)).collect()
@@ -170,38 +153,18 @@ impl OutboxStore for PgOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let refs: Vec<RowRef> = rows.iter().map(|d| d.row.clone()).collect();
-        let (ids, tokens) = ids(&refs);
-        let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
         let kind = match self.settle {
             SettleMode::MarkDelivered => StatementKind::MarkDelivered,
             SettleMode::Delete => StatementKind::Delete,
         };
-        self.execute(kind, |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "ids" => Param::Texts(ids.clone()),
-            "tokens" => Param::Ints(tokens.clone()),
-            _ => Param::Texts(entry_ids.clone()),
-        })
-        .await
+        self.execute(kind, bindings::delivered(claimant, rows)).await
     }
 
     async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
         let mut changed = 0;
         for failure in failures {
-            let (kind, delay) = match failure.verdict {
-                Verdict::Retry { delay } => (StatementKind::Retry, delay),
-                Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
-            };
-            changed += self
-                .execute(kind, |name| match name {
-                    "claimant" => Param::Text(claimant.to_owned()),
-                    "id" => Param::Text(failure.row.id.clone()),
-                    "token" => Param::Int(failure.row.token),
-                    "error" => Param::Text(failure.error.clone()),
-                    _ => Param::Int(millis(delay)),
-                })
-                .await?;
+            let (kind, bind) = bindings::failure(claimant, failure);
+            changed += self.execute(kind, bind).await?;
         }
         Ok(changed)
     }
@@ -215,11 +178,7 @@ impl OutboxStore for PgOutbox {
     }
 
     async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        self.execute(StatementKind::Purge, |name| match name {
-            "age_ms" => Param::Int(millis(age)),
-            _ => Param::Int(batch.into()),
-        })
-        .await
+        self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
     }
 
     async fn stats(&self) -> StoreResult<Option<OutboxStats>> {
@@ -253,13 +212,6 @@ impl PgOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let (ids, tokens) = ids(rows);
-        self.execute(kind, |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "ids" => Param::Texts(ids.clone()),
-            "tokens" => Param::Ints(tokens.clone()),
-            _ => Param::Int(millis(lease)),
-        })
-        .await
+        self.execute(kind, bindings::held(claimant, rows, lease)).await
     }
 }

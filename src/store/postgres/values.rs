@@ -11,17 +11,8 @@ use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 
 type BoxError = Box<dyn Error + Sync + Send>;
 
-/// A parameter value, converted to the placeholder's type when bound.
-#[derive(Debug, Clone)]
-pub enum Param {
-    Null,
-    /// JSON text: bound as json / jsonb, or as text elsewhere.
-    Json(String),
-    Text(String),
-    Int(i64),
-    Texts(Vec<String>),
-    Ints(Vec<i64>),
-}
+/// Converted to the placeholder's type when bound.
+pub use crate::store::bindings::Param;
 
 const SCALARS: &[Type] = &[
     Type::TEXT,

@@ -1,0 +1,87 @@
+//! What each named parameter of the relay's statements is bound to — the parameter half of the
+//! README's SQL contract, in one place for every dialect. A dialect only turns [`Param`] into its
+//! own wire values (Postgres: the placeholder's inferred type; MySQL: text and JSON arrays).
+
+use std::time::Duration;
+
+use super::statements::StatementKind;
+use super::{Delivered, Failure, RowRef, Verdict};
+
+/// A parameter value, converted by the dialect when bound.
+#[derive(Debug, Clone)]
+pub enum Param {
+    Null,
+    /// JSON text: bound as json / jsonb where the database expects it, or as text.
+    Json(String),
+    Text(String),
+    Int(i64),
+    Texts(Vec<String>),
+    Ints(Vec<i64>),
+}
+
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `claim`: `:ids` holds the ids earlier statements of a multi-statement claim returned (MySQL),
+/// empty otherwise.
+pub fn claim<'a>(
+    claimant: &'a str,
+    batch_size: u32,
+    lease: Duration,
+    ids: &'a [String],
+) -> impl Fn(&str) -> Param + 'a {
+    move |name| match name {
+        "claimant" => Param::Text(claimant.to_owned()),
+        "batch_size" => Param::Int(batch_size.into()),
+        "ids" => Param::Texts(ids.to_vec()),
+        _ => Param::Int(millis(lease)),
+    }
+}
+
+/// `mark_delivered` / `delete`: the rows with their fencing tokens and the entry ids they became.
+pub fn delivered<'a>(claimant: &'a str, rows: &[Delivered]) -> impl Fn(&str) -> Param + 'a {
+    let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|d| (d.row.id.clone(), d.row.token)).unzip();
+    let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
+    move |name| match name {
+        "claimant" => Param::Text(claimant.to_owned()),
+        "ids" => Param::Texts(ids.clone()),
+        "tokens" => Param::Ints(tokens.clone()),
+        _ => Param::Texts(entry_ids.clone()),
+    }
+}
+
+/// `retry` or `dead` for one failed row, and which of the two it is.
+pub fn failure<'a>(claimant: &'a str, failure: &'a Failure) -> (StatementKind, impl Fn(&str) -> Param + 'a) {
+    let (kind, delay) = match failure.verdict {
+        Verdict::Retry { delay } => (StatementKind::Retry, delay),
+        Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
+    };
+    let bind = move |name: &str| match name {
+        "claimant" => Param::Text(claimant.to_owned()),
+        "id" => Param::Text(failure.row.id.clone()),
+        "token" => Param::Int(failure.row.token),
+        "error" => Param::Text(failure.error.clone()),
+        _ => Param::Int(millis(delay)),
+    };
+    (kind, bind)
+}
+
+/// `release` / `renew`: the rows with their fencing tokens (and the new lease for `renew`).
+pub fn held<'a>(claimant: &'a str, rows: &[RowRef], lease: Duration) -> impl Fn(&str) -> Param + 'a {
+    let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|r| (r.id.clone(), r.token)).unzip();
+    move |name| match name {
+        "claimant" => Param::Text(claimant.to_owned()),
+        "ids" => Param::Texts(ids.clone()),
+        "tokens" => Param::Ints(tokens.clone()),
+        _ => Param::Int(millis(lease)),
+    }
+}
+
+/// `purge`: delivered rows older than `age`, at most `batch` of them.
+pub fn purge(age: Duration, batch: u32) -> impl Fn(&str) -> Param {
+    move |name| match name {
+        "age_ms" => Param::Int(millis(age)),
+        _ => Param::Int(batch.into()),
+    }
+}
