@@ -38,7 +38,7 @@ impl<S: InboxStore> StreamBridge<S> {
                         metrics.duplicates.inc();
                         repeats.push(event.entry_id);
                     }
-                    Some(hash) => poison.push(in_batch_conflict(&event, hash)),
+                    Some(hash) => poison.push(PoisonRecord::earlier_in_batch_with_other_content(&event, hash)),
                     None => {
                         first_seen.insert(event.event_id.clone(), event.content_hash.clone());
                         events.push(event);
@@ -197,19 +197,5 @@ impl<S: InboxStore> StreamBridge<S> {
             warn!(stream = %self.source.key, dead_letter = %key, "dead-letter append failed; poison entries stay pending");
         }
         ok
-    }
-}
-
-fn in_batch_conflict(event: &InboxEvent, first_hash: &str) -> PoisonRecord {
-    PoisonRecord {
-        stream: event.stream.clone(),
-        entry_id: event.entry_id.clone(),
-        event_id: Some(event.event_id.clone()),
-        reason: reason::PAYLOAD_CONFLICT,
-        detail: format!(
-            "event id appears earlier in the batch with content hash {first_hash}; this entry hashes to {}",
-            event.content_hash
-        ),
-        fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload, "headers": event.headers }),
     }
 }

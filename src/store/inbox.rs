@@ -36,6 +36,44 @@ pub struct PoisonRecord {
     pub fields: serde_json::Value,
 }
 
+impl PoisonRecord {
+    /// `event`'s id was already taken over with other content (`existing_hash`, if still there).
+    pub fn taken_over_with_other_content(event: &InboxEvent, existing_hash: Option<&str>) -> Self {
+        let detail = format!(
+            "event id already taken over with content hash {}, this entry hashes to {}",
+            existing_hash.unwrap_or("(unknown)"),
+            event.content_hash
+        );
+        Self::conflict(event, detail)
+    }
+
+    /// `event`'s id appears earlier in the same batch with other content (`first_hash`).
+    pub fn earlier_in_batch_with_other_content(event: &InboxEvent, first_hash: &str) -> Self {
+        let detail = format!(
+            "event id appears earlier in the batch with content hash {first_hash}; this entry hashes to {}",
+            event.content_hash
+        );
+        Self::conflict(event, detail)
+    }
+
+    fn conflict(event: &InboxEvent, detail: String) -> Self {
+        Self {
+            stream: event.stream.clone(),
+            entry_id: event.entry_id.clone(),
+            event_id: Some(event.event_id.clone()),
+            reason: crate::inbox::validate::reason::PAYLOAD_CONFLICT,
+            detail,
+            fields: serde_json::json!({
+                "event_type": event.event_type,
+                "aggregate_type": event.aggregate_type,
+                "aggregate_id": event.aggregate_id,
+                "payload": event.payload,
+                "headers": event.headers,
+            }),
+        }
+    }
+}
+
 /// What the takeover made of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Takeover {

@@ -7,7 +7,6 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Row, TxOpts, Value};
 
 use super::error;
-use crate::inbox::validate::reason;
 use crate::store::StoreResult;
 use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
 
@@ -95,7 +94,7 @@ impl InboxStore for MyInbox {
             if existing.as_deref() == Some(e.content_hash.as_str()) {
                 outcomes.push(Takeover::Duplicate);
             } else {
-                records.push(conflict(e, existing.as_deref()));
+                records.push(PoisonRecord::taken_over_with_other_content(e, existing.as_deref()));
                 outcomes.push(Takeover::Conflict);
             }
         }
@@ -120,20 +119,5 @@ impl InboxStore for MyInbox {
 
     async fn ping(&self) -> StoreResult<()> {
         super::probe(&self.pool).await
-    }
-}
-
-fn conflict(event: &InboxEvent, existing: Option<&str>) -> PoisonRecord {
-    PoisonRecord {
-        stream: event.stream.clone(),
-        entry_id: event.entry_id.clone(),
-        event_id: Some(event.event_id.clone()),
-        reason: reason::PAYLOAD_CONFLICT,
-        detail: format!(
-            "event id already taken over with content hash {}, this entry hashes to {}",
-            existing.unwrap_or("(unknown)"),
-            event.content_hash
-        ),
-        fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload, "headers": event.headers }),
     }
 }

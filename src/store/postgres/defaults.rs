@@ -9,11 +9,31 @@
 use crate::config::OnFailure;
 use crate::store::statements::StatementKind;
 
+/// The end of both claims: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
+/// from the database clock (a lease-expired row counts one more expired claim), and come back
+/// with the claim's result columns.
+macro_rules! take_picked {
+    () => {
+        "UPDATE {table} o
+SET status = 'IN_FLIGHT',
+    claimed_by = :claimant,
+    claim_token = o.claim_token + 1,
+    lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond',
+    expired_claims = o.expired_claims + CASE WHEN o.status = 'IN_FLIGHT' THEN 1 ELSE 0 END
+FROM picked
+WHERE o.id = picked.id
+RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
+          o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
+          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed"
+    };
+}
+
 /// Reclaims at most one lease-expired row and, only when there is none, claims a batch of due
 /// rows. Taking expired rows one at a time isolates a row that crashes its claimant: only that
 /// row's `expired_claims` grows towards DEAD, not its innocent batch neighbours'. Both arms walk
 /// partial indexes that hold only PENDING / IN_FLIGHT rows, never delivered history.
-const CLAIM: &str = "\
+const CLAIM: &str = concat!(
+    "\
 WITH expired AS (
     SELECT id FROM {table}
     WHERE status = 'IN_FLIGHT' AND lease_expires_at <= now()
@@ -32,17 +52,9 @@ WITH expired AS (
     UNION ALL
     SELECT id, false FROM due
 )
-UPDATE {table} o
-SET status = 'IN_FLIGHT',
-    claimed_by = :claimant,
-    claim_token = o.claim_token + 1,
-    lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond',
-    expired_claims = o.expired_claims + CASE WHEN o.status = 'IN_FLIGHT' THEN 1 ELSE 0 END
-FROM picked
-WHERE o.id = picked.id
-RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
-          o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
-          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed";
+",
+    take_picked!()
+);
 
 const MARK_DELIVERED: &str = "\
 UPDATE {table} o
@@ -124,7 +136,8 @@ DELETE FROM {table} o USING old WHERE o.id = old.id";
 /// that could still commit a lower id of the key is running). `{held}` lists the states that
 /// block their key: with `hold`, DEAD rows and rows waiting for a retry; with `park` they step
 /// aside. A lease-expired head is reclaimed alone.
-const CLAIM_ORDERED: &str = "\
+const CLAIM_ORDERED: &str = concat!(
+    "\
 WITH live AS (
     SELECT id, aggregate_type, aggregate_id, status, claim_token, next_attempt_at, commit_horizon, lease_expires_at
     FROM {table} WHERE status = 'PENDING' {parked}
@@ -157,18 +170,11 @@ WITH live AS (
     ORDER BY r.id
     LIMIT :batch_size
 )
-UPDATE {table} o
-SET status = 'IN_FLIGHT',
-    claimed_by = :claimant,
-    claim_token = o.claim_token + 1,
-    lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond',
-    expired_claims = o.expired_claims + CASE WHEN o.status = 'IN_FLIGHT' THEN 1 ELSE 0 END
-FROM picked
-WHERE o.id = picked.id
-RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
-          o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
-          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed,
-          o.aggregate_type || ':' || o.aggregate_id AS order_key";
+",
+    take_picked!(),
+    ",
+          o.aggregate_type || ':' || o.aggregate_id AS order_key"
+);
 
 /// The ordered claim for `table` with the given failure policy.
 pub fn ordered_claim(table: &str, on_failure: OnFailure) -> String {

@@ -112,7 +112,10 @@ impl InboxStore for PgInbox {
             } else if existing.get(&event.event_id) == Some(&event.content_hash) {
                 Takeover::Duplicate
             } else {
-                records.push(conflict(event, existing.get(&event.event_id)));
+                records.push(PoisonRecord::taken_over_with_other_content(
+                    event,
+                    existing.get(&event.event_id).map(String::as_str),
+                ));
                 Takeover::Conflict
             };
             outcomes.push(outcome);
@@ -140,26 +143,5 @@ impl InboxStore for PgInbox {
 
     async fn ping(&self) -> StoreResult<()> {
         super::probe(&self.pool).await
-    }
-}
-
-fn conflict(event: &InboxEvent, existing_hash: Option<&String>) -> PoisonRecord {
-    PoisonRecord {
-        stream: event.stream.clone(),
-        entry_id: event.entry_id.clone(),
-        event_id: Some(event.event_id.clone()),
-        reason: crate::inbox::validate::reason::PAYLOAD_CONFLICT,
-        detail: format!(
-            "event id already taken over with content hash {}, this entry hashes to {}",
-            existing_hash.map(String::as_str).unwrap_or("(unknown)"),
-            event.content_hash
-        ),
-        fields: serde_json::json!({
-            "event_type": event.event_type,
-            "aggregate_type": event.aggregate_type,
-            "aggregate_id": event.aggregate_id,
-            "payload": event.payload,
-            "headers": event.headers,
-        }),
     }
 }
