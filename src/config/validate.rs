@@ -22,10 +22,17 @@ fn tls_requested(config: &Config) -> Vec<String> {
         errors.push(format!("redis.url: TLS (rediss://) is not supported: {advice}"));
     }
     let database = config.database.url.as_ref().map(|u| u.expose().to_ascii_lowercase()).unwrap_or_default();
-    let demands_tls = ["sslmode=require", "sslmode=verify-ca", "sslmode=verify-full", "ssl-mode=required"]
-        .iter()
-        .chain(&["ssl-mode=verify_ca", "ssl-mode=verify_identity", "require_ssl=true"])
-        .any(|option| database.contains(option));
+    // Postgres `sslmode`, MySQL `ssl-mode` / mysql_async `require_ssl`.
+    const DEMANDS_TLS: &[&str] = &[
+        "sslmode=require",
+        "sslmode=verify-ca",
+        "sslmode=verify-full",
+        "ssl-mode=required",
+        "ssl-mode=verify_ca",
+        "ssl-mode=verify_identity",
+        "require_ssl=true",
+    ];
+    let demands_tls = DEMANDS_TLS.iter().any(|option| database.contains(option));
     if demands_tls {
         errors.push(format!("database.url: the sslmode requires TLS, which is not supported: {advice}"));
     }
