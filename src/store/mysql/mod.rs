@@ -32,6 +32,17 @@ pub fn pool(config: &DatabaseConfig) -> anyhow::Result<Pool> {
     Ok(Pool::new(builder))
 }
 
+/// Options for a claim's transaction. READ COMMITTED, because under InnoDB's default REPEATABLE
+/// READ a locking read takes next-key (gap) locks over the index range it scans, and an owner's
+/// INSERT into that range then deadlocks with the claim (seen in the MariaDB chain test: the
+/// owner's transaction failed with 1213). SKIP LOCKED claims need only the locks of the rows they
+/// take, which READ COMMITTED still holds to commit.
+pub(crate) fn claim_tx() -> mysql_async::TxOpts {
+    let mut opts = mysql_async::TxOpts::default();
+    opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
+    opts
+}
+
 pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
     let mut conn = pool.get_conn().await.map_err(|e| error("probe", e))?;
     conn.query_drop("SELECT 1").await.map_err(|e| error("probe", e))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row, TxOpts};
+use mysql_async::{Pool, Row};
 
 use super::values::{Param, bind, row_texts};
 use super::{defaults, error};
@@ -132,7 +132,7 @@ impl OutboxStore for MyOutbox {
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
-        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("claim", e))?;
+        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error("claim", e))?;
         let mut ids: Vec<String> = Vec::new();
         let mut result: Vec<Row> = Vec::new();
         for (i, named) in self.claim.iter().enumerate() {

@@ -182,7 +182,7 @@ impl WorkerStore for MyWorker {
     }
 
     async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
-        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("claim inbox rows", e))?;
+        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error("claim inbox rows", e))?;
         let mut ids: Vec<i64> = tx
             .exec(self.sql.lock_expired.as_str(), (self.consumer.as_str(),))
             .await
