@@ -12,6 +12,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0003_audit_logs", include_str!("../migrations/postgres/0003_audit_logs.sql")),
     ("0004_outbox_extras", include_str!("../migrations/postgres/0004_outbox_extras.sql")),
     ("0005_queue_vacuum", include_str!("../migrations/postgres/0005_queue_vacuum.sql")),
+    ("0006_settled_guard", include_str!("../migrations/postgres/0006_settled_guard.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.

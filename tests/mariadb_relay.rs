@@ -138,7 +138,9 @@ async fn a_rejected_row_backs_off_retries_and_turns_dead_and_shutdown_leaves_not
 #[tokio::test]
 async fn two_replicas_deliver_each_row_once() {
     let env = MyEnv::new().await;
-    let config = env.config("batch_size = 100\nconcurrency = 2");
+    // A lease long enough that a busy machine cannot let one lapse (which would allow a second
+    // delivery): the test is about concurrent claims, not takeovers.
+    let config = env.config("batch_size = 100\nconcurrency = 2\nlease = \"20s\"");
     let a = Handoff::run(&config);
     let b = Handoff::run(&config);
     a.await_log("relay started").await;
@@ -246,4 +248,58 @@ async fn check_names_the_mysql_statement_the_database_rejects() {
     let (ok, out) = run_to_end(&config, &["check"]);
     assert!(!ok);
     assert!(out.contains("sql.dead") && out.contains("statuz"), "{out}");
+}
+
+/// As `relay_claim_stress.rs` on Postgres: two relays with four claim loops each, short polls and
+/// backoffs, the first event of every key failing and retrying while the rest flows. A trigger
+/// records every claim of a row that was not PENDING (none may happen without a crash).
+#[tokio::test]
+async fn claims_under_stress_never_take_a_held_or_settled_row() {
+    const KEYS: usize = 20;
+    const PER_KEY: usize = 100;
+    let env = MyEnv::new().await;
+    env.exec("CREATE TABLE reclaims (id BIGINT, old_status VARCHAR(16), lease_expired BOOLEAN)").await;
+    env.exec(
+        "CREATE TRIGGER record_reclaim AFTER UPDATE ON audit_outbox FOR EACH ROW
+         INSERT INTO reclaims SELECT OLD.id, OLD.status, OLD.lease_expires_at <= NOW(3) FROM DUAL
+         WHERE NEW.claim_token <> OLD.claim_token AND OLD.status <> 'PENDING'",
+    )
+    .await;
+    let bad = env.stream("bad");
+    let _: () = env.redis.set(bad.as_str(), "blocked", None, None, false).await.unwrap();
+    let config = env.config(&format!(
+        "stream = \"{}:{{event_type}}\"\nbatch_size = 50\nconcurrency = 4\npoll_interval = \"10ms\"\nlease = \"20s\"\n\
+         max_attempts = 100000\n\
+         [relay.backoff]\ninitial = \"10ms\"\nmax = \"50ms\"\nmultiplier = 2.0\njitter = 0.5\n",
+        env.id
+    ));
+    let relays = [Handoff::run(&config), Handoff::run(&config)];
+    for relay in &relays {
+        relay.await_log("relay started").await;
+    }
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(15));
+    for n in 0..=PER_KEY {
+        pace.tick().await;
+        let event_type = if n == 0 { "bad" } else { "good" };
+        let rows: Vec<String> =
+            (0..KEYS).map(|k| format!("('k{k}-{n}', 'user', 'k{k}', '{event_type}', JSON_OBJECT('n', {n}))")).collect();
+        env.exec(&format!(
+            "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+    }
+    let _: i64 = env.redis.del(bad.as_str()).await.unwrap();
+    env.await_delivered((KEYS * (PER_KEY + 1)) as i64).await;
+
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM reclaims").await, 0, "rows claimed from another claim or settled");
+    for relay in &relays {
+        let metrics = common::http::get(&relay.telemetry_address().await, "/metrics").1;
+        let fenced = common::http::sample(&metrics, r#"handoff_relay_fenced_settles_total{relay="relay"}"#);
+        assert_eq!(fenced, Some(0.0), "settles refused by the fence");
+    }
+    let mut ids = env.stream_event_ids(&env.stream("good")).await;
+    ids.extend(env.stream_event_ids(&bad).await);
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), distinct.len()), (KEYS * (PER_KEY + 1), KEYS * (PER_KEY + 1)), "each event appended once");
 }

@@ -122,13 +122,19 @@ async fn one(pool: &Pool, target: &Target, filter: &Filter, action: Action) -> R
         ),
         Action::Purge => format!("DELETE FROM {t} WHERE id IN ({matching} FOR UPDATE SKIP LOCKED) RETURNING {columns}"),
     };
-    let client = pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
+    let mut client = pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
     let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
     let limit = i64::from(filter.limit);
-    let rows = client
+    let failed = |e: tokio_postgres::Error| format!("{}: {}", target.source, crate::store::postgres::describe(&e));
+    let tx = client.transaction().await.map_err(failed)?;
+    // The reference schema refuses to move a DEAD row back unless the transaction says it is a
+    // re-drive (migrations/postgres/0006).
+    tx.batch_execute("SET LOCAL handoff.redrive = 'on'").await.map_err(failed)?;
+    let rows = tx
         .query(&sql, &[&filter.event_id, &older_ms, &filter.error_contains, &limit, &target.consumer])
         .await
-        .map_err(|e| format!("{}: {}", target.source, crate::store::postgres::describe(&e)))?;
+        .map_err(failed)?;
+    tx.commit().await.map_err(failed)?;
     Ok(rows
         .iter()
         .map(|r| DeadRow {

@@ -8,7 +8,14 @@
 use crate::store::statements::StatementKind;
 
 /// Reclaims at most one lease-expired row and, only when there is none, locks a batch of due
-/// rows; then claims them and reads them back.
+/// rows; then claims them and reads them back. The locking reads see the newest committed row
+/// versions and the rows stay locked to the end of the transaction, so the update cannot meet a
+/// row in another state; it still takes only claimable rows, and the read-back only what it took,
+/// so that no edit of the script can take a row another claim holds or one already settled.
+/// The update joins the ids by primary key: `WHERE id IN (SELECT … FROM JSON_TABLE …)` is not
+/// turned into a semi-join in an UPDATE, so MariaDB scanned, and locked its way through, the
+/// whole table (deadlocks and 50 s lock waits under two relays). `expired_claims` is assigned
+/// first, so it reads the old status.
 const CLAIM: &str = "\
 SELECT id FROM {table}
 WHERE status = 'IN_FLIGHT' AND lease_expires_at <= NOW(3)
@@ -18,16 +25,17 @@ SELECT id FROM {table}
 WHERE status = 'PENDING' AND next_attempt_at <= NOW(3) AND JSON_LENGTH(:ids) = 0
 ORDER BY next_attempt_at, id LIMIT :batch_size
 FOR UPDATE SKIP LOCKED;
-UPDATE {table}
-SET expired_claims = expired_claims + IF(status = 'IN_FLIGHT', 1, 0),
-    status = 'IN_FLIGHT', claimed_by = :claimant, claim_token = claim_token + 1,
-    lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND
-WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j);
+UPDATE {table} o JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON o.id = j.id
+SET o.expired_claims = o.expired_claims + IF(o.status = 'IN_FLIGHT', 1, 0),
+    o.status = 'IN_FLIGHT', o.claimed_by = :claimant, o.claim_token = o.claim_token + 1,
+    o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND
+WHERE o.status = 'PENDING' OR (o.status = 'IN_FLIGHT' AND o.lease_expires_at <= NOW(3));
 SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id,
        payload, headers, attempts, expired_claims,
        TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1000 AS age_ms
 FROM {table}
-WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)";
+WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)
+  AND status = 'IN_FLIGHT' AND claimed_by = :claimant";
 
 /// `JOIN`s that zip the `:ids` and `:tokens` arrays (by position) onto the table's rows.
 const ROWS: &str = "\

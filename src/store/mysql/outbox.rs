@@ -159,12 +159,22 @@ impl OutboxStore for MyOutbox {
         self.execute(kind, bindings::delivered(claimant, rows)).await
     }
 
+    /// In one transaction: if it fails part-way (a deadlock, a dropped connection) nothing is
+    /// recorded, and the retry does not find half of the rows settled and count them as fenced.
     async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
+        if failures.is_empty() {
+            return Ok(0);
+        }
+        let fail = |e| error("record failure", e);
+        let mut tx = self.pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(fail)?;
         let mut changed = 0;
         for failure in failures {
-            let (kind, bind) = bindings::failure(claimant, failure);
-            changed += self.execute(kind, bind).await?;
+            let (kind, value) = bindings::failure(claimant, failure);
+            let named = &self.statements[&kind];
+            tx.exec_drop(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
+            changed += tx.affected_rows();
         }
+        tx.commit().await.map_err(fail)?;
         Ok(changed)
     }
 

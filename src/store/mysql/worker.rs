@@ -34,6 +34,7 @@ struct WorkerSql {
 }
 
 const IDS: &str = "SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j";
+const JOIN_IDS: &str = "JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id";
 const ROWS: &str = "JOIN JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON w.id = i.id
      JOIN JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
 
@@ -49,11 +50,14 @@ impl WorkerSql {
                 "SELECT id FROM {t} WHERE consumer = ? AND status = 'PENDING' AND next_retry_at <= NOW(3)
                  ORDER BY next_retry_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
             ),
+            // Joined by primary key: `WHERE id IN (SELECT … JSON_TABLE …)` makes MariaDB scan
+            // (and lock its way through) the whole table. `expired_leases` is assigned first so it
+            // reads the old status.
             claim: format!(
-                "UPDATE {t} SET expired_leases = expired_leases + IF(status = 'PROCESSING', 1, 0),
-                     status = 'PROCESSING', lease_owner = ?, lease_token = lease_token + 1,
-                     lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND, claimed_at = NOW(3)
-                 WHERE id IN ({IDS})"
+                "UPDATE {t} w {JOIN_IDS}
+                 SET w.expired_leases = w.expired_leases + IF(w.status = 'PROCESSING', 1, 0),
+                     w.status = 'PROCESSING', w.lease_owner = ?, w.lease_token = w.lease_token + 1,
+                     w.lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND, w.claimed_at = NOW(3)"
             ),
             fetch: format!(
                 "SELECT id, lease_token, event_id, event_type, owner, aggregate_type, aggregate_id,
@@ -82,7 +86,8 @@ impl WorkerSql {
                  FOR UPDATE SKIP LOCKED"
             ),
             renew: format!(
-                "UPDATE {t} SET lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND WHERE id IN ({IDS})"
+                "UPDATE {t} w {JOIN_IDS}
+                 SET w.lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND"
             ),
             release: format!(
                 "UPDATE {t} w {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL
@@ -199,7 +204,7 @@ impl WorkerStore for MyWorker {
             return Ok(Vec::new());
         }
         let lease_ms = lease.as_millis() as i64;
-        tx.exec_drop(self.sql.claim.as_str(), (owner, lease_ms, json_ids(&ids)))
+        tx.exec_drop(self.sql.claim.as_str(), (json_ids(&ids), owner, lease_ms))
             .await
             .map_err(|e| error("claim inbox rows", e))?;
         let rows: Vec<Row> =
@@ -279,7 +284,7 @@ impl WorkerStore for MyWorker {
             .exec(self.sql.lock_held.as_str(), (json_ids(&ids), json_ids(&tokens), owner))
             .await
             .map_err(|e| error("renew leases", e))?;
-        tx.exec_drop(self.sql.renew.as_str(), (lease.as_millis() as i64, json_ids(&held)))
+        tx.exec_drop(self.sql.renew.as_str(), (json_ids(&held), lease.as_millis() as i64))
             .await
             .map_err(|e| error("renew leases", e))?;
         let renewed = tx.affected_rows();

@@ -9,9 +9,12 @@
 use crate::config::OnFailure;
 use crate::store::statements::StatementKind;
 
-/// The end of both claims: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
+/// The end of every claim: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
 /// from the database clock (a lease-expired row counts one more expired claim), and come back
-/// with the claim's result columns.
+/// with the claim's result columns. A row is taken only if it is still in the state the claim
+/// saw (`picked.status`, `picked.claim_token`): when the update waits for another transaction's
+/// lock, Postgres re-evaluates this on the newest row version, so a row another claim took, or
+/// settled, in the meantime is left alone rather than taken from under it.
 macro_rules! take_picked {
     () => {
         "UPDATE {table} o
@@ -21,7 +24,7 @@ SET status = 'IN_FLIGHT',
     lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond',
     expired_claims = o.expired_claims + CASE WHEN o.status = 'IN_FLIGHT' THEN 1 ELSE 0 END
 FROM picked
-WHERE o.id = picked.id
+WHERE o.id = picked.id AND o.status = picked.status AND o.claim_token = picked.claim_token
 RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
           o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
           (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed"
@@ -35,22 +38,22 @@ RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_ty
 const CLAIM: &str = concat!(
     "\
 WITH expired AS (
-    SELECT id FROM {table}
+    SELECT id, status, claim_token FROM {table}
     WHERE status = 'IN_FLIGHT' AND lease_expires_at <= now()
     ORDER BY lease_expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), due AS (
-    SELECT id FROM {table}
+    SELECT id, status, claim_token FROM {table}
     WHERE status = 'PENDING' AND next_attempt_at <= now()
       AND NOT EXISTS (SELECT 1 FROM expired)
     ORDER BY next_attempt_at, id
     LIMIT :batch_size
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id, true AS reclaimed FROM expired
+    SELECT id, status, claim_token, true AS reclaimed FROM expired
     UNION ALL
-    SELECT id, false FROM due
+    SELECT id, status, claim_token, false FROM due
 )
 ",
     take_picked!()
@@ -131,11 +134,15 @@ WITH old AS (
 DELETE FROM {table} o USING old WHERE o.id = old.id";
 
 /// Ordered claim: per key (aggregate type + id) only the run of due rows at the head of the key
-/// may be claimed, and only by the claimant that locks the head row, so two claimants never
-/// interleave a key. A row is due only once its commit-order horizon has passed (no transaction
-/// that could still commit a lower id of the key is running). `{held}` lists the states that
-/// block their key: with `hold`, DEAD rows and rows waiting for a retry; with `park` they step
-/// aside. A lease-expired head is reclaimed alone.
+/// may be claimed, so two claimants never interleave a key. A row is due only once its
+/// commit-order horizon has passed (no transaction that could still commit a lower id of the key
+/// is running). Which rows block their key (`{parked}`, `{dead}`): with `hold`, DEAD rows and rows
+/// waiting for a retry; with `park` they step aside. A lease-expired head is reclaimed alone.
+///
+/// Two claims whose snapshots differ can see different heads of one key (with `park`, a retrying
+/// row becomes due between them). So the claim locks every row of the run it wants, each rechecked
+/// on its newest version, and keeps of each key only the rows before the first one it could not
+/// lock: a row another claim holds, or took and settled meanwhile, ends the key's run there.
 const CLAIM_ORDERED: &str = concat!(
     "\
 WITH live AS (
@@ -157,18 +164,31 @@ WITH live AS (
     SELECT o.id, o.aggregate_type, o.aggregate_id, r.runnable
     FROM {table} o JOIN runs r ON r.id = o.id
     WHERE r.pos = 1 AND (r.runnable OR (r.status = 'IN_FLIGHT' AND r.lease_expires_at <= now()))
-      -- Rechecked on the newest row version when the lock waits: a head another claimant took
-      -- (or settled) since this statement's snapshot is skipped, and with it its key.
+      -- Rechecked on the newest row version: a head another claimant took (or settled) since
+      -- this statement's snapshot is skipped, and with it its key.
       AND o.status = r.status AND o.claim_token = r.claim_token
     ORDER BY o.id
     LIMIT :batch_size
     FOR UPDATE OF o SKIP LOCKED
-), picked AS (
-    SELECT r.id, NOT h.runnable AS reclaimed
+), wanted AS (
+    SELECT r.id, r.status, r.claim_token, r.aggregate_type, r.aggregate_id, NOT h.runnable AS reclaimed
     FROM runs r JOIN heads h ON h.aggregate_type = r.aggregate_type AND h.aggregate_id = r.aggregate_id
     WHERE (h.runnable AND r.runnable) OR r.id = h.id
     ORDER BY r.id
     LIMIT :batch_size
+), locked AS (
+    SELECT o.id FROM {table} o JOIN wanted w ON w.id = o.id
+    WHERE o.status = w.status AND o.claim_token = w.claim_token
+    FOR UPDATE OF o SKIP LOCKED
+), cut AS (
+    SELECT w.aggregate_type, w.aggregate_id, min(w.id) AS at FROM wanted w
+    WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = w.id)
+    GROUP BY w.aggregate_type, w.aggregate_id
+), picked AS (
+    SELECT w.id, w.status, w.claim_token, w.reclaimed
+    FROM wanted w JOIN locked l ON l.id = w.id
+    LEFT JOIN cut c ON c.aggregate_type = w.aggregate_type AND c.aggregate_id = w.aggregate_id
+    WHERE c.at IS NULL OR w.id < c.at
 )
 ",
     take_picked!(),

@@ -160,12 +160,24 @@ impl OutboxStore for PgOutbox {
         self.execute(kind, bindings::delivered(claimant, rows)).await
     }
 
+    /// In one transaction: if it fails part-way (a dropped connection) nothing is recorded, and
+    /// the retry does not find half of the rows settled and count them as fenced.
     async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
+        if failures.is_empty() {
+            return Ok(0);
+        }
+        let mut client = self.pool.get().await.map_err(|e| pool_error("record failure", e))?;
+        let tx = client.transaction().await.map_err(|e| query_error("record failure", e))?;
         let mut changed = 0;
         for failure in failures {
             let (kind, bind) = bindings::failure(claimant, failure);
-            changed += self.execute(kind, bind).await?;
+            let prepared = &self.statements[&kind];
+            let stmt = tx.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
+            let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            changed += tx.execute(&stmt, &refs).await.map_err(|e| query_error(kind.name(), e))?;
         }
+        tx.commit().await.map_err(|e| query_error("record failure", e))?;
         Ok(changed)
     }
 
