@@ -4,7 +4,9 @@
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, WorkerConfig};
+use std::sync::Arc;
+
+use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
 use crate::inbox::validate::Validator;
 use crate::relay::entries::EntryBuilder;
@@ -17,6 +19,7 @@ use crate::stream::EventStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::WorkerMetrics;
+use crate::tls;
 use crate::worker::{Worker, WorkerDeps};
 
 /// Returns the lines to print: `Ok` when everything checked out, `Err` with every problem.
@@ -24,18 +27,38 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     let mut ok = Vec::new();
     let mut problems = Vec::new();
     match RedisStream::connect(&config.redis).await {
-        Err(e) => problems.push(e.to_string()),
+        Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
         Ok((stream, _)) => match stream.ping().await {
-            Ok(()) => ok.push("redis: reachable".to_owned()),
+            Ok(()) => ok.push(format!("redis: reachable, {}", redis_tls(config).await)),
+            // The client reports a failed handshake as a timeout: say what the handshake said.
+            Err(e) if config.redis.tls_mode() != TlsMode::Disable => {
+                let handshake = redis_tls(config).await;
+                problems.push(format!("redis: {e}; {handshake}"))
+            }
             Err(e) => problems.push(format!("redis: {e}")),
         },
     }
-    let db = Database::connect(&config.database, "handoff-check").map_err(|e| vec![e.to_string()])?;
-    match db.probe().await {
-        Ok(()) => ok.push("database: reachable".to_owned()),
+    let db = match Database::connect(&config.database, "handoff-check") {
+        Ok(db) => db,
         Err(e) => {
-            problems.push(format!("database: {}", crate::relay::error_chain(&e)));
+            problems.push(format!("{e:#}"));
             return Err(problems);
+        }
+    };
+    match db.probe().await {
+        Ok(()) => match database_tls(config, &db).await {
+            Ok(line) => ok.push(format!("database: reachable, {line}")),
+            Err(e) => problems.push(format!("database: {e}")),
+        },
+        Err(e) => {
+            problems.push(format!("database: {}", tls::explain("database.tls", &crate::relay::error_chain(&e))));
+            return Err(problems);
+        }
+    }
+    for (path, url, tls) in https_handlers(config) {
+        match https_tls(&path, &url, &tls).await {
+            Ok(line) => ok.push(format!("{path}: {line}")),
+            Err(e) => problems.push(format!("{path}: {url}: {}", tls::explain(&format!("{path}.tls"), &e))),
         }
     }
     for relay in &config.relays {
@@ -99,4 +122,59 @@ async fn check_worker<S: WorkerStore>(worker: &WorkerConfig, store: S, dialect: 
     };
     let built = Worker::new(worker.clone(), dialect.placeholder(), deps)?;
     built.check_statements(&built.handler_sql()).await.map_err(|e| format!("worker `{}`: {e}", worker.name))
+}
+
+/// What the database connection negotiated, as the server reports it, and what was verified.
+async fn database_tls(config: &Config, db: &Database) -> Result<String, String> {
+    let mode = config.database.tls_mode();
+    let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let host = tls::host_port(url).map(|(h, _)| h).unwrap_or_default();
+    match db.tls_session().await.map_err(|e| crate::relay::error_chain(&e))? {
+        Some((version, cipher)) => Ok(format!("{version} {cipher}, {}", tls::summary(&host, mode).0)),
+        None if mode == TlsMode::Prefer => {
+            Ok(format!("NOT encrypted: tls mode prefer and the server `{host}` offers no TLS"))
+        }
+        None if mode == TlsMode::Disable => Ok(format!("not encrypted (tls mode disable, server `{host}`)")),
+        None => Err(format!("tls mode {} asked for TLS but the connection is not encrypted", mode.name())),
+    }
+}
+
+/// The Redis connection's TLS, from a handshake with the URL's (first) host.
+async fn redis_tls(config: &Config) -> String {
+    let mode = config.redis.tls_mode();
+    let url = config.redis.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let (host, port) = tls::host_port(url).unwrap_or_default();
+    if mode == TlsMode::Disable {
+        return format!("not encrypted (redis://, server `{host}`)");
+    }
+    let session = match tls::client_config("redis.tls", mode, &config.redis.tls) {
+        Ok(client) => tls::probe(&host, port.unwrap_or(6379), Arc::new(client), config.redis.command_timeout).await,
+        Err(e) => Err(e),
+    };
+    match session {
+        Ok(s) => format!("{} {}, {}", s.version, s.cipher, tls::summary(&host, mode).0),
+        Err(e) => format!("TLS handshake with `{host}` failed: {}", tls::explain("redis.tls", &e)),
+    }
+}
+
+/// Every HTTP handler with an https URL: (key path, url, tls table).
+fn https_handlers(config: &Config) -> Vec<(String, String, crate::config::TlsConfig)> {
+    let mut found = Vec::new();
+    for (i, worker) in config.workers.iter().enumerate() {
+        for (h, handler) in worker.handlers.iter().enumerate() {
+            if let Some(http) = handler.http.as_ref().filter(|http| http.url.starts_with("https://")) {
+                found.push((format!("worker[{i}].handler[{h}].http"), http.url.clone(), http.tls.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// A TLS handshake with an HTTPS handler's host, as the handler makes it.
+async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig) -> Result<String, String> {
+    let mode = tls_config.mode_or(TlsMode::VerifyFull);
+    let (host, port) = tls::host_port(url).ok_or("no host in the url")?;
+    let client = tls::client_config(&format!("{path}.tls"), mode, tls_config)?;
+    let session = tls::probe(&host, port.unwrap_or(443), Arc::new(client), std::time::Duration::from_secs(5)).await?;
+    Ok(format!("{} {}, {}", session.version, session.cipher, tls::summary(&host, mode).0))
 }

@@ -1,9 +1,8 @@
 //! Test hooks that park a relay at a chosen point so a test can kill, stop or signal the process
-//! exactly there (e.g. between XADD and settle). Inert unless `HANDOFF_FAULT_PAUSE` is set; read
-//! once at startup by `main` and passed down, never consulted from the environment elsewhere.
-
-use std::io::Write;
-use std::path::PathBuf;
+//! exactly there (e.g. between XADD and settle). They exist only in a build with the
+//! `fault-injection` feature (the tests' build); the shipped binary has no hooks and ignores
+//! `HANDOFF_FAULT_*`. Read once at startup by `main` and passed down, never consulted from the
+//! environment elsewhere.
 
 /// Where a relay can be parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +19,7 @@ pub enum Point {
     WorkerInHandler,
 }
 
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 impl Point {
     fn parse(name: &str) -> Option<Self> {
         match name {
@@ -45,39 +45,68 @@ impl Point {
 
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
-    pause_at: Option<Point>,
-    marker: Option<PathBuf>,
-    resume: Option<PathBuf>,
+    #[cfg(feature = "fault-injection")]
+    hooks: hooks::Hooks,
 }
 
 impl Faults {
     /// `HANDOFF_FAULT_PAUSE=<point>` parks every batch at that point; `HANDOFF_FAULT_MARKER=<file>`
     /// gets a line `paused <point>` when it happens; `HANDOFF_FAULT_RESUME=<file>` lets parked
-    /// batches go on once that file exists (without it they stay parked forever).
+    /// batches go on once that file exists (without it they stay parked forever). Without the
+    /// `fault-injection` feature this reads nothing.
     pub fn from_env() -> Self {
         Self {
-            pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
-            marker: std::env::var_os("HANDOFF_FAULT_MARKER").map(PathBuf::from),
-            resume: std::env::var_os("HANDOFF_FAULT_RESUME").map(PathBuf::from),
+            #[cfg(feature = "fault-injection")]
+            hooks: hooks::Hooks::from_env(),
         }
     }
 
     /// Parks if configured for `point`; the caller's cancellation (shutdown drain) still applies
     /// because this is an ordinary pending future.
-    pub async fn reach(&self, point: Point) {
-        if self.pause_at != Some(point) {
-            return;
+    pub async fn reach(&self, _point: Point) {
+        #[cfg(feature = "fault-injection")]
+        self.hooks.reach(_point).await;
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+mod hooks {
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    use super::Point;
+
+    #[derive(Debug, Clone, Default)]
+    pub struct Hooks {
+        pause_at: Option<Point>,
+        marker: Option<PathBuf>,
+        resume: Option<PathBuf>,
+    }
+
+    impl Hooks {
+        pub fn from_env() -> Self {
+            Self {
+                pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
+                marker: std::env::var_os("HANDOFF_FAULT_MARKER").map(PathBuf::from),
+                resume: std::env::var_os("HANDOFF_FAULT_RESUME").map(PathBuf::from),
+            }
         }
-        if let Some(path) = &self.marker
-            && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
-        {
-            let _ = writeln!(file, "paused {}", point.name());
-        }
-        match &self.resume {
-            None => std::future::pending::<()>().await,
-            Some(resume) => {
-                while !resume.exists() {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+
+        pub async fn reach(&self, point: Point) {
+            if self.pause_at != Some(point) {
+                return;
+            }
+            if let Some(path) = &self.marker
+                && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+            {
+                let _ = writeln!(file, "paused {}", point.name());
+            }
+            match &self.resume {
+                None => std::future::pending::<()>().await,
+                Some(resume) => {
+                    while !resume.exists() {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
                 }
             }
         }

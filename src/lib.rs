@@ -17,4 +17,5 @@ pub mod store;
 pub mod stream;
 pub mod tasks;
 pub mod telemetry;
+pub mod tls;
 pub mod worker;

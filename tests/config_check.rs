@@ -82,14 +82,44 @@ fn url_file_reads_a_mounted_secret_and_conflicts_with_url() {
 }
 
 #[test]
-fn a_url_asking_for_tls_is_refused_rather_than_used_in_the_clear() {
-    let config = "[database]\nurl = \"postgres://app:hunter2@127.0.0.1:5432/handoff_test?sslmode=require\"\n\
-                  [redis]\nurl = \"rediss://:s3cret@127.0.0.1:6379\"\n[[relay]]\nname = \"a\"\n";
+fn a_server_that_cannot_be_verified_is_refused_rather_than_used() {
+    // The machine's Postgres offers TLS with a self-signed ("snakeoil") certificate no root
+    // vouches for; its Redis speaks plain TCP only.
+    let config = "[database]\nurl = \"postgres://app:hunter2@127.0.0.1:5432/handoff_test?sslmode=verify-full\"\n\
+                  [redis]\nurl = \"rediss://:s3cret@127.0.0.1:6379\"\ncommand_timeout = \"1s\"\n[[relay]]\nname = \"a\"\n";
     let (ok, out) = run_to_end(config, &["check"]);
-    assert!(!ok);
-    assert!(out.contains("redis.url: TLS (rediss://) is not supported"), "{out}");
-    assert!(out.contains("database.url: the sslmode requires TLS"), "{out}");
+    assert!(!ok, "{out}");
+    assert!(out.contains("error: database:") && out.contains("certificate"), "{out}");
+    assert!(out.contains("error: redis"), "{out}");
     assert!(!out.contains("hunter2") && !out.contains("s3cret"), "secrets leaked: {out}");
+}
+
+#[test]
+fn tls_settings_a_connection_cannot_honour_are_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-ca.pem");
+    let config = format!(
+        "[database]\nurl = \"postgres://u@db.internal/x?sslmode=verify-full&sslrootcert={ca}\"\n",
+        ca = missing.display()
+    );
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok && out.contains("database.tls.ca_file: cannot read"), "{out}");
+
+    let plain = "[database]\nurl = \"postgres://u@db/x\"\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n[redis.tls]\nmode = \"verify-full\"\n";
+    let (ok, out) = run_to_end(plain, &["check"]);
+    assert!(!ok && out.contains("redis.tls is set but redis.url is not a TLS URL"), "{out}");
+
+    let mysql = "[database]\nurl = \"mysql://root@127.0.0.1:3306/test?ssl-mode=VERIFY_CA\"\n";
+    let (ok, out) = run_to_end(mysql, &["check"]);
+    assert!(!ok && out.contains("database.tls.mode: verify-ca cannot be honoured on MySQL"), "{out}");
+
+    let clash = "[database]\nurl = \"postgres://u@db/x?sslmode=require\"\n[database.tls]\nmode = \"verify-full\"\n";
+    let (ok, out) = run_to_end(clash, &["check"]);
+    assert!(!ok && out.contains("database.tls.mode and the URL's TLS mode disagree"), "{out}");
+
+    let half = "[database]\nurl = \"postgres://u@db/x\"\n[database.tls]\ncert_file = \"/c.pem\"\n";
+    let (ok, out) = run_to_end(half, &["check"]);
+    assert!(!ok && out.contains("database.tls.cert_file and database.tls.key_file go together"), "{out}");
 }
 
 #[test]
@@ -142,4 +172,21 @@ fn every_shipped_example_config_parses() {
         }
     }
     assert!(seen > 0);
+}
+
+/// A MySQL server that accepts the connection and never answers: `database.connect_timeout`
+/// bounds the wait (the driver has no timeout of its own).
+#[test]
+fn a_silent_mysql_server_fails_within_the_connect_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().flatten() {
+            open.push(stream); // accepted, never answered
+        }
+    });
+    let config = format!("[database]\nurl = \"mysql://root@127.0.0.1:{port}/x\"\nconnect_timeout = \"300ms\"\n");
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok && out.contains("database.connect_timeout"), "{out}");
 }

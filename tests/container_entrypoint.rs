@@ -76,3 +76,23 @@ async fn the_image_entrypoint_runs_relays_and_drains_on_sigterm() {
     assert!(logs().contains("drained; exiting"));
     let _: i64 = fred::prelude::KeysInterface::del(&env.redis, "audit:user").await.unwrap_or(0);
 }
+
+/// The shipped binary has no fault hooks: `HANDOFF_FAULT_PAUSE` parks nothing, batches flow.
+#[tokio::test]
+async fn the_release_binary_ignores_fault_injection_variables() {
+    let binary = std::env::var("HANDOFF_RELEASE_BIN")
+        .expect("HANDOFF_RELEASE_BIN must name the release binary (scripts/test builds it and sets it)");
+    let bytes = std::fs::read(&binary).unwrap();
+    assert!(
+        !bytes.windows(b"HANDOFF_FAULT".len()).any(|w| w == b"HANDOFF_FAULT"),
+        "the release binary reads no HANDOFF_FAULT_* variable"
+    );
+    let env = TestEnv::new().await;
+    env.insert_events("free", "user", 20).await;
+    let relay = common::process::Handoff::launch(
+        &env.config(""),
+        common::process::Handoff::pause_at("before_append", Some(binary)),
+    );
+    env.await_delivered(20).await;
+    assert!(!relay.dir.path().join("marker").exists(), "no batch was parked");
+}

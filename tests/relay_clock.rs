@@ -39,7 +39,7 @@ async fn a_relay_whose_clock_runs_ahead_still_follows_the_database_clock() {
         )
         .await
         .unwrap();
-    let relay = Handoff::launch(&env.config(""), Launch { env: two_hours_ahead(), args: vec![] });
+    let relay = Handoff::launch(&env.config(""), Launch { env: two_hours_ahead(), args: vec![], binary: None });
     env.await_delivered(5).await;
     let claims = relay.logs().matches("claimed").count();
     eventually("several more claims", || async {
@@ -61,7 +61,8 @@ async fn leases_are_set_by_the_database_clock() {
     let mut launch_env = two_hours_ahead();
     launch_env.push(("HANDOFF_FAULT_PAUSE", "before_append".into()));
     launch_env.push(("HANDOFF_FAULT_MARKER", dir.path().join("marker").display().to_string()));
-    let _relay = Handoff::launch(&env.config("lease = \"30s\""), Launch { env: launch_env, args: vec![] });
+    let _relay =
+        Handoff::launch(&env.config("lease = \"30s\""), Launch { env: launch_env, args: vec![], binary: None });
     let marker = dir.path().join("marker");
     eventually("the relay to park with its rows claimed", || async { marker.exists().then_some(()) }).await;
     let off = env
@@ -80,7 +81,7 @@ async fn retry_times_are_set_by_the_database_clock() {
     let _: () = env.redis.set(env.stream("bad"), "not a stream", None, None, false).await.unwrap();
     env.insert_events("bad", "bad", 1).await;
     let config = env.config("[relay.backoff]\ninitial = \"10m\"\nmax = \"10m\"\nmultiplier = 2.0\njitter = 0.0");
-    let _relay = Handoff::launch(&config, Launch { env: two_hours_ahead(), args: vec![] });
+    let _relay = Handoff::launch(&config, Launch { env: two_hours_ahead(), args: vec![], binary: None });
     eventually("the failure to be recorded", || async {
         (env.scalar_i64("SELECT attempts::int8 FROM audit_outbox WHERE event_id = 'bad-1'").await == 1).then_some(())
     })
@@ -110,7 +111,7 @@ async fn a_worker_whose_clock_runs_ahead_follows_the_database_clock() {
             .unwrap();
     }
     let config = format!("{}{}", env.base_config(), TestEnv::worker_section(""));
-    let worker = Handoff::launch(&config, Launch { env: two_hours_ahead(), args: vec![] });
+    let worker = Handoff::launch(&config, Launch { env: two_hours_ahead(), args: vec![], binary: None });
     eventually("the due row processed", || async { (env.inbox_count("PROCESSED").await == 1).then_some(()) }).await;
     let hours = shifted_hours();
     assert!(

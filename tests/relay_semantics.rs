@@ -27,16 +27,22 @@ async fn with_dedupe_a_kill_between_append_and_settle_leaves_one_entry_per_event
         *per_event.entry(id.clone()).or_default() += 1;
     }
     assert_eq!(ids.len(), 40, "exactly one entry per event: {per_event:?}");
-    // The rows were settled with the entry ids the first append returned.
-    let recorded: Vec<String> = env
+    // The rows were settled with the entry ids the first append returned (the two claim loops
+    // may have appended their batches interleaved, so compare per event, not in order).
+    let recorded: HashMap<String, String> = env
         .db
-        .query("SELECT stream_entry_id FROM audit_outbox ORDER BY id", &[])
+        .query("SELECT event_id, stream_entry_id FROM audit_outbox", &[])
         .await
         .unwrap()
         .iter()
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let appended: Vec<String> = env.stream_entries(&env.stream("user")).await.into_iter().map(|(id, _)| id).collect();
+    let appended: HashMap<String, String> = env
+        .stream_entries(&env.stream("user"))
+        .await
+        .into_iter()
+        .map(|(id, fields)| (fields["event_id"].clone(), id))
+        .collect();
     assert_eq!(recorded, appended);
     second.await_log("relay started").await;
 }

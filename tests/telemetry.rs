@@ -82,3 +82,39 @@ async fn readiness_follows_redis_and_liveness_stays_up() {
     redis.restart().await;
     eventually("ready again after redis returns", || async { (get(&address, "/readyz").0 == 200).then_some(()) }).await;
 }
+
+/// A client that never finishes its request is cut off after `header_read_timeout`; clients
+/// beyond `max_connections` are closed on accept; the listener serves again afterwards.
+#[tokio::test]
+async fn slow_clients_cannot_hold_the_telemetry_listener() {
+    use std::io::{Read, Write};
+    let env = TestEnv::new().await;
+    let config = env.config("").replace(
+        "sample_interval = \"100ms\"",
+        "sample_interval = \"100ms\"\nheader_read_timeout = \"300ms\"\nmax_connections = 2",
+    );
+    let relay = Handoff::run(&config);
+    let address = relay.telemetry_address().await;
+    let slow: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+            stream
+        })
+        .collect();
+    // A whole request over the limit is not served: the connection is closed unanswered.
+    let mut extra = std::net::TcpStream::connect(&address).unwrap();
+    extra.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let _ = extra.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = extra.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "served over the limit: {}", String::from_utf8_lossy(&answer));
+    for mut stream in slow {
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        let mut rest = Vec::new();
+        // Cut off by the server (perhaps after a 408): the read ends, it does not time out.
+        stream.read_to_end(&mut rest).expect("the server closes a connection whose headers never finish");
+        assert!(!String::from_utf8_lossy(&rest).contains("200 OK"), "the unfinished request was not served");
+    }
+    eventually("the listener serving again", || async { (get(&address, "/metrics").0 == 200).then_some(()) }).await;
+}

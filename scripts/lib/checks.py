@@ -56,7 +56,8 @@ def loader_check(toml_text: str, handoff_bin: str, what: str) -> None:
         "PATH": "/usr/bin:/bin",
         # Port 1 refuses at once: the run stops right after the config is accepted.
         "HANDOFF_DATABASE__URL": "postgres://check@127.0.0.1:1/check",
-        "HANDOFF_REDIS__URL": "redis://127.0.0.1:1",
+        # A config with a [redis.tls] table needs a TLS URL.
+        "HANDOFF_REDIS__URL": "rediss://127.0.0.1:1" if "[redis.tls]" in toml_text else "redis://127.0.0.1:1",
         # …and nothing waits for long (these keys are valid overrides, so loaded as well).
         "HANDOFF_DATABASE__CONNECT_TIMEOUT": "1s",
         "HANDOFF_REDIS__COMMAND_TIMEOUT": "200ms",

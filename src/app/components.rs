@@ -223,7 +223,8 @@ where
             }
             Err(PrepareError::Unreachable(message)) => {
                 let wait = retrier.failed();
-                warn!(%context, error = %message, retry_in_ms = wait.as_millis() as u64, "database not reachable yet");
+                let error = crate::tls::explain("database.tls", &message);
+                warn!(%context, %error, retry_in_ms = wait.as_millis() as u64, "database not reachable yet");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shutdown.cancelled() => return Ok(None),

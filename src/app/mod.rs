@@ -49,13 +49,19 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         claimant: claimant_id(),
     };
     let db = Database::connect(&config.database, "handoff").context("database")?;
+    log_tls("database", config.database.url.as_ref(), config.database.tls_mode());
+    log_tls("redis", config.redis.url.as_ref(), config.redis.tls_mode());
     let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
     if let Some(warning) = warning {
         warn!(error = %warning, "redis not reachable yet; components wait for it");
     }
     let server_stop = CancellationToken::new();
     let endpoints = Endpoints { registry: shared.registry.clone(), health: shared.health.clone() };
-    let (_, server) = http::bind(config.telemetry.listen, endpoints, server_stop.clone())
+    let limits = http::Limits {
+        header_read_timeout: config.telemetry.header_read_timeout,
+        max_connections: config.telemetry.max_connections,
+    };
+    let (_, server) = http::bind(config.telemetry.listen, endpoints, limits, server_stop.clone())
         .await
         .with_context(|| format!("telemetry.listen {}", config.telemetry.listen))?;
     let server = tokio::spawn(server);
@@ -94,6 +100,18 @@ async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
             error!(tasks = shared.tracker.len(), ?stuck, "tasks did not stop within shutdown.grace_period");
             Err(anyhow!("{} task(s) did not stop within shutdown.grace_period", shared.tracker.len()))
         }
+    }
+}
+
+/// Says once at startup how a connection is protected; warns when it leaves the machine
+/// unverified.
+fn log_tls(connection: &str, url: Option<&crate::config::Secret>, mode: crate::config::TlsMode) {
+    let host = url.and_then(|u| crate::tls::host_port(u.expose())).map(|(h, _)| h).unwrap_or_default();
+    let (line, unverified) = crate::tls::summary(&host, mode);
+    if unverified {
+        warn!(connection, tls = %line, "connection not verified");
+    } else {
+        info!(connection, tls = %line, "connection security");
     }
 }
 

@@ -62,6 +62,7 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
     if config.redis.url.is_none() && errors.is_empty() {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
     }
+    database_tls(&mut config.database, &mut errors);
     errors.extend(validate::validate(&config));
     if errors.is_empty() { Ok(config) } else { Err(ConfigError { errors }) }
 }
@@ -71,6 +72,25 @@ fn describe(error: &figment::Error) -> String {
     let key = if error.path.is_empty() { "(top level)".to_owned() } else { error.path.join(".") };
     let source = error.metadata.as_ref().map(|m| format!(" (from {})", m.name)).unwrap_or_default();
     format!("{key}: {}{source}", error.kind)
+}
+
+/// Reads the database URL's TLS words into `database.tls` and takes them out of the URL (the
+/// drivers are given the settings, not the words).
+fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) {
+    let Some(url) = &database.url else { return };
+    let Some(dialect) = crate::store::database::Dialect::of(url.expose()) else { return };
+    let mysql = dialect == crate::store::database::Dialect::Mysql;
+    let parsed = match super::tls::from_url(url.expose(), mysql) {
+        Ok(parsed) => parsed,
+        Err(found) => return errors.extend(found),
+    };
+    match super::tls::merge("database", &database.tls, &parsed.tls) {
+        Ok(tls) => {
+            database.tls = tls;
+            database.url = Some(Secret::new(parsed.url));
+        }
+        Err(found) => errors.extend(found),
+    }
 }
 
 /// Moves a `url_file`'s contents into `url`; exactly one of the two may be set.

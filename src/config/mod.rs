@@ -8,6 +8,7 @@ mod bridge;
 mod load;
 mod relay;
 mod secret;
+pub mod tls;
 mod validate;
 mod worker;
 
@@ -24,7 +25,11 @@ pub use relay::{
     TrimConfig,
 };
 pub use secret::Secret;
-pub use worker::{HandlerConfig, HttpHandlerConfig, InboxRetention, Unhandled, WorkerConfig};
+pub use tls::{TlsConfig, TlsMode};
+pub use worker::{
+    HandlerConfig, HttpHandlerConfig, InboxRetention, NEVER_FORWARDED, RESERVED_REQUEST_HEADERS, Unhandled,
+    WorkerConfig,
+};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -67,6 +72,24 @@ pub struct DatabaseConfig {
     /// Timeout for opening a connection and for waiting on the pool. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// TLS. The URL's own words (`sslmode`, `sslrootcert`, `sslcert`, `sslkey` for Postgres;
+    /// `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` for MySQL) are read into this table; where both
+    /// say something they must agree. Default mode: `verify-full` when a CA is given, else
+    /// `prefer` on Postgres (libpq's default) and `disable` on MySQL.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+impl DatabaseConfig {
+    /// The TLS mode in force (after the URL's words were merged in at load).
+    pub fn tls_mode(&self) -> TlsMode {
+        let mysql = self
+            .url
+            .as_ref()
+            .and_then(|u| crate::store::database::Dialect::of(u.expose()))
+            .is_some_and(|d| d == crate::store::database::Dialect::Mysql);
+        self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
+    }
 }
 
 /// `[redis]`
@@ -82,6 +105,28 @@ pub struct RedisConfig {
     /// A command that gets no reply within this time fails and is treated as an outage. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub command_timeout: Duration,
+    /// TLS for `rediss://`, `rediss-cluster://`, `rediss-sentinel://` URLs. Default mode:
+    /// `verify-full` against the system roots (or `ca_file`); cluster nodes and a sentinel's
+    /// primary, found by IP address, are verified against the host name of the URL.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+impl RedisConfig {
+    /// The TLS mode in force: the scheme decides whether TLS is on.
+    pub fn tls_mode(&self) -> TlsMode {
+        if self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose())) {
+            self.tls.mode_or(TlsMode::VerifyFull)
+        } else {
+            TlsMode::Disable
+        }
+    }
+}
+
+/// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (and fred's `valkeys` spellings).
+pub fn redis_scheme_is_tls(url: &str) -> bool {
+    let scheme = url.trim_start().split("://").next().unwrap_or_default().to_ascii_lowercase();
+    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
 }
 
 /// `[telemetry]`
@@ -100,6 +145,13 @@ pub struct TelemetryConfig {
     /// How often gauges that need a query (pending rows, oldest age, dead rows) are sampled. Default: "15s".
     #[serde(default = "defaults::sample_interval", with = "humantime_serde")]
     pub sample_interval: Duration,
+    /// A client must send a request's headers within this time, or the listener closes its
+    /// connection (a slow client cannot hold it). Default: "5s".
+    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more are closed on accept. Default: 32.
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -160,6 +212,9 @@ mod defaults {
     pub fn log_level() -> String {
         "info".into()
     }
+    pub fn max_connections() -> usize {
+        32
+    }
     pub fn sample_interval() -> Duration {
         Duration::from_secs(15)
     }
@@ -170,7 +225,7 @@ mod defaults {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: None, url_file: None, command_timeout: defaults::five_seconds() }
+        Self { url: None, url_file: None, command_timeout: defaults::five_seconds(), tls: TlsConfig::default() }
     }
 }
 
@@ -181,6 +236,8 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::default(),
             log_level: defaults::log_level(),
             sample_interval: defaults::sample_interval(),
+            header_read_timeout: defaults::five_seconds(),
+            max_connections: defaults::max_connections(),
         }
     }
 }

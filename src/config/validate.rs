@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::tls::{self, TlsMode};
 use super::{BackoffConfig, Config, RelayConfig};
 use crate::relay::template::Template;
 use crate::sql::params::Placeholder;
@@ -13,28 +14,81 @@ use crate::store::statements::{self, StatementKind};
 const RESERVED_FIELDS: &[&str] =
     &["event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "owner"];
 
-/// This build speaks plain TCP only. A URL asking for TLS must fail loudly: `rediss://` would
-/// otherwise connect in the clear, and an `sslmode` Postgres cannot serve would only fail later.
-fn tls_requested(config: &Config) -> Vec<String> {
-    let advice = "this build has no TLS; reach it over a private network or a local TLS proxy";
+/// Every connection's TLS settings: modes the driver can honour, scheme and mode agreeing. (The
+/// certificate files are read when connecting; those errors name their key too.)
+fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
     let mut errors = Vec::new();
-    if config.redis.url.as_ref().is_some_and(|u| u.expose().trim_start().to_ascii_lowercase().starts_with("rediss")) {
-        errors.push(format!("redis.url: TLS (rediss://) is not supported: {advice}"));
+    let database = &config.database;
+    let mode = database.tls_mode();
+    errors.extend(tls::check_shape("database.tls", &database.tls, mode));
+    if dialect == Some(Dialect::Mysql) && matches!(mode, TlsMode::Prefer | TlsMode::VerifyCa) {
+        errors.push(format!(
+            "database.tls.mode: {} cannot be honoured on MySQL / MariaDB (its driver cannot {}); use disable, require or verify-full",
+            mode.name(),
+            if mode == TlsMode::Prefer { "fall back to plain TCP" } else { "verify the chain without the host name" }
+        ));
     }
-    let database = config.database.url.as_ref().map(|u| u.expose().to_ascii_lowercase()).unwrap_or_default();
-    // Postgres `sslmode`, MySQL `ssl-mode` / mysql_async `require_ssl`.
-    const DEMANDS_TLS: &[&str] = &[
-        "sslmode=require",
-        "sslmode=verify-ca",
-        "sslmode=verify-full",
-        "ssl-mode=required",
-        "ssl-mode=verify_ca",
-        "ssl-mode=verify_identity",
-        "require_ssl=true",
-    ];
-    let demands_tls = DEMANDS_TLS.iter().any(|option| database.contains(option));
-    if demands_tls {
-        errors.push(format!("database.url: the sslmode requires TLS, which is not supported: {advice}"));
+    let redis = &config.redis;
+    let tls_scheme = redis.url.as_ref().is_some_and(|u| super::redis_scheme_is_tls(u.expose()));
+    if !tls_scheme && redis.tls.is_set() {
+        errors.push(
+            "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
+                .into(),
+        );
+    }
+    if tls_scheme {
+        let mode = redis.tls_mode();
+        errors.extend(tls::check_shape("redis.tls", &redis.tls, mode));
+        if matches!(mode, TlsMode::Disable | TlsMode::Prefer) {
+            errors.push(format!(
+                "redis.tls.mode: {} makes no sense with rediss:// (always TLS); use redis:// for plain TCP",
+                mode.name()
+            ));
+        }
+    }
+    for (i, worker) in config.workers.iter().enumerate() {
+        for (h, handler) in worker.handlers.iter().enumerate() {
+            if let Some(http) = &handler.http {
+                let path = format!("worker[{i}].handler[{h}].http");
+                errors.extend(validate_http_tls(&path, http));
+                errors.extend(validate_http_headers(&path, http));
+            }
+        }
+    }
+    errors
+}
+
+/// Header rules of an HTTP handler: no event header that would steer the call, no constant
+/// that would frame it.
+fn validate_http_headers(path: &str, http: &super::HttpHandlerConfig) -> Vec<String> {
+    let mut errors = Vec::new();
+    for name in &http.forward_headers {
+        if super::NEVER_FORWARDED.contains(&name.to_ascii_lowercase().as_str()) {
+            errors.push(format!("{path}.forward_headers: `{name}` is never taken from an event (it frames, routes or authenticates the call)"));
+        }
+    }
+    for name in http.headers.keys() {
+        if super::RESERVED_REQUEST_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            errors.push(format!("{path}.headers.{name}: handoff sets this header itself"));
+        }
+    }
+    errors
+}
+
+fn validate_http_tls(path: &str, http: &super::HttpHandlerConfig) -> Vec<String> {
+    let https = http.url.trim_start().to_ascii_lowercase().starts_with("https://");
+    if !https {
+        return if http.tls.is_set() {
+            vec![format!("{path}.tls is set but {path}.url is not https://")]
+        } else {
+            vec![]
+        };
+    }
+    let mode = http.tls.mode_or(TlsMode::VerifyFull);
+    let mut errors = tls::check_shape(&format!("{path}.tls"), &http.tls, mode);
+    if matches!(mode, TlsMode::Disable | TlsMode::Prefer) {
+        errors
+            .push(format!("{path}.tls.mode: {} makes no sense with https://; use http:// for plain TCP", mode.name()));
     }
     errors
 }
@@ -53,12 +107,18 @@ pub fn validate(config: &Config) -> Vec<String> {
             }
         }
     }
-    errors.extend(tls_requested(config));
+    errors.extend(validate_tls(config, dialect));
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
     }
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());
+    }
+    if config.telemetry.header_read_timeout.is_zero() {
+        errors.push("telemetry.header_read_timeout must be > 0".into());
+    }
+    if config.telemetry.max_connections == 0 {
+        errors.push("telemetry.max_connections must be > 0".into());
     }
     if config.telemetry.sample_interval.is_zero() {
         errors.push("telemetry.sample_interval must be > 0".into());

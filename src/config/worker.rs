@@ -97,7 +97,8 @@ pub struct HandlerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpHandlerConfig {
-    /// `http://host:port/path` (plain HTTP: the target is a local sidecar neighbour).
+    /// `http://host:port/path`, or `https://…` (verified with `tls`, default `verify-full`
+    /// against the system roots).
     pub url: String,
     /// Per-request timeout. Default: "10s".
     #[serde(default = "defaults::http_timeout", with = "humantime_serde")]
@@ -109,7 +110,59 @@ pub struct HttpHandlerConfig {
     /// Extra request headers (constants).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Event headers (from the outbox row's `headers`) forwarded as HTTP headers, by name
+    /// (case-insensitive). Hop-by-hop, credential and framing headers are never forwarded, and a
+    /// name is sent at most once. Default: ["traceparent", "tracestate", "baggage"].
+    #[serde(default = "defaults::forward_headers")]
+    pub forward_headers: Vec<String>,
+    /// TLS for an `https://` URL.
+    #[serde(default)]
+    pub tls: super::TlsConfig,
 }
+
+/// Headers an event may never set, whatever `forward_headers` says: hop-by-hop and framing
+/// headers, routing, credentials, and the ones handoff writes itself.
+pub const NEVER_FORWARDED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "expect",
+    "authorization",
+    "cookie",
+    "set-cookie",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "idempotency-key",
+    "x-event-type",
+];
+
+/// Headers handoff writes itself or that frame the request: a handler's constant `headers` may
+/// not set them.
+pub const RESERVED_REQUEST_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "idempotency-key",
+    "x-event-type",
+];
 
 mod defaults {
     use std::time::Duration;
@@ -146,6 +199,9 @@ mod defaults {
     }
     pub fn purge_interval() -> Duration {
         Duration::from_secs(60)
+    }
+    pub fn forward_headers() -> Vec<String> {
+        ["traceparent", "tracestate", "baggage"].map(String::from).to_vec()
     }
     pub fn dead_statuses() -> Vec<u16> {
         vec![400, 404, 409, 410, 415, 422]

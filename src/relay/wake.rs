@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -47,7 +47,7 @@ pub async fn listen(
             Ok(()) => retrier.succeeded(),
             Err(error) => {
                 if let Some(suppressed) = errors.allow() {
-                    warn!(%channel, error = %crate::relay::error_chain(&error), suppressed, "LISTEN connection lost; polling until it is back");
+                    warn!(%channel, error = %format!("{error:#}"), suppressed, "LISTEN connection lost; polling until it is back");
                 }
             }
         }
@@ -64,14 +64,9 @@ async fn session(
     channel: &str,
     wake: &Wake,
     shutdown: &CancellationToken,
-) -> Result<(), tokio_postgres::Error> {
-    let url = database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-    let mut config: tokio_postgres::Config = url.parse()?;
-    if config.get_application_name().is_none() {
-        config.application_name("handoff-listen");
-    }
-    config.connect_timeout(database.connect_timeout);
-    let (client, mut connection) = config.connect(NoTls).await?;
+) -> anyhow::Result<()> {
+    let (config, tls) = crate::store::postgres::connect_config(database, "handoff-listen")?;
+    let (client, mut connection) = config.connect(tls).await?;
     let listen = async {
         client.batch_execute(&format!("LISTEN {}", quote_identifier(channel))).await?;
         info!(%channel, "listening for outbox inserts");
@@ -91,8 +86,8 @@ async fn session(
         }
     };
     tokio::select! {
-        result = listen => result,
-        result = pump => result,
+        result = listen => Ok(result?),
+        result = pump => Ok(result?),
         _ = shutdown.cancelled() => Ok(()),
     }
 }

@@ -7,7 +7,7 @@ use crate::sql::params::Placeholder;
 #[derive(Clone)]
 pub enum Database {
     Postgres(deadpool_postgres::Pool),
-    Mysql(mysql_async::Pool),
+    Mysql(super::mysql::Pool),
 }
 
 /// The dialect a `database.url` names, by its scheme.
@@ -57,6 +57,15 @@ impl Database {
         match self {
             Database::Postgres(pool) => crate::migrate::postgres(pool).await,
             Database::Mysql(pool) => crate::migrate::mysql(pool).await,
+        }
+    }
+
+    /// The TLS state of a connection as the server sees it: `Some((version, cipher))`, or
+    /// `None` for a plain connection.
+    pub async fn tls_session(&self) -> Result<Option<(String, String)>, super::StoreError> {
+        match self {
+            Database::Postgres(pool) => super::postgres::tls_session(pool).await,
+            Database::Mysql(pool) => super::mysql::tls_session(pool).await,
         }
     }
 

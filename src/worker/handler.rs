@@ -41,9 +41,7 @@ impl Handler {
     ) -> Result<Self, String> {
         let path = format!("worker `{}` handler[{index}]", worker.name);
         let effect = match (&config.http, config.sql.is_empty()) {
-            (Some(http), true) => {
-                Effect::Http(Box::new(HttpHandler::new(http).map_err(|e| format!("{path}.http: {e}"))?))
-            }
+            (Some(http), true) => Effect::Http(Box::new(HttpHandler::new(http, &format!("{path}.http"))?)),
             (None, false) => {
                 let statements = config
                     .sql

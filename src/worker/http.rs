@@ -1,25 +1,38 @@
 //! The HTTP handler: POST the event to a neighbour service with an `Idempotency-Key`, so a
 //! consumer in any language can apply it. 2xx → processed; configured statuses → DEAD at once;
-//! anything else (5xx, timeouts, refused connections) → retry.
+//! anything else (5xx, timeouts, refused connections) → retry. `https://` URLs are verified per
+//! the handler's `tls` table.
+//!
+//! Event content never steers the request: only the event headers named in `forward_headers`
+//! travel (by default the trace context), never one that frames, routes or authenticates the
+//! call, and never a name the request already carries.
 
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::HttpHandlerConfig;
+use crate::config::{HttpHandlerConfig, NEVER_FORWARDED, TlsMode};
 use crate::store::inbox::InboxRow;
 
+/// How much of an error response's body is read back into the row's last error.
+const ERROR_BODY_MAX: usize = 4096;
+
 pub struct HttpHandler {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: Uri,
     timeout: Duration,
     dead_on: Vec<u16>,
-    headers: Vec<(String, String)>,
+    /// Fixed and configured headers, sent with every call.
+    headers: HeaderMap,
+    /// Lower-case names of the event headers that may travel.
+    forward: Vec<String>,
 }
 
 /// The outcome of one POST.
@@ -33,14 +46,32 @@ pub enum Delivery {
 }
 
 impl HttpHandler {
-    pub fn new(config: &HttpHandlerConfig) -> Result<Self, String> {
-        let uri: Uri = config.url.parse().map_err(|e| format!("url: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err("url must be http:// (the target is a local neighbour; TLS is not supported)".into());
+    pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, String> {
+        let uri: Uri = config.url.parse().map_err(|e| format!("{path}.url: {e}"))?;
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("{path}.url must be http:// or https://")),
+        };
+        // An http:// handler never uses the TLS settings; the connector still needs some.
+        let mode = if https { config.tls.mode_or(TlsMode::VerifyFull) } else { TlsMode::Require };
+        let tls = crate::tls::client_config(&format!("{path}.tls"), mode, &config.tls)?;
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+        let connector = if https {
+            builder.https_only().enable_http1().build()
+        } else {
+            builder.https_or_http().enable_http1().build()
+        };
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let mut headers = HeaderMap::new();
+        headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
+            let value = HeaderValue::from_str(value).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
+            headers.insert(name, value);
         }
-        let client = Client::builder(TokioExecutor::new()).build_http();
-        let headers = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers })
+        let forward = config.forward_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+        Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward })
     }
 
     pub async fn deliver(&self, row: &InboxRow) -> Delivery {
@@ -57,13 +88,8 @@ impl HttpHandler {
         if status.is_success() {
             return Delivery::Done;
         }
-        // A short excerpt of the body helps the operator; it is truncated with the error.
-        let body = tokio::time::timeout(Duration::from_secs(1), response.into_body().collect())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|b| String::from_utf8_lossy(&b.to_bytes()[..]).chars().take(200).collect::<String>())
-            .unwrap_or_default();
+        let body =
+            tokio::time::timeout(Duration::from_secs(1), excerpt(response.into_body())).await.unwrap_or_default();
         let message = format!("HTTP {status}: {body}");
         if self.dead_on.contains(&status.as_u16()) { Delivery::Refused(message) } else { Delivery::Failed(message) }
     }
@@ -77,24 +103,71 @@ impl HttpHandler {
             "aggregate_id": row.aggregate_id,
             "payload": row.payload,
         });
-        let mut request = Request::post(self.uri.clone())
-            .header("content-type", "application/json")
-            .header("idempotency-key", row.event_id.as_str())
-            .header("x-event-type", row.event_type.as_str());
-        // Context the owner attached (traceparent, tracestate, …) travels on.
-        if let Some(headers) = row.headers.as_object() {
-            for (name, value) in headers {
-                // Names or values HTTP cannot carry are left out rather than failing the event.
-                let name = hyper::header::HeaderName::from_bytes(name.as_bytes());
-                let value = value.as_str().map(hyper::header::HeaderValue::from_str);
-                if let (Ok(name), Some(Ok(value))) = (name, value) {
-                    request = request.header(name, value);
+        let mut request = Request::post(self.uri.clone()).body(Full::new(Bytes::from(body.to_string())))?;
+        let headers = request.headers_mut();
+        headers.clone_from(&self.headers);
+        headers.insert("idempotency-key", HeaderValue::from_str(&row.event_id)?);
+        headers.insert("x-event-type", HeaderValue::from_str(&row.event_type)?);
+        for (name, value) in forwarded(&row.headers, &self.forward) {
+            // Never a second value for a name the request carries already.
+            headers.entry(name).or_insert(value);
+        }
+        Ok(request)
+    }
+}
+
+/// The event headers allowed to travel, as valid HTTP headers; others are left out silently
+/// (they are the producer's data, not a reason to fail the event).
+fn forwarded(headers: &serde_json::Value, allowed: &[String]) -> Vec<(HeaderName, HeaderValue)> {
+    let Some(headers) = headers.as_object() else { return Vec::new() };
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.to_ascii_lowercase();
+            allowed.contains(&name) && !NEVER_FORWARDED.contains(&name.as_str())
+        })
+        .filter_map(|(name, value)| {
+            let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let value = HeaderValue::from_str(value.as_str()?).ok()?;
+            Some((name, value))
+        })
+        .collect()
+}
+
+/// The start of a response body: at most `ERROR_BODY_MAX` bytes are read, however long it is.
+async fn excerpt(mut body: hyper::body::Incoming) -> String {
+    let mut kept = Vec::new();
+    while kept.len() < ERROR_BODY_MAX {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    let room = ERROR_BODY_MAX - kept.len();
+                    kept.extend_from_slice(&data[..data.len().min(room)]);
                 }
             }
+            _ => break,
         }
-        for (name, value) in &self.headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        request.body(Full::new(Bytes::from(body.to_string())))
+    }
+    String::from_utf8_lossy(&kept).chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_allowed_headers_travel_and_never_credentials_or_framing() {
+        let event = serde_json::json!({
+            "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "Authorization": "Bearer stolen",
+            "Host": "evil.example",
+            "Content-Length": "0",
+            "x-tenant": "acme",
+            "tracestate": 7,
+        });
+        let allowed: Vec<String> = ["traceparent", "tracestate", "authorization", "host"].map(String::from).to_vec();
+        let names: Vec<String> = forwarded(&event, &allowed).into_iter().map(|(n, _)| n.to_string()).collect();
+        // `tracestate` is not a string: left out; `authorization` and `host` are never forwarded.
+        assert_eq!(names, ["traceparent"]);
     }
 }

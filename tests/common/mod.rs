@@ -7,9 +7,11 @@
 
 pub mod http;
 pub mod mysql;
+pub mod pki;
 pub mod process;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod tls_servers;
 
 use std::future::Future;
 use std::time::Duration;
@@ -65,6 +67,8 @@ pub struct TestEnv {
     pub db: tokio_postgres::Client,
     pub redis: Client,
     pub redis_url: String,
+    /// Lines of a `[redis.tls]` table, empty for a plain Redis.
+    pub redis_tls: String,
 }
 
 impl TestEnv {
@@ -74,6 +78,12 @@ impl TestEnv {
 
     /// Like `new`, with the relay's Redis at `redis_url` (e.g. a test's own server).
     pub async fn with_redis(redis_url: &str) -> Self {
+        Self::with_tls_redis(redis_url, "").await
+    }
+
+    /// Like `with_redis` for a `rediss://` URL and the lines of its `[redis.tls]` table; the
+    /// test's own Redis client connects the way handoff does.
+    pub async fn with_tls_redis(redis_url: &str, redis_tls: &str) -> Self {
         let id = format!("t{:08x}", rand::random::<u32>());
         let schema = id.clone();
         let base = base_database_url();
@@ -84,8 +94,24 @@ impl TestEnv {
         let database_url = format!("{base}{sep}options=-csearch_path%3D{schema}&application_name=handoff-{id}");
         let (db, conn) = tokio_postgres::connect(&database_url, NoTls).await.unwrap();
         tokio::spawn(conn);
-        let redis = Self::redis_client(redis_url).await;
-        let env = Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned() };
+        let redis = if redis_tls.is_empty() {
+            Self::redis_client(redis_url).await
+        } else {
+            let toml =
+                format!("[database]\nurl = \"{base}\"\n[redis]\nurl = \"{redis_url}\"\n[redis.tls]\n{redis_tls}\n");
+            let config = handoff::config::load_str(&toml).unwrap();
+            let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
+            stream.client().clone()
+        };
+        let env = Self {
+            id,
+            schema,
+            database_url,
+            db,
+            redis,
+            redis_url: redis_url.to_owned(),
+            redis_tls: redis_tls.to_owned(),
+        };
         env.migrate().await;
         env
     }
@@ -126,6 +152,7 @@ pool_size = 4
 [redis]
 url = "{redis}"
 command_timeout = "1s"
+{redis_tls}
 
 [telemetry]
 listen = "127.0.0.1:0"
@@ -136,6 +163,8 @@ grace_period = "5s"
 "#,
             db = self.database_url,
             redis = self.redis_url,
+            redis_tls =
+                if self.redis_tls.is_empty() { String::new() } else { format!("[redis.tls]\n{}", self.redis_tls) },
         )
     }
 

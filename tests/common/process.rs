@@ -17,6 +17,8 @@ pub struct Handoff {
 pub struct Launch<'a> {
     pub env: Vec<(&'a str, String)>,
     pub args: Vec<&'a str>,
+    /// Another build of handoff (the release binary); default: the tests' build.
+    pub binary: Option<String>,
 }
 
 impl Handoff {
@@ -27,34 +29,37 @@ impl Handoff {
 
     /// `handoff run`, parked at `point` (see `src/fault.rs`) until the resume file appears.
     pub fn run_paused(config: &str, point: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let marker = dir.path().join("marker").display().to_string();
-        let resume = dir.path().join("resume").display().to_string();
-        Self::launch_in(
-            dir,
-            config,
-            Launch {
-                env: vec![
-                    ("HANDOFF_FAULT_PAUSE", point.to_owned()),
-                    ("HANDOFF_FAULT_MARKER", marker),
-                    ("HANDOFF_FAULT_RESUME", resume),
-                ],
-                args: vec!["run"],
-            },
-        )
+        if !cfg!(feature = "fault-injection") {
+            panic!("fault points need --features fault-injection (scripts/test sets it)");
+        }
+        Self::launch_in(tempfile::tempdir().unwrap(), config, Self::pause_at(point, None))
+    }
+
+    /// Options that park a fault-injection build at `point` (marker and resume files go in the
+    /// process's temporary directory).
+    pub fn pause_at(point: &str, binary: Option<String>) -> Launch<'static> {
+        Launch { env: vec![("HANDOFF_FAULT_PAUSE", point.to_owned())], args: vec!["run"], binary }
     }
 
     pub fn launch(config: &str, launch: Launch) -> Self {
         Self::launch_in(tempfile::tempdir().unwrap(), config, launch)
     }
 
-    fn launch_in(dir: tempfile::TempDir, config: &str, launch: Launch) -> Self {
+    fn launch_in(dir: tempfile::TempDir, config: &str, mut launch: Launch) -> Self {
+        let set = |env: &[(&str, String)], key: &str| env.iter().any(|(k, _)| *k == key);
+        if set(&launch.env, "HANDOFF_FAULT_PAUSE") {
+            for (key, file) in [("HANDOFF_FAULT_MARKER", "marker"), ("HANDOFF_FAULT_RESUME", "resume")] {
+                if !set(&launch.env, key) {
+                    launch.env.push((key, dir.path().join(file).display().to_string()));
+                }
+            }
+        }
         let config_path = dir.path().join("handoff.toml");
         std::fs::write(&config_path, config).unwrap();
         let log = dir.path().join("handoff.log");
         let log_file = std::fs::File::create(&log).unwrap();
         let args = if launch.args.is_empty() { vec!["run"] } else { launch.args };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_handoff"));
+        let mut command = Command::new(launch.binary.as_deref().unwrap_or(env!("CARGO_BIN_EXE_handoff")));
         command
             .args(&args)
             .arg("--config")

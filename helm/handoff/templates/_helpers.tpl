@@ -203,6 +203,11 @@ seccompProfile:
       mountPath: /var/run/secrets/handoff
       readOnly: true
     {{- end }}
+    {{- range $v.tlsSecrets }}
+    - name: handoff-tls-{{ .name }}
+      mountPath: /var/run/secrets/handoff-tls/{{ .name }}
+      readOnly: true
+    {{- end }}
 {{- end -}}
 
 {{/* Pod volumes for the container above, as items of a volumes: list. */}}
@@ -228,6 +233,16 @@ seccompProfile:
             - key: {{ $v.secrets.redisUrl.key | quote }}
               path: redis-url
       {{- end }}
+{{- end }}
+{{- range $v.tlsSecrets }}
+- name: handoff-tls-{{ .name }}
+  secret:
+    secretName: {{ .secretName | quote }}
+    defaultMode: 0444
+    {{- with .items }}
+    items:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
 {{- end }}
 {{- end -}}
 

@@ -4,7 +4,9 @@
 //! IGNORE`, which would turn data errors into silent truncation.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row, TxOpts, Value};
+use mysql_async::{Row, TxOpts, Value};
+
+use super::Pool;
 
 use super::error;
 use crate::store::StoreResult;

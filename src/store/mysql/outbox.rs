@@ -4,8 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mysql_async::Row;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row};
+
+use super::Pool;
 
 use super::values::{Param, bind, row_texts};
 use super::{defaults, error};

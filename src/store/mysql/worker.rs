@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row, TxOpts, Value};
+use mysql_async::{Row, TxOpts, Value};
+
+use super::Pool;
 
 use super::{DATA_ERRORS, error};
 use crate::fault::{Faults, Point};

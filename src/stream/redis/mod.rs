@@ -3,10 +3,11 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
+use fred::types::config::{TlsConfig, TlsConnector, TlsHostMapping};
 use fred::types::streams::{XCap, XCapKind, XCapTrim};
 
 use super::{AppendOptions, AppendOutcome, Entry, EventStream, Trim, Unavailable};
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, TlsMode};
 
 #[derive(Clone)]
 pub struct RedisStream {
@@ -32,7 +33,19 @@ impl RedisStream {
     /// unreachable server is returned as `Unreachable` along with the client, which keeps trying.
     pub async fn connect(config: &RedisConfig) -> Result<(Self, Option<ConnectError>), ConnectError> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or("redis://127.0.0.1:6379");
-        let mut redis_config = Config::from_url(url).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        let mode = config.tls_mode();
+        // fred would build its own TLS settings for a `rediss` scheme; handoff's (CA file, client
+        // certificate, mode) replace them, so it parses the plain scheme.
+        let plain_url = if mode == TlsMode::Disable { url.to_owned() } else { plain_scheme(url) };
+        let mut redis_config =
+            Config::from_url(&plain_url).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        if mode != TlsMode::Disable {
+            let client = crate::tls::client_config("redis.tls", mode, &config.tls).map_err(ConnectError::Config)?;
+            // Cluster nodes and a sentinel's primary are announced by IP address: they are
+            // verified against the host name the URL names.
+            redis_config.tls =
+                Some(TlsConfig { connector: TlsConnector::from(client), hostnames: TlsHostMapping::DefaultHost });
+        }
         redis_config.fail_fast = false;
         let client = Builder::from_config(redis_config)
             .with_connection_config(|c| {
@@ -107,6 +120,18 @@ impl RedisStream {
             pipeline.try_all().await
         };
         outcomes(results, entries.len(), outcome)
+    }
+}
+
+/// `rediss://…` → `redis://…` (likewise `-cluster`, `-sentinel`, and fred's `valkeys`).
+fn plain_scheme(url: &str) -> String {
+    let url = url.trim_start();
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let plain = scheme.to_ascii_lowercase().replacen("rediss", "redis", 1).replacen("valkeys", "valkey", 1);
+            format!("{plain}://{rest}")
+        }
+        None => url.to_owned(),
     }
 }
 

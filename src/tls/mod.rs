@@ -1,0 +1,205 @@
+//! TLS for every connection handoff makes (Postgres, MySQL, Redis, HTTP handlers): a rustls
+//! client configuration built from a `tls` table and a mode in libpq's words, with the ring
+//! provider. Errors name the config key at fault and never a file's contents.
+
+mod verify;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+
+use crate::config::{TlsConfig, TlsMode};
+
+/// The one crypto provider handoff uses.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The client configuration for `mode` (which must not be `disable`). `path` is the `tls`
+/// table's key path (`database.tls`), used in errors.
+pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<ClientConfig, String> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("{path}: {e}"))?;
+    let builder = match mode {
+        TlsMode::Disable => return Err(format!("{path}.mode is disable: no TLS configuration to build")),
+        TlsMode::VerifyFull => builder.with_root_certificates(roots(path, mode, tls)?),
+        TlsMode::VerifyCa => {
+            let verifier =
+                verify::ChainOnly::new(roots(path, mode, tls)?, provider).map_err(|e| format!("{path}: {e}"))?;
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
+        }
+        TlsMode::Require | TlsMode::Prefer => {
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verify::Unverified::new(provider)))
+        }
+    };
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(&format!("{path}.cert_file"), cert)?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("{path}.key_file: no usable private key in {}: {e}", key.display()))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| format!("{path}.key_file: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// The CA file's certificates, or the system's roots when none is given.
+fn roots(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<RootCertStore, String> {
+    let mut store = RootCertStore::empty();
+    match &tls.ca_file {
+        Some(file) => {
+            let key = format!("{path}.ca_file");
+            let (added, _) = store.add_parsable_certificates(certificates(&key, file)?);
+            if added == 0 {
+                return Err(format!("{key}: no usable CA certificate in {}", file.display()));
+            }
+        }
+        None => {
+            store.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            if store.is_empty() {
+                return Err(format!(
+                    "{path}.ca_file: mode {} verifies the server against a CA, none is given and the system has no root certificates",
+                    mode.name()
+                ));
+            }
+        }
+    }
+    Ok(store)
+}
+
+fn certificates(key: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
+        .and_then(|iter| iter.collect::<Result<_, _>>())
+        .map_err(|e| format!("{key}: cannot read certificates from {}: {e}", file.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{key}: no certificate in {}", file.display()));
+    }
+    Ok(certs)
+}
+
+/// What a mode promises, for logs and `handoff check`.
+pub fn describe(mode: TlsMode) -> &'static str {
+    match mode {
+        TlsMode::Disable => "not encrypted (tls mode disable)",
+        TlsMode::Prefer => "TLS if the server offers it, certificate not verified (mode prefer)",
+        TlsMode::Require => "encrypted, certificate NOT verified (mode require)",
+        TlsMode::VerifyCa => "certificate chain verified, host name not checked (mode verify-ca)",
+        TlsMode::VerifyFull => "certificate and host name verified (mode verify-full)",
+    }
+}
+
+/// Whether `host` is this machine (a sidecar's neighbour): an unverified connection to anything
+/// else deserves a warning.
+pub fn is_local(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || host.starts_with('/') || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Host and port of a URL (`scheme://[user[:pass]@]host[:port][/…][?…]`), without the
+/// credentials; for a URL naming several hosts, the first.
+pub fn host_port(url: &str) -> Option<(String, Option<u16>)> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let first = hosts.split(',').next()?;
+    let (host, port) = match first.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && !port.contains(']') => (host, port.parse().ok()),
+        _ => (first, None),
+    };
+    (!host.is_empty()).then(|| (host.trim_start_matches('[').trim_end_matches(']').to_owned(), port))
+}
+
+/// A log or `check` line for a connection to `host` in `mode`; `warn` when the connection is
+/// unverified and leaves the machine.
+pub fn summary(host: &str, mode: TlsMode) -> (String, bool) {
+    let warn = !mode.verifies() && !is_local(host);
+    let advice = if warn { " — the connection leaves this machine unverified; use verify-full" } else { "" };
+    (format!("{} (server `{host}`){advice}", describe(mode)), warn)
+}
+
+/// `error` with advice naming the keys to look at, when it is a TLS failure (`path` is the
+/// connection's `tls` table); unchanged otherwise.
+pub fn explain(path: &str, error: &str) -> String {
+    let lower = error.to_ascii_lowercase();
+    let advice = if lower.contains("not valid for name") {
+        format!(
+            "the server's certificate does not name the host the URL connects to: connect by a name it lists, or set {path}.mode = \"verify-ca\""
+        )
+    } else if lower.contains("unknownissuer") || lower.contains("unknown issuer") || lower.contains("badsignature") {
+        format!(
+            "the server's certificate is not signed by a CA in {path}.ca_file (or the system's roots when it is not set)"
+        )
+    } else if lower.contains("certificaterequired")
+        || lower.contains("certificate required")
+        || lower.contains("requires a valid client certificate")
+    {
+        format!("the server asks for a client certificate: set {path}.cert_file and {path}.key_file")
+    } else if lower.contains("expired") && lower.contains("certificate") {
+        "the server's certificate has expired (or is not valid yet)".to_owned()
+    } else if lower.contains("tls") || lower.contains("certificate") || lower.contains("handshake") {
+        format!("TLS handshake failed; see {path}")
+    } else {
+        return error.to_owned();
+    };
+    format!("{error} ({advice})")
+}
+
+/// A finished handshake, as `handoff check` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub version: String,
+    pub cipher: String,
+}
+
+/// Connects to `host:port` and runs a TLS handshake with `config` (which decides what is
+/// verified), for `check` to report what a connection negotiates. Closes at once.
+pub async fn probe(host: &str, port: u16, config: Arc<ClientConfig>, timeout: Duration) -> Result<Session, String> {
+    let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+        .map_err(|e| format!("`{host}` is not a valid TLS server name: {e}"))?;
+    let handshake = async {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let (_, connection) = tls.get_ref();
+        Ok(Session {
+            version: connection.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default(),
+            cipher: connection.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite())).unwrap_or_default(),
+        })
+    };
+    tokio::time::timeout(timeout, handshake).await.map_err(|_| format!("no TLS handshake within {timeout:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_key() {
+        let tls = TlsConfig { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() };
+        let error = client_config("database.tls", TlsMode::VerifyFull, &tls).unwrap_err();
+        assert!(error.starts_with("database.tls.ca_file: cannot read"), "{error}");
+        let tls =
+            TlsConfig { cert_file: Some("/nonexistent/c".into()), key_file: Some("/k".into()), ..Default::default() };
+        let error = client_config("redis.tls", TlsMode::Require, &tls).unwrap_err();
+        assert!(error.starts_with("redis.tls.cert_file"), "{error}");
+    }
+
+    #[test]
+    fn host_and_port_without_credentials() {
+        assert_eq!(host_port("postgres://u:p@db.internal:6432/x?a=b"), Some(("db.internal".into(), Some(6432))));
+        assert_eq!(host_port("rediss://:secret@cache/0"), Some(("cache".into(), None)));
+        assert_eq!(host_port("redis-cluster://[::1]:7000?node=h:1"), Some(("::1".into(), Some(7000))));
+        assert_eq!(host_port("https://hooks.local/x"), Some(("hooks.local".into(), None)));
+    }
+
+    #[test]
+    fn local_hosts() {
+        assert!(is_local("127.0.0.1") && is_local("localhost") && is_local("[::1]") && is_local("/run/postgresql"));
+        assert!(!is_local("db.internal") && !is_local("10.0.0.5"));
+    }
+}
