@@ -42,6 +42,42 @@ pub enum Command {
         #[command(subcommand)]
         action: DeadAction,
     },
+    /// Entries the bridges recorded as poison.
+    Poison {
+        #[command(subcommand)]
+        action: PoisonAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoisonAction {
+    /// Show poison records.
+    List(PoisonArgs),
+    /// Append each record's original entry to its stream again (after fixing the cause); the
+    /// bridge takes it over like a new entry. The record stays and counts the re-drive.
+    Retry(PoisonArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PoisonArgs {
+    /// Only this bridge's poison table.
+    #[arg(long)]
+    bridge: Option<String>,
+    /// Only records with this reason (e.g. rejected_by_database).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Only this event.
+    #[arg(long)]
+    event_id: Option<String>,
+    /// At most this many records.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// Show what would be re-driven, append nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,6 +168,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         },
         Command::Status { json } => status(&config, json).await,
         Command::Dead { action } => dead(&config, action).await,
+        Command::Poison { action } => poison(&config, action).await,
         Command::Migrate { .. } => {
             let result = async {
                 let db = crate::store::database::Database::connect(&config.database, "handoff-migrate")?;
@@ -235,6 +272,73 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         println!("{verb}: {} row(s)", rows.len());
     }
     ExitCode::SUCCESS
+}
+
+async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
+    let (retry, args) = match action {
+        PoisonAction::List(a) => (false, a),
+        PoisonAction::Retry(a) => (true, a),
+    };
+    if let Some(e) = postgres_only(config) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let pool = match crate::store::postgres::pool(&config.database, "handoff-poison") {
+        Ok(pool) => pool,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let filter =
+        ops::poison::Filter { bridge: args.bridge, reason: args.reason, event_id: args.event_id, limit: args.limit };
+    let result = if retry {
+        ops::poison::retry(config, &pool, &filter, args.dry_run).await
+    } else {
+        ops::poison::list(config, &pool, &filter).await
+    };
+    let rows = match result {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let failed = rows.iter().filter(|r| matches!(r.appended, Some(Err(_)))).count();
+    let verb = match (retry, args.dry_run) {
+        (false, _) => "poison",
+        (true, true) => "would re-append",
+        (true, false) => "re-appended",
+    };
+    if args.json {
+        let doc = serde_json::json!({ "action": verb, "count": rows.len() - failed, "failed": failed, "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        for r in &rows {
+            let outcome = match &r.appended {
+                Some(Ok(id)) => format!(" -> {id}"),
+                Some(Err(e)) => format!(" NOT re-appended: {e}"),
+                None => String::new(),
+            };
+            println!(
+                "{:<16} #{:<6} {:<28} {:<36} {:<22} age={:.0}s redrives={} {}{outcome}",
+                r.bridge,
+                r.id,
+                r.stream,
+                r.event_id.as_deref().unwrap_or("-"),
+                r.reason,
+                r.age_seconds,
+                r.redrives,
+                r.detail
+            );
+        }
+        println!(
+            "{verb}: {} record(s){}",
+            rows.len() - failed,
+            if failed > 0 { format!(", {failed} failed") } else { String::new() }
+        );
+    }
+    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 /// `status` and `dead` read the Postgres reference schema; MySQL has its own statements to come.

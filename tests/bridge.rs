@@ -262,3 +262,93 @@ async fn sigterm_takes_over_every_entry_already_read_before_exiting() {
     await_inbox(&env, 3000).await;
     drop(restarted);
 }
+
+/// A schema or permission problem on the inbox is an outage of the inbox, not the entries'
+/// fault: they stay pending, unacknowledged and unpoisoned, until it is fixed. A refusal of an
+/// entry's own data still poisons that entry alone, with every field, and `poison retry` brings
+/// it back through the bridge once the cause is gone.
+#[tokio::test]
+async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_with_poison_retry() {
+    let env = TestEnv::new().await;
+    let bridge = Handoff::run(&env.bridge_config("b1", &["user"], ""));
+    let address = bridge.telemetry_address().await;
+    add_events(&env, "user", "before", 5).await;
+    await_inbox(&env, 5).await;
+
+    env.db.batch_execute("ALTER TABLE consumer_inbox RENAME COLUMN headers TO headers_moved").await.unwrap();
+    add_events(&env, "user", "during", 10).await;
+    let series = format!(
+        r#"handoff_bridge_inbox_unavailable_total{{bridge="bridge",kind="schema",stream="{}"}}"#,
+        env.stream("user")
+    );
+    eventually("the inbox outage counted", || async {
+        (sample(&get(&address, "/metrics").1, &series).unwrap_or(0.0) >= 1.0).then_some(())
+    })
+    .await;
+    let (status, body) = get(&address, "/readyz");
+    assert!(status == 503 && body.contains("database unreachable"), "{status} {body}");
+    let (read, pending) = group_read_and_pending(&env, "user").await;
+    assert!(
+        pending >= 1 && read - pending == 5,
+        "entries read meanwhile stay pending ({read} read, {pending} pending)"
+    );
+    assert!(env.poison().await.is_empty(), "nothing poisoned for a schema problem");
+    assert_eq!(env.inbox_count("PENDING").await, 5);
+
+    env.db.batch_execute("ALTER TABLE consumer_inbox RENAME COLUMN headers_moved TO headers").await.unwrap();
+    await_inbox(&env, 15).await;
+    await_acknowledged(&env, "user").await;
+    assert!(env.poison().await.is_empty());
+
+    // The inbox refuses one event's data (a rule of the consumer's): only that entry is poisoned.
+    env.db
+        .batch_execute("ALTER TABLE consumer_inbox ADD CONSTRAINT no_evil CHECK (aggregate_id <> 'evil')")
+        .await
+        .unwrap();
+    let evil = vec![
+        ("event_id", b"evil-1".to_vec()),
+        ("event_type", b"user.changed".to_vec()),
+        ("aggregate_type", b"user".to_vec()),
+        ("aggregate_id", b"evil".to_vec()),
+        ("payload", payload("evil-1").into_bytes()),
+        ("headers", b"{}".to_vec()),
+        ("owner", b"relay".to_vec()),
+        ("tenant", b"acme".to_vec()),
+    ];
+    env.xadd_raw("user", evil).await;
+    add_events(&env, "user", "after", 2).await;
+    await_inbox(&env, 17).await;
+    await_acknowledged(&env, "user").await;
+    assert_eq!(env.poison().await, [("rejected_by_database".to_owned(), Some("evil-1".to_owned()))]);
+    let fields: serde_json::Value =
+        env.db.query_one("SELECT fields FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
+    for name in ["event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "owner", "tenant"] {
+        assert!(fields.get(name).is_some(), "the poison record keeps `{name}`: {fields}");
+    }
+
+    env.db.batch_execute("ALTER TABLE consumer_inbox DROP CONSTRAINT no_evil").await.unwrap();
+    let (ok, out) = common::process::run_with_path(&bridge.config_path(), &["poison", "retry", "--bridge", "bridge"]);
+    assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
+    await_inbox(&env, 18).await;
+    let redrives: i32 = env.db.query_one("SELECT redrives FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
+    assert_eq!(redrives, 1);
+}
+
+/// The group's `entries-read` and `pending` (XINFO GROUPS): read minus pending is what was
+/// acknowledged.
+async fn group_read_and_pending(env: &TestEnv, stream: &str) -> (u64, u64) {
+    let reply: fred::types::Value = env
+        .redis
+        .custom(
+            fred::types::CustomCommand::new_static("XINFO", fred::types::ClusterHash::Offset(1), false),
+            vec!["GROUPS".to_owned(), env.stream(stream)],
+        )
+        .await
+        .unwrap();
+    let fred::types::Value::Array(groups) = reply else { panic!("XINFO GROUPS: {reply:?}") };
+    let fred::types::Value::Array(fields) = &groups[0] else { panic!("XINFO GROUPS: {groups:?}") };
+    let field = |name: &str| {
+        fields.chunks(2).find(|kv| kv[0].as_string().as_deref() == Some(name)).and_then(|kv| kv[1].as_u64()).unwrap()
+    };
+    (field("entries-read"), field("pending"))
+}

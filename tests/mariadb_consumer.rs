@@ -187,3 +187,13 @@ async fn the_seed_chain_on_mariadb_gives_one_audit_log_per_event_through_kills()
         0
     );
 }
+
+/// MariaDB's PREPARE does not check an `INSERT … SELECT` column list, so `check` reads the
+/// inbox's columns from the catalog and names the one missing.
+#[tokio::test]
+async fn check_names_an_inbox_column_the_takeover_needs() {
+    let env = MyEnv::new().await;
+    env.exec("ALTER TABLE consumer_inbox DROP COLUMN headers").await;
+    let (ok, out) = common::process::run_to_end(&bridge(&env, "b1"), &["check"]);
+    assert!(!ok && out.contains("table consumer_inbox lacks column(s) headers"), "{out}");
+}

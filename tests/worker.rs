@@ -143,11 +143,14 @@ async fn a_missing_payload_field_sends_the_row_dead_at_once() {
     assert!(error.contains(":payload.actor"), "{error}");
 }
 
+/// A handler failure that is not about the row's data (here a raised `55000`, as a busy
+/// resource would) is an outage of the store: the row is handed back untouched — no attempt
+/// counted, nothing DEAD — and applied once the failure passes.
 #[tokio::test]
-async fn a_transient_failure_is_retried_with_backoff_and_then_succeeds() {
+async fn a_failure_not_of_the_rows_data_burns_no_attempt_and_the_row_is_applied_when_it_passes() {
     let env = TestEnv::new().await;
-    // Fails twice with a raised exception (not a data error), then works. A sequence counts
-    // the calls because it is not rolled back with the failing transaction.
+    // Fails twice, then works. A sequence counts the calls because it is not rolled back with
+    // the failing transaction.
     env.db
         .batch_execute(
             "CREATE SEQUENCE flaky_calls;
@@ -163,17 +166,43 @@ async fn a_transient_failure_is_retried_with_backoff_and_then_succeeds() {
         .unwrap();
     insert_inbox(&env, "r-1", r#"{"actor": "admin"}"#).await;
     let config = format!(
-        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 5\n\
-         backoff = {{ initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }}\n\
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 1\n\
+         outage_backoff = {{ initial = \"50ms\", max = \"200ms\", multiplier = 2.0, jitter = 0.0 }}\n\
          [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT flaky()\", \"INSERT INTO audit_logs (audit_id, source, action) VALUES (:event_id, :owner, :event_type)\"]\n",
         env.base_config()
     );
     let _worker = Handoff::run(&config);
     await_status(&env, "PROCESSED", 1).await;
-    let row = env.db.query_one("SELECT attempts, failed_at IS NOT NULL FROM consumer_inbox", &[]).await.unwrap();
-    assert_eq!(row.get::<_, i32>(0), 2, "two failures, then success");
+    let row = env.db.query_one("SELECT attempts, failed_at IS NULL FROM consumer_inbox", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 0, "outages burn no attempt (max_attempts = 1 would have made it DEAD)");
     assert!(row.get::<_, bool>(1));
     assert_eq!(audit_rows(&env).await, 1);
+    assert_eq!(env.scalar_i64("SELECT nextval('flaky_calls')").await, 4, "it failed twice before it worked");
+}
+
+/// A handler's table missing a column is a schema outage: rows wait untouched (PENDING, no
+/// attempt), the worker says why on /metrics and /readyz, and applies them once it is back.
+#[tokio::test]
+async fn a_broken_handler_schema_leaves_rows_pending_and_they_apply_once_it_is_fixed() {
+    let env = TestEnv::new().await;
+    let worker = Handoff::run(&worker_config(&env, ""));
+    let address = worker.telemetry_address().await;
+    // Broken after startup (startup itself refuses a handler statement that does not prepare).
+    worker.await_log("worker started").await;
+    env.db.batch_execute("ALTER TABLE audit_logs RENAME COLUMN actor TO actor_moved").await.unwrap();
+    insert_many(&env, "b", 5).await;
+    let series = r#"handoff_worker_inbox_unavailable_total{kind="schema",worker="worker"}"#;
+    eventually("the schema outage counted", || async {
+        let metrics = common::http::get(&address, "/metrics").1;
+        (common::http::sample(&metrics, series).unwrap_or(0.0) >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(common::http::get(&address, "/readyz").0, 503);
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE status = 'DEAD' OR attempts > 0").await, 0);
+    env.db.batch_execute("ALTER TABLE audit_logs RENAME COLUMN actor_moved TO actor").await.unwrap();
+    await_status(&env, "PROCESSED", 5).await;
+    assert_eq!(audit_rows(&env).await, 5);
+    assert_eq!(env.scalar_i64("SELECT max(attempts)::bigint FROM consumer_inbox").await, 0);
 }
 
 /// What the receiver saw of one request: (event id, Idempotency-Key, traceparent).

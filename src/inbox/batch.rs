@@ -13,8 +13,9 @@ use super::entry::RawEntry;
 use super::validate::{Verdict, reason};
 use crate::fault::Point;
 use crate::relay::{Retrier, error_chain};
-use crate::store::StoreError;
 use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+use crate::store::{OutageKind, StoreError};
+use crate::telemetry::throttle::Throttle;
 
 impl<S: InboxStore> StreamBridge<S> {
     pub(super) async fn handle(&self, entries: Vec<RawEntry>, deliveries: &HashMap<String, u64>) {
@@ -48,7 +49,7 @@ impl<S: InboxStore> StreamBridge<S> {
         }
         let validated = started.elapsed();
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
-        let Some((outcomes, poison)) = self.take_over(events, poison).await else { return };
+        let Some((outcomes, poison)) = self.take_over(events, poison, &entries).await else { return };
         let committed = started.elapsed();
         self.count(&outcomes, &poison);
         self.deps.faults.reach(Point::BridgeBeforeAck).await;
@@ -83,72 +84,100 @@ impl<S: InboxStore> StreamBridge<S> {
         }
     }
 
-    /// Commits the batch, retrying while the database is unreachable (until the shutdown drain
-    /// ends). Returns each event's entry id and outcome, and the poison records committed.
+    /// Commits the batch. Only a refusal of the entries' data sends entries to poison (then one
+    /// by one, to find which); any other failure — unreachable, read-only, a missing table or
+    /// column, a permission — is an outage of the inbox: nothing is acknowledged, the bridge
+    /// backs off and tries the batch again until the shutdown drain ends (`None`).
     async fn take_over(
         &self,
         events: Vec<InboxEvent>,
         poison: Vec<PoisonRecord>,
+        entries: &[RawEntry],
     ) -> Option<(Vec<(String, Takeover)>, Vec<PoisonRecord>)> {
         let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
+        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
         loop {
-            match self.deps.store.take_over(&self.config.consumer, &events, &poison).await {
+            let attempt = match self.deps.store.take_over(&self.config.consumer, &events, &poison).await {
                 Ok(outcomes) => {
-                    self.deps.health.set_source_ok(true);
-                    let ids = events.into_iter().map(|e| e.entry_id).zip(outcomes).collect();
-                    return Some((ids, poison));
+                    let ids = events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect();
+                    Ok((ids, poison.clone()))
                 }
-                Err(e) if e.is_unavailable() => {
+                Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e).await,
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok(taken) => {
+                    self.deps.health.set_source_ok(true);
+                    return Some(taken);
+                }
+                Err(e) => {
                     self.deps.health.set_source_ok(false);
-                    warn!(stream = %self.source.key, error = %error_chain(&e), "inbox unavailable; nothing acknowledged, retrying");
+                    self.deps.metrics.unavailable(e.outage_kind().unwrap_or(OutageKind::Other));
+                    if let Some(suppressed) = errors.allow() {
+                        warn!(stream = %self.source.key, error = %error_chain(&e), suppressed, "inbox unavailable; nothing acknowledged, retrying");
+                    }
                     tokio::select! {
                         _ = tokio::time::sleep(retrier.failed()) => {}
                         _ = self.deps.abandon.cancelled() => return None,
                     }
                 }
-                Err(e) => return Some(self.one_by_one(events, poison, &e).await),
             }
         }
     }
 
-    /// The database refused the batch as a whole: take the entries over one at a time so the
-    /// one it refuses lands in the poison table and its neighbours go on.
+    /// The database refused the batch's data: take the entries over one at a time so the one it
+    /// refuses lands in the poison table (with every field of its entry) and its neighbours go
+    /// on. An outage meanwhile ends the attempt (`Err`): the batch is tried again as a whole.
     async fn one_by_one(
         &self,
-        events: Vec<InboxEvent>,
-        poison: Vec<PoisonRecord>,
+        events: &[InboxEvent],
+        poison: &[PoisonRecord],
+        entries: &[RawEntry],
         cause: &StoreError,
-    ) -> (Vec<(String, Takeover)>, Vec<PoisonRecord>) {
-        warn!(stream = %self.source.key, error = %error_chain(cause), "the inbox refused a batch; retrying entry by entry");
+    ) -> Result<(Vec<(String, Takeover)>, Vec<PoisonRecord>), StoreError> {
+        warn!(stream = %self.source.key, error = %error_chain(cause), "the inbox refused a batch's data; taking it over entry by entry");
         let store = &self.deps.store;
         let consumer = &self.config.consumer;
         let mut outcomes = Vec::new();
-        let mut recorded = Vec::new();
-        let mut refused = poison;
+        let mut refused = poison.to_vec();
         for event in events {
-            match store.take_over(consumer, std::slice::from_ref(&event), &[]).await {
-                Ok(mut o) => outcomes.push((event.entry_id, o.remove(0))),
-                Err(e) => refused.push(PoisonRecord {
+            match store.take_over(consumer, std::slice::from_ref(event), &[]).await {
+                Ok(mut o) => outcomes.push((event.entry_id.clone(), o.remove(0))),
+                Err(e) if e.is_data_fault() => refused.push(PoisonRecord {
                     stream: event.stream.clone(),
                     entry_id: event.entry_id.clone(),
                     event_id: Some(event.event_id.clone()),
                     reason: reason::REJECTED_BY_DATABASE,
                     detail: error_chain(&e).replace('\0', "\\0"),
-                    fields: serde_json::json!({ "event_type": event.event_type, "payload": event.payload }),
+                    fields: entries
+                        .iter()
+                        .find(|r| r.id == event.entry_id)
+                        .map(RawEntry::fields_json)
+                        .unwrap_or_default(),
                 }),
+                Err(e) => return Err(e),
             }
         }
+        let mut recorded = Vec::new();
         for record in refused {
-            let bare = PoisonRecord { fields: serde_json::json!({}), ..record.clone() };
-            for attempt in [record, bare] {
-                if store.take_over(consumer, &[], std::slice::from_ref(&attempt)).await.is_ok() {
-                    recorded.push(attempt);
-                    break;
+            match store.take_over(consumer, &[], std::slice::from_ref(&record)).await {
+                Ok(_) => recorded.push(record),
+                // The poison table refuses even the record (its fields?): keep the record
+                // without them rather than lose the entry's trace.
+                Err(e) if e.is_data_fault() => {
+                    let bare = PoisonRecord { fields: serde_json::json!({}), ..record };
+                    match store.take_over(consumer, &[], std::slice::from_ref(&bare)).await {
+                        Ok(_) => recorded.push(bare),
+                        Err(e) if e.is_data_fault() => {
+                            error!(stream = %self.source.key, entry = %bare.entry_id, "the poison table refuses this entry's record; it stays pending")
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                error!(stream = %self.source.key, entry = %attempt.entry_id, "could not record a poison entry; it stays pending");
+                Err(e) => return Err(e),
             }
         }
-        (outcomes, recorded)
+        Ok((outcomes, recorded))
     }
 
     fn count(&self, outcomes: &[(String, Takeover)], poison: &[PoisonRecord]) {

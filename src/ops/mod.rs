@@ -1,4 +1,5 @@
-//! Operator commands: `status` and `dead list | retry | purge`.
+//! Operator commands: `status`, `dead list | retry | purge`, `poison list | retry`.
 
 pub mod dead;
+pub mod poison;
 pub mod status;

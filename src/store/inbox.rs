@@ -6,6 +6,34 @@ use std::time::Duration;
 
 use super::StoreResult;
 
+/// Columns the default takeover writes in the inbox table and in the poison table; `check` looks
+/// them up in the catalog (MariaDB's PREPARE does not check an `INSERT … SELECT` column list).
+pub const INBOX_COLUMNS: &[&str] = &[
+    "consumer",
+    "event_id",
+    "event_type",
+    "owner",
+    "aggregate_type",
+    "aggregate_id",
+    "payload",
+    "headers",
+    "content_hash",
+    "stream",
+    "stream_entry_id",
+    "status",
+];
+pub const POISON_COLUMNS: &[&str] =
+    &["consumer", "stream", "stream_entry_id", "event_id", "reason", "detail", "fields"];
+
+/// What a table lacks of `required`, as a message naming the table and the columns; `None`
+/// when nothing is missing. `present` is `None` when the table does not exist.
+pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {
+    let Some(present) = present else { return Some(format!("table {table} does not exist")) };
+    let missing: Vec<&str> =
+        required.iter().copied().filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c))).collect();
+    (!missing.is_empty()).then(|| format!("table {table} lacks column(s) {}", missing.join(", ")))
+}
+
 /// A valid entry, ready to be taken over into the inbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEvent {
@@ -157,10 +185,10 @@ pub enum Applied {
 /// Why applying failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// A handler statement failed; `deterministic` when retrying cannot help (constraint or
-    /// type errors), so the row goes DEAD at once.
-    #[error("handler statement {index} failed: {message}")]
-    Handler { index: usize, message: String, deterministic: bool },
+    /// A handler statement refused the row's data (a constraint or data exception): retrying
+    /// cannot help, the row goes DEAD at once. Any other failure is an outage of the store.
+    #[error("handler statement {index} refused the row's data: {message}")]
+    Handler { index: usize, message: String },
     #[error(transparent)]
     Store(#[from] super::StoreError),
 }

@@ -83,17 +83,72 @@ pub struct OutboxStats {
     pub oldest_pending_age: f64,
 }
 
-/// A database error. None of them is a row's fault: the relay backs off and tries again.
+/// Why the database could not do something, when it was not the data's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutageKind {
+    /// Unreachable, dropped, timed out, shutting down, out of resources.
+    Connection,
+    /// A table, column, type or function the statement uses is missing or different.
+    Schema,
+    /// The database user lacks a privilege.
+    Permission,
+    /// The server accepts no writes (a read-only replica, a failover in progress).
+    ReadOnly,
+    /// Deadlock, serialization failure, lock timeout: passes by itself.
+    Conflict,
+    /// Anything else refused that is not about the data.
+    Other,
+}
+
+impl OutageKind {
+    pub const ALL: [OutageKind; 6] = [
+        OutageKind::Connection,
+        OutageKind::Schema,
+        OutageKind::Permission,
+        OutageKind::ReadOnly,
+        OutageKind::Conflict,
+        OutageKind::Other,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            OutageKind::Connection => "connection",
+            OutageKind::Schema => "schema",
+            OutageKind::Permission => "permission",
+            OutageKind::ReadOnly => "read_only",
+            OutageKind::Conflict => "conflict",
+            OutageKind::Other => "other",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            OutageKind::Connection => "unreachable",
+            OutageKind::Schema => "schema does not fit the statement",
+            OutageKind::Permission => "permission denied",
+            OutageKind::ReadOnly => "read-only",
+            OutageKind::Conflict => "lock conflict",
+            OutageKind::Other => "refused the statement",
+        }
+    }
+}
+
+/// A database error, classified once per dialect (from the server's error code): either an
+/// outage of the store — not the row's or entry's fault, nothing may be poisoned or counted
+/// against it (invariants 6 and 10) — or a refusal of this data.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database unavailable during {statement}")]
+    #[error("database {} during {statement}", kind.describe())]
     Unavailable {
         statement: &'static str,
+        kind: OutageKind,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("statement {statement} failed")]
-    Statement {
+    /// A constraint or data exception: the same data fails the same way every time.
+    #[error("the database refused the data in {statement}")]
+    Rejected {
         statement: &'static str,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -103,10 +158,24 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the error says the database could not be reached (as opposed to a statement that
-    /// the database rejected, which needs an operator).
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable { .. })
+    /// Whether the error is about the data the statement carried (only then may a row go DEAD
+    /// or an entry to poison because of it).
+    pub fn is_data_fault(&self) -> bool {
+        matches!(self, StoreError::Rejected { .. })
+    }
+
+    /// Whether the database could not be reached at all (as opposed to a statement it refused).
+    pub fn is_connection(&self) -> bool {
+        matches!(self, StoreError::Unavailable { kind: OutageKind::Connection, .. })
+    }
+
+    /// The outage's kind, for metrics; `None` for a data fault.
+    pub fn outage_kind(&self) -> Option<OutageKind> {
+        match self {
+            StoreError::Unavailable { kind, .. } => Some(*kind),
+            StoreError::Contract(_) => Some(OutageKind::Other),
+            StoreError::Rejected { .. } => None,
+        }
     }
 }
 

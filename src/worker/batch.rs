@@ -58,16 +58,17 @@ impl<S: WorkerStore> Worker<S> {
                             self.deps.metrics.fenced.inc();
                             warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
                         }
-                        Err(ApplyError::Handler { message, deterministic: true, .. }) => {
-                            failures.push((row, Failure::Dead(message)))
-                        }
-                        Err(e) => failures.push((row, Failure::Retry(e.to_string()))),
+                        Err(ApplyError::Handler { message, .. }) => failures.push((row, Failure::Dead(message))),
+                        // apply_batch fails as a whole on an outage; a row never carries one.
+                        Err(ApplyError::Store(e)) => failures.push((row, Failure::Retry(e.to_string()))),
                     }
                 }
             }
-            // Not the rows' fault: hand them back untouched.
+            // Not the rows' fault (the database is unreachable, read-only, missing a table or a
+            // privilege): hand them back untouched, no attempt counted.
             Err(e) => {
-                warn!(error = %error_chain(&e), rows = items.len(), "applying the batch failed; releasing its rows");
+                warn!(error = %error_chain(&e), rows = items.len(), "the inbox database failed the batch; releasing its rows");
+                self.deps.metrics.unavailable(e.outage_kind().unwrap_or(crate::store::OutageKind::Other));
                 self.deps.health.set_source_ok(false);
                 let back: Vec<(i64, i64)> = items.iter().map(|(r, _)| (r.id, r.token)).collect();
                 self.release(owner, &back).await;
@@ -118,7 +119,7 @@ impl<S: WorkerStore> Worker<S> {
             return Ok(Vec::new());
         }
         match self.deps.store.apply_batch(owner, items).await {
-            Err(e) if !e.is_unavailable() && items.len() > 1 => {
+            Err(e) if e.is_data_fault() && items.len() > 1 => {
                 debug!(error = %error_chain(&e), "batch refused; applying row by row");
                 let mut results = Vec::with_capacity(items.len());
                 for item in items {

@@ -10,10 +10,14 @@ use super::Pool;
 
 use super::error;
 use crate::store::StoreResult;
-use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+use crate::store::inbox::{
+    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns,
+};
 
 pub struct MyInbox {
     pool: Pool,
+    table: String,
+    poison_table: String,
     insert: String,
     existing: String,
     poison: String,
@@ -33,16 +37,32 @@ impl MyInbox {
              SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
              WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
         );
-        Self { pool, insert, existing, poison }
+        Self { pool, table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
     }
 
-    /// Prepares the takeover statements (the tables exist and have the columns).
+    /// Checks the tables' columns in the catalog and prepares the takeover statements.
     pub async fn check(&self) -> Result<(), String> {
         let mut conn = self.pool.get_conn().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
-            conn.prep(sql.as_str()).await.map_err(|e| format!("takeover statement {name}: {}", super::describe(&e)))?;
+        let mut problems = Vec::new();
+        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
+            let (schema, name) = table.split_once('.').map_or((None, table.as_str()), |(s, n)| (Some(s), n));
+            let present: Vec<String> = conn
+                .exec(
+                    "SELECT COLUMN_NAME FROM information_schema.COLUMNS
+                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+                    (schema, name),
+                )
+                .await
+                .map_err(|e| format!("reading the catalog: {}", super::describe(&e)))?;
+            let present = (!present.is_empty()).then_some(present.as_slice());
+            problems.extend(missing_columns(table, required, present));
         }
-        Ok(())
+        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+            if let Err(e) = conn.prep(sql.as_str()).await {
+                problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
     }
 }
 

@@ -18,7 +18,7 @@ pub use inbox::MyInbox;
 pub use outbox::MyOutbox;
 pub use worker::MyWorker;
 
-use super::StoreError;
+use super::{OutageKind, StoreError};
 use crate::config::{DatabaseConfig, TlsMode};
 
 /// A mysql_async pool whose connections honour `database.connect_timeout` (the driver has no
@@ -122,20 +122,26 @@ pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
     conn.query_drop("SELECT 1").await.map_err(|e| error("probe", e))
 }
 
-/// Server error codes that pass by themselves (lock waits, deadlocks, read-only failovers).
-const TRANSIENT: &[u16] = &[1205, 1213, 1290, 1792, 1040, 1053, 1152, 1158, 1159, 1160, 1161];
-
 /// Server error codes of data the statement cannot store: retrying cannot help.
 pub(crate) const DATA_ERRORS: &[u16] = &[1048, 1062, 1136, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 3140, 4025];
 
+/// The one place that decides, for MySQL / MariaDB, whether an error is an outage of the store
+/// (and which kind) or a refusal of the data: from the server's error code.
 pub(crate) fn error(statement: &'static str, e: mysql_async::Error) -> StoreError {
-    let transient = match &e {
-        mysql_async::Error::Server(server) => TRANSIENT.contains(&server.code),
-        mysql_async::Error::Url(_) => false,
-        _ => true,
+    let kind = match &e {
+        mysql_async::Error::Server(server) => match server.code {
+            code if DATA_ERRORS.contains(&code) => return StoreError::Rejected { statement, source: Box::new(e) },
+            1205 | 1213 => OutageKind::Conflict,
+            1290 | 1792 | 1836 => OutageKind::ReadOnly,
+            1040 | 1053 | 1152 | 1158 | 1159 | 1160 | 1161 | 1927 => OutageKind::Connection,
+            1044 | 1045 | 1142 | 1143 | 1227 | 1370 => OutageKind::Permission,
+            1046 | 1049 | 1054 | 1064 | 1091 | 1146 | 1305 => OutageKind::Schema,
+            _ => OutageKind::Other,
+        },
+        mysql_async::Error::Url(_) => OutageKind::Other,
+        _ => OutageKind::Connection,
     };
-    let source = Box::new(e);
-    if transient { StoreError::Unavailable { statement, source } } else { StoreError::Statement { statement, source } }
+    StoreError::Unavailable { statement, kind, source: Box::new(e) }
 }
 
 /// The server's message and code for a rejected statement; the plain text otherwise.
@@ -150,5 +156,5 @@ pub(crate) fn describe(e: &mysql_async::Error) -> String {
 /// when the connection went away meanwhile (then startup waits and tries again).
 pub(crate) fn prepare_refusal(context: &str, e: mysql_async::Error) -> Result<String, crate::store::PrepareError> {
     let text = format!("{context}: {}", describe(&e));
-    if error("prepare", e).is_unavailable() { Err(crate::store::PrepareError::Unreachable(text)) } else { Ok(text) }
+    if error("prepare", e).is_connection() { Err(crate::store::PrepareError::Unreachable(text)) } else { Ok(text) }
 }

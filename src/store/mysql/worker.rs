@@ -8,7 +8,7 @@ use mysql_async::{Row, TxOpts, Value};
 
 use super::Pool;
 
-use super::{DATA_ERRORS, error};
+use super::error;
 use crate::fault::{Faults, Point};
 use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
 use crate::store::{PrepareError, StoreError, StoreResult};
@@ -143,11 +143,11 @@ fn to_value(v: &BindValue) -> Value {
     }
 }
 
+/// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
-    let deterministic = matches!(&e, mysql_async::Error::Server(s) if DATA_ERRORS.contains(&s.code));
     match error("handler", e) {
-        e @ StoreError::Unavailable { .. } => ApplyError::Store(e),
-        e => ApplyError::Handler { index, message: crate::relay::error_chain(&e), deterministic },
+        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::relay::error_chain(&e) },
+        e => ApplyError::Store(e),
     }
 }
 

@@ -8,10 +8,14 @@ use deadpool_postgres::Pool;
 
 use super::{pool_error, query_error};
 use crate::store::StoreResult;
-use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+use crate::store::inbox::{
+    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns,
+};
 
 pub struct PgInbox {
     pool: Pool,
+    table: String,
+    poison_table: String,
     insert: String,
     existing: String,
     poison: String,
@@ -39,7 +43,7 @@ impl PgInbox {
                   AS p(stream, entry_id, event_id, reason, detail, fields)
              ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
         );
-        Self { pool, insert, existing, poison }
+        Self { pool, table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
     }
 }
 
@@ -48,13 +52,29 @@ fn column<T: Clone>(events: &[InboxEvent], f: impl Fn(&InboxEvent) -> T) -> Vec<
 }
 
 impl PgInbox {
-    /// Prepares the takeover statements (the tables exist and have the columns).
+    /// Checks the tables' columns in the catalog and prepares the takeover statements.
     pub async fn check(&self) -> Result<(), String> {
         let client = self.pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
-            client.prepare(sql).await.map_err(|e| format!("takeover statement {name}: {}", super::describe(&e)))?;
+        let mut problems = Vec::new();
+        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
+            let rows = client
+                .query(
+                    "SELECT attname::text FROM pg_attribute
+                     WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+                    &[table],
+                )
+                .await
+                .map_err(|e| format!("reading the catalog: {}", super::describe(&e)))?;
+            let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            let present = (!present.is_empty()).then_some(present.as_slice());
+            problems.extend(missing_columns(table, required, present));
         }
-        Ok(())
+        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+            if let Err(e) = client.prepare(sql).await {
+                problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
     }
 }
 

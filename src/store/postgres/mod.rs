@@ -18,7 +18,7 @@ pub use inbox::PgInbox;
 pub use outbox::PgOutbox;
 pub use worker::PgWorker;
 
-use super::StoreError;
+use super::{OutageKind, StoreError};
 use crate::config::{DatabaseConfig, TlsMode};
 
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
@@ -84,32 +84,42 @@ pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreE
 }
 
 pub(crate) fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Unavailable { statement, source: Box::new(error) }
+    StoreError::Unavailable { statement, kind: OutageKind::Connection, source: Box::new(error) }
 }
 
-/// Connection-level failures and server states that pass by themselves are outages; anything
-/// else is the statement's problem.
+/// The one place that decides, for Postgres, whether an error is an outage of the store (and
+/// which kind) or a refusal of the data: from the SQLSTATE.
 pub(crate) fn query_error(statement: &'static str, error: tokio_postgres::Error) -> StoreError {
-    let transient = match error.code() {
-        // No SQLSTATE: a client-side failure. Type conversions are the statement's problem;
-        // the rest (closed, I/O, timeouts, connect) mean the database went away.
+    let kind = match error.code() {
+        // No SQLSTATE: a client-side failure. A value that cannot be sent as the parameter's
+        // type is the data's problem; reading results wrong is the contract's; the rest
+        // (closed, I/O, timeouts, TLS, connect) means the database went away.
         None => {
             let text = error.to_string();
-            !["error serializing", "error deserializing", "invalid column", "expected "]
-                .iter()
-                .any(|prefix| text.starts_with(prefix))
+            if text.starts_with("error serializing") {
+                return StoreError::Rejected { statement, source: Box::new(error) };
+            }
+            if ["error deserializing", "invalid column", "expected "].iter().any(|p| text.starts_with(p)) {
+                OutageKind::Other
+            } else {
+                OutageKind::Connection
+            }
         }
-        Some(code) => {
-            let class = &code.code()[..2];
-            matches!(class, "08" | "53" | "57" | "58")
-                || *code == SqlState::T_R_SERIALIZATION_FAILURE
-                || *code == SqlState::T_R_DEADLOCK_DETECTED
-                || *code == SqlState::LOCK_NOT_AVAILABLE
-                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-        }
+        Some(code) => match (&code.code()[..2], code) {
+            // Data exceptions, integrity constraints, WITH CHECK OPTION, and what a trigger or
+            // function raised about the row (business rules): the data's fault.
+            ("22" | "23" | "44" | "P0", _) => return StoreError::Rejected { statement, source: Box::new(error) },
+            ("08" | "53" | "57" | "58", _) => OutageKind::Connection,
+            ("40", _) => OutageKind::Conflict,
+            (_, c) if *c == SqlState::LOCK_NOT_AVAILABLE => OutageKind::Conflict,
+            (_, c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => OutageKind::ReadOnly,
+            (_, c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => OutageKind::Permission,
+            ("28", _) => OutageKind::Permission,
+            ("42" | "3D" | "3F", _) => OutageKind::Schema,
+            _ => OutageKind::Other,
+        },
     };
-    let source = Box::new(error);
-    if transient { StoreError::Unavailable { statement, source } } else { StoreError::Statement { statement, source } }
+    StoreError::Unavailable { statement, kind, source: Box::new(error) }
 }
 
 /// The server's message for a rejected statement (with SQLSTATE); the plain text otherwise.
@@ -124,7 +134,7 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
 /// when the connection went away meanwhile (then startup waits and tries again).
 pub(crate) fn prepare_refusal(context: &str, e: tokio_postgres::Error) -> Result<String, crate::store::PrepareError> {
     let text = format!("{context}: {}", describe(&e));
-    if query_error("prepare", e).is_unavailable() {
+    if query_error("prepare", e).is_connection() {
         Err(crate::store::PrepareError::Unreachable(text))
     } else {
         Ok(text)

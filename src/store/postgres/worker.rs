@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::values::Param;
@@ -148,23 +147,11 @@ fn to_param(value: &BindValue) -> Param {
     }
 }
 
-/// Constraint and data errors, and values that cannot be converted, fail the same way every
-/// time: retrying cannot help.
-fn deterministic(error: &tokio_postgres::Error) -> bool {
-    match error.code() {
-        Some(code) => {
-            let class = &code.code()[..2];
-            (class == "22" || class == "23") && *code != SqlState::T_R_SERIALIZATION_FAILURE
-        }
-        None => error.to_string().starts_with("error serializing"),
-    }
-}
-
+/// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
-    let is_deterministic = deterministic(&error);
     match query_error("handler", error) {
-        e @ crate::store::StoreError::Unavailable { .. } if !is_deterministic => ApplyError::Store(e),
-        e => ApplyError::Handler { index, message: crate::relay::error_chain(&e), deterministic: is_deterministic },
+        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::relay::error_chain(&e) },
+        e => ApplyError::Store(e),
     }
 }
 
@@ -262,7 +249,7 @@ impl WorkerStore for PgWorker {
             Err(e) => match handler_error(usize::MAX, e) {
                 handler @ ApplyError::Handler { .. } if items.len() == 1 => Ok(vec![Err(handler)]),
                 ApplyError::Handler { message, .. } => {
-                    Err(StoreError::Statement { statement: "commit", source: message.into() })
+                    Err(StoreError::Rejected { statement: "commit", source: message.into() })
                 }
                 ApplyError::Store(e) => Err(e),
             },

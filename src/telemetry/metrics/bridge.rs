@@ -4,6 +4,7 @@ use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeV
 
 use super::Reg;
 use crate::inbox::validate::reason;
+use crate::store::OutageKind;
 
 #[derive(Clone)]
 pub struct BridgeMetrics {
@@ -18,6 +19,7 @@ pub struct BridgeMetrics {
     lag: IntGaugeVec,
     pending: IntGaugeVec,
     oldest_pending: GaugeVec,
+    unavailable: IntCounterVec,
 }
 
 impl BridgeMetrics {
@@ -68,6 +70,11 @@ impl BridgeMetrics {
                 "Idle time of the group's oldest unacknowledged entry, 0 when none.",
                 l,
             )?,
+            unavailable: r.counter(
+                "handoff_bridge_inbox_unavailable_total",
+                "Takeovers that failed for a reason not of the entries' data (nothing acknowledged), by kind.",
+                &["bridge", "stream", "kind"],
+            )?,
         })
     }
 
@@ -76,9 +83,13 @@ impl BridgeMetrics {
         for reason in reason::ALL {
             self.poison.with_label_values(&[bridge, stream, reason]);
         }
+        for kind in OutageKind::ALL {
+            self.unavailable.with_label_values(&[bridge, stream, kind.label()]);
+        }
         BridgeHandles {
             labels: [bridge.to_owned(), stream.to_owned()],
             poison_family: self.poison.clone(),
+            unavailable_family: self.unavailable.clone(),
             received: self.received.with_label_values(l),
             inserted: self.inserted.with_label_values(l),
             duplicates: self.duplicates.with_label_values(l),
@@ -97,6 +108,7 @@ impl BridgeMetrics {
 pub struct BridgeHandles {
     labels: [String; 2],
     poison_family: IntCounterVec,
+    unavailable_family: IntCounterVec,
     pub received: IntCounter,
     pub inserted: IntCounter,
     pub duplicates: IntCounter,
@@ -112,5 +124,9 @@ pub struct BridgeHandles {
 impl BridgeHandles {
     pub fn poison(&self, reason: &str) {
         self.poison_family.with_label_values(&[&self.labels[0], &self.labels[1], reason]).inc();
+    }
+
+    pub fn unavailable(&self, kind: OutageKind) {
+        self.unavailable_family.with_label_values(&[&self.labels[0], &self.labels[1], kind.label()]).inc();
     }
 }

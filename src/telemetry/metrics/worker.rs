@@ -4,6 +4,7 @@
 use prometheus::{Gauge, GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use super::Reg;
+use crate::store::OutageKind;
 
 const HANDLER_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -19,6 +20,7 @@ pub struct WorkerMetrics {
     pending_rows: IntGaugeVec,
     oldest_lease: GaugeVec,
     oldest_retry: GaugeVec,
+    unavailable: IntCounterVec,
 }
 
 impl WorkerMetrics {
@@ -58,11 +60,19 @@ impl WorkerMetrics {
                 "How long the oldest row waiting after a failure has waited, 0 when none (sampled).",
                 w,
             )?,
+            unavailable: r.counter(
+                "handoff_worker_inbox_unavailable_total",
+                "Batches handed back untouched because the inbox database failed for a reason not of the rows' data, by kind.",
+                &["worker", "kind"],
+            )?,
         })
     }
 
     pub fn for_worker(&self, worker: &str) -> WorkerHandles {
         let l = &[worker];
+        for kind in OutageKind::ALL {
+            self.unavailable.with_label_values(&[worker, kind.label()]);
+        }
         WorkerHandles {
             worker: worker.to_owned(),
             families: self.clone(),
@@ -100,5 +110,9 @@ impl WorkerHandles {
 
     pub fn dead(&self, event_type: &str) {
         self.families.dead.with_label_values(&[&self.worker, event_type]).inc();
+    }
+
+    pub fn unavailable(&self, kind: OutageKind) {
+        self.families.unavailable.with_label_values(&[&self.worker, kind.label()]).inc();
     }
 }
