@@ -286,7 +286,7 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
     })
     .await;
     let (status, body) = get(&address, "/readyz");
-    assert!(status == 503 && body.contains("database unreachable"), "{status} {body}");
+    assert!(status == 503 && body.contains("database refuses the work"), "{status} {body}");
     let (read, pending) = group_read_and_pending(&env, "user").await;
     assert!(
         pending >= 1 && read - pending == 5,

@@ -43,9 +43,10 @@ async fn delivers_every_row_and_records_the_entry_id() {
 async fn sigkill_between_append_and_settle_loses_nothing() {
     let env = MyEnv::new().await;
     env.insert_events("k", "user", 50).await;
-    let mut first = Handoff::run_paused(&env.config(""), "after_append");
+    // One claim loop, so one claim takes every row (two loops' concurrent SKIP LOCKED claims may
+    // both pass a row the other had locked for a moment, and both then park).
+    let mut first = Handoff::run_paused(&env.config("concurrency = 1"), "after_append");
     first.await_paused().await;
-    // Each claim loop parks its own batch and the loops may have split the rows: wait for all.
     eventually("every row parked in flight", || async { (env.count("IN_FLIGHT").await == 50).then_some(()) }).await;
     first.kill();
     let _second = Handoff::run(&env.config(""));
@@ -59,7 +60,7 @@ async fn sigkill_between_append_and_settle_loses_nothing() {
 async fn an_expired_lease_under_a_stopped_relay_is_fenced() {
     let env = MyEnv::new().await;
     env.insert_events("f", "user", 20).await;
-    let slow = Handoff::run_paused(&env.config(""), "after_append");
+    let slow = Handoff::run_paused(&env.config("concurrency = 1"), "after_append");
     slow.await_paused().await;
     slow.signal("STOP");
     eventually("the stopped relay's leases to expire", || async {

@@ -107,11 +107,11 @@ impl<S: InboxStore> StreamBridge<S> {
             };
             match attempt {
                 Ok(taken) => {
-                    self.deps.health.set_source_ok(true);
+                    self.deps.health.set_work_ok(true);
                     return Some(taken);
                 }
                 Err(e) => {
-                    self.deps.health.set_source_ok(false);
+                    self.deps.health.set_work_ok(false);
                     self.deps.metrics.unavailable(e.outage_kind().unwrap_or(OutageKind::Other));
                     if let Some(suppressed) = errors.allow() {
                         warn!(stream = %self.source.key, error = %error_chain(&e), suppressed, "inbox unavailable; nothing acknowledged, retrying");

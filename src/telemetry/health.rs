@@ -17,6 +17,10 @@ pub struct Component {
     stall_after: Duration,
     last_beat_ms: AtomicU64,
     source_ok: AtomicBool,
+    /// Whether the last piece of real work on the database (a takeover, a handler batch) went
+    /// through. Kept apart from `source_ok`, which a periodic ping also sets: a database that
+    /// answers pings but refuses the work (a missing column, a lost privilege) is not ready.
+    work_ok: AtomicBool,
     stream_ok: AtomicBool,
     running: AtomicBool,
 }
@@ -36,6 +40,7 @@ impl Health {
             stall_after,
             last_beat_ms: AtomicU64::new(self.started.elapsed().as_millis() as u64),
             source_ok: AtomicBool::new(false),
+            work_ok: AtomicBool::new(true),
             stream_ok: AtomicBool::new(false),
             running: AtomicBool::new(true),
         });
@@ -69,6 +74,8 @@ impl Health {
             }
             if !c.source_ok.load(Ordering::Relaxed) {
                 reasons.push(format!("{}: database unreachable", c.name));
+            } else if !c.work_ok.load(Ordering::Relaxed) {
+                reasons.push(format!("{}: database refuses the work", c.name));
             }
             if !c.stream_ok.load(Ordering::Relaxed) {
                 reasons.push(format!("{}: redis unreachable", c.name));
@@ -86,6 +93,10 @@ impl Component {
 
     pub fn set_source_ok(&self, ok: bool) {
         self.source_ok.store(ok, Ordering::Relaxed);
+    }
+
+    pub fn set_work_ok(&self, ok: bool) {
+        self.work_ok.store(ok, Ordering::Relaxed);
     }
 
     pub fn set_stream_ok(&self, ok: bool) {
@@ -111,6 +122,18 @@ mod tests {
         assert!(health.not_ready().is_empty());
         c.set_stream_ok(false);
         assert_eq!(health.not_ready(), ["relay audit: redis unreachable"]);
+    }
+
+    #[test]
+    fn a_database_that_answers_pings_but_refuses_the_work_is_not_ready() {
+        let health = Health::default();
+        let c = health.register("bridge user", Duration::from_secs(60));
+        c.set_stream_ok(true);
+        c.set_work_ok(false);
+        c.set_source_ok(true);
+        assert_eq!(health.not_ready(), ["bridge user: database refuses the work"]);
+        c.set_work_ok(true);
+        assert!(health.not_ready().is_empty());
     }
 
     #[test]

@@ -51,6 +51,7 @@ impl<S: WorkerStore> Worker<S> {
         let mut failures = failures;
         match applied {
             Ok(results) => {
+                self.deps.health.set_work_ok(true);
                 for ((row, _), result) in items.iter().zip(results) {
                     match result {
                         Ok(Applied::Processed) => self.deps.metrics.processed(&row.event_type, seconds),
@@ -69,7 +70,7 @@ impl<S: WorkerStore> Worker<S> {
             Err(e) => {
                 warn!(error = %error_chain(&e), rows = items.len(), "the inbox database failed the batch; releasing its rows");
                 self.deps.metrics.unavailable(e.outage_kind().unwrap_or(crate::store::OutageKind::Other));
-                self.deps.health.set_source_ok(false);
+                self.deps.health.set_work_ok(false);
                 let back: Vec<(i64, i64)> = items.iter().map(|(r, _)| (r.id, r.token)).collect();
                 self.release(owner, &back).await;
             }
