@@ -7,7 +7,7 @@ use crate::env::{BenchEnv, stop, time_until};
 use crate::relay::relay_config;
 use handoff::config::load_str;
 use handoff::fault::Faults;
-use handoff::store::inbox::{BindValue, BoundStatement, InboxEvent, InboxStore, WorkerStore};
+use handoff::store::inbox::{BindValue, BoundStatement, InboxEvent, InboxStore, Text, WorkerStore};
 use handoff::store::postgres::{PgInbox, PgWorker, pool};
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};
@@ -80,8 +80,8 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
                     owner: Some("bench".into()),
                     aggregate_type: None,
                     aggregate_id: None,
-                    payload,
-                    headers: "{}".into(),
+                    payload: Text::new(payload.into()).expect("UTF-8"),
+                    headers: Text::from_static("{}"),
                     content_hash: format!("{i:064x}"),
                     stream: env.stream("user"),
                     entry_id: format!("{i}-0"),

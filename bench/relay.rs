@@ -68,8 +68,10 @@ pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize) -> an
                 if rows.is_empty() {
                     return anyhow::Ok(done);
                 }
-                let delivered: Vec<Delivered> =
-                    rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into() }).collect();
+                let delivered: Vec<Delivered> = rows
+                    .iter()
+                    .map(|r| Delivered { row: r.key(), entry_id: "0-1".into(), stream: "bench:limit".into() })
+                    .collect();
                 done += store.settle_delivered(&name, &delivered).await? as usize;
             }
         }

@@ -2,9 +2,10 @@
 //!
 //! A producer commits events at a steady rate; two relays, two bridges and a worker (the release
 //! binary) carry them to `audit_logs`. Meanwhile the run SIGKILLs handoff processes at random
-//! moments and restarts them, crashes and restarts Postgres and Redis, and cuts every connection
-//! through its TCP proxies. At the end it waits for the chain to drain and checks: nothing lost,
-//! no duplicate stream entries (dedupe is on), exactly one audit log per event, nothing DEAD.
+//! moments and restarts them, crashes and restarts Postgres and Redis, cuts every connection
+//! through its TCP proxies, and makes Redis lose every key (the relays must notice and re-drive).
+//! At the end it waits for the chain to drain and checks: nothing lost, no duplicate stream
+//! entries (dedupe is on), exactly one audit log per event, nothing DEAD.
 
 mod proxy;
 mod servers;
@@ -38,6 +39,10 @@ struct Args {
     /// Connection cuts through the proxies.
     #[arg(long, default_value_t = 2)]
     cuts: usize,
+    /// Broker data losses: every key of Redis flushed (what a failover to an empty replica, an
+    /// eviction or an operator's FLUSHALL does); the relays must notice and re-drive.
+    #[arg(long, default_value_t = 1)]
+    losses: usize,
     #[arg(long, default_value = "target/release/handoff")]
     binary: PathBuf,
     #[arg(long, default_value = "target/chaos")]
@@ -172,6 +177,7 @@ enum Fault {
     RestartPostgres,
     RestartRedis,
     Cut,
+    LoseRedisData,
 }
 
 #[tokio::main]
@@ -211,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
     faults.extend((0..args.kills).map(|_| Fault::Kill));
     faults.extend((0..args.restarts).flat_map(|_| [Fault::RestartPostgres, Fault::RestartRedis]));
     faults.extend((0..args.cuts).map(|_| Fault::Cut));
+    faults.extend((0..args.losses).map(|_| Fault::LoseRedisData));
     let production = Duration::from_secs_f64(args.events as f64 / args.rate as f64);
     let mut rng = rand::rng();
     // Shuffle, then space the faults over the production time.
@@ -244,6 +251,10 @@ async fn main() -> anyhow::Result<()> {
                 pg_proxy.cut();
                 redis_proxy.cut();
                 done.push("cut every connection".into());
+            }
+            Fault::LoseRedisData => {
+                redis.lose_everything().await?;
+                done.push("Redis loses every key".into());
             }
         }
         println!("chaos: t={:>5.1}s {}", started.elapsed().as_secs_f64(), done.last().unwrap());

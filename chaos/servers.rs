@@ -152,6 +152,18 @@ impl Redis {
         anyhow::bail!("redis on port {} never finished loading", self.port)
     }
 
+    /// Every key gone at once (streams with their consumer groups, dedupe markers), as after a
+    /// failover to an empty replica, an eviction or an operator's FLUSHALL; writes it had
+    /// acknowledged are lost.
+    pub async fn lose_everything(&self) -> anyhow::Result<()> {
+        let status = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "flushall"])
+            .stdout(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "redis-cli flushall failed");
+        Ok(())
+    }
+
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
         self.stop();
         tokio::time::sleep(Duration::from_millis(300)).await;

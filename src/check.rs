@@ -29,7 +29,16 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     match RedisStream::connect(&config.redis).await {
         Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
         Ok((stream, _)) => match stream.ping().await {
-            Ok(()) => ok.push(format!("redis: reachable, {}", redis_tls(config).await)),
+            Ok(()) => {
+                ok.push(format!("redis: reachable, {}", redis_tls(config).await));
+                for relay in &config.relays {
+                    match stream.check_gate(relay).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => problems.push(e),
+                        Err(e) => problems.push(format!("redis: {e}")),
+                    }
+                }
+            }
             // The client reports a failed handshake as a timeout: say what the handshake said.
             Err(e) if config.redis.tls_mode() != TlsMode::Disable => {
                 let handshake = redis_tls(config).await;

@@ -42,6 +42,22 @@ pub enum Command {
         #[command(subcommand)]
         action: DeadAction,
     },
+    /// Look up the entries of recently delivered rows in their streams: present, trimmed, or
+    /// lost by the broker; `--repair` re-drives the lost ones.
+    Verify {
+        /// Only this relay.
+        #[arg(long)]
+        relay: Option<String>,
+        /// Rows delivered within this long, e.g. "1h".
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+        since: std::time::Duration,
+        /// Move the rows of missing entries back to PENDING (the relay appends them again).
+        #[arg(long)]
+        repair: bool,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Entries the bridges recorded as poison.
     Poison {
         #[command(subcommand)]
@@ -169,6 +185,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Status { json } => status(&config, json).await,
         Command::Dead { action } => dead(&config, action).await,
         Command::Poison { action } => poison(&config, action).await,
+        Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {
                 let db = crate::store::database::Database::connect(&config.database, "handoff-migrate")?;
@@ -272,6 +289,50 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         println!("{verb}: {} row(s)", rows.len());
     }
     ExitCode::SUCCESS
+}
+
+async fn verify(
+    config: &Config,
+    relay: Option<&str>,
+    since: std::time::Duration,
+    repair: bool,
+    json: bool,
+) -> ExitCode {
+    let reports = match ops::verify::run(config, relay, since, repair).await {
+        Ok(reports) => reports,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let unrepaired: usize =
+        reports.iter().flat_map(|r| &r.streams).map(|s| s.missing.saturating_sub(s.redriven as usize)).sum();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&reports).unwrap_or_default());
+    } else {
+        for report in &reports {
+            if let Some(note) = &report.note {
+                println!("relay {}: not verified: {note}", report.relay);
+            }
+            for s in &report.streams {
+                let missing = match (&s.first_missing, &s.last_missing) {
+                    (Some(first), Some(last)) => format!("{} missing ({first} … {last})", s.missing),
+                    _ => "0 missing".to_owned(),
+                };
+                println!(
+                    "relay {} stream {}: {} checked, {} trimmed, {missing}, {} re-driven",
+                    report.relay, s.stream, s.checked, s.trimmed, s.redriven
+                );
+            }
+        }
+        let lost: usize = reports.iter().flat_map(|r| &r.streams).map(|s| s.missing).sum();
+        println!(
+            "verified: {lost} entr{} missing{}",
+            if lost == 1 { "y" } else { "ies" },
+            if repair { format!(", {} re-driven", lost - unrepaired) } else { String::new() }
+        );
+    }
+    if unrepaired > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 async fn poison(config: &Config, action: PoisonAction) -> ExitCode {

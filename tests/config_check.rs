@@ -190,3 +190,12 @@ fn a_silent_mysql_server_fails_within_the_connect_timeout() {
     let (ok, out) = run_to_end(&config, &["check"]);
     assert!(!ok && out.contains("database.connect_timeout"), "{out}");
 }
+
+/// WAITAOF arrived with Redis 7.2; the test machine's Redis is older.
+#[test]
+fn a_fsync_gate_on_a_redis_without_waitaof_is_refused_naming_the_key() {
+    let config = "[database]\nurl = \"postgres://postgres@127.0.0.1:5432/handoff_test\"\n\
+                  [[relay]]\nname = \"a\"\n[relay.durability]\naof = true\n";
+    let (ok, out) = run_to_end(config, &["check"]);
+    assert!(!ok && out.contains("relay `a` durability.aof needs WAITAOF"), "{out}");
+}

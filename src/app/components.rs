@@ -81,6 +81,10 @@ async fn spawn_relay(
 ) -> anyhow::Result<bool> {
     let context = format!("relay `{}`", relay.name);
     let (backoff, shutdown) = (&relay.outage_backoff, &shared.shutdown);
+    // A gate the server cannot honour is a configuration error (an unreachable server is not).
+    if let Ok(Err(e)) = stream.check_gate(relay).await {
+        return Err(anyhow!(e));
+    }
     match db {
         Database::Postgres(pool) => {
             let prepared = with_retry(&context, backoff, shutdown, || PgOutbox::prepare(pool.clone(), relay)).await?;
@@ -133,6 +137,8 @@ fn start_relay<S: OutboxStore>(
     shared.tracker.spawn(async move { purger.purge(stop).await });
     let (trimmer, stop) = (relay.clone(), shared.shutdown.clone());
     shared.tracker.spawn(async move { trimmer.trim_acknowledged(stop).await });
+    let (watcher, stop) = (relay.clone(), shared.shutdown.clone());
+    shared.tracker.spawn(async move { watcher.watch_broker(stop).await });
     shared.tracker.spawn(relay.run(shared.shutdown.clone()));
     Ok(())
 }

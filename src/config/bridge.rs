@@ -26,6 +26,11 @@ pub struct BridgeConfig {
     /// Entries per read. Default: 100.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
+    /// Bytes of entries one read may bring in (estimated from the largest entry of recent
+    /// reads): a stream of large entries is read a few at a time, so the bridge's memory is
+    /// bounded by its configuration rather than by the stream. Default: 8388608 (8 MiB).
+    #[serde(default = "defaults::batch_bytes")]
+    pub batch_bytes: usize,
     /// How long a read waits for new entries. Default: "2s".
     #[serde(default = "defaults::block", with = "humantime_serde")]
     pub block: Duration,
@@ -131,6 +136,9 @@ mod defaults {
 
     pub fn start() -> String {
         "0".into()
+    }
+    pub fn batch_bytes() -> usize {
+        8 * 1024 * 1024
     }
     pub fn batch_size() -> u32 {
         100

@@ -21,8 +21,8 @@ use serde::Deserialize;
 pub use bridge::{BridgeConfig, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
 pub use load::{ConfigError, load, load_str};
 pub use relay::{
-    DedupeConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig, RetentionConfig, SettleMode, SqlOverrides,
-    TrimConfig,
+    BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
+    RetentionConfig, SettleMode, SqlOverrides, TrimConfig,
 };
 pub use secret::Secret;
 pub use tls::{TlsConfig, TlsMode};

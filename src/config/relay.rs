@@ -61,6 +61,13 @@ pub struct RelayConfig {
     pub ordering: Option<OrderingConfig>,
     /// Purge delivered rows after an age. Default: off (delivered rows stay).
     pub retention: Option<RetentionConfig>,
+    /// Settle a batch only once its appends are on replicas (`WAIT`) and/or in the AOF
+    /// (`WAITAOF`). Default: off (settle when Redis acknowledged the append).
+    pub durability: Option<DurabilityConfig>,
+    /// Notice when Redis lost appends it had acknowledged, and re-drive the affected rows.
+    /// Default: on.
+    #[serde(default)]
+    pub broker_loss: BrokerLossConfig,
     /// Extra entry fields: name → template over claim columns (or a constant).
     #[serde(default)]
     pub fields: BTreeMap<String, String>,
@@ -149,6 +156,60 @@ pub struct RetentionConfig {
     pub interval: Duration,
 }
 
+/// `[relay.durability]`: what "appended" must mean before a row is settled.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DurabilityConfig {
+    /// Replicas that must hold the batch's appends (`WAIT n`). Default: 0.
+    #[serde(default)]
+    pub replicas: u32,
+    /// The appends must be fsynced to the primary's AOF (and, with `replicas`, to that many
+    /// replicas' AOFs): `WAITAOF`, Redis ≥ 7.2. Default: false.
+    #[serde(default)]
+    pub aof: bool,
+    /// How long to wait; a batch whose gate is not met in time is released, not failed.
+    /// Default: "1s".
+    #[serde(default = "defaults::gate_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+/// `[relay.broker_loss]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerLossConfig {
+    /// Default: true.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// How often the relay looks for signs of lost writes (a restarted or failed-over server, a
+    /// stream gone or with fewer entries ever added than before). Default: "10s".
+    #[serde(default = "defaults::loss_interval", with = "humantime_serde")]
+    pub check_interval: Duration,
+    /// After a sign, the entries of rows settled from this long before the last clean check
+    /// (or since the oldest entry a consumer group still needed, if longer) are looked up in
+    /// their streams. Default: "30s".
+    #[serde(default = "defaults::loss_lookback", with = "humantime_serde")]
+    pub lookback: Duration,
+    /// The longest window one verification looks at. Default: "1h".
+    #[serde(default = "defaults::loss_max_window", with = "humantime_serde")]
+    pub max_window: Duration,
+    /// Move rows whose entries are missing back to PENDING (false: detect and alert only).
+    /// Default: true.
+    #[serde(default = "defaults::yes")]
+    pub repair: bool,
+}
+
+impl Default for BrokerLossConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            check_interval: defaults::loss_interval(),
+            lookback: defaults::loss_lookback(),
+            max_window: defaults::loss_max_window(),
+            repair: true,
+        }
+    }
+}
+
 /// `[relay.sql]`: replacement statements with named parameters (see the README's SQL contract).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +226,10 @@ pub struct SqlOverrides {
     /// Gauge sampling (`pending`, `in_flight`, `dead`, `oldest_pending_age_seconds`). When `claim`
     /// is replaced and this is not, the gauges are not sampled.
     pub stats: Option<String>,
+    /// Broker-loss repair: delivered rows of the last `:age_ms` as `id`, `stream`, `entry_id`.
+    pub delivered_since: Option<String>,
+    /// Broker-loss repair: move the delivered rows `:ids` back to PENDING.
+    pub redrive: Option<String>,
 }
 
 impl RelayConfig {
@@ -188,6 +253,8 @@ impl SqlOverrides {
             K::Renew => &self.renew,
             K::Purge => &self.purge,
             K::Stats => &self.stats,
+            K::DeliveredSince => &self.delivered_since,
+            K::Redrive => &self.redrive,
         };
         sql.as_deref()
     }
@@ -237,5 +304,20 @@ mod defaults {
     }
     pub fn purge_interval() -> Duration {
         Duration::from_secs(60)
+    }
+    pub fn gate_timeout() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn loss_interval() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn loss_lookback() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn loss_max_window() -> Duration {
+        Duration::from_secs(3600)
     }
 }

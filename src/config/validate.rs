@@ -188,6 +188,20 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     if relay.notify.as_ref().is_some_and(|n| n.channel.is_empty()) {
         errors.push(format!("{path}.notify.channel must not be empty"));
     }
+    if let Some(gate) = &relay.durability {
+        if gate.replicas == 0 && !gate.aof {
+            errors.push(format!("{path}.durability: set replicas > 0 (WAIT) and/or aof = true (WAITAOF)"));
+        }
+        if gate.timeout.is_zero() {
+            errors.push(format!("{path}.durability.timeout must be > 0"));
+        }
+    }
+    let loss = &relay.broker_loss;
+    if loss.enabled && (loss.check_interval.is_zero() || loss.lookback.is_zero() || loss.max_window < loss.lookback) {
+        errors.push(format!(
+            "{path}.broker_loss: check_interval and lookback must be > 0 and max_window at least lookback"
+        ));
+    }
     if let Some(retention) = &relay.retention {
         if retention.delivered_after.is_zero() || retention.interval.is_zero() {
             errors.push(format!("{path}.retention: delivered_after and interval must be > 0"));
@@ -261,6 +275,7 @@ fn validate_bridges(config: &Config, errors: &mut Vec<String>) {
         check(bridge.streams.iter().all(|s| !s.key.is_empty()), "streams: every key must be non-empty");
         check(bridge.start == "0" || bridge.start == "$", "start must be \"0\" or \"$\"");
         check((1..=10_000).contains(&bridge.batch_size), "batch_size must be between 1 and 10000");
+        check(bridge.batch_bytes >= 1024, "batch_bytes must be at least 1024");
         check(!bridge.block.is_zero(), "block must be > 0");
         check(bridge.claim_idle >= Duration::from_millis(100), "claim_idle must be at least 100ms");
         check(bridge.max_deliveries >= 1, "max_deliveries must be >= 1");

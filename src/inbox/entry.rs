@@ -1,19 +1,26 @@
 //! Stream entries as the bridge sees them: raw bytes, possibly malformed, parsed out of the
 //! replies of XREADGROUP / XCLAIM without trusting their shape.
 
+use bytes::Bytes;
 use fred::types::Value;
 
-/// One entry; `fields` is `None` when the entry was deleted (trimmed) while pending.
+/// One entry; `fields` is `None` when the entry was deleted (trimmed) while pending. Names and
+/// values share the bytes of the reply they were read from (no copy of a payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawEntry {
     pub id: String,
-    pub fields: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    pub fields: Option<Vec<(Bytes, Bytes)>>,
 }
 
 impl RawEntry {
     /// The first value of `name`, if present.
-    pub fn field(&self, name: &str) -> Option<&[u8]> {
-        self.fields.as_ref()?.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v.as_slice())
+    pub fn field(&self, name: &str) -> Option<&Bytes> {
+        self.fields.as_ref()?.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v)
+    }
+
+    /// Bytes of every name and value: what reading the entry costs.
+    pub fn size(&self) -> usize {
+        self.fields.iter().flatten().map(|(k, v)| k.len() + v.len()).sum()
     }
 
     /// The fields as JSON for the poison record: UTF-8 values as strings, others as
@@ -69,7 +76,7 @@ pub fn parse_entries(entries: Value) -> Vec<RawEntry> {
         .collect()
 }
 
-fn parse_fields(body: Value) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+fn parse_fields(body: Value) -> Option<Vec<(Bytes, Bytes)>> {
     let Value::Array(flat) = body else { return None };
     let mut fields = Vec::with_capacity(flat.len() / 2);
     let mut items = flat.into_iter();
@@ -88,14 +95,14 @@ pub fn text(value: Value) -> Option<String> {
     }
 }
 
-fn bytes(value: Value) -> Vec<u8> {
+fn bytes(value: Value) -> Bytes {
     match value {
-        Value::String(s) => s.as_bytes().to_vec(),
-        Value::Bytes(b) => b.to_vec(),
-        Value::Integer(i) => i.to_string().into_bytes(),
-        Value::Double(d) => d.to_string().into_bytes(),
-        Value::Boolean(b) => b.to_string().into_bytes(),
-        _ => Vec::new(),
+        Value::String(s) => s.into_inner(),
+        Value::Bytes(b) => b,
+        Value::Integer(i) => Bytes::from(i.to_string()),
+        Value::Double(d) => Bytes::from(d.to_string()),
+        Value::Boolean(b) => Bytes::from(b.to_string()),
+        _ => Bytes::new(),
     }
 }
 
@@ -134,7 +141,7 @@ mod tests {
         ])]);
         let entries = parse_read(reply);
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[0].field("event_id"), Some(&b"e1"[..]));
+        assert_eq!(entries[0].field("event_id").map(|b| &b[..]), Some(&b"e1"[..]));
         assert_eq!(entries[1].fields, None);
     }
 
@@ -146,7 +153,10 @@ mod tests {
 
     #[test]
     fn binary_values_are_kept_as_base64_in_poison_fields() {
-        let entry = RawEntry { id: "1-0".into(), fields: Some(vec![(b"payload".to_vec(), vec![0xff, 0xfe, 0x00])]) };
+        let entry = RawEntry {
+            id: "1-0".into(),
+            fields: Some(vec![(Bytes::from_static(b"payload"), Bytes::from_static(&[0xff, 0xfe, 0x00]))]),
+        };
         assert_eq!(entry.fields_json()["payload"]["base64"], "//4A");
     }
 

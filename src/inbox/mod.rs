@@ -67,6 +67,7 @@ impl<S: InboxStore> StreamBridge<S> {
     /// run under the same name), then new ones; every so often, entries idle on other consumers.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         info!(bridge = %self.config.name, stream = %self.source.key, consumer = %self.group.consumer, "bridge started");
+        let mut budget = ReadBudget::new(&self.config);
         let mut own_backlog = true;
         let mut last_recovery: Option<Instant> = None;
         let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
@@ -77,19 +78,20 @@ impl<S: InboxStore> StreamBridge<S> {
             self.deps.health.beat();
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2) {
                 last_recovery = Some(Instant::now());
-                self.recover(&shutdown).await;
+                self.recover(&shutdown, budget.count()).await;
             }
             let reading = Instant::now();
             let read = match ahead.take() {
                 Some(read) => read,
-                None if own_backlog => self.group.read("0", self.config.batch_size, None).await,
+                None if own_backlog => self.group.read("0", budget.count(), None).await,
                 None => tokio::select! {
-                    read = self.group.read(">", self.config.batch_size, Some(self.config.block)) => read,
+                    read = self.group.read(">", budget.count(), Some(self.config.block)) => read,
                     _ = shutdown.cancelled() => break,
                 },
             };
             match read {
                 Ok(entries) => {
+                    budget.observe(&entries);
                     outage.succeeded();
                     errors.reset();
                     self.deps.health.set_stream_ok(true);
@@ -98,16 +100,19 @@ impl<S: InboxStore> StreamBridge<S> {
                         continue;
                     }
                     trace!(entries = entries.len(), read_ms = reading.elapsed().as_secs_f64() * 1e3, "batch read");
-                    if own_backlog {
-                        // Reading "0" again would return this batch too: no read-ahead here.
-                        let limits = self.deliveries(&entries).await;
+                    let large = entries.iter().map(RawEntry::size).sum::<usize>() > self.config.batch_bytes / 2;
+                    if own_backlog || large {
+                        // Reading "0" again would return this batch too: no read-ahead there; nor
+                        // for a batch of large entries (two of them at once would double the
+                        // memory the read budget allows).
+                        let limits = if own_backlog { self.deliveries(&entries).await } else { HashMap::new() };
                         self.handle(entries, &limits).await;
                     } else {
                         // The next batch is read while this one commits (the read waits on Redis,
                         // the commit on the database). Without BLOCK, so the acknowledgement that
                         // ends this batch never queues behind a read waiting for new entries.
                         let none = HashMap::new();
-                        let next = self.group.read(">", self.config.batch_size, None);
+                        let next = self.group.read(">", budget.count(), None);
                         let ((), next) = tokio::join!(self.handle(entries, &none), next);
                         ahead = Some(next);
                     }
@@ -147,5 +152,62 @@ impl<S: InboxStore> StreamBridge<S> {
             _ = tokio::time::sleep(outage.failed()) => {}
             _ = shutdown.cancelled() => {}
         }
+    }
+}
+
+/// How many entries one read may ask for: `batch_size`, fewer when entries are large, so that a
+/// read brings in about `batch_bytes` at most. The estimate is the largest entry of the last
+/// read, or half the previous estimate when entries got smaller; it starts at the largest valid
+/// payload, so even the first read is bounded.
+#[derive(Debug, Clone)]
+struct ReadBudget {
+    batch_size: u32,
+    batch_bytes: usize,
+    largest: usize,
+}
+
+impl ReadBudget {
+    fn new(config: &BridgeConfig) -> Self {
+        Self {
+            batch_size: config.batch_size,
+            batch_bytes: config.batch_bytes,
+            largest: config.validate.payload_max_bytes.saturating_add(1024),
+        }
+    }
+
+    fn count(&self) -> u32 {
+        u32::try_from(self.batch_bytes / self.largest.max(1)).unwrap_or(u32::MAX).clamp(1, self.batch_size)
+    }
+
+    fn observe(&mut self, entries: &[RawEntry]) {
+        if let Some(largest) = entries.iter().map(RawEntry::size).max() {
+            self.largest = largest.max(self.largest / 2).max(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(size: usize) -> RawEntry {
+        RawEntry {
+            id: "1-0".into(),
+            fields: Some(vec![(bytes::Bytes::from_static(b"p"), vec![b'x'; size - 1].into())]),
+        }
+    }
+
+    #[test]
+    fn large_entries_are_read_a_few_at_a_time_and_small_ones_a_whole_batch() {
+        let mut budget = ReadBudget { batch_size: 100, batch_bytes: 8 << 20, largest: (256 << 10) + 1024 };
+        assert_eq!(budget.count(), 31, "bounded before anything was seen");
+        budget.observe(&[entry(4 << 20)]);
+        assert_eq!(budget.count(), 2);
+        budget.observe(&[entry(16 << 20)]);
+        assert_eq!(budget.count(), 1, "never below one");
+        for _ in 0..30 {
+            budget.observe(&[entry(300)]);
+        }
+        assert_eq!(budget.count(), 100, "back to batch_size once entries are small");
     }
 }

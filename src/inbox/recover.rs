@@ -30,13 +30,15 @@ impl<S: InboxStore> StreamBridge<S> {
 
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes
     /// consumers idle for `delete_idle_consumers_after` with nothing pending.
-    pub(super) async fn recover(&self, shutdown: &CancellationToken) {
+    /// At most `count` entries are claimed at a time (the read budget: claimed entries come
+    /// back whole).
+    pub(super) async fn recover(&self, shutdown: &CancellationToken, count: u32) {
         loop {
             if shutdown.is_cancelled() {
                 return;
             }
             let idle = self.config.claim_idle;
-            let pending = match self.group.pending(idle, ("-", "+"), self.config.batch_size, None).await {
+            let pending = match self.group.pending(idle, ("-", "+"), count, None).await {
                 Ok(pending) if pending.is_empty() => break,
                 Ok(pending) => pending,
                 Err(GroupError::NoGroup(_)) => return,

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::entry::RawEntry;
 use crate::config::{EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
-use crate::store::inbox::{InboxEvent, PoisonRecord};
+use crate::store::inbox::{InboxEvent, PoisonRecord, Text};
 
 /// Reasons an entry goes to the poison path (the `reason` label and column).
 pub mod reason {
@@ -112,12 +112,20 @@ impl Validator {
             let got = owner.as_deref().unwrap_or("(none)");
             return Err(Refusal(reason::OWNER_MISMATCH, format!("owner is `{got}`, stream expects `{expected}`")));
         }
-        let payload_text = required(entry, "payload")?;
-        let payload = self.check_payload(&event_id, &event_type, &payload_text)?;
-        let headers = match optional(entry, "headers")? {
-            None => "{}".to_owned(),
-            Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(serde_json::Value::Object(_)) if !text.contains("\\u0000") => text,
+        // The size first: an oversized payload is refused before anything reads it.
+        if let Some(raw) = entry.field("payload")
+            && raw.len() > self.config.payload_max_bytes
+        {
+            let detail = format!("payload is {} bytes, more than {}", raw.len(), self.config.payload_max_bytes);
+            return Err(Refusal(reason::PAYLOAD_TOO_LARGE, detail));
+        }
+        let payload_text = text_field(entry, "payload")?
+            .ok_or_else(|| Refusal(reason::MISSING_FIELD, "field `payload` is missing".into()))?;
+        let payload = self.check_payload(&event_id, &event_type, payload_text.as_str())?;
+        let headers = match text_field(entry, "headers")? {
+            None => Text::from_static("{}"),
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text.as_str()) {
+                Ok(serde_json::Value::Object(_)) if !text.as_str().contains("\\u0000") => text,
                 _ => return Err(Refusal(reason::INVALID_HEADERS, "headers is not a JSON object".into())),
             },
         };
@@ -161,10 +169,6 @@ impl Validator {
     }
 
     fn check_payload(&self, event_id: &str, event_type: &str, text: &str) -> Result<serde_json::Value, Refusal> {
-        if text.len() > self.config.payload_max_bytes {
-            let detail = format!("payload is {} bytes, more than {}", text.len(), self.config.payload_max_bytes);
-            return Err(Refusal(reason::PAYLOAD_TOO_LARGE, detail));
-        }
         let payload: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Refusal(reason::INVALID_PAYLOAD, format!("payload is not JSON: {e}")))?;
         if text.contains("\\u0000") {
@@ -201,17 +205,19 @@ fn required(entry: &RawEntry, name: &str) -> Result<String, Refusal> {
 }
 
 fn optional(entry: &RawEntry, name: &str) -> Result<Option<String>, Refusal> {
-    match entry.field(name) {
-        None => Ok(None),
-        Some(bytes) => match String::from_utf8(bytes.to_vec()) {
-            Err(_) => Err(Refusal(reason::NOT_UTF8, format!("field `{name}` is not UTF-8"))),
-            // Postgres text cannot hold NUL, so such a value could never be taken over.
-            Ok(text) if text.contains('\0') => {
-                Err(Refusal(reason::NUL_BYTE, format!("field `{name}` contains a NUL byte")))
-            }
-            Ok(text) => Ok(Some(text)),
-        },
+    Ok(text_field(entry, name)?.map(|text| text.as_str().to_owned()))
+}
+
+/// A field as text, without copying it: UTF-8 and free of NUL (Postgres text cannot hold NUL,
+/// so such a value could never be taken over).
+fn text_field(entry: &RawEntry, name: &str) -> Result<Option<Text>, Refusal> {
+    let Some(bytes) = entry.field(name) else { return Ok(None) };
+    let text =
+        Text::new(bytes.clone()).ok_or_else(|| Refusal(reason::NOT_UTF8, format!("field `{name}` is not UTF-8")))?;
+    if text.as_bytes().contains(&0) {
+        return Err(Refusal(reason::NUL_BYTE, format!("field `{name}` contains a NUL byte")));
     }
+    Ok(Some(text))
 }
 
 /// sha256 over what makes the event what it is; the same event published twice hashes the same.
@@ -221,14 +227,28 @@ fn content_hash(
     aggregate_id: &Option<String>,
     payload: &serde_json::Value,
 ) -> String {
-    let mut hasher = Sha256::new();
+    let mut hasher = HashWriter(Sha256::new());
     for part in [event_type, aggregate_type.as_deref().unwrap_or(""), aggregate_id.as_deref().unwrap_or("")] {
-        hasher.update(part.as_bytes());
-        hasher.update([0]);
+        hasher.0.update(part.as_bytes());
+        hasher.0.update([0]);
     }
-    // Hash the parsed value so key order or spacing differences between publishers don't count.
-    hasher.update(serde_json::to_vec(payload).unwrap_or_default());
-    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    // Hash the parsed value so key order or spacing differences between publishers don't count;
+    // written straight into the hasher, not into a copy of the payload first.
+    let _ = serde_json::to_writer(&mut hasher, payload);
+    hasher.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.update(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn is_uuid(id: &str) -> bool {

@@ -23,6 +23,8 @@ use crate::telemetry::metrics::{DeadReason, FailureReason};
 pub(super) struct Turn {
     /// The broker was unreachable for some rows (they were released).
     pub stream_outage: bool,
+    /// The durability gate was not met for some rows (they were released).
+    pub gate_missed: bool,
 }
 
 /// Rows sorted by what happens to them.
@@ -79,17 +81,17 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             self.deps.faults.reach(Point::AfterAppend).await;
             outcomes
         };
-        let mut stream_outage = false;
+        let mut turn = Turn { stream_outage: false, gate_missed: false };
         let prepared = started.elapsed();
         match self.under_lease(claimant, &keys, append).await {
             Some(outcomes) => {
-                stream_outage = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+                turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
             }
             None => {
                 // Rows already judged DEAD are released too: the next claim judges them again.
                 warn!(rows = keys.len(), "shutdown drain time spent while appending; releasing rows");
                 self.release_now(claimant, &keys_of(&settlement).into_iter().chain(keys).collect::<Vec<_>>()).await;
-                return Turn { stream_outage };
+                return turn;
             }
         }
         let appended = started.elapsed();
@@ -102,10 +104,11 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             settle_ms = (settled - appended).as_secs_f64() * 1e3,
             "batch done"
         );
-        Turn { stream_outage }
+        turn
     }
 
-    /// Turns append outcomes into settle decisions; returns whether the broker was unreachable.
+    /// Turns append outcomes into settle decisions; says whether the broker was unreachable or
+    /// the durability gate was missed.
     fn sort_outcomes(
         &self,
         sendable: &[ClaimedRow],
@@ -113,20 +116,21 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         outcomes: Vec<AppendOutcome>,
         started: Instant,
         settlement: &mut Settlement,
-    ) -> bool {
+    ) -> Turn {
         let metrics = &self.deps.metrics;
         let mut outage = false;
+        let mut gate_missed = false;
         let elapsed = started.elapsed();
-        for (row, outcome) in sendable.iter().zip(outcomes) {
+        for ((row, entry), outcome) in sendable.iter().zip(entries).zip(outcomes) {
             match outcome {
                 AppendOutcome::Appended(entry_id) => {
                     metrics.dwell.observe((row.age + elapsed).as_secs_f64());
-                    settlement.delivered.push(Delivered { row: row.key(), entry_id });
+                    settlement.delivered.push(Delivered { row: row.key(), entry_id, stream: entry.stream.clone() });
                 }
                 // Appended before (a crash between append and settle): settle with that entry.
                 AppendOutcome::Duplicate(entry_id) => {
                     metrics.dedupe_hits.inc();
-                    settlement.delivered.push(Delivered { row: row.key(), entry_id });
+                    settlement.delivered.push(Delivered { row: row.key(), entry_id, stream: entry.stream.clone() });
                 }
                 // An earlier event of its key failed: hand it back untouched, order intact.
                 AppendOutcome::Skipped => settlement.released.push(row.key()),
@@ -153,16 +157,25 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                     metrics.failed(FailureReason::Unavailable, 1);
                     settlement.released.push(row.key());
                 }
+                // Appended, not yet durable: released untouched, appended again later.
+                AppendOutcome::Unconfirmed(error) => {
+                    if !gate_missed {
+                        metrics.gate_misses.inc();
+                        warn!(error = %error, "durability gate not met; releasing rows to append them again");
+                    }
+                    gate_missed = true;
+                    settlement.released.push(row.key());
+                }
             }
         }
-        if !outage {
+        if outage {
+            // Perhaps a restart or failover that lost appends: the loss watch verifies.
+            self.loss.suspect();
+        } else {
             self.stream_health(true);
         }
-        if self.config.trim.as_ref().is_some_and(|t| t.acknowledged) {
-            let mut streams = self.appended_to.lock().expect("appended_to lock");
-            streams.extend(entries.iter().map(|entry| entry.stream.clone()));
-        }
-        outage
+        self.loss.appended(entries.iter().map(|entry| entry.stream.as_str()));
+        Turn { stream_outage: outage, gate_missed }
     }
 
     /// Writes every decision, retrying through database outages until the drain time after a

@@ -49,7 +49,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 _ = tokio::time::sleep(interval) => {}
                 _ = shutdown.cancelled() => return,
             }
-            let streams: Vec<String> = self.appended_to.lock().expect("appended_to lock").iter().cloned().collect();
+            let streams = self.loss.streams(self.config.broker_loss.max_window.max(interval * 4));
             for stream in streams {
                 match self.deps.stream.trim_acknowledged(&stream).await {
                     Ok(removed) => {

@@ -7,6 +7,7 @@ mod backoff;
 mod batch;
 pub mod entries;
 mod housekeeping;
+pub mod loss;
 mod sampler;
 pub mod template;
 pub mod wake;
@@ -25,7 +26,7 @@ use crate::config::RelayConfig;
 use crate::fault::Faults;
 use crate::store::OutboxStore;
 use crate::store::statements::ORDER_KEY_COLUMN;
-use crate::stream::{AppendOptions, Dedupe, EventStream, Trim};
+use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
@@ -53,8 +54,8 @@ pub struct Relay<S, P> {
     entries: EntryBuilder,
     options: AppendOptions,
     deps: RelayDeps<S, P>,
-    /// Streams this relay appended to, for consumer-aware trimming.
-    appended_to: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Streams this relay appended to (for broker-loss checks and acknowledged trimming).
+    loss: loss::LossWatch,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -71,8 +72,10 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             (None, None) => None,
         });
         let dedupe = config.dedupe.as_ref().map(|d| Dedupe { window: d.window, key_prefix: d.key_prefix.clone() });
-        let options = AppendOptions { trim, dedupe };
-        Ok(Self { config, entries, options, deps, appended_to: Default::default() })
+        let durability =
+            config.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
+        let options = AppendOptions { trim, dedupe, durability };
+        Ok(Self { config, entries, options, deps, loss: Default::default() })
     }
 
     pub fn name(&self) -> &str {
@@ -120,6 +123,10 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             let turn = self.process(&claimant, rows).await;
             if turn.stream_outage {
                 self.wait_for_stream(&mut outage, &shutdown).await;
+            } else if turn.gate_missed {
+                // Replicas or the AOF are behind: appending again at once would only pile up
+                // duplicates; back off as for an outage.
+                sleep_or_shutdown(outage.failed(), &shutdown).await;
             } else {
                 outage.succeeded();
                 if !again_now {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::statements::StatementKind;
-use super::{Delivered, Failure, RowRef, Verdict};
+use super::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
 
 /// A parameter value, converted by the dialect when bound.
 #[derive(Debug, Clone)]
@@ -39,15 +39,31 @@ pub fn claim<'a>(
     }
 }
 
-/// `mark_delivered` / `delete`: the rows with their fencing tokens and the entry ids they became.
+/// `mark_delivered` / `delete`: the rows with their fencing tokens, the entry ids they became
+/// and the streams those entries are in.
 pub fn delivered<'a>(claimant: &'a str, rows: &[Delivered]) -> impl Fn(&str) -> Param + 'a {
     let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|d| (d.row.id.clone(), d.row.token)).unzip();
     let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
+    let streams: Vec<String> = rows.iter().map(|d| d.stream.clone()).collect();
     move |name| match name {
         "claimant" => Param::Text(claimant.to_owned()),
         "ids" => Param::Texts(ids.clone()),
         "tokens" => Param::Ints(tokens.clone()),
+        "streams" => Param::Texts(streams.clone()),
         _ => Param::Texts(entry_ids.clone()),
+    }
+}
+
+/// `delivered_since`: the window's age.
+pub fn delivered_since(age: Duration) -> impl Fn(&str) -> Param {
+    move |_| Param::Int(millis(age))
+}
+
+/// `redrive`: the rows to move back to PENDING, with the entry ids they were settled with.
+pub fn redrive(rows: &[DeliveredRow]) -> impl Fn(&str) -> Param + '_ {
+    move |name| match name {
+        "ids" => Param::Texts(rows.iter().map(|r| r.id.clone()).collect()),
+        _ => Param::Texts(rows.iter().map(|r| r.entry_id.clone()).collect()),
     }
 }
 

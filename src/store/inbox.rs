@@ -34,6 +34,31 @@ pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]
     (!missing.is_empty()).then(|| format!("table {table} lacks column(s) {}", missing.join(", ")))
 }
 
+/// Text known to be UTF-8, kept as the bytes it was read as (a payload is not copied on its way
+/// from the stream reply to the database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text(bytes::Bytes);
+
+impl Text {
+    /// `None` unless `bytes` is UTF-8.
+    pub fn new(bytes: bytes::Bytes) -> Option<Self> {
+        std::str::from_utf8(&bytes).is_ok().then_some(Self(bytes))
+    }
+
+    pub fn from_static(text: &'static str) -> Self {
+        Self(bytes::Bytes::from_static(text.as_bytes()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Checked once in `new`; checking again is cheaper than a copy and needs no `unsafe`.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// A valid entry, ready to be taken over into the inbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEvent {
@@ -43,9 +68,9 @@ pub struct InboxEvent {
     pub aggregate_type: Option<String>,
     pub aggregate_id: Option<String>,
     /// JSON object text.
-    pub payload: String,
+    pub payload: Text,
     /// JSON object text.
-    pub headers: String,
+    pub headers: Text,
     pub content_hash: String,
     pub stream: String,
     pub entry_id: String,
@@ -95,8 +120,8 @@ impl PoisonRecord {
                 "event_type": event.event_type,
                 "aggregate_type": event.aggregate_type,
                 "aggregate_id": event.aggregate_id,
-                "payload": event.payload,
-                "headers": event.headers,
+                "payload": event.payload.as_str(),
+                "headers": event.headers.as_str(),
             }),
         }
     }

@@ -50,10 +50,19 @@ pub struct RowRef {
     pub token: i64,
 }
 
-/// A row the stream acknowledged, with the entry id it returned.
+/// A row the stream acknowledged, with the entry id it returned and the stream it went to.
 #[derive(Debug, Clone)]
 pub struct Delivered {
     pub row: RowRef,
+    pub entry_id: String,
+    pub stream: String,
+}
+
+/// A delivered row as broker-loss repair sees it: which entry of which stream it became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredRow {
+    pub id: String,
+    pub stream: String,
     pub entry_id: String,
 }
 
@@ -228,4 +237,12 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     /// Retention: deletes up to `batch` delivered rows older than `age`; returns how many.
     fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Rows delivered within `age`, with their streams and entry ids; `None` when the store has
+    /// no such statement (rows deleted on settle, or an adopted table without one).
+    fn delivered_since(&self, age: Duration) -> impl Future<Output = StoreResult<Option<Vec<DeliveredRow>>>> + Send;
+
+    /// Moves delivered rows back to PENDING (their entries were lost by the broker), each only
+    /// while it still points at that entry; returns how many moved.
+    fn redrive(&self, rows: &[DeliveredRow]) -> impl Future<Output = StoreResult<u64>> + Send;
 }

@@ -16,10 +16,12 @@ pub enum StatementKind {
     Renew,
     Stats,
     Purge,
+    DeliveredSince,
+    Redrive,
 }
 
 impl StatementKind {
-    pub const ALL: [StatementKind; 9] = [
+    pub const ALL: [StatementKind; 11] = [
         Self::Claim,
         Self::MarkDelivered,
         Self::Delete,
@@ -29,6 +31,8 @@ impl StatementKind {
         Self::Renew,
         Self::Stats,
         Self::Purge,
+        Self::DeliveredSince,
+        Self::Redrive,
     ];
 
     /// The key under `[relay.sql]`.
@@ -43,6 +47,8 @@ impl StatementKind {
             Self::Renew => "renew",
             Self::Stats => "stats",
             Self::Purge => "purge",
+            Self::DeliveredSince => "delivered_since",
+            Self::Redrive => "redrive",
         }
     }
 
@@ -52,11 +58,14 @@ impl StatementKind {
         match self {
             // `ids`: in a MySQL claim script, the ids earlier statements returned (JSON array).
             Self::Claim => &["claimant", "batch_size", "lease_ms", "ids"],
-            Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids"],
+            // `streams`: the stream each row's entry went to (kept for broker-loss repair).
+            Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids", "streams"],
             Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
             Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],
             Self::Stats => &[],
             Self::Purge => &["age_ms", "batch_size"],
+            Self::DeliveredSince => &["age_ms"],
+            Self::Redrive => &["ids", "entry_ids"],
             Self::Retry => &["claimant", "id", "token", "error", "delay_ms"],
             Self::Dead => &["claimant", "id", "token", "error"],
         }
@@ -65,6 +74,9 @@ impl StatementKind {
 
 /// Columns the claim statement must return (any extra column can feed templates).
 pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
+
+/// Columns the `delivered_since` statement must return, one row per delivered row.
+pub const DELIVERED_COLUMNS: &[&str] = &["id", "stream", "entry_id"];
 
 /// Columns the stats statement must return (one row), sampled into the relay's gauges.
 pub const STATS_COLUMNS: &[&str] = &["pending", "in_flight", "dead", "oldest_pending_age_seconds"];
@@ -78,6 +90,37 @@ pub const RECLAIMED_COLUMN: &str = "reclaimed";
 
 /// Optional claim columns that, when present and not NULL, become entry fields of the same name.
 pub const ENTRY_COLUMNS: &[&str] = &["event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
+
+/// What a result lacks of the columns `kind` must return (`stats`, `delivered_since`), as the
+/// message to report; `None` when nothing is missing or `kind` returns nothing fixed.
+pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<String> {
+    let required = match kind {
+        StatementKind::Stats => STATS_COLUMNS,
+        StatementKind::DeliveredSince => DELIVERED_COLUMNS,
+        _ => return None,
+    };
+    let missing: Vec<&str> = required.iter().copied().filter(|c| !names.contains(c)).collect();
+    (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
+}
+
+/// Whether a relay with this config runs `kind` at all (so whether it is prepared and checked).
+pub fn needed(kind: StatementKind, relay: &crate::config::RelayConfig) -> bool {
+    use crate::config::SettleMode;
+    // The reference schema's statements fit only the reference table: a replaced claim means
+    // another table, whose optional statements must be given to be used.
+    let reference_or_given = relay.sql.get(kind).is_some() || relay.sql.claim.is_none();
+    match kind {
+        StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
+        StatementKind::Delete => relay.settle == SettleMode::Delete,
+        StatementKind::Stats => reference_or_given,
+        StatementKind::Purge => relay.retention.is_some(),
+        // Also when the relay does not watch by itself: `handoff verify` uses them.
+        StatementKind::DeliveredSince | StatementKind::Redrive => {
+            relay.settle == SettleMode::MarkDelivered && reference_or_given
+        }
+        _ => true,
+    }
+}
 
 /// Checks that `sql` scans and only uses parameters offered to `kind`.
 pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {

@@ -9,6 +9,7 @@ pub mod http;
 pub mod mysql;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod tls_servers;

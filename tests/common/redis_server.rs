@@ -9,14 +9,32 @@ pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// With extra `redis-server` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
+    pub async fn start_with(extra: &[&str]) -> Self {
         let port = spare_port();
-        let mut server = Self { port, child: None, dir: tempfile::tempdir().unwrap() };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = Self { port, child: None, dir: tempfile::tempdir().unwrap(), extra };
         server.restart().await;
         server
+    }
+
+    /// A replica of `primary`, once its replication link is up.
+    pub async fn replica_of(primary: u16) -> Self {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.to_string()]).await;
+        let port = replica.port;
+        eventually("the replica's link to its primary", || async move {
+            (redis_cli(port, &["info", "replication"]).contains("master_link_status:up")).then_some(())
+        })
+        .await;
+        replica
     }
 
     pub fn url(&self) -> String {
@@ -28,6 +46,7 @@ impl RedisServer {
         assert!(self.child.is_none(), "already running");
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&self.extra)
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -55,6 +74,12 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `redis-cli -p <port> <args>`'s output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A port the OS just handed out and released; good enough for a test server.

@@ -51,10 +51,25 @@ pub fn default_sql(kind: StatementKind, table: &str) -> String {
         StatementKind::MarkDelivered => format!(
             "UPDATE {{table}} o {ROWS}
 JOIN JSON_TABLE(:entry_ids, '$[*]' COLUMNS (n FOR ORDINALITY, entry_id VARCHAR(64) PATH '$')) AS e ON e.n = i.n
-SET o.status = 'DELIVERED', o.delivered_at = NOW(3), o.stream_entry_id = e.entry_id,
+JOIN JSON_TABLE(:streams, '$[*]' COLUMNS (n FOR ORDINALITY, stream VARCHAR(255) PATH '$')) AS st ON st.n = i.n
+SET o.status = 'DELIVERED', o.delivered_at = NOW(3), o.stream_entry_id = e.entry_id, o.stream_key = st.stream,
     o.lease_expires_at = NULL, o.last_error = NULL
 WHERE {FENCE}"
         ),
+        StatementKind::DeliveredSince => "\
+SELECT id, stream_key AS stream, stream_entry_id AS entry_id FROM {table}
+WHERE status = 'DELIVERED' AND delivered_at > NOW(3) - INTERVAL :age_ms * 1000 MICROSECOND
+  AND stream_key IS NOT NULL AND stream_entry_id IS NOT NULL
+ORDER BY delivered_at"
+            .to_owned(),
+        StatementKind::Redrive => "\
+UPDATE {table} o
+JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON o.id = i.id
+JOIN JSON_TABLE(:entry_ids, '$[*]' COLUMNS (n FOR ORDINALITY, entry_id VARCHAR(64) PATH '$')) AS e ON e.n = i.n
+SET o.status = 'PENDING', o.next_attempt_at = NOW(3), o.lease_expires_at = NULL,
+    o.redrives = o.redrives + 1, o.redriven_at = NOW(3)
+WHERE o.status = 'DELIVERED' AND o.stream_entry_id = e.entry_id"
+            .to_owned(),
         StatementKind::Delete => format!("DELETE o FROM {{table}} o {ROWS} WHERE {FENCE}"),
         StatementKind::Release => {
             format!("UPDATE {{table}} o {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL WHERE {FENCE}")

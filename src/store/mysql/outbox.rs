@@ -15,9 +15,10 @@ use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::statements::{STATS_COLUMNS, StatementKind};
+use crate::store::statements::{self, StatementKind};
 use crate::store::{
-    ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError, StoreResult,
+    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError,
+    StoreResult,
 };
 
 pub struct MyOutbox {
@@ -43,13 +44,7 @@ impl MyOutbox {
         let mut claim = Vec::new();
         let mut columns = Vec::new();
         for kind in StatementKind::ALL {
-            let needed = match kind {
-                StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
-                StatementKind::Delete => relay.settle == SettleMode::Delete,
-                StatementKind::Stats => relay.sql.stats.is_some() || relay.sql.claim.is_none(),
-                StatementKind::Purge => relay.retention.is_some(),
-                _ => true,
-            };
+            let needed = crate::store::statements::needed(kind, relay);
             if !needed {
                 continue;
             }
@@ -79,17 +74,12 @@ impl MyOutbox {
                     Err(e) => errors.push(super::prepare_refusal(&context, e)?),
                     Ok(stmt) => {
                         let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
+                        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                        if let Some(missing) = statements::missing_result_columns(kind, &refs) {
+                            errors.push(format!("{context}: {missing}"));
+                        }
                         if kind == StatementKind::Claim && i == parts.len() - 1 {
                             columns = names;
-                        } else if kind == StatementKind::Stats {
-                            let missing: Vec<&str> =
-                                STATS_COLUMNS.iter().copied().filter(|c| !names.iter().any(|n| n == c)).collect();
-                            if !missing.is_empty() {
-                                errors.push(format!(
-                                    "{context}: result lacks required column(s): {}",
-                                    missing.join(", ")
-                                ));
-                            }
                         }
                     }
                 }
@@ -209,6 +199,36 @@ impl OutboxStore for MyOutbox {
             dead: number("dead") as i64,
             oldest_pending_age: number("oldest_pending_age_seconds"),
         }))
+    }
+
+    async fn delivered_since(&self, age: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
+        let Some(named) = self.statements.get(&StatementKind::DeliveredSince) else { return Ok(None) };
+        let mut conn = self.pool.get_conn().await.map_err(|e| error("delivered_since", e))?;
+        let rows: Vec<Row> = conn
+            .exec(named.sql.as_str(), bind(named, bindings::delivered_since(age)))
+            .await
+            .map_err(|e| error("delivered_since", e))?;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let columns = super::values::row_columns(row);
+                let texts = row_texts(row);
+                let text = |name: &str| -> StoreResult<String> {
+                    columns.iter().position(|c| c == name).and_then(|i| texts[i].clone()).ok_or_else(|| {
+                        StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL"))
+                    })
+                };
+                Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(rows))
+    }
+
+    async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {
+        if !self.statements.contains_key(&StatementKind::Redrive) || rows.is_empty() {
+            return Ok(0);
+        }
+        self.execute(StatementKind::Redrive, bindings::redrive(rows)).await
     }
 
     async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {

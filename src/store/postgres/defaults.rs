@@ -61,9 +61,9 @@ WITH expired AS (
 
 const MARK_DELIVERED: &str = "\
 UPDATE {table} o
-SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id,
+SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id, stream_key = s.stream,
     lease_expires_at = NULL, last_error = NULL
-FROM unnest(:ids::bigint[], :tokens::bigint[], :entry_ids::text[]) AS s(id, token, entry_id)
+FROM unnest(:ids::bigint[], :tokens::bigint[], :entry_ids::text[], :streams::text[]) AS s(id, token, entry_id, stream)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
   AND o.lease_expires_at IS NOT NULL";
 
@@ -132,6 +132,24 @@ WITH old AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {table} o USING old WHERE o.id = old.id";
+
+/// Broker-loss repair: the recently delivered rows, on the partial index of delivered rows.
+const DELIVERED_SINCE: &str = "\
+SELECT id, stream_key AS stream, stream_entry_id AS entry_id FROM {table}
+WHERE status = 'DELIVERED' AND delivered_at > now() - :age_ms::bigint * interval '1 millisecond'
+  AND stream_key IS NOT NULL AND stream_entry_id IS NOT NULL
+ORDER BY delivered_at";
+
+/// Broker-loss repair: rows whose entries the broker lost go back to PENDING (run with
+/// `handoff.redrive` set: the settled-row guard of `migrations/postgres/0006` allows it then).
+/// Only while the row still points at the lost entry: one already delivered again (another
+/// relay repaired it first) keeps its new entry.
+const REDRIVE: &str = "\
+UPDATE {table} o
+SET status = 'PENDING', next_attempt_at = now(), lease_expires_at = NULL,
+    redrives = o.redrives + 1, redriven_at = now()
+FROM unnest(:ids::bigint[], :entry_ids::text[]) AS s(id, entry_id)
+WHERE o.id = s.id AND o.status = 'DELIVERED' AND o.stream_entry_id = s.entry_id";
 
 /// Ordered claim: per key (aggregate type + id) only the run of due rows at the head of the key
 /// may be claimed, so two claimants never interleave a key. A row is due only once its
@@ -223,6 +241,8 @@ pub fn default_sql(kind: StatementKind, table: &str) -> String {
         StatementKind::Release => RELEASE,
         StatementKind::Renew => RENEW,
         StatementKind::Stats => STATS,
+        StatementKind::DeliveredSince => DELIVERED_SINCE,
+        StatementKind::Redrive => REDRIVE,
     };
     template.replace("{table}", table)
 }

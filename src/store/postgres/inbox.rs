@@ -12,6 +12,9 @@ use crate::store::inbox::{
     INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns,
 };
 
+/// Above this many payload bytes, a takeover's connection is closed after it, not pooled.
+const LARGE_BATCH_BYTES: usize = 1 << 20;
+
 pub struct PgInbox {
     pool: Pool,
     table: String,
@@ -45,10 +48,6 @@ impl PgInbox {
         );
         Self { pool, table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
     }
-}
-
-fn column<T: Clone>(events: &[InboxEvent], f: impl Fn(&InboxEvent) -> T) -> Vec<T> {
-    events.iter().map(f).collect()
 }
 
 impl PgInbox {
@@ -90,22 +89,25 @@ impl InboxStore for PgInbox {
         let mut inserted = HashSet::new();
         if !events.is_empty() {
             let insert = tx.prepare_cached(&self.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
+            // Borrowed, not cloned: a payload is copied once, into the message to the server.
+            let text = |f: fn(&InboxEvent) -> &str| events.iter().map(f).collect::<Vec<&str>>();
+            let maybe = |f: fn(&InboxEvent) -> Option<&str>| events.iter().map(f).collect::<Vec<Option<&str>>>();
             let rows = tx
                 .query(
                     &insert,
                     &[
                         &consumer,
-                        &column(events, |e| e.event_id.clone()),
-                        &column(events, |e| e.event_type.clone()),
-                        &column(events, |e| e.owner.clone()),
-                        &column(events, |e| e.aggregate_type.clone()),
-                        &column(events, |e| e.aggregate_id.clone()),
-                        &column(events, |e| e.payload.clone()),
-                        &column(events, |e| e.headers.clone()),
-                        &column(events, |e| e.content_hash.clone()),
-                        &column(events, |e| e.stream.clone()),
-                        &column(events, |e| e.entry_id.clone()),
-                        &column(events, |e| if e.ignored { "IGNORED" } else { "PENDING" }.to_owned()),
+                        &text(|e| &e.event_id),
+                        &text(|e| &e.event_type),
+                        &maybe(|e| e.owner.as_deref()),
+                        &maybe(|e| e.aggregate_type.as_deref()),
+                        &maybe(|e| e.aggregate_id.as_deref()),
+                        &text(|e| e.payload.as_str()),
+                        &text(|e| e.headers.as_str()),
+                        &text(|e| &e.content_hash),
+                        &text(|e| &e.stream),
+                        &text(|e| &e.entry_id),
+                        &text(|e| if e.ignored { "IGNORED" } else { "PENDING" }),
                     ],
                 )
                 .await
@@ -158,6 +160,12 @@ impl InboxStore for PgInbox {
             .map_err(|e| query_error("record poison entries", e))?;
         }
         tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
+        // A connection that carried a large batch keeps buffers of that size for its whole life:
+        // close it rather than pool it, so the memory goes back.
+        let carried: usize = events.iter().map(|e| e.payload.as_bytes().len()).sum();
+        if carried > LARGE_BATCH_BYTES {
+            drop(deadpool_postgres::Object::take(client));
+        }
         Ok(outcomes)
     }
 

@@ -15,8 +15,10 @@ use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::statements::{STATS_COLUMNS, StatementKind};
-use crate::store::{ClaimedRow, Delivered, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult};
+use crate::store::statements::{self, StatementKind};
+use crate::store::{
+    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult,
+};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
 #[derive(Debug, Clone)]
@@ -62,14 +64,7 @@ impl PgOutbox {
                     continue;
                 }
             };
-            let needed = match kind {
-                StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
-                StatementKind::Delete => relay.settle == SettleMode::Delete,
-                // The default stats read the reference schema; a replaced claim implies another table.
-                StatementKind::Stats => relay.sql.stats.is_some() || relay.sql.claim.is_none(),
-                StatementKind::Purge => relay.retention.is_some(),
-                _ => true,
-            };
+            let needed = crate::store::statements::needed(kind, relay);
             if !needed {
                 continue;
             }
@@ -95,12 +90,9 @@ impl PgOutbox {
                         }
                         columns = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
                     }
-                    if kind == StatementKind::Stats {
-                        let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
-                        let missing: Vec<&str> = STATS_COLUMNS.iter().copied().filter(|c| !names.contains(c)).collect();
-                        if !missing.is_empty() {
-                            errors.push(format!("{context}: result lacks required column(s): {}", missing.join(", ")));
-                        }
+                    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+                    if let Some(missing) = statements::missing_result_columns(kind, &names) {
+                        errors.push(format!("{context}: {missing}"));
                     }
                     statements.insert(kind, Prepared { kind, sql: named.sql, names: named.names });
                 }
@@ -191,6 +183,43 @@ impl OutboxStore for PgOutbox {
 
     async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
         self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
+    }
+
+    async fn delivered_since(&self, age: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
+        let Some(prepared) = self.statements.get(&StatementKind::DeliveredSince) else { return Ok(None) };
+        let client = self.pool.get().await.map_err(|e| pool_error("delivered_since", e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("delivered_since", e))?;
+        let bind = bindings::delivered_since(age);
+        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let rows = client.query(&stmt, &refs).await.map_err(|e| query_error("delivered_since", e))?;
+        let text = |row: &Row, name: &str| -> StoreResult<String> {
+            let cell: Option<Cell> = row.try_get(name).map_err(|e| StoreError::Contract(e.to_string()))?;
+            cell.map(|c| c.0).ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is NULL")))
+        };
+        let rows = rows
+            .iter()
+            .map(|r| {
+                Ok(DeliveredRow { id: text(r, "id")?, stream: text(r, "stream")?, entry_id: text(r, "entry_id")? })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(Some(rows))
+    }
+
+    /// In a transaction marked as a re-drive, which the reference schema's settled-row guard
+    /// lets through.
+    async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {
+        let Some(prepared) = self.statements.get(&StatementKind::Redrive) else { return Ok(0) };
+        let mut client = self.pool.get().await.map_err(|e| pool_error("redrive", e))?;
+        let tx = client.transaction().await.map_err(|e| query_error("redrive", e))?;
+        tx.batch_execute("SET LOCAL handoff.redrive = 'on'").await.map_err(|e| query_error("redrive", e))?;
+        let stmt = tx.prepare_cached(&prepared.sql).await.map_err(|e| query_error("redrive", e))?;
+        let bind = bindings::redrive(rows);
+        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        let moved = tx.execute(&stmt, &refs).await.map_err(|e| query_error("redrive", e))?;
+        tx.commit().await.map_err(|e| query_error("redrive", e))?;
+        Ok(moved)
     }
 
     async fn stats(&self) -> StoreResult<Option<OutboxStats>> {

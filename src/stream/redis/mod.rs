@@ -4,14 +4,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
 use fred::types::config::{TlsConfig, TlsConnector, TlsHostMapping};
-use fred::types::streams::{XCap, XCapKind, XCapTrim};
+use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::{AppendOptions, AppendOutcome, Entry, EventStream, Trim, Unavailable};
+use super::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Trim, Unavailable};
 use crate::config::{RedisConfig, TlsMode};
 
 #[derive(Clone)]
 pub struct RedisStream {
     client: Client,
+    command_timeout: std::time::Duration,
     /// SHA of the loaded append script; cleared when Redis forgets it (restart, failover).
     script_sha: std::sync::Arc<tokio::sync::Mutex<Option<String>>>,
 }
@@ -67,7 +68,34 @@ impl RedisStream {
             Ok(Err(e)) => Some(ConnectError::Unreachable(e.details().to_owned())),
             Err(_) => Some(ConnectError::Unreachable("no connection within redis.command_timeout".into())),
         };
-        Ok((Self { client, script_sha: Default::default() }, warning))
+        Ok((Self { client, command_timeout: config.command_timeout, script_sha: Default::default() }, warning))
+    }
+
+    /// The server's version (`redis_version` of `INFO server`: Valkey reports the Redis version
+    /// it is compatible with), e.g. `(7, 2)`.
+    pub async fn version(&self) -> Result<(u32, u32), Unavailable> {
+        let info = CustomCommand::new_static("INFO", ClusterHash::Random, false);
+        let reply: String =
+            self.client.custom(info, vec!["server"]).await.map_err(|e| Unavailable(e.details().to_owned()))?;
+        let version = reply.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or_default().trim();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        Ok((parts.next().unwrap_or(0), parts.next().unwrap_or(0)))
+    }
+
+    /// A WAITAOF gate on a server that has no WAITAOF (Redis < 7.2) is refused, naming the key
+    /// (the inner error); an unreachable server says nothing either way (the outer one).
+    pub async fn check_gate(&self, relay: &crate::config::RelayConfig) -> Result<Result<(), String>, Unavailable> {
+        if !relay.durability.as_ref().is_some_and(|d| d.aof) {
+            return Ok(Ok(()));
+        }
+        let (major, minor) = self.version().await?;
+        if (major, minor) < (7, 2) {
+            return Ok(Err(format!(
+                "relay `{}` durability.aof needs WAITAOF (Redis 7.2 or later); this server reports {major}.{minor}",
+                relay.name
+            )));
+        }
+        Ok(Ok(()))
     }
 
     /// The underlying client, for components that need more than appends (bridge, trimming).
@@ -89,7 +117,7 @@ impl EventStream for RedisStream {
         if options.dedupe.is_some() || entries.iter().any(|e| e.run.is_some()) {
             return self.append_scripted(entries, options).await;
         }
-        self.append_plain(entries, options.trim).await
+        self.append_plain(entries, options).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
@@ -99,28 +127,67 @@ impl EventStream for RedisStream {
     async fn trim_acknowledged(&self, stream: &str) -> Result<u64, Unavailable> {
         self.trim_below_acknowledged(stream).await
     }
+
+    async fn acknowledged_floor(&self, stream: &str) -> Result<Option<EntryId>, Unavailable> {
+        self.floor(stream).await.map_err(|e| Unavailable(e.details().to_owned()))
+    }
+
+    async fn servers(&self) -> Result<Vec<ServerId>, Unavailable> {
+        self.server_ids().await
+    }
+
+    async fn stream_state(&self, stream: &str) -> Result<StreamState, Unavailable> {
+        self.state_of(stream).await
+    }
+
+    async fn entries_exist(&self, stream: &str, entry_ids: &[String]) -> Result<Vec<bool>, Unavailable> {
+        self.exist(stream, entry_ids).await
+    }
+
+    async fn reconnected(&self) {
+        let mut events = self.client.reconnect_rx();
+        let _ = events.recv().await;
+    }
 }
 
 impl RedisStream {
     /// One pipelined XADD per entry: the fast path when nothing needs a script.
-    async fn append_plain(&self, entries: &[Entry], trim: Option<Trim>) -> Vec<AppendOutcome> {
-        let results: Vec<Result<String, Error>> = if self.client.is_clustered() {
-            // A pipeline goes to one node; across slots, concurrent commands (which the client
-            // pipelines per node by itself) reach each entry's node.
-            let calls =
-                entries.iter().map(|e| self.client.xadd(e.stream.as_str(), false, cap(trim), "*", e.fields.clone()));
-            futures_util::future::join_all(calls).await
-        } else {
-            let pipeline = self.client.pipeline();
-            for entry in entries {
-                // Queuing only buffers the command locally; errors arrive with the results.
-                let _: Result<(), _> =
-                    pipeline.xadd(entry.stream.as_str(), false, cap(trim), "*", entry.fields.clone()).await;
-            }
-            pipeline.try_all().await
-        };
-        outcomes(results, entries.len(), outcome)
+    async fn append_plain(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
+        let calls = entries
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| durable::Call {
+                range: i..i + 1,
+                command: CustomCommand::new_static("XADD", ClusterHash::FirstKey, false),
+                args: xadd_args(entry, options.trim),
+                slot: durable::slot(&entry.stream),
+            })
+            .collect();
+        match self.send(calls, options.durability).await {
+            Err(why) => vec![AppendOutcome::Unavailable(why); entries.len()],
+            Ok(sent) => sent
+                .into_iter()
+                .map(|s| durable::gated(outcome(s.reply.map(|v| v.as_string().unwrap_or_default())), &s.gate))
+                .collect(),
+        }
     }
+}
+
+/// `XADD key [MAXLEN|MINID ~ n] * field value …`, the fields as shared bytes.
+fn xadd_args(entry: &Entry, trim: Option<Trim>) -> Vec<Value> {
+    let mut args: Vec<Value> = Vec::with_capacity(5 + entry.fields.len() * 2);
+    args.push(entry.stream.as_str().into());
+    match trim {
+        None => {}
+        Some(Trim::MaxLen(n)) => args.extend(["MAXLEN".into(), "~".into(), Value::Integer(n as i64)]),
+        Some(Trim::MinAge(age)) => args.extend(["MINID".into(), "~".into(), min_id(age).into()]),
+    }
+    args.push("*".into());
+    for (name, value) in &entry.fields {
+        args.push(Value::Bytes(name.clone()));
+        args.push(Value::Bytes(value.clone()));
+    }
+    args
 }
 
 /// `rediss://…` → `redis://…` (likewise `-cluster`, `-sentinel`, and fred's `valkeys`).
@@ -135,38 +202,16 @@ fn plain_scheme(url: &str) -> String {
     }
 }
 
-/// One outcome per command. A pipeline that failed as a whole answers with a single error: then
-/// no command can be trusted to have failed for its own reasons, and all count as unavailable.
-pub(super) fn outcomes<T>(
-    results: Vec<Result<T, Error>>,
-    expected: usize,
-    each: impl Fn(Result<T, Error>) -> AppendOutcome,
-) -> Vec<AppendOutcome> {
-    if results.len() == expected {
-        return results.into_iter().map(each).collect();
-    }
-    let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
-    vec![AppendOutcome::Unavailable(why.unwrap_or_else(|| "no reply from redis".into())); expected]
-}
-
 /// The MINID for `min_age` trimming, by the relay's clock.
 pub(super) fn min_id(age: std::time::Duration) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     format!("{}-0", now.saturating_sub(age).as_millis())
 }
 
-fn cap(trim: Option<Trim>) -> XCap {
-    match trim {
-        None => XCap::from(None::<()>),
-        Some(Trim::MaxLen(n)) => XCap::try_from((XCapKind::MaxLen, XCapTrim::AlmostExact, n as i64))
-            .unwrap_or_else(|_| XCap::from(None::<()>)),
-        Some(Trim::MinAge(age)) => XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, min_id(age)))
-            .unwrap_or_else(|_| XCap::from(None::<()>)),
-    }
-}
-
+mod durable;
+mod loss;
 mod scripted;
-mod trim;
+pub mod trim;
 
 /// Server replies that mean the broker, not the entry, is the problem.
 const OUTAGE_REPLIES: &[&str] = &[

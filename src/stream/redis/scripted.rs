@@ -6,7 +6,7 @@ use std::ops::Range;
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::{RedisStream, min_id, reply_outcome};
+use super::{RedisStream, durable, min_id, reply_outcome};
 use crate::stream::script::{self, marker_key};
 use crate::stream::{AppendOptions, AppendOutcome, Entry, Trim};
 
@@ -18,61 +18,53 @@ impl RedisStream {
                 return vec![AppendOutcome::Unavailable(format!("loading the append script: {e}")); entries.len()];
             }
         };
-        let calls = runs(entries);
         let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
-        let mut sent: Vec<Range<usize>> = Vec::new();
-        let mut commands: Vec<Vec<Value>> = Vec::new();
-        for range in calls {
+        let mut calls = Vec::new();
+        for range in runs(entries) {
             match call_args(&entries[range.clone()], options) {
                 Ok((keys, args)) => {
                     let mut call: Vec<Value> = vec![sha.as_str().into(), (keys.len() as i64).into()];
                     call.extend(keys.into_iter().map(Value::from));
                     call.extend(args);
-                    commands.push(call);
-                    sent.push(range);
+                    // EVALSHA sha numkeys key…: routed by the first key (the stream).
+                    let command = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
+                    let slot = durable::slot(&entries[range.start].stream);
+                    calls.push(durable::Call { range, command, args: call, slot });
                 }
                 Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.clone()))),
             }
         }
-        let replies = self.send(commands).await;
-        let whole = replies.len() == sent.len();
+        let ranges: Vec<Range<usize>> = calls.iter().map(|c| c.range.clone()).collect();
+        let sent = match self.send(calls, options.durability).await {
+            Ok(sent) => sent,
+            Err(why) => {
+                for range in ranges {
+                    range.for_each(|i| outcomes[i] = Some(AppendOutcome::Unavailable(why.clone())));
+                }
+                return outcomes
+                    .into_iter()
+                    .map(|o| o.unwrap_or(AppendOutcome::Unavailable("not sent".into())))
+                    .collect();
+            }
+        };
         let mut forgotten = false;
-        for (n, range) in sent.iter().enumerate() {
-            let results = match replies.get(n).filter(|_| whole) {
-                None => vec![AppendOutcome::Unavailable("no reply from redis".into()); range.len()],
-                Some(Ok(value)) => parse_reply(value.clone(), range.len()),
-                Some(Err(e)) if e.details().starts_with("NOSCRIPT") => {
+        for (range, sent) in ranges.into_iter().zip(sent) {
+            let results = match sent.reply {
+                Ok(value) => parse_reply(value, range.len()),
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
                     forgotten = true;
                     vec![AppendOutcome::Unavailable("redis forgot the append script; reloading".into()); range.len()]
                 }
-                Some(Err(e)) => vec![super::outcome(Err(e.clone())); range.len()],
+                Err(e) => vec![super::outcome(Err(e)); range.len()],
             };
-            for (i, outcome) in range.clone().zip(results) {
-                outcomes[i] = Some(outcome);
+            for (i, outcome) in range.zip(results) {
+                outcomes[i] = Some(durable::gated(outcome, &sent.gate));
             }
         }
         if forgotten {
             *self.script_sha.lock().await = None;
         }
         outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Unavailable("not sent".into()))).collect()
-    }
-
-    /// EVALSHA calls, pipelined to one server, or concurrent across a cluster's nodes.
-    async fn send(&self, commands: Vec<Vec<Value>>) -> Vec<Result<Value, Error>> {
-        // EVALSHA sha numkeys key…: route by the first key (the stream).
-        let evalsha = || CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
-        if commands.is_empty() {
-            return Vec::new();
-        }
-        if self.client.is_clustered() {
-            let calls = commands.into_iter().map(|args| self.client.custom::<Value, Value>(evalsha(), args));
-            return futures_util::future::join_all(calls).await;
-        }
-        let pipeline = self.client.pipeline();
-        for args in commands {
-            let _: Result<(), _> = pipeline.custom(evalsha(), args).await;
-        }
-        pipeline.try_all().await
     }
 
     /// The script's SHA, loading it (on every primary, in cluster mode) the first time.

@@ -41,9 +41,27 @@ pub fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> 
 impl RedisStream {
     pub(super) async fn trim_below_acknowledged(&self, stream: &str) -> Result<u64, Unavailable> {
         let fail = |e: Error| Unavailable(e.details().to_owned());
+        // No group has read anything yet: nobody vouches for any entry.
+        let Some(floor) = self.floor(stream).await.map_err(fail)? else { return Ok(0) };
+        let xtrim = CustomCommand::new_static("XTRIM", ClusterHash::FirstKey, false);
+        let removed: Value = self
+            .client
+            .custom(xtrim, vec![stream.to_owned(), "MINID".into(), "~".into(), floor.to_string()])
+            .await
+            .map_err(fail)?;
+        Ok(removed.as_u64().unwrap_or(0))
+    }
+
+    /// The oldest entry any group of `stream` still needs; `None` when it has no groups (or
+    /// does not exist).
+    pub(super) async fn floor(&self, stream: &str) -> Result<Option<EntryId>, Error> {
         let xinfo = CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false);
-        let groups: Value = self.client.custom(xinfo, vec!["GROUPS", stream]).await.map_err(fail)?;
-        let Value::Array(groups) = groups else { return Ok(0) };
+        let groups: Value = match self.client.custom(xinfo, vec!["GROUPS", stream]).await {
+            Ok(groups) => groups,
+            Err(e) if e.details().contains("no such key") => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Value::Array(groups) = groups else { return Ok(None) };
         let mut floor: Option<EntryId> = None;
         for group in groups {
             let fields = pairs(group);
@@ -53,19 +71,11 @@ impl RedisStream {
             };
             let Some(last) = EntryId::parse(&last) else { continue };
             let pending = get("pending").and_then(|v| v.as_u64()).unwrap_or(0);
-            let lowest = if pending > 0 { self.lowest_pending(stream, &name).await.map_err(fail)? } else { None };
+            let lowest = if pending > 0 { self.lowest_pending(stream, &name).await? } else { None };
             let group_floor = group_floor(last, lowest);
             floor = Some(floor.map_or(group_floor, |f| f.min(group_floor)));
         }
-        // No group has read anything yet: nobody vouches for any entry.
-        let Some(floor) = floor else { return Ok(0) };
-        let xtrim = CustomCommand::new_static("XTRIM", ClusterHash::FirstKey, false);
-        let removed: Value = self
-            .client
-            .custom(xtrim, vec![stream.to_owned(), "MINID".into(), "~".into(), floor.to_string()])
-            .await
-            .map_err(fail)?;
-        Ok(removed.as_u64().unwrap_or(0))
+        Ok(floor)
     }
 
     async fn lowest_pending(&self, stream: &str, group: &str) -> Result<Option<EntryId>, Error> {
@@ -76,7 +86,7 @@ impl RedisStream {
     }
 }
 
-fn pairs(value: Value) -> Vec<(String, Value)> {
+pub(super) fn pairs(value: Value) -> Vec<(String, Value)> {
     match value {
         Value::Array(flat) => flat.chunks(2).filter_map(|p| Some((text(p[0].clone())?, p.get(1)?.clone()))).collect(),
         Value::Map(map) => map.inner().into_iter().filter_map(|(k, v)| Some((k.as_str()?.to_string(), v))).collect(),

@@ -28,6 +28,10 @@ pub struct RelayMetrics {
     in_flight_rows: IntGaugeVec,
     source_up: IntGaugeVec,
     stream_up: IntGaugeVec,
+    gate_misses: IntCounterVec,
+    loss_events: IntCounterVec,
+    lost_entries: IntCounterVec,
+    redriven: IntCounterVec,
 }
 
 /// Why a row turned DEAD.
@@ -116,6 +120,26 @@ impl RelayMetrics {
             in_flight_rows: r.gauge("handoff_relay_in_flight_rows", "Rows claimed under a lease (sampled).", &["relay"])?,
             source_up: r.gauge("handoff_relay_source_up", "1 when the relay's last database statement succeeded.", &["relay"])?,
             stream_up: r.gauge("handoff_relay_stream_up", "1 when the relay's last append or ping reached the broker.", &["relay"])?,
+            gate_misses: r.counter(
+                "handoff_relay_durability_gate_misses_total",
+                "Batches whose appends the broker did not confirm durable in time (rows released, appended again later).",
+                &["relay"],
+            )?,
+            loss_events: r.counter(
+                "handoff_relay_broker_loss_events_total",
+                "Verifications that found entries the broker had acknowledged missing from a stream.",
+                &["relay"],
+            )?,
+            lost_entries: r.counter(
+                "handoff_relay_broker_lost_entries_total",
+                "Entries of delivered rows found missing from their stream (lost by the broker, not trimmed).",
+                &["relay"],
+            )?,
+            redriven: r.counter(
+                "handoff_relay_broker_redriven_total",
+                "Delivered rows moved back to PENDING because the broker lost their entries.",
+                &["relay"],
+            )?,
         })
     }
 
@@ -149,6 +173,10 @@ impl RelayMetrics {
             in_flight_rows: self.in_flight_rows.with_label_values(l),
             source_up: self.source_up.with_label_values(l),
             stream_up: self.stream_up.with_label_values(l),
+            gate_misses: self.gate_misses.with_label_values(l),
+            loss_events: self.loss_events.with_label_values(l),
+            lost_entries: self.lost_entries.with_label_values(l),
+            redriven: self.redriven.with_label_values(l),
         }
     }
 }
@@ -175,6 +203,10 @@ pub struct RelayHandles {
     pub in_flight_rows: IntGauge,
     pub source_up: IntGauge,
     pub stream_up: IntGauge,
+    pub gate_misses: IntCounter,
+    pub loss_events: IntCounter,
+    pub lost_entries: IntCounter,
+    pub redriven: IntCounter,
 }
 
 impl RelayHandles {

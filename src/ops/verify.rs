@@ -1,0 +1,62 @@
+//! `handoff verify`: looks up the entries of a window of delivered rows in their streams, as the
+//! relay does by itself after signs of broker data loss, and reports per stream what is there,
+//! what was trimmed (older than the stream's first entry: not a loss) and what is missing;
+//! `--repair` moves the rows of missing entries back to PENDING so the relay appends them again.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::{Config, RelayConfig};
+use crate::relay::loss::{self, StreamReport};
+use crate::store::database::Database;
+use crate::store::mysql::MyOutbox;
+use crate::store::postgres::PgOutbox;
+use crate::store::{OutboxStore, PrepareError};
+use crate::stream::redis::RedisStream;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RelayReport {
+    pub relay: String,
+    pub streams: Vec<StreamReport>,
+    /// Why nothing could be checked, if so.
+    pub note: Option<String>,
+}
+
+pub async fn run(
+    config: &Config,
+    relay: Option<&str>,
+    since: Duration,
+    repair: bool,
+) -> Result<Vec<RelayReport>, String> {
+    let relays: Vec<&RelayConfig> = config.relays.iter().filter(|r| relay.is_none_or(|n| n == r.name)).collect();
+    if relays.is_empty() {
+        return Err("no relay in the config matches".into());
+    }
+    let db = Database::connect(&config.database, "handoff-verify").map_err(|e| format!("{e:#}"))?;
+    let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for relay in relays {
+        let found = match &db {
+            Database::Postgres(pool) => {
+                check(PgOutbox::prepare(pool.clone(), relay).await, &stream, since, repair).await
+            }
+            Database::Mysql(pool) => check(MyOutbox::prepare(pool.clone(), relay).await, &stream, since, repair).await,
+        }?;
+        let note = found.is_none().then(|| {
+            "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()
+        });
+        reports.push(RelayReport { relay: relay.name.clone(), streams: found.unwrap_or_default(), note });
+    }
+    Ok(reports)
+}
+
+async fn check<S: OutboxStore>(
+    prepared: Result<S, PrepareError>,
+    stream: &RedisStream,
+    since: Duration,
+    repair: bool,
+) -> Result<Option<Vec<StreamReport>>, String> {
+    let store = prepared.map_err(|e| e.to_string())?;
+    loss::verify(&store, stream, since, repair).await
+}
