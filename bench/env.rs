@@ -20,7 +20,9 @@ pub struct BenchEnv {
 
 impl BenchEnv {
     pub async fn new(base_url: &str, redis_url: &str, binary: PathBuf, dir: PathBuf) -> anyhow::Result<Self> {
-        let schema = format!("bench_{}", std::process::id());
+        static ENVIRONMENTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let made = ENVIRONMENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let schema = format!("bench_{}_{made}", std::process::id());
         let (admin, conn) = tokio_postgres::connect(base_url, NoTls).await?;
         tokio::spawn(conn);
         admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).await?;
@@ -58,6 +60,13 @@ impl BenchEnv {
         for key in keys {
             let _: i64 = self.redis.del(key).await?;
         }
+        Ok(())
+    }
+
+    /// Removes the benchmark's schema (a second environment's, when the run made one).
+    pub async fn drop_schema(&self) -> anyhow::Result<()> {
+        self.reset().await?;
+        self.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)).await?;
         Ok(())
     }
 

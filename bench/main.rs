@@ -4,6 +4,7 @@
 //! Every figure is the median of `--repeat` runs; ratios compare figures from the same run of
 //! the benchmark on the same data, so machine noise cancels out as far as it can.
 
+mod broker;
 mod consumer;
 mod env;
 mod latency;
@@ -45,7 +46,7 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
-    /// Run only these parts: relay, baseline, dwell, bloat, consumer (default: all).
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -127,8 +128,11 @@ async fn main() -> anyhow::Result<()> {
         consumer_side(&env, &args, &mut report).await?;
     }
 
-    env.reset().await?;
-    env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
+    if args.wants("broker") {
+        broker_side(&args, &mut report).await?;
+    }
+
+    env.drop_schema().await?;
     print_table(&report.0);
     let json = serde_json::json!({ "machine": machine(), "events": n, "repeat": r, "figures": report.0 });
     let path = args.out.join("results.json");
@@ -198,6 +202,37 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
     }
     let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
     report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
+    Ok(())
+}
+
+/// The durability gate's cost and the bridge's memory on entries at `payload_max_bytes`, each on
+/// redis-servers of the benchmark's own.
+async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let (url, bin, dir) = (&args.database_url, &args.binary, &args.out);
+    let (plain, gated) = broker::gate_cost(url, bin, dir, args.events, args.repeat).await?;
+    let rate = |runs: &[relay::Run]| median(runs.iter().map(|x| x.rows_per_sec).collect());
+    let cpu =
+        |runs: &[relay::Run]| median(runs.iter().map(|x| x.cpu_seconds / args.events as f64 * 100_000.0).collect());
+    let (plain_rate, gated_rate) = (rate(&plain), rate(&gated));
+    report.add("gate", "relay, batch 500, primary + 1 replica, AOF everysec, no gate", plain_rate, "rows/s");
+    report.add("gate", "relay, batch 500, same servers, gate replicas = 1", gated_rate, "rows/s");
+    report.add("ratio", "gated / ungated", gated_rate / plain_rate * 100.0, "%");
+    report.add("gate", "relay CPU per 100k events, no gate", cpu(&plain), "s");
+    report.add("gate", "relay CPU per 100k events, gate replicas = 1", cpu(&gated), "s");
+    const MIB: usize = 1 << 20;
+    for batch_bytes in [8 * MIB, 32 * MIB, 64 * MIB] {
+        let peak = median(
+            repeat(args.repeat, || broker::bridge_large_entries(url, bin, dir, 200, 4 * MIB, batch_bytes)).await?,
+        );
+        let name = format!("bridge peak RSS, 200 entries of 4 MiB, batch_bytes {} MiB", batch_bytes / MIB);
+        report.add("memory", name, peak, "MiB");
+        report.add(
+            "memory",
+            format!("bound 64 MiB + 3 × batch_bytes ({} MiB)", batch_bytes / MIB),
+            (64 + 3 * batch_bytes / MIB) as f64,
+            "MiB",
+        );
+    }
     Ok(())
 }
 

@@ -157,7 +157,7 @@ fn spawn_bridge<S: InboxStore>(
     for source in &bridge.streams {
         let deps = BridgeDeps {
             store: store(),
-            client: stream.dedicated(),
+            stream: stream.clone(),
             metrics: metrics.for_stream(&bridge.name, &source.key),
             health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
             faults: shared.faults.clone(),

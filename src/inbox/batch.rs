@@ -208,7 +208,8 @@ impl<S: InboxStore> StreamBridge<S> {
         if poison.is_empty() {
             return true;
         }
-        let pipeline = self.deps.client.pipeline();
+        // Through the shared client: the dead-letter stream may live on another node than this one's.
+        let pipeline = self.deps.stream.client().pipeline();
         for p in poison {
             let fields: Vec<(&str, String)> = vec![
                 ("reason", p.reason.to_owned()),

@@ -36,6 +36,9 @@ impl From<Error> for GroupError {
 
 pub type GroupResult<T> = Result<T, GroupError>;
 
+/// The most entries the lag gauge counts itself when Redis cannot say (read after a failover).
+const LAG_COUNT_LIMIT: u64 = 10_000;
+
 /// An entry waiting in the group's pending list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
@@ -54,7 +57,8 @@ pub struct GroupInfo {
 }
 
 pub struct Group {
-    client: Client,
+    /// Replaced when the stream's node changes (cluster failover): see `StreamBridge::outage`.
+    client: std::sync::RwLock<Client>,
     pub key: String,
     pub group: String,
     pub consumer: String,
@@ -63,7 +67,21 @@ pub struct Group {
 
 impl Group {
     pub fn new(client: Client, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
+        let client = std::sync::RwLock::new(client);
         Self { client, key: key.into(), group: group.into(), consumer: consumer.into(), command_timeout }
+    }
+
+    /// The client the group's commands go through now.
+    pub fn client(&self) -> Client {
+        self.client.read().expect("group client lock").clone()
+    }
+
+    /// Uses `client` from now on (the stream moved to another node); the old one is closed.
+    pub fn replace_client(&self, client: Client) {
+        let old = std::mem::replace(&mut *self.client.write().expect("group client lock"), client);
+        tokio::spawn(async move {
+            let _ = old.quit().await;
+        });
     }
 
     /// XREADGROUP of one stream: `">"` for new entries (waiting up to `block`), `"0"` for this
@@ -80,13 +98,13 @@ impl Group {
         let command = CustomCommand::new_static("XREADGROUP", ClusterHash::Offset(key_at), block.is_some());
         let timeout = self.command_timeout + block.unwrap_or_default();
         let options = Options { timeout: Some(timeout), ..Default::default() };
-        let reply: Value = self.client.with_options(&options).custom(command, args).await?;
+        let reply: Value = self.client().with_options(&options).custom(command, args).await?;
         Ok(parse_read(reply))
     }
 
     /// Creates the group (and the stream) if missing, starting at `start`.
     pub async fn ensure(&self, start: &str) -> GroupResult<()> {
-        match self.client.xgroup_create::<Value, _, _, _>(self.key.as_str(), self.group.as_str(), start, true).await {
+        match self.client().xgroup_create::<Value, _, _, _>(self.key.as_str(), self.group.as_str(), start, true).await {
             Ok(_) => Ok(()),
             Err(e) if e.details().starts_with("BUSYGROUP") => Ok(()),
             Err(e) => Err(e.into()),
@@ -98,7 +116,7 @@ impl Group {
             return Ok(0);
         }
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        Ok(self.client.xack(self.key.as_str(), self.group.as_str(), ids).await?)
+        Ok(self.client().xack(self.key.as_str(), self.group.as_str(), ids).await?)
     }
 
     /// Pending entries idle at least `min_idle` between ids `from` and `to` (`-`/`+` for all),
@@ -121,7 +139,7 @@ impl Group {
         ];
         args.extend(consumer.map(Value::from));
         let reply: Value =
-            self.client.custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
+            self.client().custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
         let Value::Array(items) = reply else { return Ok(Vec::new()) };
         Ok(items.into_iter().filter_map(parse_pending).collect())
     }
@@ -139,24 +157,62 @@ impl Group {
         ];
         args.extend(ids.iter().map(|id| Value::from(id.as_str())));
         let reply: Value =
-            self.client.custom(CustomCommand::new_static("XCLAIM", ClusterHash::FirstKey, false), args).await?;
+            self.client().custom(CustomCommand::new_static("XCLAIM", ClusterHash::FirstKey, false), args).await?;
         Ok(parse_entries(reply))
     }
 
+    /// Pending count and lag. The lag is Redis's own (`entries-added` − `entries-read`) only
+    /// when the stream confirms there is something beyond the group's last-delivered id: a
+    /// replica promoted by a failover can hold a stale or undefined `entries-read`, which would
+    /// report a lag forever though every entry was read. Nothing beyond → 0; something beyond
+    /// and no usable figure → the entries beyond, counted (up to `LAG_COUNT_LIMIT`).
     pub async fn info(&self) -> GroupResult<GroupInfo> {
+        let (pending, redis_lag, last_delivered) = self.group_fields().await?;
+        let beyond = |count: u64| {
+            let args: Vec<Value> = vec![
+                self.key.as_str().into(),
+                format!("({last_delivered}").into(),
+                "+".into(),
+                "COUNT".into(),
+                Value::Integer(count as i64),
+            ];
+            async move {
+                let reply: Value = self
+                    .client()
+                    .custom(CustomCommand::new_static("XRANGE", ClusterHash::FirstKey, false), args)
+                    .await?;
+                GroupResult::Ok(match reply {
+                    Value::Array(items) => items.len() as u64,
+                    _ => 0,
+                })
+            }
+        };
+        let lag = match beyond(1).await? {
+            0 => 0,
+            _ => match redis_lag {
+                Some(lag) if lag > 0 => lag,
+                _ => beyond(LAG_COUNT_LIMIT).await?,
+            },
+        };
+        Ok(GroupInfo { pending, lag: Some(lag) })
+    }
+
+    /// `pending`, `lag` and `last-delivered-id` of this group in `XINFO GROUPS`.
+    async fn group_fields(&self) -> GroupResult<(u64, Option<u64>, String)> {
         let reply: Value = self
-            .client
+            .client()
             .custom(
                 CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false),
                 vec!["GROUPS", self.key.as_str()],
             )
             .await?;
-        let Value::Array(groups) = reply else { return Ok(GroupInfo::default()) };
+        let Value::Array(groups) = reply else { return Ok((0, Some(0), "0-0".into())) };
         for group in groups {
             let fields = pairs(group);
             if fields.iter().any(|(k, v)| k == "name" && text(v.clone()).as_deref() == Some(self.group.as_str())) {
                 let number = |name: &str| fields.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.as_u64());
-                return Ok(GroupInfo { pending: number("pending").unwrap_or(0), lag: number("lag") });
+                let last = fields.iter().find(|(k, _)| k == "last-delivered-id").and_then(|(_, v)| text(v.clone()));
+                return Ok((number("pending").unwrap_or(0), number("lag"), last.unwrap_or_else(|| "0-0".into())));
             }
         }
         Err(GroupError::NoGroup(format!("group {} not on {}", self.group, self.key)))
@@ -167,7 +223,7 @@ impl Group {
         let args: Vec<Value> =
             vec![self.key.as_str().into(), self.group.as_str().into(), "-".into(), "+".into(), Value::Integer(1)];
         let reply: Value =
-            self.client.custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
+            self.client().custom(CustomCommand::new_static("XPENDING", ClusterHash::FirstKey, false), args).await?;
         let Value::Array(items) = reply else { return Ok(None) };
         Ok(items.into_iter().filter_map(parse_pending).next().map(|p| p.idle))
     }
@@ -175,7 +231,7 @@ impl Group {
     /// Consumers other than this one, idle longer than `older_than` with nothing pending.
     pub async fn idle_consumers(&self, older_than: Duration) -> GroupResult<Vec<String>> {
         let reply: Value = self
-            .client
+            .client()
             .custom(
                 CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false),
                 vec!["CONSUMERS", self.key.as_str(), self.group.as_str()],
@@ -196,7 +252,7 @@ impl Group {
     }
 
     pub async fn delete_consumer(&self, name: &str) -> GroupResult<()> {
-        let _: Value = self.client.xgroup_delconsumer(self.key.as_str(), self.group.as_str(), name).await?;
+        let _: Value = self.client().xgroup_delconsumer(self.key.as_str(), self.group.as_str(), name).await?;
         Ok(())
     }
 }

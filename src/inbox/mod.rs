@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, trace, warn};
 
@@ -23,6 +22,7 @@ use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::relay::Retrier;
 use crate::store::inbox::InboxStore;
+use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
@@ -32,8 +32,9 @@ use validate::Validator;
 
 pub struct BridgeDeps<S> {
     pub store: S,
-    /// A dedicated client for this stream (its reads block).
-    pub client: Client,
+    /// The broker: this stream gets a dedicated client of it (its reads block), and a new one
+    /// when the stream moves to another node.
+    pub stream: RedisStream,
     pub metrics: BridgeHandles,
     pub health: Arc<Component>,
     pub faults: Faults,
@@ -59,7 +60,8 @@ impl<S: InboxStore> StreamBridge<S> {
         consumer_name: &str,
         deps: BridgeDeps<S>,
     ) -> Self {
-        let group = Group::new(deps.client.clone(), &source.key, config.group(), consumer_name, deps.command_timeout);
+        let client = deps.stream.dedicated(&source.key);
+        let group = Group::new(client, &source.key, config.group(), consumer_name, deps.command_timeout);
         Self { config, source, validator, group, deps }
     }
 
@@ -147,6 +149,11 @@ impl<S: InboxStore> StreamBridge<S> {
         self.deps.health.set_stream_ok(false);
         if let Some(suppressed) = errors.allow() {
             warn!(bridge = %self.config.name, stream = %self.source.key, %error, suppressed, "stream read failed; backing off");
+        }
+        // A cluster failover moves the stream to the promoted replica: follow it.
+        if let Some(client) = self.deps.stream.reroute(&self.source.key, &self.group.client()).await {
+            info!(bridge = %self.config.name, stream = %self.source.key, "the stream's node changed; reading from its new primary");
+            self.group.replace_client(client);
         }
         tokio::select! {
             _ = tokio::time::sleep(outage.failed()) => {}

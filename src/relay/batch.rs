@@ -21,8 +21,11 @@ use crate::telemetry::metrics::{DeadReason, FailureReason};
 
 /// What the loop needs to know about a finished turn.
 pub(super) struct Turn {
-    /// The broker was unreachable for some rows (they were released).
+    /// The broker was unreachable for every row that went to it (they were released).
     pub stream_outage: bool,
+    /// Part of the broker was unreachable (a cluster shard failing over): its rows were
+    /// released, the rest delivered.
+    pub partial_outage: bool,
     /// The durability gate was not met for some rows (they were released).
     pub gate_missed: bool,
 }
@@ -81,7 +84,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             self.deps.faults.reach(Point::AfterAppend).await;
             outcomes
         };
-        let mut turn = Turn { stream_outage: false, gate_missed: false };
+        let mut turn = Turn { stream_outage: false, partial_outage: false, gate_missed: false };
         let prepared = started.elapsed();
         match self.under_lease(claimant, &keys, append).await {
             Some(outcomes) => {
@@ -119,16 +122,19 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     ) -> Turn {
         let metrics = &self.deps.metrics;
         let mut outage = false;
+        let mut progress = false;
         let mut gate_missed = false;
         let elapsed = started.elapsed();
         for ((row, entry), outcome) in sendable.iter().zip(entries).zip(outcomes) {
             match outcome {
                 AppendOutcome::Appended(entry_id) => {
+                    progress = true;
                     metrics.dwell.observe((row.age + elapsed).as_secs_f64());
                     settlement.delivered.push(Delivered { row: row.key(), entry_id, stream: entry.stream.clone() });
                 }
                 // Appended before (a crash between append and settle): settle with that entry.
                 AppendOutcome::Duplicate(entry_id) => {
+                    progress = true;
                     metrics.dedupe_hits.inc();
                     settlement.delivered.push(Delivered { row: row.key(), entry_id, stream: entry.stream.clone() });
                 }
@@ -150,8 +156,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                     }
                 }
                 AppendOutcome::Unavailable(error) => {
-                    if !outage {
-                        warn!(error = %error, "stream unavailable; releasing rows without counting an attempt");
+                    if !outage && let Some(suppressed) = self.unavailable_log.lock().expect("log throttle").allow() {
+                        warn!(error = %error, suppressed, "stream unavailable; releasing rows without counting an attempt");
                     }
                     outage = true;
                     metrics.failed(FailureReason::Unavailable, 1);
@@ -171,11 +177,12 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         if outage {
             // Perhaps a restart or failover that lost appends: the loss watch verifies.
             self.loss.suspect();
-        } else {
+        }
+        if !outage || progress {
             self.stream_health(true);
         }
         self.loss.appended(entries.iter().map(|entry| entry.stream.as_str()));
-        Turn { stream_outage: outage, gate_missed }
+        Turn { stream_outage: outage && !progress, partial_outage: outage && progress, gate_missed }
     }
 
     /// Writes every decision, retrying through database outages until the drain time after a

@@ -56,6 +56,9 @@ pub struct Relay<S, P> {
     deps: RelayDeps<S, P>,
     /// Streams this relay appended to (for broker-loss checks and acknowledged trimming).
     loss: loss::LossWatch,
+    /// "Stream unavailable" warnings: a shard failing over fails part of every batch for
+    /// seconds while the loop goes on, so they are throttled across batches.
+    unavailable_log: std::sync::Mutex<Throttle>,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -75,7 +78,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let durability =
             config.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
         let options = AppendOptions { trim, dedupe, durability };
-        Ok(Self { config, entries, options, deps, loss: Default::default() })
+        let unavailable_log = std::sync::Mutex::new(Throttle::new(Duration::from_secs(10)));
+        Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log })
     }
 
     pub fn name(&self) -> &str {
@@ -129,7 +133,9 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 sleep_or_shutdown(outage.failed(), &shutdown).await;
             } else {
                 outage.succeeded();
-                if !again_now {
+                // After a partial outage the released rows are due again at once: a poll
+                // interval between tries keeps a failing shard from spinning the loop.
+                if !again_now || turn.partial_outage {
                     self.idle(&shutdown).await;
                 }
             }

@@ -25,6 +25,28 @@ pub const INBOX_COLUMNS: &[&str] = &[
 pub const POISON_COLUMNS: &[&str] =
     &["consumer", "stream", "stream_entry_id", "event_id", "reason", "detail", "fields"];
 
+/// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
+/// (an event larger than that is a run of its own). A statement carrying a run is then never
+/// much larger than `max_bytes`, however large the batch: the client library copies a
+/// statement's parameters into its send buffer, so one statement for a batch of large
+/// payloads would cost the batch's size twice more in memory.
+pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEvent]> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, event) in events.iter().enumerate() {
+        let size = event.payload.as_bytes().len();
+        if i > start && bytes + size > max_bytes {
+            runs.push(&events[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < events.len() {
+        runs.push(&events[start..]);
+    }
+    runs
+}
+
 /// What a table lacks of `required`, as a message naming the table and the columns; `None`
 /// when nothing is missing. `present` is `None` when the table does not exist.
 pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {
@@ -259,4 +281,37 @@ pub trait WorkerStore: Send + Sync + 'static {
 
     /// Retention: deletes up to `batch` PROCESSED / IGNORED rows older than `age`; returns how many.
     fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(size: usize) -> InboxEvent {
+        InboxEvent {
+            event_id: "e".into(),
+            event_type: "t".into(),
+            owner: None,
+            aggregate_type: None,
+            aggregate_id: None,
+            payload: Text::new(bytes::Bytes::from("x".repeat(size))).unwrap(),
+            headers: Text::from_static("{}"),
+            content_hash: String::new(),
+            stream: "s".into(),
+            entry_id: "0-1".into(),
+            ignored: false,
+        }
+    }
+
+    #[test]
+    fn runs_keep_every_event_in_order_and_stay_under_the_limit_unless_one_event_is_larger() {
+        let sizes = [10, 20, 30, 100, 5, 5, 200, 1];
+        let events: Vec<InboxEvent> = sizes.iter().map(|&s| event(s)).collect();
+        let runs = runs_by_payload(&events, 50);
+        let lens: Vec<Vec<usize>> =
+            runs.iter().map(|r| r.iter().map(|e| e.payload.as_bytes().len()).collect()).collect();
+        assert_eq!(lens, [vec![10, 20], vec![30], vec![100], vec![5, 5], vec![200], vec![1]]);
+        assert_eq!(runs_by_payload(&events, 1 << 20).len(), 1);
+        assert!(runs_by_payload(&[], 50).is_empty());
+    }
 }

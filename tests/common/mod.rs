@@ -11,6 +11,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod tls_servers;
 

@@ -64,7 +64,7 @@ impl Handoff {
             .args(&args)
             .arg("--config")
             .arg(&config_path)
-            .env("RUST_LOG", "info,handoff=debug")
+            .env("RUST_LOG", std::env::var("HANDOFF_TEST_LOG").unwrap_or_else(|_| "info,handoff=debug".into()))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file);

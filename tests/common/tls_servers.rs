@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use super::eventually;
 use super::pki::Pki;
+use super::redis_cluster::cluster_port;
 use super::redis_server::spare_port;
 
 async fn await_port(port: u16) {
@@ -313,15 +314,6 @@ impl Drop for TlsRedisCluster {
         for child in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
-        }
-    }
-}
-
-fn cluster_port() -> u16 {
-    loop {
-        let port = spare_port();
-        if port < 55000 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
         }
     }
 }

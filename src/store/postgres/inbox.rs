@@ -9,10 +9,11 @@ use deadpool_postgres::Pool;
 use super::{pool_error, query_error};
 use crate::store::StoreResult;
 use crate::store::inbox::{
-    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns,
+    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns, runs_by_payload,
 };
 
-/// Above this many payload bytes, a takeover's connection is closed after it, not pooled.
+/// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
+/// the insert is sent in runs of at most this many payload bytes.
 const LARGE_BATCH_BYTES: usize = 1 << 20;
 
 pub struct PgInbox {
@@ -89,30 +90,32 @@ impl InboxStore for PgInbox {
         let mut inserted = HashSet::new();
         if !events.is_empty() {
             let insert = tx.prepare_cached(&self.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
-            // Borrowed, not cloned: a payload is copied once, into the message to the server.
-            let text = |f: fn(&InboxEvent) -> &str| events.iter().map(f).collect::<Vec<&str>>();
-            let maybe = |f: fn(&InboxEvent) -> Option<&str>| events.iter().map(f).collect::<Vec<Option<&str>>>();
-            let rows = tx
-                .query(
-                    &insert,
-                    &[
-                        &consumer,
-                        &text(|e| &e.event_id),
-                        &text(|e| &e.event_type),
-                        &maybe(|e| e.owner.as_deref()),
-                        &maybe(|e| e.aggregate_type.as_deref()),
-                        &maybe(|e| e.aggregate_id.as_deref()),
-                        &text(|e| e.payload.as_str()),
-                        &text(|e| e.headers.as_str()),
-                        &text(|e| &e.content_hash),
-                        &text(|e| &e.stream),
-                        &text(|e| &e.entry_id),
-                        &text(|e| if e.ignored { "IGNORED" } else { "PENDING" }),
-                    ],
-                )
-                .await
-                .map_err(|e| query_error("insert into the inbox", e))?;
-            inserted = rows.iter().map(|r| r.get::<_, String>(0)).collect();
+            for run in runs_by_payload(events, LARGE_BATCH_BYTES) {
+                // Borrowed, not cloned: a payload is copied once, into the message to the server.
+                let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
+                let maybe = |f: fn(&InboxEvent) -> Option<&str>| run.iter().map(f).collect::<Vec<Option<&str>>>();
+                let rows = tx
+                    .query(
+                        &insert,
+                        &[
+                            &consumer,
+                            &text(|e| &e.event_id),
+                            &text(|e| &e.event_type),
+                            &maybe(|e| e.owner.as_deref()),
+                            &maybe(|e| e.aggregate_type.as_deref()),
+                            &maybe(|e| e.aggregate_id.as_deref()),
+                            &text(|e| e.payload.as_str()),
+                            &text(|e| e.headers.as_str()),
+                            &text(|e| &e.content_hash),
+                            &text(|e| &e.stream),
+                            &text(|e| &e.entry_id),
+                            &text(|e| if e.ignored { "IGNORED" } else { "PENDING" }),
+                        ],
+                    )
+                    .await
+                    .map_err(|e| query_error("insert into the inbox", e))?;
+                inserted.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+            }
         }
         let others: Vec<String> =
             events.iter().filter(|e| !inserted.contains(&e.event_id)).map(|e| e.event_id.clone()).collect();

@@ -1,6 +1,6 @@
-//! One batch's appends as one pipeline (each command routed to its stream's node), and the
-//! durability gate in that same pipeline: after the appends, one `WAIT` (replicas) or `WAITAOF`
-//! (fsync) per node, on the connection that carried them. WAIT only vouches for the writes of
+//! One batch's appends as one pipeline per node (in parallel, so a node that is down holds up
+//! only its own streams), and the durability gate in that same pipeline: after the appends, one
+//! `WAIT` (replicas) or `WAITAOF` (fsync) per node, on the connection that carried them. WAIT only vouches for the writes of
 //! its own connection, so the gated pipeline is never resent on another connection (a cut
 //! fails it; its rows are released): a WAIT on a fresh connection to a new primary would
 //! confirm appends that went to the old one.
@@ -31,65 +31,102 @@ pub(super) struct Sent {
 }
 
 impl RedisStream {
-    /// Sends `calls` in one pipeline, then the gate per node; `None` when the pipeline failed
-    /// as a whole (no reply can be trusted to be about its own command).
-    pub(super) async fn send(&self, calls: Vec<Call>, gate: Option<Durability>) -> Result<Vec<Sent>, String> {
+    /// Sends `calls`, one pipeline per node (in parallel), each followed by that node's gate.
+    /// A node that cannot be reached fails its own calls only.
+    pub(super) async fn send(&self, calls: Vec<Call>, gate: Option<Durability>) -> Vec<Sent> {
         if calls.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
-        let mut options = Options::default();
-        // Node of each call, and one gate per node (routed by one of its calls' slots).
-        let mut gated: Vec<(Option<Server>, u16)> = Vec::new();
-        if let Some(gate) = gate {
-            options.max_attempts = Some(1);
-            options.timeout = Some(self.command_timeout + gate.timeout * 2);
-            for call in &calls {
-                let node = self.node_of(call.slot);
-                if !gated.iter().any(|(n, _)| *n == node) {
-                    gated.push((node, call.slot));
+        let mut targets: Vec<(Client, Vec<usize>)> = Vec::new();
+        let mut unrouted = Vec::new();
+        match &self.shards {
+            None => targets.push((self.client.clone(), (0..calls.len()).collect())),
+            Some(shards) => {
+                let mut by_node: Vec<(Server, Client, Vec<usize>)> = Vec::new();
+                for (i, call) in calls.iter().enumerate() {
+                    match shards.for_slot(call.slot).await {
+                        Some((server, client)) => match by_node.iter_mut().find(|(s, _, _)| *s == server) {
+                            Some((_, _, indices)) => indices.push(i),
+                            None => by_node.push((server, client, vec![i])),
+                        },
+                        None => unrouted.push(i),
+                    }
+                }
+                targets = by_node.into_iter().map(|(_, client, indices)| (client, indices)).collect();
+            }
+        }
+        let fail_fast = self.shards.is_some();
+        let sends = targets.iter().map(|(client, indices)| {
+            let calls: Vec<&Call> = indices.iter().map(|&i| &calls[i]).collect();
+            self.send_to(client, calls, gate, fail_fast)
+        });
+        let results = futures_util::future::join_all(sends).await;
+        let mut sent: Vec<Option<Sent>> = (0..calls.len()).map(|_| None).collect();
+        let mut failed = !unrouted.is_empty();
+        for ((_, indices), result) in targets.iter().zip(results) {
+            match result {
+                Ok(replies) => {
+                    failed |= replies.iter().any(|r| r.reply.as_ref().is_err_and(super::is_outage));
+                    for (&i, reply) in indices.iter().zip(replies) {
+                        sent[i] = Some(reply);
+                    }
+                }
+                Err(why) => {
+                    failed = true;
+                    for &i in indices {
+                        sent[i] = Some(Sent { reply: Err(Error::new(ErrorKind::IO, why.clone())), gate: Ok(()) });
+                    }
                 }
             }
         }
-        let pipeline = Pipeline::from(self.client.with_options(&options));
+        if failed && let Some(shards) = &self.shards {
+            // A primary may have moved: learn the new map in the background, for the next batch.
+            let (shards, cluster) = (shards.clone(), self.client.clone());
+            tokio::spawn(async move { shards.refresh(&cluster).await });
+        }
+        let no_node =
+            || Sent { reply: Err(Error::new(ErrorKind::IO, "no cluster node serves this slot yet")), gate: Ok(()) };
+        sent.into_iter().map(|s| s.unwrap_or_else(no_node)).collect()
+    }
+
+    /// One node's calls as one pipeline, then its gate; `Err` when the pipeline failed as a
+    /// whole (no reply can be trusted to be about its own command).
+    async fn send_to(
+        &self,
+        client: &Client,
+        calls: Vec<&Call>,
+        gate: Option<Durability>,
+        fail_fast: bool,
+    ) -> Result<Vec<Sent>, String> {
+        let mut options = Options { fail_fast, ..Options::default() };
+        if fail_fast {
+            // A shard's own connection: an append cut off by its node's death fails now rather
+            // than waiting for a reconnection that only the promotion will bring.
+            options.max_attempts = Some(1);
+        }
+        if let Some(gate) = gate {
+            options.max_attempts = Some(1);
+            options.timeout = Some(self.command_timeout + gate.timeout * 2);
+        }
+        let pipeline = Pipeline::from(client.with_options(&options));
         for call in &calls {
             // Queuing only buffers the command locally; errors arrive with the results.
             let _: Result<(), _> = pipeline.custom(call.command.clone(), call.args.clone()).await;
         }
         if let Some(gate) = gate {
-            for (_, slot) in &gated {
-                let (command, args) = gate_command(gate, *slot);
-                let _: Result<(), _> = pipeline.custom(command, args).await;
-            }
+            let (command, args) = gate_command(gate, calls[0].slot);
+            let _: Result<(), _> = pipeline.custom(command, args).await;
         }
         let mut results: Vec<Result<Value, Error>> = pipeline.try_all().await;
-        if results.len() != calls.len() + gated.len() {
+        if results.len() != calls.len() + usize::from(gate.is_some()) {
             let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
             return Err(why.unwrap_or_else(|| "no reply from redis".into()));
         }
-        let verdicts: Vec<(Option<Server>, Result<(), String>)> = gated
-            .iter()
-            .zip(results.split_off(calls.len()))
-            .map(|((node, _), reply)| (node.clone(), gate.map_or(Ok(()), |g| gate_met(g, reply))))
-            .collect();
-        Ok(calls
-            .iter()
-            .zip(results)
-            .map(|(call, reply)| {
-                let gate = match verdicts.iter().find(|(node, _)| *node == self.node_of(call.slot)) {
-                    Some((_, verdict)) => verdict.clone(),
-                    None => Ok(()),
-                };
-                Sent { reply, gate }
-            })
-            .collect())
-    }
-
-    /// The node serving `slot` in a cluster; `None` for the one server otherwise.
-    fn node_of(&self, slot: u16) -> Option<Server> {
-        if !self.client.is_clustered() {
-            return None;
-        }
-        self.client.cached_cluster_state().and_then(|state| state.get_server(slot).cloned())
+        let verdict = match gate {
+            Some(g) => gate_met(g, results.pop().expect("the gate's reply")),
+            None => Ok(()),
+        };
+        Ok(results.into_iter().map(|reply| Sent { reply, gate: verdict.clone() }).collect())
     }
 }
 

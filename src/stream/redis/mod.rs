@@ -12,6 +12,8 @@ use crate::config::{RedisConfig, TlsMode};
 #[derive(Clone)]
 pub struct RedisStream {
     client: Client,
+    /// Cluster mode: a client per primary for the data path (see `shards`).
+    shards: Option<std::sync::Arc<shards::Shards>>,
     command_timeout: std::time::Duration,
     /// SHA of the loaded append script; cleared when Redis forgets it (restart, failover).
     script_sha: std::sync::Arc<tokio::sync::Mutex<Option<String>>>,
@@ -48,18 +50,9 @@ impl RedisStream {
                 Some(TlsConfig { connector: TlsConnector::from(client), hostnames: TlsHostMapping::DefaultHost });
         }
         redis_config.fail_fast = false;
-        let client = Builder::from_config(redis_config)
-            .with_connection_config(|c| {
-                c.connection_timeout = config.command_timeout;
-                c.internal_command_timeout = config.command_timeout;
-                // Few resends: a command cut off by a dropped connection soon fails back to the
-                // relay, which releases the row itself (the relay does the long retrying).
-                c.max_command_attempts = 2;
-            })
-            .with_performance_config(|p| p.default_command_timeout = config.command_timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
-            .build()
-            .map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        let shards = shards::Shards::new(&redis_config, config.command_timeout).map(std::sync::Arc::new);
+        let client =
+            build(redis_config, config.command_timeout).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
         client.connect();
         let first = tokio::time::timeout(config.command_timeout, client.wait_for_connect()).await;
         let warning = match first {
@@ -68,7 +61,14 @@ impl RedisStream {
             Ok(Err(e)) => Some(ConnectError::Unreachable(e.details().to_owned())),
             Err(_) => Some(ConnectError::Unreachable("no connection within redis.command_timeout".into())),
         };
-        Ok((Self { client, command_timeout: config.command_timeout, script_sha: Default::default() }, warning))
+        if let Some(shards) = &shards {
+            // Connect to every primary now, so the first batches do not find their shard's
+            // client still connecting (commands to it fail fast).
+            shards.seed(&client);
+            shards.primaries().await;
+        }
+        let stream = Self { client, shards, command_timeout: config.command_timeout, script_sha: Default::default() };
+        Ok((stream, warning))
     }
 
     /// The server's version (`redis_version` of `INFO server`: Valkey reports the Redis version
@@ -104,12 +104,50 @@ impl RedisStream {
     }
 
     /// A new client with its own connection(s), for blocking reads that must not hold up the
-    /// shared connection. It reconnects by itself like the original.
-    pub fn dedicated(&self) -> Client {
+    /// shared connection. It reconnects by itself like the original. In cluster mode, a
+    /// standalone client to the primary serving `key`, so another shard's failure cannot hold
+    /// it up; [`RedisStream::reroute`] replaces it when that primary changes.
+    pub fn dedicated(&self, key: &str) -> Client {
+        if let Some((_, client)) = self.shards.as_ref().and_then(|s| s.dedicated_for(key)) {
+            return client;
+        }
         let client = self.client.clone_new();
         client.connect();
         client
     }
+
+    /// After a failure on `key`'s dedicated client: in cluster mode, refreshes the slot map
+    /// and returns a new client when another node now serves `key`.
+    pub async fn reroute(&self, key: &str, current: &Client) -> Option<Client> {
+        let shards = self.shards.as_ref()?;
+        shards.refresh(&self.client).await;
+        let (server, _) = shards.for_slot(durable::slot(key)).await?;
+        let same = match current.client_config().server {
+            fred::types::config::ServerConfig::Centralized { server: s } => {
+                s.host == server.host && s.port == server.port
+            }
+            _ => false,
+        };
+        if same {
+            return None;
+        }
+        shards.dedicated_for(key).map(|(_, client)| client)
+    }
+}
+
+/// A client with handoff's connection settings: connect and command timeouts, few resends (a
+/// command cut off by a dropped connection soon fails back to the caller, which does the long
+/// retrying itself), reconnection with exponential backoff, forever.
+pub(super) fn build(config: Config, command_timeout: std::time::Duration) -> Result<Client, Error> {
+    Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = command_timeout;
+            c.internal_command_timeout = command_timeout;
+            c.max_command_attempts = 2;
+        })
+        .with_performance_config(|p| p.default_command_timeout = command_timeout)
+        .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+        .build()
 }
 
 impl EventStream for RedisStream {
@@ -163,13 +201,11 @@ impl RedisStream {
                 slot: durable::slot(&entry.stream),
             })
             .collect();
-        match self.send(calls, options.durability).await {
-            Err(why) => vec![AppendOutcome::Unavailable(why); entries.len()],
-            Ok(sent) => sent
-                .into_iter()
-                .map(|s| durable::gated(outcome(s.reply.map(|v| v.as_string().unwrap_or_default())), &s.gate))
-                .collect(),
-        }
+        self.send(calls, options.durability)
+            .await
+            .into_iter()
+            .map(|s| durable::gated(outcome(s.reply.map(|v| v.as_string().unwrap_or_default())), &s.gate))
+            .collect()
     }
 }
 
@@ -211,6 +247,7 @@ pub(super) fn min_id(age: std::time::Duration) -> String {
 mod durable;
 mod loss;
 mod scripted;
+mod shards;
 pub mod trim;
 
 /// Server replies that mean the broker, not the entry, is the problem.
@@ -227,6 +264,9 @@ const OUTAGE_REPLIES: &[&str] = &[
     "NOAUTH",
     "WRONGPASS",
     "NOPERM",
+    // The slot moved (a failover, a resharding): the slot map is refreshed and the call made again.
+    "MOVED",
+    "ASK",
 ];
 
 fn outcome(result: Result<String, Error>) -> AppendOutcome {

@@ -35,18 +35,7 @@ impl RedisStream {
             }
         }
         let ranges: Vec<Range<usize>> = calls.iter().map(|c| c.range.clone()).collect();
-        let sent = match self.send(calls, options.durability).await {
-            Ok(sent) => sent,
-            Err(why) => {
-                for range in ranges {
-                    range.for_each(|i| outcomes[i] = Some(AppendOutcome::Unavailable(why.clone())));
-                }
-                return outcomes
-                    .into_iter()
-                    .map(|o| o.unwrap_or(AppendOutcome::Unavailable("not sent".into())))
-                    .collect();
-            }
-        };
+        let sent = self.send(calls, options.durability).await;
         let mut forgotten = false;
         for (range, sent) in ranges.into_iter().zip(sent) {
             let results = match sent.reply {
@@ -73,7 +62,23 @@ impl RedisStream {
         if let Some(sha) = sha.as_ref() {
             return Ok(sha.clone());
         }
-        let loaded: String = if self.client.is_clustered() {
+        let loaded: String = if let Some(shards) = &self.shards {
+            // On every primary that answers, through its own client: one that is down gets it
+            // when it answers NOSCRIPT later.
+            let options = fred::types::config::Options { fail_fast: true, ..Default::default() };
+            let loads = shards.primaries().await.into_iter().map(|client| {
+                let options = options.clone();
+                async move { client.with_options(&options).script_load::<String, _>(script::SOURCE).await }
+            });
+            let results = futures_util::future::join_all(loads).await;
+            let first_error = results.iter().find_map(|r| r.as_ref().err().cloned());
+            match results.into_iter().find_map(Result::ok) {
+                Some(sha) => sha,
+                None => {
+                    return Err(first_error.unwrap_or_else(|| Error::new(ErrorKind::IO, "no cluster node known yet")));
+                }
+            }
+        } else if self.client.is_clustered() {
             self.client.script_load_cluster(script::SOURCE).await?
         } else {
             self.client.script_load(script::SOURCE).await?

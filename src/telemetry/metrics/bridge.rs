@@ -61,7 +61,7 @@ impl BridgeMetrics {
             )?,
             lag: r.gauge(
                 "handoff_bridge_lag_entries",
-                "Entries not yet delivered to the group (XINFO GROUPS lag).",
+                "Entries beyond the group's last-delivered id: XINFO GROUPS lag, 0 when the stream holds nothing beyond it.",
                 l,
             )?,
             pending: r.gauge("handoff_bridge_pending_entries", "Entries delivered but not acknowledged.", l)?,
