@@ -17,8 +17,10 @@
 # Builder: pinned toolchain (the crate uses edition 2024; rust-version of the dev machines).
 FROM docker.io/library/rust:1.95.0-slim-bookworm AS builder
 WORKDIR /build
-# Only what `cargo build` reads: manifests, sources, and the SQL that migrate.rs embeds.
+# Only what `cargo build` reads: manifests, the build settings (jemalloc's), sources, and
+# the SQL that src/store/migrate.rs embeds.
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo ./.cargo
 COPY src ./src
 COPY migrations ./migrations
 # Cache mounts keep the registry and target dir between builds (BuildKit); the binary is

@@ -1,4 +1,4 @@
-//! handoff-bench: measures and prints; it asserts nothing. See the README's Performance section
+//! handoff-bench: measures and prints; it asserts nothing. See docs/performance.md
 //! and `scripts/bench`.
 //!
 //! Every figure is the median of `--repeat` runs; ratios compare figures from the same run of

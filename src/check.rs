@@ -6,9 +6,9 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use crate::bridge::validate::Validator;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
-use crate::inbox::validate::Validator;
 use crate::relay::entries::EntryBuilder;
 use crate::store::database::{Database, Dialect};
 use crate::store::inbox::WorkerStore;
@@ -60,7 +60,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(e) => problems.push(format!("database: {e}")),
         },
         Err(e) => {
-            problems.push(format!("database: {}", tls::explain("database.tls", &crate::relay::error_chain(&e))));
+            problems.push(format!("database: {}", tls::explain("database.tls", &crate::error::error_chain(&e))));
             return Err(problems);
         }
     }
@@ -138,7 +138,7 @@ async fn database_tls(config: &Config, db: &Database) -> Result<String, String> 
     let mode = config.database.tls_mode();
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let host = tls::host_port(url).map(|(h, _)| h).unwrap_or_default();
-    match db.tls_session().await.map_err(|e| crate::relay::error_chain(&e))? {
+    match db.tls_session().await.map_err(|e| crate::error::error_chain(&e))? {
         Some((version, cipher)) => Ok(format!("{version} {cipher}, {}", tls::summary(&host, mode).0)),
         None if mode == TlsMode::Prefer => {
             Ok(format!("NOT encrypted: tls mode prefer and the server `{host}` offers no TLS"))

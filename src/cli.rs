@@ -137,9 +137,10 @@ pub struct DeadArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Migrate { print: true } = cli.command {
-        let mysql = config::load(&cli.config).ok().and_then(|c| c.database.url).is_some_and(|u| {
-            crate::store::database::Dialect::of(u.expose()) == Some(crate::store::database::Dialect::Mysql)
-        });
+        let mysql = config::load(&cli.config)
+            .ok()
+            .and_then(|c| c.database.url)
+            .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
         for (version, sql) in if mysql { migrate::MYSQL } else { migrate::POSTGRES } {
             println!("-- {version}\n{sql}");
         }
@@ -405,6 +406,6 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
 /// `status` and `dead` read the Postgres reference schema; MySQL has its own statements to come.
 fn postgres_only(config: &Config) -> Option<&'static str> {
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-    (crate::store::database::Dialect::of(url) != Some(crate::store::database::Dialect::Postgres))
+    (crate::config::Dialect::of(url) != Some(crate::config::Dialect::Postgres))
         .then_some("this command supports Postgres databases only (MySQL: query the tables directly)")
 }

@@ -3,14 +3,16 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod bridge;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod error;
 pub mod fault;
-pub mod inbox;
-pub mod migrate;
 pub mod ops;
+pub mod poison;
 pub mod relay;
+pub mod retry;
 pub mod shutdown;
 pub mod sql;
 pub mod store;
@@ -19,3 +21,6 @@ pub mod tasks;
 pub mod telemetry;
 pub mod tls;
 pub mod worker;
+
+/// The reference schema's migrations (they belong to the store; kept at this path for the CLI).
+pub use store::migrate;

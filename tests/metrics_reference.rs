@@ -1,13 +1,13 @@
-//! The README's metrics reference and the registry agree: every exported family is documented
-//! and every documented one is exported.
+//! The metrics reference (docs/operations.md, section "Metrics") and the registry agree: every
+//! exported family is documented and every documented one is exported.
 
 use std::collections::BTreeSet;
 
 use prometheus::Registry;
 
 fn documented() -> BTreeSet<String> {
-    let readme = include_str!("../README.md");
-    readme
+    let reference = include_str!("../docs/operations.md");
+    reference
         .lines()
         .filter_map(|line| line.strip_prefix("| `handoff_"))
         .filter_map(|rest| rest.split('`').next())
@@ -38,8 +38,8 @@ fn every_exported_metric_is_documented_and_vice_versa() {
     let exported = exported();
     let undocumented: Vec<_> = exported.difference(&documented).collect();
     let missing: Vec<_> = documented.difference(&exported).collect();
-    assert!(undocumented.is_empty(), "exported but not in the README: {undocumented:?}");
-    assert!(missing.is_empty(), "in the README but not exported: {missing:?}");
+    assert!(undocumented.is_empty(), "exported but not in docs/operations.md: {undocumented:?}");
+    assert!(missing.is_empty(), "in docs/operations.md but not exported: {missing:?}");
 }
 
 #[test]

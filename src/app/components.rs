@@ -8,11 +8,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Shared;
+use crate::bridge::validate::Validator;
+use crate::bridge::{BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
-use crate::inbox::validate::Validator;
-use crate::inbox::{BridgeDeps, StreamBridge};
 use crate::relay::wake::{self, Wake};
-use crate::relay::{Relay, RelayDeps, Retrier};
+use crate::relay::{Relay, RelayDeps};
+use crate::retry::Retrier;
 use crate::store::database::{Database, Dialect};
 use crate::store::inbox::{InboxStore, WorkerStore};
 use crate::store::mysql::{MyInbox, MyOutbox, MyWorker};

@@ -78,8 +78,8 @@ fn describe(error: &figment::Error) -> String {
 /// drivers are given the settings, not the words).
 fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) {
     let Some(url) = &database.url else { return };
-    let Some(dialect) = crate::store::database::Dialect::of(url.expose()) else { return };
-    let mysql = dialect == crate::store::database::Dialect::Mysql;
+    let Some(dialect) = crate::config::Dialect::of(url.expose()) else { return };
+    let mysql = dialect == crate::config::Dialect::Mysql;
     let parsed = match super::tls::from_url(url.expose(), mysql) {
         Ok(parsed) => parsed,
         Err(found) => return errors.extend(found),

@@ -8,6 +8,8 @@ mod bridge;
 mod load;
 mod relay;
 mod secret;
+pub mod statements;
+pub mod template;
 pub mod tls;
 mod validate;
 mod worker;
@@ -86,8 +88,8 @@ impl DatabaseConfig {
         let mysql = self
             .url
             .as_ref()
-            .and_then(|u| crate::store::database::Dialect::of(u.expose()))
-            .is_some_and(|d| d == crate::store::database::Dialect::Mysql);
+            .and_then(|u| crate::config::Dialect::of(u.expose()))
+            .is_some_and(|d| d == crate::config::Dialect::Mysql);
         self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
     }
 }
@@ -245,5 +247,37 @@ impl Default for TelemetryConfig {
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self { grace_period: defaults::grace_period() }
+    }
+}
+
+/// `"*"` matches everything, `"order.*"` a prefix, anything else exactly.
+pub fn type_matches(pattern: &str, event_type: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => event_type.starts_with(prefix),
+        None => pattern == event_type,
+    }
+}
+
+/// The dialect a `database.url` names, by its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Mysql,
+}
+
+impl Dialect {
+    pub fn of(url: &str) -> Option<Self> {
+        match url.split("://").next().unwrap_or_default() {
+            "postgres" | "postgresql" => Some(Dialect::Postgres),
+            "mysql" | "mariadb" => Some(Dialect::Mysql),
+            _ => None,
+        }
+    }
+
+    pub fn placeholder(self) -> crate::sql::params::Placeholder {
+        match self {
+            Dialect::Postgres => crate::sql::params::Placeholder::Numbered,
+            Dialect::Mysql => crate::sql::params::Placeholder::Positional,
+        }
     }
 }

@@ -210,7 +210,7 @@ impl Default for BrokerLossConfig {
     }
 }
 
-/// `[relay.sql]`: replacement statements with named parameters (see the README's SQL contract).
+/// `[relay.sql]`: replacement statements with named parameters (see docs/sql-contract.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SqlOverrides {
@@ -241,8 +241,8 @@ impl RelayConfig {
 
 impl SqlOverrides {
     /// The configured replacement for `kind`, if any.
-    pub fn get(&self, kind: crate::store::statements::StatementKind) -> Option<&str> {
-        use crate::store::statements::StatementKind as K;
+    pub fn get(&self, kind: crate::config::statements::StatementKind) -> Option<&str> {
+        use crate::config::statements::StatementKind as K;
         let sql = match kind {
             K::Claim => &self.claim,
             K::MarkDelivered => &self.mark_delivered,

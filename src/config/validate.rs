@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::tls::{self, TlsMode};
 use super::{BackoffConfig, Config, RelayConfig};
-use crate::relay::template::Template;
+use crate::config::Dialect;
+use crate::config::statements::{self, StatementKind};
+use crate::config::template::Template;
 use crate::sql::params::Placeholder;
-use crate::store::database::Dialect;
-use crate::store::statements::{self, StatementKind};
 
 /// Entry fields handoff writes itself; `fields` may not redefine them.
 const RESERVED_FIELDS: &[&str] =

@@ -4,10 +4,10 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::inbox::group::Group;
 use crate::store::postgres::PgOutbox;
 use crate::store::{OutboxStore, PrepareError};
 use crate::stream::redis::RedisStream;
+use crate::stream::redis::group::Group;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Line {
@@ -52,7 +52,7 @@ pub async fn collect(config: &Config, pool: &Pool, stream: Option<&RedisStream>)
                     line.oldest_pending_age_seconds = Some(s.oldest_pending_age);
                 }
                 Ok(None) => line.error = Some("no stats statement for this table".into()),
-                Err(e) => line.error = Some(crate::relay::error_chain(&e)),
+                Err(e) => line.error = Some(crate::error::error_chain(&e)),
             },
         }
         lines.push(line);

@@ -11,9 +11,11 @@ use std::time::Instant;
 
 use tracing::{debug, trace, warn};
 
-use super::{Relay, Retrier, delay, error_chain};
+use super::Relay;
 use crate::config::OnFailure;
+use crate::error::error_chain;
 use crate::fault::Point;
+use crate::retry::{Retrier, delay};
 use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
 use crate::stream::{AppendOutcome, Entry, EventStream};
 use crate::tasks;

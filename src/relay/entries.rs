@@ -5,10 +5,10 @@
 
 use bytes::Bytes;
 
-use super::template::{BoundTemplate, Template};
 use crate::config::RelayConfig;
+use crate::config::statements::ENTRY_COLUMNS;
+use crate::config::template::{BoundTemplate, Template};
 use crate::store::ClaimedRow;
-use crate::store::statements::ENTRY_COLUMNS;
 use crate::stream::Entry;
 
 #[derive(Debug, Clone)]

@@ -4,7 +4,8 @@
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Relay, error_chain};
+use super::Relay;
+use crate::error::error_chain;
 use crate::store::OutboxStore;
 use crate::stream::EventStream;
 

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Relay, error_chain};
+use super::Relay;
+use crate::error::error_chain;
 use crate::store::{DeliveredRow, OutboxStore};
 use crate::stream::{EntryId, EventStream, ServerId};
 

@@ -3,13 +3,13 @@
 //! `run` drives `concurrency` claim loops. One turn of a loop is in `batch`; what happens around
 //! it (polling, outage backoff, shutdown) is here.
 
-mod backoff;
 mod batch;
 pub mod entries;
 mod housekeeping;
 pub mod loss;
 mod sampler;
-pub mod template;
+#[cfg(test)]
+mod tests;
 pub mod wake;
 
 use std::sync::Arc;
@@ -18,14 +18,15 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-pub use backoff::{Retrier, delay};
 use entries::EntryBuilder;
 use wake::Wake;
 
 use crate::config::RelayConfig;
+use crate::config::statements::ORDER_KEY_COLUMN;
+use crate::error::error_chain;
 use crate::fault::Faults;
+use crate::retry::Retrier;
 use crate::store::OutboxStore;
-use crate::store::statements::ORDER_KEY_COLUMN;
 use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
@@ -200,16 +201,4 @@ async fn sleep_or_shutdown(duration: Duration, shutdown: &CancellationToken) {
         _ = tokio::time::sleep(duration) => {}
         _ = shutdown.cancelled() => {}
     }
-}
-
-/// An error and its sources on one line (`a: b: c`), for logs.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::{Relay, error_chain};
+use super::Relay;
+use crate::error::error_chain;
 use crate::store::OutboxStore;
 use crate::stream::EventStream;
 

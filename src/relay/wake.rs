@@ -9,8 +9,8 @@ use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Retrier;
 use crate::config::{BackoffConfig, DatabaseConfig};
+use crate::retry::Retrier;
 use crate::telemetry::throttle::Throttle;
 
 /// Wakes one idle claim loop per ring: one claim picks up what the inserts brought (a full

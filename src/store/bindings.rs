@@ -1,11 +1,11 @@
 //! What each named parameter of the relay's statements is bound to — the parameter half of the
-//! README's SQL contract, in one place for every dialect. A dialect only turns [`Param`] into its
+//! SQL contract (docs/sql-contract.md), in one place for every dialect. A dialect only turns [`Param`] into its
 //! own wire values (Postgres: the placeholder's inferred type; MySQL: text and JSON arrays).
 
 use std::time::Duration;
 
-use super::statements::StatementKind;
 use super::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
+use crate::config::statements::StatementKind;
 
 /// A parameter value, converted by the dialect when bound.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::statements::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
 use super::{ClaimedRow, StoreError, StoreResult};
+use crate::config::statements::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
 
 /// Positions of the contract columns in a claim result.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
 //! Which database the config names, and its pool: the one place that picks the dialect.
 
 use crate::config::DatabaseConfig;
-use crate::sql::params::Placeholder;
 
 /// A connection pool of one dialect.
 #[derive(Clone)]
@@ -10,29 +9,7 @@ pub enum Database {
     Mysql(super::mysql::Pool),
 }
 
-/// The dialect a `database.url` names, by its scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Postgres,
-    Mysql,
-}
-
-impl Dialect {
-    pub fn of(url: &str) -> Option<Self> {
-        match url.split("://").next().unwrap_or_default() {
-            "postgres" | "postgresql" => Some(Dialect::Postgres),
-            "mysql" | "mariadb" => Some(Dialect::Mysql),
-            _ => None,
-        }
-    }
-
-    pub fn placeholder(self) -> Placeholder {
-        match self {
-            Dialect::Postgres => Placeholder::Numbered,
-            Dialect::Mysql => Placeholder::Positional,
-        }
-    }
-}
+pub use crate::config::Dialect;
 
 impl Database {
     /// Builds the pool for the dialect of `config.url` (validated before: the scheme is known).
@@ -55,8 +32,8 @@ impl Database {
     /// Applies the reference schema; returns the versions applied now.
     pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
         match self {
-            Database::Postgres(pool) => crate::migrate::postgres(pool).await,
-            Database::Mysql(pool) => crate::migrate::mysql(pool).await,
+            Database::Postgres(pool) => crate::store::migrate::postgres(pool).await,
+            Database::Mysql(pool) => crate::store::migrate::mysql(pool).await,
         }
     }
 

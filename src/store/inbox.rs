@@ -136,7 +136,7 @@ impl PoisonRecord {
             stream: event.stream.clone(),
             entry_id: event.entry_id.clone(),
             event_id: Some(event.event_id.clone()),
-            reason: crate::inbox::validate::reason::PAYLOAD_CONFLICT,
+            reason: crate::poison::reason::PAYLOAD_CONFLICT,
             detail,
             fields: serde_json::json!({
                 "event_type": event.event_type,
@@ -157,6 +157,27 @@ pub enum Takeover {
     Duplicate,
     /// Already in the inbox with other content; recorded in the poison table as a conflict.
     Conflict,
+}
+
+impl Takeover {
+    /// The one decision of a takeover, for every dialect: the insert took the event
+    /// (`inserted`), or the inbox already holds it with `existing_hash` — the same content (a
+    /// redelivery, a republish) or other content, which is recorded in `poison` as a conflict.
+    pub fn judge(
+        event: &InboxEvent,
+        inserted: bool,
+        existing_hash: Option<&str>,
+        poison: &mut Vec<PoisonRecord>,
+    ) -> Self {
+        if inserted {
+            Takeover::Inserted
+        } else if existing_hash == Some(event.content_hash.as_str()) {
+            Takeover::Duplicate
+        } else {
+            poison.push(PoisonRecord::taken_over_with_other_content(event, existing_hash));
+            Takeover::Conflict
+        }
+    }
 }
 
 /// A claimed inbox row for the worker.

@@ -7,9 +7,10 @@ pub mod bindings;
 pub mod claim;
 pub mod database;
 pub mod inbox;
+pub mod migrate;
 pub mod mysql;
 pub mod postgres;
-pub mod statements;
+pub use crate::config::statements;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //!
 //! Redis Streams is the first broker; another is a sibling module implementing [`EventStream`].
 
+pub mod read;
 pub mod redis;
 pub mod script;
 

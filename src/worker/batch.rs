@@ -11,7 +11,8 @@ use super::handler::{Effect, MissingField};
 use super::http::Delivery;
 use super::{Worker, truncate};
 use crate::config::Unhandled;
-use crate::relay::{delay, error_chain};
+use crate::error::error_chain;
+use crate::retry::delay;
 use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
 
 /// A row's fate when it is not (or no longer) part of the transaction.

@@ -1,8 +1,8 @@
 //! Handlers as configured: which one serves an event type, and the values its statements are
 //! bound with for a row. Values are always bound, never interpolated into SQL text.
 
+use crate::config::type_matches;
 use crate::config::{HandlerConfig, WorkerConfig};
-use crate::inbox::validate::type_matches;
 use crate::sql::params::{self, Placeholder};
 use crate::store::inbox::{BindValue, BoundStatement, InboxRow};
 

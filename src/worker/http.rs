@@ -81,7 +81,7 @@ impl HttpHandler {
         };
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_) => return Delivery::Failed(format!("no response within {:?}", self.timeout)),
-            Ok(Err(e)) => return Delivery::Failed(format!("request failed: {}", crate::relay::error_chain(&e))),
+            Ok(Err(e)) => return Delivery::Failed(format!("request failed: {}", crate::error::error_chain(&e))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();

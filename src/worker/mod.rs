@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::config::WorkerConfig;
-use crate::relay::{Retrier, error_chain};
+use crate::error::error_chain;
+use crate::retry::Retrier;
 use crate::sql::params::Placeholder;
 use crate::store::inbox::{InboxRow, WorkerStore};
 use crate::telemetry::health::Component;

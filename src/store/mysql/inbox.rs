@@ -104,21 +104,17 @@ impl InboxStore for MyInbox {
                 bytes(&e.event_id),
             ];
             tx.exec_drop(&insert, values).await.map_err(|e| error("insert into the inbox", e))?;
-            if tx.affected_rows() == 1 {
-                outcomes.push(Takeover::Inserted);
-                continue;
-            }
-            let row: Option<Row> = tx
-                .exec_first(self.existing.as_str(), (consumer, e.event_id.as_str()))
-                .await
-                .map_err(|e| error("read an existing inbox row", e))?;
-            let existing: Option<String> = row.and_then(|r| r.get(0));
-            if existing.as_deref() == Some(e.content_hash.as_str()) {
-                outcomes.push(Takeover::Duplicate);
+            let inserted = tx.affected_rows() == 1;
+            let existing: Option<String> = if inserted {
+                None
             } else {
-                records.push(PoisonRecord::taken_over_with_other_content(e, existing.as_deref()));
-                outcomes.push(Takeover::Conflict);
-            }
+                let row: Option<Row> = tx
+                    .exec_first(self.existing.as_str(), (consumer, e.event_id.as_str()))
+                    .await
+                    .map_err(|e| error("read an existing inbox row", e))?;
+                row.and_then(|r| r.get(0))
+            };
+            outcomes.push(Takeover::judge(e, inserted, existing.as_deref(), &mut records));
         }
         for p in &records {
             let values = vec![

@@ -11,11 +11,11 @@ use super::Pool;
 
 use super::values::{Param, bind, row_texts};
 use super::{defaults, error};
+use crate::config::statements::{self, StatementKind};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::statements::{self, StatementKind};
 use crate::store::{
     ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError,
     StoreResult,
@@ -44,7 +44,7 @@ impl MyOutbox {
         let mut claim = Vec::new();
         let mut columns = Vec::new();
         for kind in StatementKind::ALL {
-            let needed = crate::store::statements::needed(kind, relay);
+            let needed = crate::config::statements::needed(kind, relay);
             if !needed {
                 continue;
             }
@@ -144,11 +144,7 @@ impl OutboxStore for MyOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let kind = match self.settle {
-            SettleMode::MarkDelivered => StatementKind::MarkDelivered,
-            SettleMode::Delete => StatementKind::Delete,
-        };
-        self.execute(kind, bindings::delivered(claimant, rows)).await
+        self.execute(StatementKind::settle(self.settle), bindings::delivered(claimant, rows)).await
     }
 
     /// In one transaction: if it fails part-way (a deadlock, a dropped connection) nothing is

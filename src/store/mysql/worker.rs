@@ -146,7 +146,7 @@ fn to_value(v: &BindValue) -> Value {
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
     match error("handler", e) {
-        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::relay::error_chain(&e) },
+        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::error::error_chain(&e) },
         e => ApplyError::Store(e),
     }
 }

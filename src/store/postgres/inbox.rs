@@ -132,18 +132,8 @@ impl InboxStore for PgInbox {
         let mut outcomes = Vec::with_capacity(events.len());
         let mut records: Vec<PoisonRecord> = poison.to_vec();
         for event in events {
-            let outcome = if inserted.contains(&event.event_id) {
-                Takeover::Inserted
-            } else if existing.get(&event.event_id) == Some(&event.content_hash) {
-                Takeover::Duplicate
-            } else {
-                records.push(PoisonRecord::taken_over_with_other_content(
-                    event,
-                    existing.get(&event.event_id).map(String::as_str),
-                ));
-                Takeover::Conflict
-            };
-            outcomes.push(outcome);
+            let existing_hash = existing.get(&event.event_id).map(String::as_str);
+            outcomes.push(Takeover::judge(event, inserted.contains(&event.event_id), existing_hash, &mut records));
         }
         if !records.is_empty() {
             let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();

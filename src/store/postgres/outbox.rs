@@ -10,12 +10,12 @@ use tokio_postgres::types::ToSql;
 
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
+use crate::config::statements::{self, StatementKind};
 use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::statements::{self, StatementKind};
 use crate::store::{
     ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult,
 };
@@ -64,7 +64,7 @@ impl PgOutbox {
                     continue;
                 }
             };
-            let needed = crate::store::statements::needed(kind, relay);
+            let needed = crate::config::statements::needed(kind, relay);
             if !needed {
                 continue;
             }
@@ -145,11 +145,7 @@ impl OutboxStore for PgOutbox {
         if rows.is_empty() {
             return Ok(0);
         }
-        let kind = match self.settle {
-            SettleMode::MarkDelivered => StatementKind::MarkDelivered,
-            SettleMode::Delete => StatementKind::Delete,
-        };
-        self.execute(kind, bindings::delivered(claimant, rows)).await
+        self.execute(StatementKind::settle(self.settle), bindings::delivered(claimant, rows)).await
     }
 
     /// In one transaction: if it fails part-way (a dropped connection) nothing is recorded, and

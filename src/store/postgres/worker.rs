@@ -150,7 +150,7 @@ fn to_param(value: &BindValue) -> Param {
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
     match query_error("handler", error) {
-        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::relay::error_chain(&e) },
+        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::error::error_chain(&e) },
         e => ApplyError::Store(e),
     }
 }

@@ -7,7 +7,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::RedisStream;
 use super::trim::{EntryId, pairs};
-use crate::inbox::entry::text;
+use crate::stream::read::text;
 use crate::stream::{ServerId, StreamState, Unavailable};
 
 /// Entries looked up per round trip.

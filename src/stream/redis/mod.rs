@@ -245,6 +245,7 @@ pub(super) fn min_id(age: std::time::Duration) -> String {
 }
 
 mod durable;
+pub mod group;
 mod loss;
 mod scripted;
 mod shards;

@@ -5,8 +5,8 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::RedisStream;
-use crate::inbox::entry::text;
 use crate::stream::Unavailable;
+use crate::stream::read::text;
 
 /// A stream entry id, ordered as Redis orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -3,7 +3,7 @@
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use super::Reg;
-use crate::inbox::validate::reason;
+use crate::poison::reason;
 use crate::store::OutageKind;
 
 #[derive(Clone)]

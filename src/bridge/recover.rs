@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::StreamBridge;
-use super::entry::RawEntry;
-use super::group::GroupError;
 use crate::store::inbox::InboxStore;
+use crate::stream::read::RawEntry;
+use crate::stream::redis::group::GroupError;
 
 impl<S: InboxStore> StreamBridge<S> {
     /// Deliveries so far of this consumer's own pending entries (re-read after a restart), so

@@ -21,6 +21,14 @@ pub enum StatementKind {
 }
 
 impl StatementKind {
+    /// The statement that settles a delivered row in `mode`.
+    pub fn settle(mode: crate::config::SettleMode) -> Self {
+        match mode {
+            crate::config::SettleMode::MarkDelivered => StatementKind::MarkDelivered,
+            crate::config::SettleMode::Delete => StatementKind::Delete,
+        }
+    }
+
     pub const ALL: [StatementKind; 11] = [
         Self::Claim,
         Self::MarkDelivered,

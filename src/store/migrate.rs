@@ -7,23 +7,23 @@ use tracing::info;
 
 /// The Postgres reference schema, in order. Each file is idempotent on its own as well.
 pub const POSTGRES: &[(&str, &str)] = &[
-    ("0001_audit_outbox", include_str!("../migrations/postgres/0001_audit_outbox.sql")),
-    ("0002_consumer_inbox", include_str!("../migrations/postgres/0002_consumer_inbox.sql")),
-    ("0003_audit_logs", include_str!("../migrations/postgres/0003_audit_logs.sql")),
-    ("0004_outbox_extras", include_str!("../migrations/postgres/0004_outbox_extras.sql")),
-    ("0005_queue_vacuum", include_str!("../migrations/postgres/0005_queue_vacuum.sql")),
-    ("0006_settled_guard", include_str!("../migrations/postgres/0006_settled_guard.sql")),
-    ("0007_poison_redrive", include_str!("../migrations/postgres/0007_poison_redrive.sql")),
-    ("0008_outbox_stream_key", include_str!("../migrations/postgres/0008_outbox_stream_key.sql")),
+    ("0001_audit_outbox", include_str!("../../migrations/postgres/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../../migrations/postgres/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../../migrations/postgres/0003_audit_logs.sql")),
+    ("0004_outbox_extras", include_str!("../../migrations/postgres/0004_outbox_extras.sql")),
+    ("0005_queue_vacuum", include_str!("../../migrations/postgres/0005_queue_vacuum.sql")),
+    ("0006_settled_guard", include_str!("../../migrations/postgres/0006_settled_guard.sql")),
+    ("0007_poison_redrive", include_str!("../../migrations/postgres/0007_poison_redrive.sql")),
+    ("0008_outbox_stream_key", include_str!("../../migrations/postgres/0008_outbox_stream_key.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
 pub const MYSQL: &[(&str, &str)] = &[
-    ("0001_audit_outbox", include_str!("../migrations/mysql/0001_audit_outbox.sql")),
-    ("0002_consumer_inbox", include_str!("../migrations/mysql/0002_consumer_inbox.sql")),
-    ("0003_audit_logs", include_str!("../migrations/mysql/0003_audit_logs.sql")),
-    ("0004_poison_redrive", include_str!("../migrations/mysql/0004_poison_redrive.sql")),
-    ("0005_outbox_stream_key", include_str!("../migrations/mysql/0005_outbox_stream_key.sql")),
+    ("0001_audit_outbox", include_str!("../../migrations/mysql/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../../migrations/mysql/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../../migrations/mysql/0003_audit_logs.sql")),
+    ("0004_poison_redrive", include_str!("../../migrations/mysql/0004_poison_redrive.sql")),
+    ("0005_outbox_stream_key", include_str!("../../migrations/mysql/0005_outbox_stream_key.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

@@ -1,4 +1,5 @@
-//! Exponential backoff with jitter, for row retries and for outages.
+//! Exponential backoff with jitter, for row retries and for outages: shared by the relay, the
+//! bridge, the worker and the store.
 
 use std::time::Duration;
 

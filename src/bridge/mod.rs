@@ -6,8 +6,6 @@
 //! recovery of entries left pending by dead consumers, cleanup and gauges are in `recover`.
 
 mod batch;
-pub mod entry;
-pub mod group;
 mod recover;
 pub mod validate;
 
@@ -20,14 +18,14 @@ use tracing::{info, trace, warn};
 
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
-use crate::relay::Retrier;
+use crate::retry::Retrier;
 use crate::store::inbox::InboxStore;
+use crate::stream::read::RawEntry;
 use crate::stream::redis::RedisStream;
+use crate::stream::redis::group::{Group, GroupError, GroupResult};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
-use entry::RawEntry;
-use group::{Group, GroupError, GroupResult};
 use validate::Validator;
 
 pub struct BridgeDeps<S> {

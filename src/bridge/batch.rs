@@ -5,16 +5,17 @@
 
 use std::collections::HashMap;
 
-use fred::prelude::*;
 use tracing::{error, trace, warn};
 
 use super::StreamBridge;
-use super::entry::RawEntry;
-use super::validate::{Verdict, reason};
+use super::validate::Verdict;
+use crate::error::error_chain;
 use crate::fault::Point;
-use crate::relay::{Retrier, error_chain};
+use crate::poison::reason;
+use crate::retry::Retrier;
 use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
 use crate::store::{OutageKind, StoreError};
+use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
 
 impl<S: InboxStore> StreamBridge<S> {
@@ -208,21 +209,7 @@ impl<S: InboxStore> StreamBridge<S> {
         if poison.is_empty() {
             return true;
         }
-        // Through the shared client: the dead-letter stream may live on another node than this one's.
-        let pipeline = self.deps.stream.client().pipeline();
-        for p in poison {
-            let fields: Vec<(&str, String)> = vec![
-                ("reason", p.reason.to_owned()),
-                ("detail", p.detail.clone()),
-                ("source_stream", p.stream.clone()),
-                ("source_id", p.entry_id.clone()),
-                ("event_id", p.event_id.clone().unwrap_or_default()),
-                ("fields", p.fields.to_string()),
-            ];
-            let _: Result<(), _> = pipeline.xadd(key.as_str(), false, None::<()>, "*", fields).await;
-        }
-        let results: Vec<Result<String, Error>> = pipeline.try_all().await;
-        let ok = results.len() == poison.len() && results.iter().all(Result::is_ok);
+        let ok = self.deps.stream.append_dead_letters(key, poison).await;
         if !ok {
             warn!(stream = %self.source.key, dead_letter = %key, "dead-letter append failed; poison entries stay pending");
         }

@@ -7,7 +7,7 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::entry::{RawEntry, parse_entries, parse_read, text};
+use crate::stream::read::{RawEntry, parse_entries, parse_read, text};
 use crate::stream::redis::is_outage;
 
 #[derive(Debug, thiserror::Error)]
@@ -282,5 +282,27 @@ fn pairs(value: Value) -> Vec<(String, Value)> {
         }
         Value::Map(map) => map.inner().into_iter().filter_map(|(k, v)| Some((k.as_str()?.to_string(), v))).collect(),
         _ => Vec::new(),
+    }
+}
+
+impl super::RedisStream {
+    /// Appends poison records to a dead-letter stream, one entry each; true only if every
+    /// append succeeded. Through the shared client: the dead-letter stream may live on another
+    /// cluster node than the stream the records came from.
+    pub async fn append_dead_letters(&self, key: &str, records: &[crate::store::inbox::PoisonRecord]) -> bool {
+        let pipeline = self.client().pipeline();
+        for p in records {
+            let fields: Vec<(&str, String)> = vec![
+                ("reason", p.reason.to_owned()),
+                ("detail", p.detail.clone()),
+                ("source_stream", p.stream.clone()),
+                ("source_id", p.entry_id.clone()),
+                ("event_id", p.event_id.clone().unwrap_or_default()),
+                ("fields", p.fields.to_string()),
+            ];
+            let _: Result<(), _> = pipeline.xadd(key, false, None::<()>, "*", fields).await;
+        }
+        let results: Vec<Result<String, Error>> = pipeline.try_all().await;
+        results.len() == records.len() && results.iter().all(Result::is_ok)
     }
 }
