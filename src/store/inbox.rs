@@ -47,6 +47,29 @@ pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEv
     runs
 }
 
+/// A takeover's tables and statements, in a dialect's SQL.
+pub struct TakeoverSql {
+    pub table: String,
+    pub poison_table: String,
+    /// Insert-if-absent of a batch (or of one event).
+    pub insert: String,
+    /// The content hash of events already in the inbox.
+    pub existing: String,
+    pub poison: String,
+}
+
+impl TakeoverSql {
+    /// Each table with the columns the takeover needs of it (for `check`).
+    pub fn tables(&self) -> [(&str, &'static [&'static str]); 2] {
+        [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)]
+    }
+
+    /// Each statement with its name (for `check`).
+    pub fn statements(&self) -> [(&'static str, &str); 3] {
+        [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)]
+    }
+}
+
 /// What a table lacks of `required`, as a message naming the table and the columns; `None`
 /// when nothing is missing. `present` is `None` when the table does not exist.
 pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {

@@ -9,6 +9,7 @@ pub mod database;
 pub mod inbox;
 pub mod migrate;
 pub mod mysql;
+pub mod outbox;
 pub mod postgres;
 pub use crate::config::statements;
 

@@ -10,17 +10,11 @@ use super::Pool;
 
 use super::error;
 use crate::store::StoreResult;
-use crate::store::inbox::{
-    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns,
-};
+use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, missing_columns};
 
 pub struct MyInbox {
     pool: Pool,
-    table: String,
-    poison_table: String,
-    insert: String,
-    existing: String,
-    poison: String,
+    sql: TakeoverSql,
 }
 
 impl MyInbox {
@@ -37,15 +31,16 @@ impl MyInbox {
              SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
              WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
         );
-        Self { pool, table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
+        let (table, poison_table) = (table.to_owned(), poison_table.to_owned());
+        Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
     }
 
     /// Checks the tables' columns in the catalog and prepares the takeover statements.
     pub async fn check(&self) -> Result<(), String> {
         let mut conn = self.pool.get_conn().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
         let mut problems = Vec::new();
-        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
-            let (schema, name) = table.split_once('.').map_or((None, table.as_str()), |(s, n)| (Some(s), n));
+        for (table, required) in self.sql.tables() {
+            let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
             let present: Vec<String> = conn
                 .exec(
                     "SELECT COLUMN_NAME FROM information_schema.COLUMNS
@@ -57,8 +52,8 @@ impl MyInbox {
             let present = (!present.is_empty()).then_some(present.as_slice());
             problems.extend(missing_columns(table, required, present));
         }
-        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
-            if let Err(e) = conn.prep(sql.as_str()).await {
+        for (name, sql) in self.sql.statements() {
+            if let Err(e) = conn.prep(sql).await {
                 problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
             }
         }
@@ -82,7 +77,7 @@ impl InboxStore for MyInbox {
         poison: &[PoisonRecord],
     ) -> StoreResult<Vec<Takeover>> {
         let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
-        let insert = tx.prep(self.insert.as_str()).await.map_err(|e| error("take over", e))?;
+        let insert = tx.prep(self.sql.insert.as_str()).await.map_err(|e| error("take over", e))?;
         let mut outcomes = Vec::with_capacity(events.len());
         let mut records: Vec<PoisonRecord> = poison.to_vec();
         for e in events {
@@ -109,7 +104,7 @@ impl InboxStore for MyInbox {
                 None
             } else {
                 let row: Option<Row> = tx
-                    .exec_first(self.existing.as_str(), (consumer, e.event_id.as_str()))
+                    .exec_first(self.sql.existing.as_str(), (consumer, e.event_id.as_str()))
                     .await
                     .map_err(|e| error("read an existing inbox row", e))?;
                 row.and_then(|r| r.get(0))
@@ -129,7 +124,7 @@ impl InboxStore for MyInbox {
                 bytes(&p.stream),
                 bytes(&p.entry_id),
             ];
-            tx.exec_drop(self.poison.as_str(), values).await.map_err(|e| error("record poison entries", e))?;
+            tx.exec_drop(self.sql.poison.as_str(), values).await.map_err(|e| error("record poison entries", e))?;
         }
         tx.commit().await.map_err(|e| error("commit the takeover", e))?;
         Ok(outcomes)

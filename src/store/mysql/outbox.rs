@@ -1,7 +1,6 @@
 //! The relay's statements on a MySQL / MariaDB outbox.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::Row;
@@ -11,23 +10,20 @@ use super::Pool;
 
 use super::values::{Param, bind, row_texts};
 use super::{defaults, error};
+use crate::config::RelayConfig;
 use crate::config::statements::{self, StatementKind};
-use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::{
-    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, PrepareError, RowRef, StoreError,
-    StoreResult,
-};
+use crate::store::outbox::{Prepared, Statements, TextRow};
+use crate::store::{ClaimedRow, PrepareError, StoreResult};
 
 pub struct MyOutbox {
     pool: Pool,
     /// The claim script's statements, in order.
     claim: Vec<NamedSql>,
     statements: HashMap<StatementKind, NamedSql>,
-    settle: SettleMode,
-    shape: ClaimShape,
+    prepared: Prepared,
 }
 
 impl MyOutbox {
@@ -92,35 +88,18 @@ impl MyOutbox {
         }
         let shape = ClaimShape::new(columns).map_err(|e| errors.push(format!("{prefix} sql.claim: {e}")));
         match shape {
-            Ok(shape) if errors.is_empty() => Ok(Self { pool, claim, statements, settle: relay.settle, shape }),
+            Ok(shape) if errors.is_empty() => {
+                let present = statements.keys().copied().collect();
+                Ok(Self { pool, claim, statements, prepared: Prepared { shape, settle: relay.settle, present } })
+            }
             _ => Err(PrepareError::Invalid(errors)),
         }
     }
-
-    async fn execute(&self, kind: StatementKind, value: impl Fn(&str) -> Param) -> StoreResult<u64> {
-        let named = &self.statements[&kind];
-        let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
-        conn.exec_drop(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
-        Ok(conn.affected_rows())
-    }
-
-    async fn batch_step(
-        &self,
-        kind: StatementKind,
-        claimant: &str,
-        rows: &[RowRef],
-        lease: Duration,
-    ) -> StoreResult<u64> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        self.execute(kind, bindings::held(claimant, rows, lease)).await
-    }
 }
 
-impl OutboxStore for MyOutbox {
-    fn columns(&self) -> Arc<[String]> {
-        self.shape.columns.clone()
+impl Statements for MyOutbox {
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
@@ -137,97 +116,43 @@ impl OutboxStore for MyOutbox {
             }
         }
         tx.commit().await.map_err(|e| error("claim", e))?;
-        result.iter().map(|row| self.shape.row(row_texts(row))).collect()
+        result.iter().map(|row| self.prepared.shape.row(row_texts(row))).collect()
     }
 
-    async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        self.execute(StatementKind::settle(self.settle), bindings::delivered(claimant, rows)).await
+    async fn execute(&self, kind: StatementKind, bind_value: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {
+        let named = &self.statements[&kind];
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
+        conn.exec_drop(named.sql.as_str(), bind(named, bind_value)).await.map_err(|e| error(kind.name(), e))?;
+        Ok(conn.affected_rows())
     }
 
-    /// In one transaction: if it fails part-way (a deadlock, a dropped connection) nothing is
-    /// recorded, and the retry does not find half of the rows settled and count them as fenced.
-    async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
-        if failures.is_empty() {
-            return Ok(0);
-        }
-        let fail = |e| error("record failure", e);
-        let mut tx = self.pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(fail)?;
+    /// MySQL has no settled-row guard to tell about a re-drive (`redrive` changes nothing).
+    async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
+        &self,
+        label: &'static str,
+        _redrive: bool,
+        steps: Vec<(StatementKind, F)>,
+    ) -> StoreResult<u64> {
+        let mut tx = self.pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(|e| error(label, e))?;
         let mut changed = 0;
-        for failure in failures {
-            let (kind, value) = bindings::failure(claimant, failure);
+        for (kind, value) in steps {
             let named = &self.statements[&kind];
             tx.exec_drop(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
             changed += tx.affected_rows();
         }
-        tx.commit().await.map_err(fail)?;
+        tx.commit().await.map_err(|e| error(label, e))?;
         Ok(changed)
     }
 
-    async fn release(&self, claimant: &str, rows: &[RowRef]) -> StoreResult<u64> {
-        self.batch_step(StatementKind::Release, claimant, rows, Duration::ZERO).await
-    }
-
-    async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
-        self.batch_step(StatementKind::Renew, claimant, rows, lease).await
-    }
-
-    async fn stats(&self) -> StoreResult<Option<OutboxStats>> {
-        let Some(named) = self.statements.get(&StatementKind::Stats) else { return Ok(None) };
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("stats", e))?;
-        let row: Option<Row> = conn.exec_first(named.sql.as_str(), ()).await.map_err(|e| error("stats", e))?;
-        let row = row.ok_or_else(|| StoreError::Contract("stats returned no row".into()))?;
-        let columns = super::values::row_columns(&row);
-        let texts = row_texts(&row);
-        let number = |name: &str| -> f64 {
-            columns
-                .iter()
-                .position(|c| c == name)
-                .and_then(|i| texts[i].as_deref())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0)
-        };
-        Ok(Some(OutboxStats {
-            pending: number("pending") as i64,
-            in_flight: number("in_flight") as i64,
-            dead: number("dead") as i64,
-            oldest_pending_age: number("oldest_pending_age_seconds"),
-        }))
-    }
-
-    async fn delivered_since(&self, age: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
-        let Some(named) = self.statements.get(&StatementKind::DeliveredSince) else { return Ok(None) };
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("delivered_since", e))?;
-        let rows: Vec<Row> = conn
-            .exec(named.sql.as_str(), bind(named, bindings::delivered_since(age)))
-            .await
-            .map_err(|e| error("delivered_since", e))?;
-        let rows = rows
-            .iter()
-            .map(|row| {
-                let columns = super::values::row_columns(row);
-                let texts = row_texts(row);
-                let text = |name: &str| -> StoreResult<String> {
-                    columns.iter().position(|c| c == name).and_then(|i| texts[i].clone()).ok_or_else(|| {
-                        StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL"))
-                    })
-                };
-                Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
-            })
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(rows))
-    }
-
-    async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {
-        if !self.statements.contains_key(&StatementKind::Redrive) || rows.is_empty() {
-            return Ok(0);
-        }
-        self.execute(StatementKind::Redrive, bindings::redrive(rows)).await
-    }
-
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
+    async fn query(
+        &self,
+        kind: StatementKind,
+        value: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<Vec<TextRow>> {
+        let named = &self.statements[&kind];
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
+        let rows: Vec<Row> =
+            conn.exec(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
+        Ok(rows.iter().map(|row| super::values::row_columns(row).into_iter().zip(row_texts(row)).collect()).collect())
     }
 }

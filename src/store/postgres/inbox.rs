@@ -9,7 +9,7 @@ use deadpool_postgres::Pool;
 use super::{pool_error, query_error};
 use crate::store::StoreResult;
 use crate::store::inbox::{
-    INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, missing_columns, runs_by_payload,
+    InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, missing_columns, runs_by_payload,
 };
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
@@ -18,11 +18,7 @@ const LARGE_BATCH_BYTES: usize = 1 << 20;
 
 pub struct PgInbox {
     pool: Pool,
-    table: String,
-    poison_table: String,
-    insert: String,
-    existing: String,
-    poison: String,
+    sql: TakeoverSql,
 }
 
 impl PgInbox {
@@ -47,7 +43,8 @@ impl PgInbox {
                   AS p(stream, entry_id, event_id, reason, detail, fields)
              ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
         );
-        Self { pool, table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
+        let (table, poison_table) = (table.to_owned(), poison_table.to_owned());
+        Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
     }
 }
 
@@ -56,12 +53,12 @@ impl PgInbox {
     pub async fn check(&self) -> Result<(), String> {
         let client = self.pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
         let mut problems = Vec::new();
-        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
+        for (table, required) in self.sql.tables() {
             let rows = client
                 .query(
                     "SELECT attname::text FROM pg_attribute
                      WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-                    &[table],
+                    &[&table],
                 )
                 .await
                 .map_err(|e| format!("reading the catalog: {}", super::describe(&e)))?;
@@ -69,7 +66,7 @@ impl PgInbox {
             let present = (!present.is_empty()).then_some(present.as_slice());
             problems.extend(missing_columns(table, required, present));
         }
-        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+        for (name, sql) in self.sql.statements() {
             if let Err(e) = client.prepare(sql).await {
                 problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
             }
@@ -89,7 +86,8 @@ impl InboxStore for PgInbox {
         let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
         let mut inserted = HashSet::new();
         if !events.is_empty() {
-            let insert = tx.prepare_cached(&self.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
+            let insert =
+                tx.prepare_cached(&self.sql.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
             for run in runs_by_payload(events, LARGE_BATCH_BYTES) {
                 // Borrowed, not cloned: a payload is copied once, into the message to the server.
                 let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
@@ -122,7 +120,7 @@ impl InboxStore for PgInbox {
         let existing: HashMap<String, String> = if others.is_empty() {
             HashMap::new()
         } else {
-            tx.query(&self.existing, &[&consumer, &others])
+            tx.query(&self.sql.existing, &[&consumer, &others])
                 .await
                 .map_err(|e| query_error("read existing inbox rows", e))?
                 .iter()
@@ -138,7 +136,7 @@ impl InboxStore for PgInbox {
         if !records.is_empty() {
             let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
             tx.execute(
-                &self.poison,
+                &self.sql.poison,
                 &[
                     &consumer,
                     &get(|p| Some(p.stream.clone())),

@@ -1,7 +1,6 @@
 //! The relay's statements on a Postgres outbox: prepared and checked once, executed per batch.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -10,19 +9,18 @@ use tokio_postgres::types::ToSql;
 
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
+use crate::config::RelayConfig;
 use crate::config::statements::{self, StatementKind};
-use crate::config::{RelayConfig, SettleMode};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::{
-    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult,
-};
+use crate::store::outbox::{Prepared, Statements, TextRow};
+use crate::store::{ClaimedRow, StoreError, StoreResult};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
 #[derive(Debug, Clone)]
-struct Prepared {
+struct Statement {
     kind: StatementKind,
     sql: String,
     names: Vec<String>,
@@ -30,9 +28,8 @@ struct Prepared {
 
 pub struct PgOutbox {
     pool: Pool,
-    statements: HashMap<StatementKind, Prepared>,
-    settle: SettleMode,
-    shape: ClaimShape,
+    statements: HashMap<StatementKind, Statement>,
+    prepared: Prepared,
 }
 
 impl PgOutbox {
@@ -94,7 +91,7 @@ impl PgOutbox {
                     if let Some(missing) = statements::missing_result_columns(kind, &names) {
                         errors.push(format!("{context}: {missing}"));
                     }
-                    statements.insert(kind, Prepared { kind, sql: named.sql, names: named.names });
+                    statements.insert(kind, Statement { kind, sql: named.sql, names: named.names });
                 }
             }
         }
@@ -102,18 +99,12 @@ impl PgOutbox {
             errors.push(format!("{prefix} sql.claim: {e}"));
         });
         match shape {
-            Ok(shape) if errors.is_empty() => Ok(Self { pool, statements, settle: relay.settle, shape }),
+            Ok(shape) if errors.is_empty() => {
+                let present = statements.keys().copied().collect();
+                Ok(Self { pool, statements, prepared: Prepared { shape, settle: relay.settle, present } })
+            }
             _ => Err(PrepareError::Invalid(errors)),
         }
-    }
-
-    async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param) -> StoreResult<u64> {
-        let prepared = &self.statements[&kind];
-        let client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
-        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
-        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        client.execute(&stmt, &refs).await.map_err(|e| query_error(prepared.kind.name(), e))
     }
 
     fn parse_row(&self, row: &Row) -> StoreResult<ClaimedRow> {
@@ -121,13 +112,13 @@ impl PgOutbox {
             .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| c.map(|c| c.0)))
             .collect::<Result<_, _>>()
             .map_err(|e| StoreError::Contract(e.to_string()))?;
-        self.shape.row(values)
+        self.prepared.shape.row(values)
     }
 }
 
-impl OutboxStore for PgOutbox {
-    fn columns(&self) -> Arc<[String]> {
-        self.shape.columns.clone()
+impl Statements for PgOutbox {
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
@@ -136,119 +127,66 @@ impl OutboxStore for PgOutbox {
         let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("claim", e))?;
         let bind = bindings::claim(claimant, batch_size, lease, &[]);
         let values: Vec<Param> = prepared.names.iter().map(|name| bind(name)).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let rows = client.query(&stmt, &refs).await.map_err(|e| query_error("claim", e))?;
+        let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error("claim", e))?;
         rows.iter().map(|row| self.parse_row(row)).collect()
     }
 
-    async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        self.execute(StatementKind::settle(self.settle), bindings::delivered(claimant, rows)).await
+    async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {
+        let prepared = &self.statements[&kind];
+        let client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
+        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+        client.execute(&stmt, &refs(&values)).await.map_err(|e| query_error(prepared.kind.name(), e))
     }
 
-    /// In one transaction: if it fails part-way (a dropped connection) nothing is recorded, and
-    /// the retry does not find half of the rows settled and count them as fenced.
-    async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
-        if failures.is_empty() {
-            return Ok(0);
+    async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
+        &self,
+        label: &'static str,
+        redrive: bool,
+        steps: Vec<(StatementKind, F)>,
+    ) -> StoreResult<u64> {
+        let mut client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
+        let tx = client.transaction().await.map_err(|e| query_error(label, e))?;
+        if redrive {
+            tx.batch_execute("SET LOCAL handoff.redrive = 'on'").await.map_err(|e| query_error(label, e))?;
         }
-        let mut client = self.pool.get().await.map_err(|e| pool_error("record failure", e))?;
-        let tx = client.transaction().await.map_err(|e| query_error("record failure", e))?;
         let mut changed = 0;
-        for failure in failures {
-            let (kind, bind) = bindings::failure(claimant, failure);
+        for (kind, bind) in steps {
             let prepared = &self.statements[&kind];
             let stmt = tx.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
             let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            changed += tx.execute(&stmt, &refs).await.map_err(|e| query_error(kind.name(), e))?;
+            changed += tx.execute(&stmt, &refs(&values)).await.map_err(|e| query_error(kind.name(), e))?;
         }
-        tx.commit().await.map_err(|e| query_error("record failure", e))?;
+        tx.commit().await.map_err(|e| query_error(label, e))?;
         Ok(changed)
     }
 
-    async fn release(&self, claimant: &str, rows: &[RowRef]) -> StoreResult<u64> {
-        self.batch_step(StatementKind::Release, claimant, rows, Duration::ZERO).await
-    }
-
-    async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {
-        self.batch_step(StatementKind::Renew, claimant, rows, lease).await
-    }
-
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
-    }
-
-    async fn delivered_since(&self, age: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
-        let Some(prepared) = self.statements.get(&StatementKind::DeliveredSince) else { return Ok(None) };
-        let client = self.pool.get().await.map_err(|e| pool_error("delivered_since", e))?;
-        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("delivered_since", e))?;
-        let bind = bindings::delivered_since(age);
+    async fn query(
+        &self,
+        kind: StatementKind,
+        bind: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<Vec<TextRow>> {
+        let prepared = &self.statements[&kind];
+        let client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
+        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
         let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let rows = client.query(&stmt, &refs).await.map_err(|e| query_error("delivered_since", e))?;
-        let text = |row: &Row, name: &str| -> StoreResult<String> {
-            let cell: Option<Cell> = row.try_get(name).map_err(|e| StoreError::Contract(e.to_string()))?;
-            cell.map(|c| c.0).ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is NULL")))
-        };
-        let rows = rows
-            .iter()
-            .map(|r| {
-                Ok(DeliveredRow { id: text(r, "id")?, stream: text(r, "stream")?, entry_id: text(r, "entry_id")? })
+        let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error(kind.name(), e))?;
+        rows.iter()
+            .map(|row| {
+                row.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let cell: Option<Cell> = row.try_get(i).map_err(|e| StoreError::Contract(e.to_string()))?;
+                        Ok((c.name().to_owned(), cell.map(|c| c.0)))
+                    })
+                    .collect()
             })
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(rows))
-    }
-
-    /// In a transaction marked as a re-drive, which the reference schema's settled-row guard
-    /// lets through.
-    async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {
-        let Some(prepared) = self.statements.get(&StatementKind::Redrive) else { return Ok(0) };
-        let mut client = self.pool.get().await.map_err(|e| pool_error("redrive", e))?;
-        let tx = client.transaction().await.map_err(|e| query_error("redrive", e))?;
-        tx.batch_execute("SET LOCAL handoff.redrive = 'on'").await.map_err(|e| query_error("redrive", e))?;
-        let stmt = tx.prepare_cached(&prepared.sql).await.map_err(|e| query_error("redrive", e))?;
-        let bind = bindings::redrive(rows);
-        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-        let moved = tx.execute(&stmt, &refs).await.map_err(|e| query_error("redrive", e))?;
-        tx.commit().await.map_err(|e| query_error("redrive", e))?;
-        Ok(moved)
-    }
-
-    async fn stats(&self) -> StoreResult<Option<OutboxStats>> {
-        let Some(prepared) = self.statements.get(&StatementKind::Stats) else {
-            return Ok(None);
-        };
-        let client = self.pool.get().await.map_err(|e| pool_error("stats", e))?;
-        let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("stats", e))?;
-        let row = client.query_one(&stmt, &[]).await.map_err(|e| query_error("stats", e))?;
-        let number = |name: &str| -> StoreResult<f64> {
-            let cell: Option<Cell> = row.try_get(name).map_err(|e| StoreError::Contract(e.to_string()))?;
-            Ok(cell.and_then(|c| c.0.parse().ok()).unwrap_or(0.0))
-        };
-        Ok(Some(OutboxStats {
-            pending: number("pending")? as i64,
-            in_flight: number("in_flight")? as i64,
-            dead: number("dead")? as i64,
-            oldest_pending_age: number("oldest_pending_age_seconds")?,
-        }))
+            .collect()
     }
 }
 
-impl PgOutbox {
-    async fn batch_step(
-        &self,
-        kind: StatementKind,
-        claimant: &str,
-        rows: &[RowRef],
-        lease: Duration,
-    ) -> StoreResult<u64> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        self.execute(kind, bindings::held(claimant, rows, lease)).await
-    }
+/// Parameters as the driver takes them.
+fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
