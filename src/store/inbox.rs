@@ -284,6 +284,39 @@ pub enum ApplyError {
     Store(#[from] super::StoreError),
 }
 
+impl ApplyError {
+    /// A handler statement's error, classified by the dialect: the row's data at fault (the
+    /// row goes DEAD) or an outage of the store.
+    pub fn from_handler(index: usize, error: super::StoreError) -> Self {
+        match error {
+            e @ super::StoreError::Rejected { .. } => {
+                ApplyError::Handler { index, message: crate::error::error_chain(&e) }
+            }
+            e => ApplyError::Store(e),
+        }
+    }
+}
+
+/// Whether a row's savepoint is kept (its effect and PROCESSED commit with the batch) or rolled
+/// back (the fence refused, or a handler statement refused the row's data: undo this row only).
+/// An outage never gets here: it fails the whole batch.
+pub fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
+    matches!(outcome, Ok(Applied::Processed))
+}
+
+/// What a failed commit of a handler batch means, for every dialect: with one row, that row's
+/// data (a deferred constraint, say), so it goes DEAD; with several the batch fails as a refusal
+/// and the worker retries the rows one by one to find it; anything else is an outage.
+pub fn commit_failed(rows: usize, error: super::StoreError) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
+    match ApplyError::from_handler(usize::MAX, error) {
+        handler @ ApplyError::Handler { .. } if rows == 1 => Ok(vec![Err(handler)]),
+        ApplyError::Handler { message, .. } => {
+            Err(super::StoreError::Rejected { statement: "commit", source: message.into() })
+        }
+        ApplyError::Store(e) => Err(e),
+    }
+}
+
 /// The worker's statements; every transition is fenced by lease owner + token.
 pub trait WorkerStore: Send + Sync + 'static {
     /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.

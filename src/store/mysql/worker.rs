@@ -10,8 +10,10 @@ use super::Pool;
 
 use super::error;
 use crate::fault::{Faults, Point};
-use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
-use crate::store::{PrepareError, StoreError, StoreResult};
+use crate::store::inbox::{
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore, commit_failed, keep_row,
+};
+use crate::store::{PrepareError, StoreResult};
 
 pub struct MyWorker {
     pool: Pool,
@@ -145,10 +147,7 @@ fn to_value(v: &BindValue) -> Value {
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
-    match error("handler", e) {
-        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::error::error_chain(&e) },
-        e => ApplyError::Store(e),
-    }
+    ApplyError::from_handler(index, error("handler", e))
 }
 
 fn json_ids(ids: &[i64]) -> Value {
@@ -248,16 +247,15 @@ impl WorkerStore for MyWorker {
                 Err(ApplyError::Store(e)) => return Err(e),
                 other => other,
             };
-            // The fence refused or a statement failed: undo this row's effect only.
-            let end = match outcome {
-                Ok(Applied::Processed) => "RELEASE SAVEPOINT handoff_row",
-                _ => "ROLLBACK TO SAVEPOINT handoff_row",
-            };
+            let end =
+                if keep_row(&outcome) { "RELEASE SAVEPOINT handoff_row" } else { "ROLLBACK TO SAVEPOINT handoff_row" };
             tx.query_drop(end).await.map_err(|e| error("apply", e))?;
             results.push(outcome);
         }
-        tx.commit().await.map_err(|e| error("commit", e))?;
-        Ok(results)
+        match tx.commit().await {
+            Ok(()) => Ok(results),
+            Err(e) => commit_failed(items.len(), error("handler", e)),
+        }
     }
 
     async fn fail(

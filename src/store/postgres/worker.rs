@@ -10,8 +10,10 @@ use super::values::Param;
 use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
 use crate::store::PrepareError;
-use crate::store::inbox::{Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore};
-use crate::store::{StoreError, StoreResult};
+use crate::store::StoreResult;
+use crate::store::inbox::{
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore, commit_failed, keep_row,
+};
 
 pub struct PgWorker {
     pool: Pool,
@@ -149,10 +151,7 @@ fn to_param(value: &BindValue) -> Param {
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
-    match query_error("handler", error) {
-        e @ StoreError::Rejected { .. } => ApplyError::Handler { index, message: crate::error::error_chain(&e) },
-        e => ApplyError::Store(e),
-    }
+    ApplyError::from_handler(index, query_error("handler", error))
 }
 
 impl WorkerStore for PgWorker {
@@ -231,28 +230,20 @@ impl WorkerStore for PgWorker {
         let mut results = Vec::with_capacity(items.len());
         for (row, statements) in items {
             let savepoint = tx.savepoint("handoff_row").await.map_err(|e| query_error("apply", e))?;
-            let outcome = self.apply_one(&savepoint, owner, row, statements).await;
-            match outcome {
-                Ok(Applied::Processed) => savepoint.commit().await.map_err(|e| query_error("apply", e))?,
-                // The fence refused or a statement failed: undo this row's effect only.
-                Ok(Applied::Fenced) | Err(ApplyError::Handler { .. }) => {
-                    savepoint.rollback().await.map_err(|e| query_error("apply", e))?
-                }
+            let outcome = match self.apply_one(&savepoint, owner, row, statements).await {
                 Err(ApplyError::Store(e)) => return Err(e),
+                other => other,
+            };
+            if keep_row(&outcome) {
+                savepoint.commit().await.map_err(|e| query_error("apply", e))?;
+            } else {
+                savepoint.rollback().await.map_err(|e| query_error("apply", e))?;
             }
             results.push(outcome);
         }
         match tx.commit().await {
             Ok(()) => Ok(results),
-            // A failure at commit (a deferred constraint, say) belongs to one of the rows when
-            // there is just one; with several the caller retries them one by one to find it.
-            Err(e) => match handler_error(usize::MAX, e) {
-                handler @ ApplyError::Handler { .. } if items.len() == 1 => Ok(vec![Err(handler)]),
-                ApplyError::Handler { message, .. } => {
-                    Err(StoreError::Rejected { statement: "commit", source: message.into() })
-                }
-                ApplyError::Store(e) => Err(e),
-            },
+            Err(e) => commit_failed(items.len(), query_error("handler", e)),
         }
     }
 
