@@ -23,6 +23,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 COPY src ./src
 COPY migrations ./migrations
+# The commit handoff_build_info reports: docker build --build-arg HANDOFF_COMMIT=$(git rev-parse HEAD)
+ARG HANDOFF_COMMIT=unknown
 # Cache mounts keep the registry and target dir between builds (BuildKit); the binary is
 # copied out because cache mounts are not part of the image layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -9,9 +9,9 @@ fn documented() -> BTreeSet<String> {
     let reference = include_str!("../docs/operations.md");
     reference
         .lines()
-        .filter_map(|line| line.strip_prefix("| `handoff_"))
-        .filter_map(|rest| rest.split('`').next())
-        .map(|name| format!("handoff_{name}"))
+        .filter(|line| line.starts_with("| `handoff_") || line.starts_with("| `process_"))
+        .filter_map(|line| line.strip_prefix("| `")?.split('`').next())
+        .map(str::to_owned)
         .collect()
 }
 

@@ -26,6 +26,7 @@ use crate::worker::{Worker, WorkerDeps};
 /// Spawns every relay, bridge and worker on `shared.tracker`. `Ok(false)` if shutdown came
 /// while waiting for the database.
 pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: &RedisStream) -> anyhow::Result<bool> {
+    crate::telemetry::metrics::process::register(&shared.registry)?;
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
     let bridge_metrics = BridgeMetrics::register(&shared.registry)?;
     let worker_metrics = WorkerMetrics::register(&shared.registry)?;

@@ -4,6 +4,7 @@
 //! metrics reference in docs/operations.md lists every name; a test encodes a fresh registry against it.
 
 mod bridge;
+pub mod process;
 mod relay;
 mod worker;
 
@@ -15,6 +16,7 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeV
 
 /// Every family of every component, for the reference test and `handoff metrics`.
 pub fn register_all(registry: &Registry) -> prometheus::Result<(RelayMetrics, BridgeMetrics, WorkerMetrics)> {
+    process::register(registry)?;
     Ok((RelayMetrics::register(registry)?, BridgeMetrics::register(registry)?, WorkerMetrics::register(registry)?))
 }
 
