@@ -211,19 +211,15 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
 }
 
 async fn status(config: &Config, json: bool) -> ExitCode {
-    if let Some(e) = postgres_only(config) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    let pool = match crate::store::postgres::pool(&config.database, "handoff-status") {
-        Ok(pool) => pool,
+    let db = match crate::store::database::Database::connect(&config.database, "handoff-status") {
+        Ok(db) => db,
         Err(e) => {
             eprintln!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
     let stream = crate::stream::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
-    let lines = ops::status::collect(config, &pool, stream.as_ref()).await;
+    let lines = ops::status::collect(config, &db, stream.as_ref()).await;
     if json {
         println!("{}", serde_json::to_string_pretty(&lines).unwrap_or_default());
     } else {
@@ -246,18 +242,14 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         error_contains: args.error,
         limit: args.limit,
     };
-    if let Some(e) = postgres_only(config) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    let pool = match crate::store::postgres::pool(&config.database, "handoff-dead") {
-        Ok(pool) => pool,
+    let db = match crate::store::database::Database::connect(&config.database, "handoff-dead") {
+        Ok(db) => db,
         Err(e) => {
             eprintln!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let rows = match ops::dead::run(config, &pool, &filter, kind, args.dry_run).await {
+    let rows = match ops::dead::run(config, &db, &filter, kind, args.dry_run).await {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("error: {e}");
@@ -407,5 +399,5 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
 fn postgres_only(config: &Config) -> Option<&'static str> {
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     (crate::config::Dialect::of(url) != Some(crate::config::Dialect::Postgres))
-        .then_some("this command supports Postgres databases only (MySQL: query the tables directly)")
+        .then_some("this command supports Postgres databases only for now (MySQL: query the poison table directly)")
 }

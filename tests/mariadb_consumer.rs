@@ -159,6 +159,16 @@ async fn effect_and_processed_commit_together_or_not_at_all() {
     eventually("both rows DEAD", || async { (inbox(&env, "DEAD").await == 2).then_some(()) }).await;
     assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 0);
     assert_eq!(env.scalar("SELECT MAX(attempts) FROM consumer_inbox").await, 1);
+
+    // The operator commands see them on MariaDB too; a fixed handler applies them after a retry.
+    let config = worker(&env, &[HANDLER]);
+    let (ok, out) = common::process::run_to_end(&config, &["status", "--json"]);
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let line = status.as_array().unwrap().iter().find(|l| l["component"] == "worker worker").unwrap();
+    assert_eq!((line["dead"].as_i64(), line["pending"].as_i64()), (Some(2), Some(0)), "{status}");
+    let (ok, out) = common::process::run_to_end(&config, &["dead", "retry", "--worker", "worker"]);
+    assert!(ok && out.contains("re-driven: 2 row(s)"), "{out}");
 }
 
 #[tokio::test]

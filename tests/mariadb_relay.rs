@@ -304,3 +304,46 @@ async fn claims_under_stress_never_take_a_held_or_settled_row() {
     let distinct: std::collections::HashSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), distinct.len()), (KEYS * (PER_KEY + 1), KEYS * (PER_KEY + 1)), "each event appended once");
 }
+
+/// `handoff status` and `handoff dead list | retry | purge` on MariaDB as on Postgres: filtered by error text, a
+/// retry moves rows back to PENDING with attempts reset and counts the re-drive, a dry run
+/// changes nothing, a purge deletes; the relay then delivers what was re-driven.
+#[tokio::test]
+async fn dead_rows_are_listed_re_driven_and_purged_by_the_operator_commands() {
+    let env = MyEnv::new().await;
+    env.insert_events("d", "user", 3).await;
+    env.exec(
+        "UPDATE audit_outbox SET status = 'DEAD', attempts = 5, dead_at = NOW(3) - INTERVAL 1 HOUR,
+                last_error = CASE WHEN event_id = 'd-3' THEN 'other' ELSE 'stream rejected the entry' END",
+    )
+    .await;
+    let config = env.config("");
+    let (ok, out) = run_to_end(&config, &["dead", "list", "--relay", "relay", "--json"]);
+    assert!(ok, "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["count"], 3);
+    assert_eq!(listed["rows"][0]["source"], "relay relay");
+    assert!(listed["rows"][0]["dead_for_seconds"].as_f64().unwrap() >= 3599.0);
+
+    let (ok, out) = run_to_end(&config, &["dead", "retry", "--relay", "relay", "--error", "rejected", "--dry-run"]);
+    assert!(ok && out.contains("would re-drive: 2 row(s)"), "{out}");
+    assert_eq!(env.count("DEAD").await, 3, "a dry run changes nothing");
+    let (ok, out) = run_to_end(&config, &["dead", "retry", "--relay", "relay", "--error", "rejected"]);
+    assert!(ok && out.contains("re-driven: 2 row(s)"), "{out}");
+    assert_eq!(
+        env.scalar("SELECT COUNT(*) FROM audit_outbox WHERE status = 'PENDING' AND attempts = 0 AND redrives = 1")
+            .await,
+        2
+    );
+    let (ok, out) = run_to_end(&config, &["status", "--json"]);
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let relay = status.as_array().unwrap().iter().find(|l| l["component"] == "relay relay").unwrap();
+    assert_eq!((relay["pending"].as_i64(), relay["dead"].as_i64()), (Some(2), Some(1)), "{status}");
+    let (ok, out) = run_to_end(&config, &["dead", "purge", "--relay", "relay", "--event-id", "d-3"]);
+    assert!(ok && out.contains("purged: 1 row(s)"), "{out}");
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_outbox").await, 2);
+
+    let _relay = Handoff::run(&config);
+    env.await_delivered(2).await;
+}

@@ -5,9 +5,11 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::store::database::Database;
 
 /// Which rows a command touches.
 #[derive(Debug, Clone, Default)]
@@ -89,14 +91,18 @@ fn targets(config: &Config, filter: &Filter) -> Result<Vec<Target>, String> {
 /// Runs `action` (or, with `dry_run`, lists what it would touch); returns the rows concerned.
 pub async fn run(
     config: &Config,
-    pool: &Pool,
+    db: &Database,
     filter: &Filter,
     action: Action,
     dry_run: bool,
 ) -> Result<Vec<DeadRow>, String> {
     let mut rows = Vec::new();
+    let action = if dry_run { Action::List } else { action };
     for target in targets(config, filter)? {
-        rows.extend(one(pool, &target, filter, if dry_run { Action::List } else { action }).await?);
+        rows.extend(match db {
+            Database::Postgres(pool) => one(pool, &target, filter, action).await?,
+            Database::Mysql(pool) => one_mysql(pool, &target, filter, action).await?,
+        });
     }
     Ok(rows)
 }
@@ -146,6 +152,77 @@ async fn one(pool: &Pool, target: &Target, filter: &Filter, action: Action) -> R
             dead_for_seconds: r.get::<_, Option<f64>>(4).unwrap_or(0.0),
             redrives: r.get(5),
             last_error: r.get(6),
+        })
+        .collect())
+}
+
+/// The same on MySQL / MariaDB, which have no `UPDATE … RETURNING`: the matching rows are
+/// locked (`FOR UPDATE SKIP LOCKED`), shown, then changed, in one transaction.
+async fn one_mysql(
+    pool: &crate::store::mysql::Pool,
+    target: &Target,
+    filter: &Filter,
+    action: Action,
+) -> Result<Vec<DeadRow>, String> {
+    use mysql_async::Value;
+    let t = &target.table;
+    let failed = |e: mysql_async::Error| format!("{}: {}", target.source, crate::store::mysql::describe(&e));
+    let scope = if target.consumer.is_some() { "AND consumer = ?" } else { "" };
+    let lock = if action == Action::List { "" } else { "FOR UPDATE SKIP LOCKED" };
+    let matching = format!(
+        "SELECT id FROM {t} WHERE status = 'DEAD' {scope}
+           AND (? IS NULL OR event_id = ?)
+           AND (? IS NULL OR dead_at < NOW(3) - INTERVAL ? * 1000 MICROSECOND)
+           AND (? IS NULL OR LOCATE(?, last_error) > 0)
+         ORDER BY dead_at, id LIMIT ? {lock}"
+    );
+    let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
+    let mut params: Vec<Value> = target.consumer.iter().map(|c| c.as_str().into()).collect();
+    params.extend([filter.event_id.clone().into(), filter.event_id.clone().into()]);
+    params.extend([older_ms.into(), older_ms.into()]);
+    params.extend([filter.error_contains.clone().into(), filter.error_contains.clone().into()]);
+    params.push(i64::from(filter.limit).into());
+    let mut tx = pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(failed)?;
+    let ids: Vec<i64> = tx.exec(matching, params).await.map_err(failed)?;
+    if ids.is_empty() {
+        tx.commit().await.map_err(failed)?;
+        return Ok(Vec::new());
+    }
+    let list = vec!["?"; ids.len()].join(", ");
+    let show = format!(
+        "SELECT CAST(id AS CHAR), event_id, event_type, attempts,
+                TIMESTAMPDIFF(MICROSECOND, dead_at, NOW(3)) / 1e6, redrives, last_error
+         FROM {t} WHERE id IN ({list}) ORDER BY dead_at, id"
+    );
+    let shown: Vec<mysql_async::Row> = tx.exec(show, ids.clone()).await.map_err(failed)?;
+    let change = match action {
+        Action::List => None,
+        Action::Retry => Some(format!(
+            "UPDATE {t} SET status = 'PENDING', {}, redrives = redrives + 1, redriven_at = NOW(3),
+                 lease_expires_at = NULL WHERE id IN ({list})",
+            target.reset.replace("now()", "NOW(3)")
+        )),
+        Action::Purge => Some(format!("DELETE FROM {t} WHERE id IN ({list})")),
+    };
+    if let Some(change) = change {
+        tx.exec_drop(change, ids).await.map_err(failed)?;
+    }
+    tx.commit().await.map_err(failed)?;
+    Ok(shown
+        .into_iter()
+        .map(|mut r| {
+            let redriven = i32::from(action == Action::Retry);
+            DeadRow {
+                source: target.source.clone(),
+                id: r.take::<String, _>(0).unwrap_or_default(),
+                event_id: r.take::<String, _>(1).unwrap_or_default(),
+                event_type: r.take::<String, _>(2).unwrap_or_default(),
+                attempts: r.take::<i32, _>(3).unwrap_or_default(),
+                dead_for_seconds: r.take::<Option<f64>, _>(4).flatten().unwrap_or(0.0),
+                // As Postgres's RETURNING shows it: the count after this re-drive.
+                redrives: r.take::<i32, _>(5).unwrap_or_default() + redriven,
+                last_error: r.take::<Option<String>, _>(6).flatten(),
+            }
         })
         .collect())
 }

@@ -1,11 +1,13 @@
 //! `handoff status`: per relay, worker and bridge stream, what is waiting, in flight and DEAD.
 
-use deadpool_postgres::Pool;
+use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, WorkerConfig};
+use crate::store::database::Database;
+use crate::store::mysql::MyOutbox;
 use crate::store::postgres::PgOutbox;
-use crate::store::{OutboxStore, PrepareError};
+use crate::store::{OutboxStats, OutboxStore, PrepareError, StoreResult};
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::Group;
 
@@ -37,46 +39,44 @@ impl Line {
     }
 }
 
-pub async fn collect(config: &Config, pool: &Pool, stream: Option<&RedisStream>) -> Vec<Line> {
+pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream>) -> Vec<Line> {
     let mut lines = Vec::new();
     for relay in &config.relays {
         let mut line = Line::new(format!("relay {}", relay.name));
-        match PgOutbox::prepare(pool.clone(), relay).await {
+        let stats: Result<StoreResult<Option<OutboxStats>>, PrepareError> = match db {
+            Database::Postgres(pool) => match PgOutbox::prepare(pool.clone(), relay).await {
+                Ok(store) => Ok(store.stats().await),
+                Err(e) => Err(e),
+            },
+            Database::Mysql(pool) => match MyOutbox::prepare(pool.clone(), relay).await {
+                Ok(store) => Ok(store.stats().await),
+                Err(e) => Err(e),
+            },
+        };
+        match stats {
             Err(PrepareError::Invalid(e)) => line.error = Some(e.join("; ")),
             Err(e) => line.error = Some(e.to_string()),
-            Ok(store) => match store.stats().await {
-                Ok(Some(s)) => {
-                    line.pending = Some(s.pending);
-                    line.in_flight = Some(s.in_flight);
-                    line.dead = Some(s.dead);
-                    line.oldest_pending_age_seconds = Some(s.oldest_pending_age);
-                }
-                Ok(None) => line.error = Some("no stats statement for this table".into()),
-                Err(e) => line.error = Some(crate::error::error_chain(&e)),
-            },
+            Ok(Ok(Some(s))) => {
+                line.pending = Some(s.pending);
+                line.in_flight = Some(s.in_flight);
+                line.dead = Some(s.dead);
+                line.oldest_pending_age_seconds = Some(s.oldest_pending_age);
+            }
+            Ok(Ok(None)) => line.error = Some("no stats statement for this table".into()),
+            Ok(Err(e)) => line.error = Some(crate::error::error_chain(&e)),
         }
         lines.push(line);
     }
     for worker in &config.workers {
         let mut line = Line::new(format!("worker {}", worker.name));
-        let sql = format!(
-            "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'PROCESSING'),
-                    count(*) FILTER (WHERE status = 'DEAD'),
-                    coalesce(extract(epoch FROM now() - min(received_at) FILTER (WHERE status IN ('PENDING', 'PROCESSING'))), 0)::float8
-             FROM {} WHERE consumer = $1 AND status IN ('PENDING', 'PROCESSING', 'DEAD')",
-            worker.table
-        );
-        match pool.get().await {
-            Err(e) => line.error = Some(e.to_string()),
-            Ok(client) => match client.query_one(&sql, &[&worker.consumer]).await {
-                Ok(r) => {
-                    line.pending = Some(r.get(0));
-                    line.in_flight = Some(r.get(1));
-                    line.dead = Some(r.get(2));
-                    line.oldest_pending_age_seconds = Some(r.get(3));
-                }
-                Err(e) => line.error = Some(crate::store::postgres::describe(&e)),
-            },
+        match inbox_counts(db, worker).await {
+            Ok((pending, in_flight, dead, oldest)) => {
+                line.pending = Some(pending);
+                line.in_flight = Some(in_flight);
+                line.dead = Some(dead);
+                line.oldest_pending_age_seconds = Some(oldest);
+            }
+            Err(e) => line.error = Some(e),
         }
         lines.push(line);
     }
@@ -109,6 +109,40 @@ pub async fn collect(config: &Config, pool: &Pool, stream: Option<&RedisStream>)
         }
     }
     lines
+}
+
+/// A worker's inbox: pending, processing, DEAD, and the age of the oldest row not yet done.
+async fn inbox_counts(db: &Database, worker: &WorkerConfig) -> Result<(i64, i64, i64, f64), String> {
+    let t = &worker.table;
+    match db {
+        Database::Postgres(pool) => {
+            let sql = format!(
+                "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'PROCESSING'),
+                        count(*) FILTER (WHERE status = 'DEAD'),
+                        coalesce(extract(epoch FROM now() - min(received_at) FILTER (WHERE status IN ('PENDING', 'PROCESSING'))), 0)::float8
+                 FROM {t} WHERE consumer = $1 AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
+            );
+            let client = pool.get().await.map_err(|e| e.to_string())?;
+            let r =
+                client.query_one(&sql, &[&worker.consumer]).await.map_err(|e| crate::store::postgres::describe(&e))?;
+            Ok((r.get(0), r.get(1), r.get(2), r.get(3)))
+        }
+        Database::Mysql(pool) => {
+            let sql = format!(
+                "SELECT CAST(COALESCE(SUM(status = 'PENDING'), 0) AS SIGNED),
+                        CAST(COALESCE(SUM(status = 'PROCESSING'), 0) AS SIGNED),
+                        CAST(COALESCE(SUM(status = 'DEAD'), 0) AS SIGNED),
+                        CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND,
+                            MIN(CASE WHEN status IN ('PENDING', 'PROCESSING') THEN received_at END), NOW(3)) / 1e6, 0) AS DOUBLE)
+                 FROM {t} WHERE consumer = ? AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
+            );
+            let describe = |e: mysql_async::Error| crate::store::mysql::describe(&e);
+            let mut conn = pool.get_conn().await.map_err(describe)?;
+            let row: Option<(i64, i64, i64, f64)> =
+                conn.exec_first(sql, (worker.consumer.as_str(),)).await.map_err(describe)?;
+            Ok(row.unwrap_or((0, 0, 0, 0.0)))
+        }
+    }
 }
 
 /// A fixed-width table for humans.
