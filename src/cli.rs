@@ -137,9 +137,18 @@ pub struct DeadArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Migrate { print: true } = cli.command {
-        let mysql = config::load(&cli.config)
-            .ok()
-            .and_then(|c| c.database.url)
+        // The dialect comes from the config: a config that does not load is an error, not a
+        // reason to print another dialect's schema.
+        let config = match config::load(&cli.config) {
+            Ok(config) => config,
+            Err(e) => {
+                eprintln!("{}: {e}", cli.config.display());
+                return ExitCode::from(2);
+            }
+        };
+        let mysql = config
+            .database
+            .url
             .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
         for (version, sql) in if mysql { migrate::MYSQL } else { migrate::POSTGRES } {
             println!("-- {version}\n{sql}");

@@ -11,10 +11,10 @@ fn minimal(extra: &str) -> String {
 }
 
 #[test]
-fn unknown_keys_are_rejected_by_name() {
+fn unknown_keys_are_rejected_by_name_with_the_closest_known_key() {
     let (ok, out) = run_to_end(&minimal("[[relay]]\nname = \"a\"\nbatch_sise = 10\n"), &["check"]);
     assert!(!ok);
-    assert!(out.contains("batch_sise") && out.contains("relay"), "{out}");
+    assert!(out.contains("relay[0].batch_sise: unknown key `batch_sise`; did you mean `batch_size`?"), "{out}");
 }
 
 #[test]
@@ -198,4 +198,16 @@ fn a_fsync_gate_on_a_redis_without_waitaof_is_refused_naming_the_key() {
                   [[relay]]\nname = \"a\"\n[relay.durability]\naof = true\n";
     let (ok, out) = run_to_end(config, &["check"]);
     assert!(!ok && out.contains("relay `a` durability.aof needs WAITAOF"), "{out}");
+}
+
+/// `migrate --print` prints the schema of the config's dialect, and refuses a config that does
+/// not load rather than guess (it used to print the Postgres schema for a broken MySQL config).
+#[test]
+fn migrate_print_follows_the_config_and_refuses_a_broken_one() {
+    let mysql = "[database]\nurl = \"mysql://root@127.0.0.1:3306/app\"\n[[relay]]\nname = \"a\"\n";
+    let (ok, out) = run_to_end(mysql, &["migrate", "--print"]);
+    assert!(ok && out.contains("ENGINE = InnoDB") && !out.contains("jsonb"), "{out}");
+    let broken = format!("{mysql}batch_sise = 10\n");
+    let (ok, out) = run_to_end(&broken, &["migrate", "--print"]);
+    assert!(!ok && out.contains("batch_sise") && !out.contains("CREATE TABLE"), "{out}");
 }

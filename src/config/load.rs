@@ -69,10 +69,58 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
 
 /// One line per figment error: what is wrong, the key, and where the value came from.
 fn describe(error: &figment::Error) -> String {
-    let key = if error.path.is_empty() { "(top level)".to_owned() } else { error.path.join(".") };
+    let key = key_path(&error.path);
     let source = error.metadata.as_ref().map(|m| format!(" (from {})", m.name)).unwrap_or_default();
-    format!("{key}: {}{source}", error.kind)
+    match &error.kind {
+        figment::error::Kind::UnknownField(found, known) => {
+            let hint = closest(found, known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
+            format!("{key}: unknown key `{found}`{hint} (known here: {}){source}", known.join(", "))
+        }
+        kind => format!("{key}: {kind}{source}"),
+    }
 }
+
+/// `relay.0.batch_size` as the rule checks write it: `relay[0].batch_size`.
+fn key_path(path: &[String]) -> String {
+    if path.is_empty() {
+        return "(top level)".to_owned();
+    }
+    let mut key = String::new();
+    for part in path {
+        if part.chars().all(|c| c.is_ascii_digit()) {
+            key.push_str(&format!("[{part}]"));
+        } else {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(part);
+        }
+    }
+    key
+}
+
+/// The known key closest to a misspelt one, if it is close enough to be the one meant.
+fn closest<'a>(found: &str, known: &[&'a str]) -> Option<&'a str> {
+    let (best, distance) = known.iter().map(|k| (*k, edit_distance(found, k))).min_by_key(|(_, d)| *d)?;
+    (distance <= 2.max(found.len() / 4)).then_some(best)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
 
 /// Reads the database URL's TLS words into `database.tls` and takes them out of the URL (the
 /// drivers are given the settings, not the words).
@@ -113,5 +161,19 @@ fn resolve_secret(
             section.to_uppercase()
         )),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_key_gets_the_closest_known_one_and_a_stranger_none() {
+        let known = ["name", "batch_size", "poll_interval", "lease"];
+        assert_eq!(closest("batch_sise", &known), Some("batch_size"));
+        assert_eq!(closest("pollinterval", &known), Some("poll_interval"));
+        assert_eq!(closest("colour", &known), None);
+        assert_eq!(key_path(&["relay".into(), "0".into(), "batch_sise".into()]), "relay[0].batch_sise");
     }
 }
