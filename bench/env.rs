@@ -12,6 +12,8 @@ pub struct BenchEnv {
     pub schema: String,
     pub database_url: String,
     pub redis_url: String,
+    /// `[redis.tls]` for every config the benchmark writes (empty without TLS).
+    pub redis_tls: String,
     pub db: tokio_postgres::Client,
     pub redis: fred::prelude::Client,
     pub binary: PathBuf,
@@ -30,10 +32,19 @@ impl BenchEnv {
         let database_url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
         let (db, conn) = tokio_postgres::connect(&database_url, NoTls).await?;
         tokio::spawn(conn);
-        let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
-        redis.init().await?;
+        // HANDOFF_BENCH_REDIS_CA: a CA file for a `rediss://` URL (the benchmark of TLS to Redis);
+        // the benchmark's own client connects the way handoff does.
+        let redis_tls = std::env::var("HANDOFF_BENCH_REDIS_CA")
+            .map(|ca| format!("[redis.tls]\nca_file = \"{ca}\"\n"))
+            .unwrap_or_default();
+        let redis_config = handoff::config::load_str(&format!(
+            "[database]\nurl = \"{database_url}\"\n[redis]\nurl = \"{redis_url}\"\n{redis_tls}"
+        ))?;
+        let (stream, _) = handoff::stream::redis::RedisStream::connect(&redis_config.redis).await?;
+        let redis = stream.client().clone();
         std::fs::create_dir_all(&dir)?;
-        let env = Self { schema, database_url, redis_url: redis_url.to_owned(), db, redis, binary, dir };
+        let redis_url = redis_url.to_owned();
+        let env = Self { schema, database_url, redis_url, redis_tls, db, redis, binary, dir };
         let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
         handoff::migrate::postgres(&pool).await?;
         Ok(env)
@@ -119,8 +130,8 @@ impl BenchEnv {
     /// The sections every benchmark config shares.
     pub fn base_config(&self) -> String {
         format!(
-            "[database]\nurl = \"{}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
-            self.database_url, self.redis_url
+            "[database]\nurl = \"{}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n{}[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
+            self.database_url, self.redis_url, self.redis_tls
         )
     }
 }

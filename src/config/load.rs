@@ -121,7 +121,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-
 /// Reads the database URL's TLS words into `database.tls` and takes them out of the URL (the
 /// drivers are given the settings, not the words).
 fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) {
