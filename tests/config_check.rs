@@ -211,3 +211,17 @@ fn migrate_print_follows_the_config_and_refuses_a_broken_one() {
     let (ok, out) = run_to_end(&broken, &["migrate", "--print"]);
     assert!(!ok && out.contains("batch_sise") && !out.contains("CREATE TABLE"), "{out}");
 }
+
+/// `HANDOFF_RELAY__<NAME>__<KEY>` reaches the `[[relay]]` entry of that name (the README's
+/// "any key"); a name no entry has is an error naming the variable.
+#[test]
+fn an_environment_override_reaches_a_named_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("handoff.toml");
+    std::fs::write(&path, minimal("[[relay]]\nname = \"orders\"\n[[relay]]\nname = \"auth-service\"\n")).unwrap();
+    let (ok, out) =
+        common::process::run_with_env(&path, &["check"], &[("HANDOFF_RELAY__AUTH_SERVICE__BATCH_SIZE", "0")]);
+    assert!(!ok && out.contains("relay[1].batch_size") && !out.contains("relay[0].batch_size"), "{out}");
+    let (ok, out) = common::process::run_with_env(&path, &["check"], &[("HANDOFF_RELAY__BILLING__BATCH_SIZE", "5")]);
+    assert!(!ok && out.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE: no [[relay]] entry is named `billing`"), "{out}");
+}

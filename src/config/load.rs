@@ -50,12 +50,31 @@ pub fn load_str(toml: &str) -> Result<Config, ConfigError> {
 
 fn finish(figment: Figment) -> Result<Config, ConfigError> {
     // Only keys with a `__` separator are ours: Kubernetes injects `HANDOFF_PORT=tcp://…` and
-    // similar for a Service named handoff, which must not trip the unknown-key check.
-    let env = Env::prefixed(ENV_PREFIX).filter(|key| key.as_str().contains("__")).split("__");
-    let mut config: Config = figment
-        .merge(env)
-        .extract()
-        .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e)).collect() })?;
+    // similar for a Service named handoff, which must not trip the unknown-key check. Keys of a
+    // `[[relay]]`, `[[bridge]]` or `[[worker]]` entry name it (`HANDOFF_RELAY__AUTH__BATCH_SIZE`)
+    // and are applied below, to that entry.
+    let env = Env::prefixed(ENV_PREFIX)
+        .filter(|key| key.as_str().contains("__") && named_entry(key.as_str()).is_none())
+        .split("__");
+    let figment = figment.merge(env);
+    let overrides = named_overrides(std::env::vars());
+    let mut config: Config = if overrides.is_empty() {
+        figment.extract()
+    } else {
+        let mut value: figment::value::Value =
+            figment.extract().map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e)).collect() })?;
+        let mut errors = Vec::new();
+        for (section, name, path, raw) in &overrides {
+            if let Err(e) = apply_named(&mut value, section, name, path, raw) {
+                errors.push(e);
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ConfigError { errors });
+        }
+        Figment::from(figment::providers::Serialized::defaults(value)).extract()
+    }
+    .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e)).collect() })?;
     let mut errors = Vec::new();
     resolve_secret("database", &mut config.database.url, &mut config.database.url_file, true, &mut errors);
     resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, false, &mut errors);
@@ -65,6 +84,61 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
     database_tls(&mut config.database, &mut errors);
     errors.extend(validate::validate(&config));
     if errors.is_empty() { Ok(config) } else { Err(ConfigError { errors }) }
+}
+
+/// The entry section of a `HANDOFF_` key (lower case, without the prefix) that names an entry:
+/// `relay__auth__batch_size` → `relay`.
+fn named_entry(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    ["relay", "bridge", "worker"].into_iter().find(|s| key.starts_with(&format!("{s}__")))
+}
+
+/// `HANDOFF_RELAY__AUTH__BATCH_SIZE=10` → (`relay`, `auth`, [`batch_size`], `10`).
+fn named_overrides(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String, Vec<String>, String)> {
+    vars.filter_map(|(key, value)| {
+        let rest = key.strip_prefix(ENV_PREFIX)?;
+        let section = named_entry(rest)?;
+        let mut parts = rest.split("__").skip(1).map(str::to_ascii_lowercase);
+        let name = parts.next()?;
+        let path: Vec<String> = parts.collect();
+        (!path.is_empty()).then(|| (section.to_owned(), name, path, value))
+    })
+    .collect()
+}
+
+/// Sets `path` in the `[[section]]` entry called `name` (compared without case, `-` and `_`
+/// alike, as environment variable names cannot hold `-`).
+fn apply_named(
+    config: &mut figment::value::Value,
+    section: &str,
+    name: &str,
+    path: &[String],
+    raw: &str,
+) -> Result<(), String> {
+    use figment::value::Value;
+    let key = format!("{ENV_PREFIX}{}__{}__{}", section, name, path.join("__")).to_ascii_uppercase();
+    let normal = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    let Value::Dict(_, root) = config else { return Err(format!("{key}: the configuration is not a table")) };
+    let Some(Value::Array(_, entries)) = root.get_mut(section) else {
+        return Err(format!("{key}: there is no [[{section}]] entry to override"));
+    };
+    let entry = entries
+        .iter_mut()
+        .find(|e| e.find_ref("name").and_then(|n| n.as_str()).is_some_and(|n| normal(n) == normal(name)));
+    let Some(mut node) = entry else { return Err(format!("{key}: no [[{section}]] entry is named `{name}`")) };
+    for (i, part) in path.iter().enumerate() {
+        let Value::Dict(_, table) = node else {
+            return Err(format!("{key}: `{}` is not a table", path[..i].join(".")));
+        };
+        if i + 1 == path.len() {
+            let value: Value = raw.parse().unwrap_or_else(|never| match never {});
+            table.insert(part.clone(), value);
+            return Ok(());
+        }
+        node =
+            table.entry(part.clone()).or_insert_with(|| Value::Dict(figment::value::Tag::Default, Default::default()));
+    }
+    Ok(())
 }
 
 /// One line per figment error: what is wrong, the key, and where the value came from.
@@ -174,5 +248,29 @@ mod tests {
         assert_eq!(closest("pollinterval", &known), Some("poll_interval"));
         assert_eq!(closest("colour", &known), None);
         assert_eq!(key_path(&["relay".into(), "0".into(), "batch_sise".into()]), "relay[0].batch_sise");
+    }
+
+    #[test]
+    fn an_environment_override_reaches_the_named_entry_only() {
+        let vars = [
+            ("HANDOFF_RELAY__AUTH_SERVICE__BATCH_SIZE", "42"),
+            ("HANDOFF_RELAY__AUTH_SERVICE__DURABILITY__REPLICAS", "2"),
+            ("HANDOFF_DATABASE__POOL_SIZE", "3"),
+            ("HANDOFF_PORT", "tcp://10.0.0.1:9464"),
+        ];
+        let overrides = named_overrides(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(overrides.len(), 2);
+        let toml = "[database]\nurl = \"postgres://x@h/db\"\n[[relay]]\nname = \"orders\"\n[[relay]]\nname = \"auth-service\"\n";
+        let mut value: figment::value::Value = Figment::from(Toml::string(toml)).extract().unwrap();
+        for (section, name, path, raw) in &overrides {
+            apply_named(&mut value, section, name, path, raw).unwrap();
+        }
+        let config: Config = Figment::from(figment::providers::Serialized::defaults(value)).extract().unwrap();
+        assert_eq!(config.relays[1].batch_size, 42);
+        assert_eq!(config.relays[1].durability.as_ref().map(|d| d.replicas), Some(2), "a table created on the way");
+        assert_eq!(config.relays[0].batch_size, 500, "the other entry keeps its value");
+        let mut value: figment::value::Value = Figment::from(Toml::string(toml)).extract().unwrap();
+        let unknown = apply_named(&mut value, "relay", "billing", &["batch_size".into()], "1").unwrap_err();
+        assert!(unknown.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE") && unknown.contains("billing"), "{unknown}");
     }
 }
