@@ -56,17 +56,7 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
     // A steady flow to every stream while the test watches.
     let inserted = Cell::new(0usize);
     let stop = Cell::new(false);
-    let produce = async {
-        let mut round = 0;
-        while !stop.get() {
-            round += 1;
-            for t in &names {
-                env.insert_events(&format!("{t}-{round}"), t, 1).await;
-                inserted.set(inserted.get() + 1);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
+    let produce = produce(&env, &names, &inserted, &stop);
     let watch = async {
         eventually("events of every stream in the inbox", || async {
             let mut all = true;
@@ -81,7 +71,8 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
         let healthy: Vec<(String, u16)> = types[1..].to_vec();
         let mut before = Vec::new();
         for (t, port) in &healthy {
-            let length: u64 = redis_cli(*port, &["xlen", &env.stream(t)]).trim().parse().unwrap();
+            let length = xlen(*port, &env.stream(t));
+            assert!(length > 0, "the healthy primary on {port} answers with the stream's entries");
             before.push((length, inbox_of(&env, &env.stream(t)).await));
         }
         cluster.kill(victim);
@@ -93,7 +84,7 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
             let still_replica = redis_cli(replica, &["role"]).starts_with("slave");
             let mut flowing = true;
             for ((t, port), (length, taken)) in healthy.iter().zip(&before) {
-                let now: u64 = redis_cli(*port, &["xlen", &env.stream(t)]).trim().parse().unwrap_or(0);
+                let now = xlen(*port, &env.stream(t));
                 flowing &= now >= length + 10 && inbox_of(&env, &env.stream(t)).await >= taken + 10;
             }
             if flowing && !still_replica {
@@ -111,22 +102,14 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
         })
         .await;
         eventually("the promoted shard's stream to flow again", || async {
-            let length: u64 = redis_cli(replica, &["xlen", &env.stream(&dead)]).trim().parse().unwrap_or(0);
-            (length >= 10).then_some(())
+            (xlen(replica, &env.stream(&dead)) >= 10).then_some(())
         })
         .await;
         stop.set(true);
     };
     tokio::join!(produce, watch);
 
-    let total = inserted.get() as i64;
-    eventually(&format!("all {total} events processed"), || async {
-        (env.inbox_count("PROCESSED").await == total).then_some(())
-    })
-    .await;
-    let distinct = env.scalar_i64("SELECT count(DISTINCT event_id) FROM consumer_inbox").await;
-    assert_eq!(distinct, total, "one inbox row per event");
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, total, "one effect per event");
+    each_event_once(&env, inserted.get() as i64).await;
     for t in &names {
         let key = env.stream(t);
         let gap = longest_gap_ms(cluster.primary_of(&key), &key);
@@ -149,15 +132,7 @@ async fn a_sentinel_failover_mid_run_loses_nothing_and_the_lag_is_true_afterward
     let address = handoff.telemetry_address().await;
     let inserted = Cell::new(0usize);
     let stop = Cell::new(false);
-    let produce = async {
-        let mut round = 0;
-        while !stop.get() {
-            round += 1;
-            env.insert_events(&format!("s-{round}"), "user", 1).await;
-            inserted.set(inserted.get() + 1);
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
+    let produce = produce(&env, &names, &inserted, &stop);
     let watch = async {
         eventually("events in the inbox", || async { (inbox_of(&env, &env.stream("user")).await >= 10).then_some(()) })
             .await;
@@ -170,17 +145,37 @@ async fn a_sentinel_failover_mid_run_loses_nothing_and_the_lag_is_true_afterward
         .await;
         let promoted = setup.primary_port();
         let key = env.stream("user");
-        let before: u64 = redis_cli(promoted, &["xlen", &key]).trim().parse().unwrap_or(0);
-        eventually("appends to the promoted primary", || async {
-            let now: u64 = redis_cli(promoted, &["xlen", &key]).trim().parse().unwrap_or(0);
-            (now >= before + 10).then_some(())
-        })
-        .await;
+        let before = xlen(promoted, &key);
+        eventually("appends to the promoted primary", || async { (xlen(promoted, &key) >= before + 10).then_some(()) })
+            .await;
         stop.set(true);
     };
     tokio::join!(produce, watch);
 
-    let total = inserted.get() as i64;
+    each_event_once(&env, inserted.get() as i64).await;
+    let key = env.stream("user");
+    eprintln!(
+        "failover: longest gap between appends on {key} (sentinel): {} ms",
+        longest_gap_ms(setup.primary_port(), &key)
+    );
+    lag_is_zero(&env, &address, &names).await;
+}
+
+/// One event of each of `names` every 20 ms until `stop`, counting them in `inserted`.
+async fn produce(env: &TestEnv, names: &[String], inserted: &Cell<usize>, stop: &Cell<bool>) {
+    let mut round = 0;
+    while !stop.get() {
+        round += 1;
+        for t in names {
+            env.insert_events(&format!("{t}-{round}"), t, 1).await;
+            inserted.set(inserted.get() + 1);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Every one of `total` events was processed, with one inbox row and one effect each.
+async fn each_event_once(env: &TestEnv, total: i64) {
     eventually(&format!("all {total} events processed"), || async {
         (env.inbox_count("PROCESSED").await == total).then_some(())
     })
@@ -188,12 +183,11 @@ async fn a_sentinel_failover_mid_run_loses_nothing_and_the_lag_is_true_afterward
     let distinct = env.scalar_i64("SELECT count(DISTINCT event_id) FROM consumer_inbox").await;
     assert_eq!(distinct, total, "one inbox row per event");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, total, "one effect per event");
-    let key = env.stream("user");
-    eprintln!(
-        "failover: longest gap between appends on {key} (sentinel): {} ms",
-        longest_gap_ms(setup.primary_port(), &key)
-    );
-    lag_is_zero(&env, &address, &names).await;
+}
+
+/// `XLEN key` on the node at `port` (0 while it cannot answer).
+fn xlen(port: u16, key: &str) -> u64 {
+    redis_cli(port, &["xlen", key]).trim().parse().unwrap_or(0)
 }
 
 async fn lag_is_zero(env: &TestEnv, address: &str, names: &[String]) {
