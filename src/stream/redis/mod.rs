@@ -108,7 +108,7 @@ impl RedisStream {
     /// standalone client to the primary serving `key`, so another shard's failure cannot hold
     /// it up; [`RedisStream::reroute`] replaces it when that primary changes.
     pub fn dedicated(&self, key: &str) -> Client {
-        if let Some((_, client)) = self.shards.as_ref().and_then(|s| s.dedicated_for(key)) {
+        if let Some(client) = self.shards.as_ref().and_then(|s| s.dedicated_for(key)) {
             return client;
         }
         let client = self.client.clone_new();
@@ -121,7 +121,7 @@ impl RedisStream {
     pub async fn reroute(&self, key: &str, current: &Client) -> Option<Client> {
         let shards = self.shards.as_ref()?;
         shards.refresh(&self.client).await;
-        let (server, _) = shards.for_slot(durable::slot(key)).await?;
+        let server = shards.server_of(key)?;
         let same = match current.client_config().server {
             fred::types::config::ServerConfig::Centralized { server: s } => {
                 s.host == server.host && s.port == server.port
@@ -131,7 +131,7 @@ impl RedisStream {
         if same {
             return None;
         }
-        shards.dedicated_for(key).map(|(_, client)| client)
+        shards.dedicated_for(key)
     }
 }
 

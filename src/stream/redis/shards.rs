@@ -83,10 +83,14 @@ impl Shards {
     }
 
     /// A client of its own to the primary serving `key` (for reads that block).
-    pub fn dedicated_for(&self, key: &str) -> Option<(Server, Client)> {
+    pub fn dedicated_for(&self, key: &str) -> Option<Client> {
+        self.standalone(&self.server_of(key)?).ok()
+    }
+
+    /// The primary serving `key` by the current slot map.
+    pub fn server_of(&self, key: &str) -> Option<Server> {
         let slot = super::durable::slot(key);
-        let server = self.state.lock().expect("shards lock").routing.get_server(slot)?.clone();
-        self.standalone(&server).ok().map(|client| (server, client))
+        self.state.lock().expect("shards lock").routing.get_server(slot).cloned()
     }
 
     /// Asks a node that answers for the slot map (after a failure: a primary may have moved).
