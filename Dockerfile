@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # handoff container image.
 #
-#   docker build -t handoff:0.1.0 .
+#   docker build -t handoff:0.1.0 --build-arg HANDOFF_COMMIT=$(git rev-parse HEAD) .
 #   docker run --rm --read-only -p 9464:9464 \
 #     -e HANDOFF_DATABASE__URL=postgres://handoff:…@db:5432/owner \
 #     -e HANDOFF_REDIS__URL=redis://redis:6379 handoff:0.1.0
@@ -27,13 +27,23 @@ COPY migrations ./migrations
 ARG HANDOFF_COMMIT=unknown
 # Cache mounts keep the registry and target dir between builds (BuildKit); the binary is
 # copied out because cache mounts are not part of the image layer.
+# The dist profile is release with the symbols stripped (Cargo.toml).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/build/target \
-    cargo build --release --locked --bin handoff \
- && install -D -m 0755 target/release/handoff /out/handoff
+    cargo build --profile dist --locked --bin handoff \
+ && install -D -m 0755 target/dist/handoff /out/handoff
 
-# Runtime: glibc + libgcc only (handoff links nothing else: no OpenSSL).
+# Runtime: glibc + libgcc only (handoff links nothing else: no OpenSSL). The image is about
+# 45 MB uncompressed: the distroless cc base (~24 MB) and the stripped binary (~21 MB).
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG HANDOFF_VERSION=0.1.0
+ARG HANDOFF_COMMIT=unknown
+LABEL org.opencontainers.image.title="handoff" \
+      org.opencontainers.image.description="Relays outbox tables to Redis Streams and takes events over into consumer inboxes" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${HANDOFF_VERSION}" \
+      org.opencontainers.image.revision="${HANDOFF_COMMIT}" \
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
 COPY --from=builder /out/handoff /usr/local/bin/handoff
 # Default config: listens on 0.0.0.0:9464, JSON logs; URLs come from the environment
 # (HANDOFF_DATABASE__URL / HANDOFF_REDIS__URL). Kubernetes mounts its ConfigMap over it.

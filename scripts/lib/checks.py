@@ -122,12 +122,20 @@ def cmd_render(args: argparse.Namespace) -> None:
         check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{name}: pod seccompProfile RuntimeDefault")
         annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
         check("checksum/handoff-config" in annotations, f"{name}: pod annotation checksum/handoff-config missing")
-        for c in pod["containers"]:
+        init = [(c, True) for c in pod.get("initContainers", [])]
+        for c, is_init in [(c, False) for c in pod["containers"]] + init:
             # The handoff container: its image's repository ends in /handoff.
             if c["image"].split("@")[0].rsplit("/", 1)[-1].split(":")[0] != "handoff":
                 continue
             found_handoff += 1
-            where = f"{name} container {c['name']}"
+            where = f"{name} {'init container' if is_init else 'container'} {c['name']}"
+            if is_init:
+                check(c.get("restartPolicy") == "Always",
+                      f"{where}: an init container must be a native sidecar (restartPolicy: Always)")
+            if args.native is not None:
+                check(is_init == args.native, f"{where}: expected a {'native' if args.native else 'plain'} sidecar")
+            start = c.get("startupProbe", {}).get("httpGet", {})
+            check(start.get("path") == "/healthz" and start.get("port") == "handoff-metrics", f"{where}: startup /healthz")
             sc = c.get("securityContext", {})
             check(sc.get("runAsNonRoot") is True, f"{where}: securityContext.runAsNonRoot must be true")
             check(isinstance(sc.get("runAsUser"), int) and sc["runAsUser"] > 0, f"{where}: numeric non-root runAsUser")
@@ -249,6 +257,8 @@ def main() -> int:
     p.add_argument("--case", required=True)
     p.add_argument("--kinds", required=True)
     p.add_argument("--owner", action="store_true")
+    p.add_argument("--native", type=lambda v: v == "true", default=None,
+                   help="true / false: the handoff container must be a native / plain sidecar")
     p.add_argument("--handoff-bin")
     p = sub.add_parser("crds")
     p.add_argument("manifest")

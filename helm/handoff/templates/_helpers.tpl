@@ -90,7 +90,7 @@ grace_period = "{{ $v.gracePeriodSeconds }}s"
 {{- fail (printf "terminationGracePeriodSeconds (%d) must be longer than gracePeriodSeconds (%d, handoff's shutdown.grace_period): Kubernetes would SIGKILL handoff before its drain ends" (int $v.terminationGracePeriodSeconds) (int $v.gracePeriodSeconds)) -}}
 {{- end -}}
 {{- if not (and $v.secrets.databaseUrl.name $v.secrets.databaseUrl.key) -}}
-{{- fail "secrets.databaseUrl.name and secrets.databaseUrl.key are required: the Secret and key holding the postgres:// URL (handoff reads it from HANDOFF_DATABASE__URL)" -}}
+{{- fail "secrets.databaseUrl.name and secrets.databaseUrl.key are required: the Secret and key holding the database URL, postgres:// or mysql:// (handoff reads it from HANDOFF_DATABASE__URL)" -}}
 {{- end -}}
 {{- if and $v.secrets.redisUrl.name (not $v.secrets.redisUrl.key) -}}
 {{- fail "secrets.redisUrl.key is required when secrets.redisUrl.name is set" -}}
@@ -133,6 +133,10 @@ seccompProfile:
 - name: {{ ternary $v.sidecar.containerName "handoff" (default false .sidecar) }}
   image: {{ include "handoff.image" . | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- if .native }}
+  # A native sidecar: runs beside the owner's containers, started before and stopped after them.
+  restartPolicy: Always
+  {{- end }}
   args:
     - run
     - --config
@@ -166,6 +170,17 @@ seccompProfile:
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with $v.probes.startup }}
+  {{- if .enabled }}
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: handoff-metrics
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
   {{- with $v.probes.liveness }}
   {{- if .enabled }}
   livenessProbe:
@@ -267,6 +282,10 @@ In the owner chart (handoff declared as a dependency named "handoff", values und
           {{- include "handoff.sidecarPodAnnotations" (dict "root" . "values" .Values.handoff) | nindent 10 }}
       spec:
         terminationGracePeriodSeconds: 30   # > handoff.gracePeriodSeconds
+        {{- with include "handoff.sidecarInitContainer" (dict "root" . "values" .Values.handoff) }}
+        initContainers:
+          {{- . | nindent 10 }}
+        {{- end }}
         containers:
           - name: app
             ...
@@ -275,7 +294,25 @@ In the owner chart (handoff declared as a dependency named "handoff", values und
           {{- include "handoff.sidecarVolumes" (dict "root" . "values" .Values.handoff) | nindent 10 }}
 */}}
 {{- define "handoff.sidecarContainer" -}}
+{{- if not (include "handoff.sidecarNative" .) -}}
 {{- include "handoff.container" (dict "root" .root "values" .values "sidecar" true) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "handoff.sidecarInitContainer" -}}
+{{- if include "handoff.sidecarNative" . -}}
+{{- include "handoff.container" (dict "root" .root "values" .values "sidecar" true "native" true) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the sidecar renders as a native sidecar (init container, restartPolicy:
+Always), "" when as a plain container. auto: native from Kubernetes 1.29, where the feature is
+on by default. */}}
+{{- define "handoff.sidecarNative" -}}
+{{- $native := toString .values.sidecar.native -}}
+{{- if or (eq $native "true") (and (eq $native "auto") (semverCompare ">=1.29.0-0" .root.Capabilities.KubeVersion.Version)) -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{- define "handoff.sidecarVolumes" -}}
