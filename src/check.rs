@@ -95,7 +95,10 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         };
         match checked {
             Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
-            Err(e) => problems.push(format!("bridge `{}`: {e}", bridge.name)),
+            Err(PrepareError::Invalid(found)) => {
+                problems.extend(found.iter().map(|e| format!("bridge `{}`: {e}", bridge.name)));
+            }
+            Err(e @ PrepareError::Unreachable(_)) => problems.push(format!("bridge `{}`: {e}", bridge.name)),
         }
     }
     for worker in &config.workers {

@@ -58,16 +58,39 @@ pub struct TakeoverSql {
     pub poison: String,
 }
 
-impl TakeoverSql {
-    /// Each table with the columns the takeover needs of it (for `check`).
-    pub fn tables(&self) -> [(&str, &'static [&'static str]); 2] {
-        [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)]
-    }
+/// What checking a takeover asks of a dialect's connection.
+pub trait Catalog: Send {
+    /// The columns of `table` (none if it does not exist).
+    fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, super::PrepareError>> + Send;
 
-    /// Each statement with its name (for `check`).
-    pub fn statements(&self) -> [(&'static str, &str); 3] {
-        [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)]
+    /// Why the database refuses to prepare `sql` (named `context`), if it does.
+    fn refusal(
+        &mut self,
+        context: &str,
+        sql: &str,
+    ) -> impl Future<Output = Result<Option<String>, super::PrepareError>> + Send;
+}
+
+impl TakeoverSql {
+    /// Checks the tables' columns in the catalog (MariaDB's PREPARE does not check an
+    /// `INSERT … SELECT` column list) and prepares the takeover statements; every problem at once.
+    pub async fn check(&self, catalog: &mut impl Catalog) -> Result<(), super::PrepareError> {
+        let mut problems = Vec::new();
+        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
+            let present = catalog.columns(table).await?;
+            let present = (!present.is_empty()).then_some(present.as_slice());
+            problems.extend(missing_columns(table, required, present));
+        }
+        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
+            problems.extend(catalog.refusal(&format!("takeover statement {name}"), sql).await?);
+        }
+        if problems.is_empty() { Ok(()) } else { Err(super::PrepareError::Invalid(problems)) }
     }
+}
+
+/// The column list of an insert into `columns`, in their order (`a, b, c`).
+pub fn column_list(columns: &[&str]) -> String {
+    columns.join(", ")
 }
 
 /// What a table lacks of `required`, as a message naming the table and the columns; `None`
@@ -329,9 +352,10 @@ pub trait WorkerStore: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = StoreResult<Vec<InboxRow>>> + Send;
 
-    /// In one transaction, each item in its own savepoint: the item's statements, then the
-    /// fenced mark to PROCESSED. An item whose statements fail or whose fence refuses is rolled
-    /// back to its savepoint; the others commit together (one commit for the batch). `Err` when
+    /// In one transaction: each item's statements and its fenced mark to PROCESSED. An item
+    /// whose statements refuse its data or whose fence refuses is not applied (rolled back to
+    /// its savepoint); the others commit together (one commit for the batch). A dialect may
+    /// first try the batch without savepoints and isolate rows only when one fails. `Err` when
     /// the transaction as a whole failed: nothing committed.
     fn apply_batch(
         &self,

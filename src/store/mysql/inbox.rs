@@ -9,8 +9,10 @@ use mysql_async::{Row, TxOpts, Value};
 use super::Pool;
 
 use super::error;
-use crate::store::StoreResult;
-use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, missing_columns};
+use crate::store::inbox::{
+    Catalog, INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, TakeoverSql, column_list,
+};
+use crate::store::{PrepareError, StoreResult};
 
 pub struct MyInbox {
     pool: Pool,
@@ -19,15 +21,15 @@ pub struct MyInbox {
 
 impl MyInbox {
     pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
+        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
         let insert = format!(
-            "INSERT INTO {table} (consumer, event_id, event_type, owner, aggregate_type, aggregate_id,
-                                  payload, headers, content_hash, stream, stream_entry_id, status)
+            "INSERT INTO {table} ({columns})
              SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM DUAL
              WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = ? AND event_id = ?)"
         );
         let existing = format!("SELECT content_hash FROM {table} WHERE consumer = ? AND event_id = ?");
         let poison = format!(
-            "INSERT INTO {poison_table} (consumer, stream, stream_entry_id, event_id, reason, detail, fields)
+            "INSERT INTO {poison_table} ({poison_columns})
              SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
              WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
         );
@@ -35,29 +37,37 @@ impl MyInbox {
         Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
     }
 
-    /// Checks the tables' columns in the catalog and prepares the takeover statements.
-    pub async fn check(&self) -> Result<(), String> {
-        let mut conn = self.pool.get_conn().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-        let mut problems = Vec::new();
-        for (table, required) in self.sql.tables() {
-            let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
-            let present: Vec<String> = conn
-                .exec(
-                    "SELECT COLUMN_NAME FROM information_schema.COLUMNS
-                     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-                    (schema, name),
-                )
-                .await
-                .map_err(|e| format!("reading the catalog: {}", super::describe(&e)))?;
-            let present = (!present.is_empty()).then_some(present.as_slice());
-            problems.extend(missing_columns(table, required, present));
+    /// Checks the tables' columns and prepares the takeover statements.
+    pub async fn check(&self) -> Result<(), PrepareError> {
+        let mut conn = self
+            .pool
+            .get_conn()
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
+        self.sql.check(&mut MyCatalog(&mut conn)).await
+    }
+}
+
+struct MyCatalog<'a>(&'a mut mysql_async::Conn);
+
+impl Catalog for MyCatalog<'_> {
+    async fn columns(&mut self, table: &str) -> Result<Vec<String>, PrepareError> {
+        let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
+        self.0
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS
+                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+                (schema, name),
+            )
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", super::describe(&e))))
+    }
+
+    async fn refusal(&mut self, context: &str, sql: &str) -> Result<Option<String>, PrepareError> {
+        match self.0.prep(sql).await {
+            Ok(_) => Ok(None),
+            Err(e) => super::prepare_refusal(context, e).map(Some),
         }
-        for (name, sql) in self.sql.statements() {
-            if let Err(e) = conn.prep(sql).await {
-                problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
-            }
-        }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
     }
 }
 

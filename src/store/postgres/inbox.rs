@@ -7,10 +7,11 @@ use std::collections::{HashMap, HashSet};
 use deadpool_postgres::Pool;
 
 use super::{pool_error, query_error};
-use crate::store::StoreResult;
 use crate::store::inbox::{
-    InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, missing_columns, runs_by_payload,
+    Catalog, INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, TakeoverSql, column_list,
+    runs_by_payload,
 };
+use crate::store::{PrepareError, StoreResult};
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
 /// the insert is sent in runs of at most this many payload bytes.
@@ -23,9 +24,9 @@ pub struct PgInbox {
 
 impl PgInbox {
     pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
+        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
         let insert = format!(
-            "INSERT INTO {table} (consumer, event_id, event_type, owner, aggregate_type, aggregate_id,
-                                  payload, headers, content_hash, stream, stream_entry_id, status)
+            "INSERT INTO {table} ({columns})
              SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
                     e.payload::jsonb, e.headers::jsonb, e.content_hash, e.stream, e.entry_id, e.status
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
@@ -37,7 +38,7 @@ impl PgInbox {
         );
         let existing = format!("SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)");
         let poison = format!(
-            "INSERT INTO {poison_table} (consumer, stream, stream_entry_id, event_id, reason, detail, fields)
+            "INSERT INTO {poison_table} ({poison_columns})
              SELECT $1, p.stream, p.entry_id, p.event_id, p.reason, p.detail, p.fields::jsonb
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                   AS p(stream, entry_id, event_id, reason, detail, fields)
@@ -46,32 +47,39 @@ impl PgInbox {
         let (table, poison_table) = (table.to_owned(), poison_table.to_owned());
         Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
     }
+
+    /// Checks the tables' columns and prepares the takeover statements.
+    pub async fn check(&self) -> Result<(), PrepareError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
+        self.sql.check(&mut PgCatalog(&client)).await
+    }
 }
 
-impl PgInbox {
-    /// Checks the tables' columns in the catalog and prepares the takeover statements.
-    pub async fn check(&self) -> Result<(), String> {
-        let client = self.pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-        let mut problems = Vec::new();
-        for (table, required) in self.sql.tables() {
-            let rows = client
-                .query(
-                    "SELECT attname::text FROM pg_attribute
-                     WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-                    &[&table],
-                )
-                .await
-                .map_err(|e| format!("reading the catalog: {}", super::describe(&e)))?;
-            let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-            let present = (!present.is_empty()).then_some(present.as_slice());
-            problems.extend(missing_columns(table, required, present));
+struct PgCatalog<'a>(&'a deadpool_postgres::Client);
+
+impl Catalog for PgCatalog<'_> {
+    async fn columns(&mut self, table: &str) -> Result<Vec<String>, PrepareError> {
+        let rows = self
+            .0
+            .query(
+                "SELECT attname::text FROM pg_attribute
+                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+                &[&table],
+            )
+            .await
+            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", super::describe(&e))))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn refusal(&mut self, context: &str, sql: &str) -> Result<Option<String>, PrepareError> {
+        match self.0.prepare(sql).await {
+            Ok(_) => Ok(None),
+            Err(e) => super::prepare_refusal(context, e).map(Some),
         }
-        for (name, sql) in self.sql.statements() {
-            if let Err(e) = client.prepare(sql).await {
-                problems.push(format!("takeover statement {name}: {}", super::describe(&e)));
-            }
-        }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
     }
 }
 
