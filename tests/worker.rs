@@ -103,6 +103,34 @@ sql = [
 }
 
 #[tokio::test]
+async fn one_row_the_handler_refuses_goes_dead_alone_and_the_rest_of_its_batch_commits() {
+    let env = TestEnv::new().await;
+    for n in 1..=5 {
+        insert_inbox(&env, &format!("b-{n}"), &format!(r#"{{"actor": "admin", "n": {n}}}"#)).await;
+    }
+    // Applied pipelined, the batch fails at b-3; the worker then isolates b-3 with savepoints.
+    let extra = r#"
+[[worker.handler]]
+event_types = ["auth.*"]
+sql = [
+  "INSERT INTO audit_logs (audit_id, source, action) VALUES (:event_id, :owner, :event_type)",
+  "SELECT 1 / (:payload.n::text::int - 3)",
+]
+"#;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\n{extra}",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "PROCESSED", 4).await;
+    await_status(&env, "DEAD", 1).await;
+    let dead: String =
+        env.db.query_one("SELECT event_id FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap().get(0);
+    assert_eq!(dead, "b-3");
+    assert_eq!(audit_rows(&env).await, 4, "the dead row's effect rolled back, the others' committed");
+}
+
+#[tokio::test]
 async fn an_expired_lease_under_a_stalled_handler_is_fenced_and_rolled_back() {
     let env = TestEnv::new().await;
     insert_inbox(&env, "l-1", r#"{"actor": "admin"}"#).await;
@@ -116,7 +144,8 @@ async fn an_expired_lease_under_a_stalled_handler_is_fenced_and_rolled_back() {
     })
     .await;
     let takeover = Handoff::run(&config);
-    // The second worker claims the row; its insert then waits for the stalled transaction.
+    // The second worker claims the row and applies it; the stalled one, resumed, finds its
+    // fence refused.
     eventually("the takeover to claim the row", || async {
         let reclaimed = env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE expired_leases = 1").await;
         (reclaimed == 1).then_some(())
@@ -218,29 +247,7 @@ fn receiver() -> (String, Arc<Mutex<Vec<Request>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut headers = Vec::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                headers.push(line.trim().to_owned());
-            }
-            let header = |name: &str| {
-                headers
-                    .iter()
-                    .find_map(|h| {
-                        h.split_once(':')
-                            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-                            .map(|(_, v)| v.trim().to_owned())
-                    })
-                    .unwrap_or_default()
-            };
-            let length: usize = header("content-length").parse().unwrap_or(0);
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            let event: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let (header, event) = read_request(&stream);
             let id = event["event_id"].as_str().unwrap_or_default().to_owned();
             let earlier = log.lock().unwrap().iter().filter(|(e, _, _)| *e == id).count();
             log.lock().unwrap().push((id.clone(), header("idempotency-key"), header("traceparent")));
@@ -253,6 +260,76 @@ fn receiver() -> (String, Arc<Mutex<Vec<Request>>>) {
         }
     });
     (address, seen)
+}
+
+/// Reads one request: a header lookup and the JSON body.
+fn read_request(stream: &std::net::TcpStream) -> (impl Fn(&str) -> String + use<>, serde_json::Value) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        headers.push(line.trim().to_owned());
+    }
+    let header = move |name: &str| {
+        headers
+            .iter()
+            .find_map(|h| {
+                h.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let length: usize = header("content-length").parse().unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (header, serde_json::from_slice(&body).unwrap())
+}
+
+#[tokio::test]
+async fn the_http_handler_posts_a_batch_concurrently_up_to_its_bound() {
+    const BOUND: usize = 4;
+    let env = TestEnv::new().await;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/events", listener.local_addr().unwrap());
+    // Each request is answered only once BOUND requests have arrived together: a handler that
+    // posted one row after the other would never see an answer (its calls time out and retry).
+    let arrived = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+    let most = Arc::new(Mutex::new(0usize));
+    let (seen_arrived, seen_most) = (arrived.clone(), most.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (arrived, most) = (seen_arrived.clone(), seen_most.clone());
+            std::thread::spawn(move || {
+                let _ = read_request(&stream);
+                let (count, ready) = &*arrived;
+                let mut n = count.lock().unwrap();
+                *n += 1;
+                let mut m = most.lock().unwrap();
+                *m = (*m).max(*n);
+                drop(m);
+                ready.notify_all();
+                while *n < BOUND {
+                    n = ready.wait(n).unwrap();
+                }
+                drop(n);
+                let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            });
+        }
+    });
+    for i in 0..BOUND {
+        insert_inbox(&env, &format!("c-{i}"), r#"{"actor": "admin"}"#).await;
+    }
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\n\
+         [[worker.handler]]\nevent_types = [\"*\"]\nhttp = {{ url = \"{url}\", timeout = \"60s\", concurrency = {BOUND} }}\n",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "PROCESSED", BOUND as i64).await;
+    assert_eq!(*most.lock().unwrap(), BOUND, "the batch's requests were in flight together");
 }
 
 #[tokio::test]

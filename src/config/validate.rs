@@ -52,6 +52,9 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
                 let path = format!("worker[{i}].handler[{h}].http");
                 errors.extend(validate_http_tls(&path, http));
                 errors.extend(validate_http_headers(&path, http));
+                if !(1..=256).contains(&http.concurrency) {
+                    errors.push(format!("{path}.concurrency must be between 1 and 256"));
+                }
             }
         }
     }

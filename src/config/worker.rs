@@ -118,6 +118,10 @@ pub struct HttpHandlerConfig {
     /// TLS for an `https://` URL.
     #[serde(default)]
     pub tls: super::TlsConfig,
+    /// Requests this handler has in flight at most, per worker loop: a batch's rows are POSTed
+    /// concurrently up to this bound (1: one after the other, in the batch's order). Default: 8.
+    #[serde(default = "defaults::http_concurrency")]
+    pub concurrency: u32,
 }
 
 /// Headers an event may never set, whatever `forward_headers` says: hop-by-hop and framing
@@ -200,6 +204,10 @@ mod defaults {
     pub fn purge_interval() -> Duration {
         Duration::from_secs(60)
     }
+    pub fn http_concurrency() -> u32 {
+        8
+    }
+
     pub fn forward_headers() -> Vec<String> {
         ["traceparent", "tracestate", "baggage"].map(String::from).to_vec()
     }

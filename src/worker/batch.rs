@@ -28,11 +28,14 @@ impl<S: WorkerStore> Worker<S> {
         let work = async {
             let mut failures: Vec<(&InboxRow, Failure)> = Vec::new();
             let mut items: Vec<(&InboxRow, Vec<BoundStatement<'_>>)> = Vec::new();
-            for row in &rows {
+            // Every row at once: an HTTP handler bounds its own requests in flight; SQL
+            // handlers only bind values here.
+            let prepared = futures_util::future::join_all(rows.iter().map(|row| self.prepare(row))).await;
+            for (row, outcome) in rows.iter().zip(prepared) {
                 if row.reclaimed {
                     self.deps.metrics.reclaims.inc();
                 }
-                match self.prepare(row).await {
+                match outcome {
                     Ok(statements) => items.push((row, statements)),
                     Err(failure) => failures.push((row, failure)),
                 }

@@ -33,6 +33,9 @@ pub struct HttpHandler {
     headers: HeaderMap,
     /// Lower-case names of the event headers that may travel.
     forward: Vec<String>,
+    /// Bounds the requests in flight (`concurrency`); waiters are served first come, first
+    /// served, so calls start in the batch's order.
+    in_flight: tokio::sync::Semaphore,
 }
 
 /// The outcome of one POST.
@@ -71,10 +74,13 @@ impl HttpHandler {
             headers.insert(name, value);
         }
         let forward = config.forward_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward })
+        let in_flight = tokio::sync::Semaphore::new(config.concurrency.max(1) as usize);
+        Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward, in_flight })
     }
 
     pub async fn deliver(&self, row: &InboxRow) -> Delivery {
+        // The semaphore is never closed, so acquiring cannot fail.
+        let Ok(_permit) = self.in_flight.acquire().await else { return Delivery::Failed("handler closed".into()) };
         let request = match self.request(row) {
             Ok(request) => request,
             Err(e) => return Delivery::Refused(format!("cannot build the request: {e}")),
