@@ -72,6 +72,16 @@ pub trait Catalog: Send {
 }
 
 impl TakeoverSql {
+    /// The statements `dialect` writes for these tables; it gets each table with the column list
+    /// of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order) and returns the
+    /// insert, existing and poison statements.
+    pub fn new(table: &str, poison_table: &str, dialect: impl FnOnce(Columns<'_>, Columns<'_>) -> [String; 3]) -> Self {
+        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
+        let [insert, existing, poison] =
+            dialect(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
+        Self { table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
+    }
+
     /// Checks the tables' columns in the catalog (MariaDB's PREPARE does not check an
     /// `INSERT … SELECT` column list) and prepares the takeover statements; every problem at once.
     pub async fn check(&self, catalog: &mut impl Catalog) -> Result<(), super::PrepareError> {
@@ -88,8 +98,14 @@ impl TakeoverSql {
     }
 }
 
-/// The column list of an insert into `columns`, in their order (`a, b, c`).
-pub fn column_list(columns: &[&str]) -> String {
+/// A table and the column list of an insert into it (`a, b, c`).
+#[derive(Clone, Copy)]
+pub struct Columns<'a> {
+    pub table: &'a str,
+    pub list: &'a str,
+}
+
+fn column_list(columns: &[&str]) -> String {
     columns.join(", ")
 }
 
@@ -320,10 +336,52 @@ impl ApplyError {
     }
 }
 
+/// A dialect's open transaction for applying a batch row by row.
+pub trait RowTransaction: Send {
+    /// Runs a savepoint statement (`SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`).
+    fn savepoint(&mut self, sql: &'static str) -> impl Future<Output = super::StoreResult<()>> + Send;
+
+    /// A row's statements, then its fenced mark to PROCESSED.
+    fn apply(
+        &mut self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
+
+    fn commit(self) -> impl Future<Output = super::StoreResult<()>> + Send;
+}
+
+/// Applies `items` in `tx`, each row in its own savepoint, for every dialect: a row whose data
+/// is refused or whose fence refuses is rolled back alone, the others commit together; an
+/// outage fails the whole batch (nothing committed).
+pub async fn apply_row_by_row<T: RowTransaction>(
+    mut tx: T,
+    owner: &str,
+    items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
+    let mut results = Vec::with_capacity(items.len());
+    for (row, statements) in items {
+        tx.savepoint("SAVEPOINT handoff_row").await?;
+        let outcome = match tx.apply(owner, row, statements).await {
+            Err(ApplyError::Store(e)) => return Err(e),
+            other => other,
+        };
+        let end =
+            if keep_row(&outcome) { "RELEASE SAVEPOINT handoff_row" } else { "ROLLBACK TO SAVEPOINT handoff_row" };
+        tx.savepoint(end).await?;
+        results.push(outcome);
+    }
+    match tx.commit().await {
+        Ok(()) => Ok(results),
+        Err(e) => commit_failed(items.len(), e),
+    }
+}
+
 /// Whether a row's savepoint is kept (its effect and PROCESSED commit with the batch) or rolled
 /// back (the fence refused, or a handler statement refused the row's data: undo this row only).
 /// An outage never gets here: it fails the whole batch.
-pub fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
+fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
     matches!(outcome, Ok(Applied::Processed))
 }
 

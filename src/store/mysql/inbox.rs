@@ -9,9 +9,7 @@ use mysql_async::{Row, TxOpts, Value};
 use super::Pool;
 
 use super::error;
-use crate::store::inbox::{
-    Catalog, INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, TakeoverSql, column_list,
-};
+use crate::store::inbox::{Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql};
 use crate::store::{PrepareError, StoreResult};
 
 pub struct MyInbox {
@@ -21,20 +19,7 @@ pub struct MyInbox {
 
 impl MyInbox {
     pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
-        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
-        let insert = format!(
-            "INSERT INTO {table} ({columns})
-             SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM DUAL
-             WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = ? AND event_id = ?)"
-        );
-        let existing = format!("SELECT content_hash FROM {table} WHERE consumer = ? AND event_id = ?");
-        let poison = format!(
-            "INSERT INTO {poison_table} ({poison_columns})
-             SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
-             WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
-        );
-        let (table, poison_table) = (table.to_owned(), poison_table.to_owned());
-        Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
+        Self { pool, sql: TakeoverSql::new(table, poison_table, statements) }
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -46,6 +31,25 @@ impl MyInbox {
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         self.sql.check(&mut MyCatalog(&mut conn)).await
     }
+}
+
+/// Insert-if-absent of one event (`INSERT … SELECT … WHERE NOT EXISTS`), run once per event.
+fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [String; 3] {
+    let (table, columns) = (inbox.table, inbox.list);
+    let (poison_table, poison_columns) = (poison.table, poison.list);
+    [
+        format!(
+            "INSERT INTO {table} ({columns})
+             SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = ? AND event_id = ?)"
+        ),
+        format!("SELECT content_hash FROM {table} WHERE consumer = ? AND event_id = ?"),
+        format!(
+            "INSERT INTO {poison_table} ({poison_columns})
+             SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
+        ),
+    ]
 }
 
 struct MyCatalog<'a>(&'a mut mysql_async::Conn);

@@ -11,7 +11,7 @@ use super::Pool;
 use super::error;
 use crate::fault::{Faults, Point};
 use crate::store::inbox::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore, commit_failed, keep_row,
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore, apply_row_by_row,
 };
 use crate::store::{PrepareError, StoreResult};
 
@@ -118,24 +118,6 @@ impl MyWorker {
     pub fn new(pool: Pool, table: &str, consumer: &str, faults: Faults) -> Self {
         Self { pool, consumer: consumer.to_owned(), faults, sql: WorkerSql::new(table) }
     }
-
-    async fn apply_one(
-        &self,
-        tx: &mut mysql_async::Transaction<'_>,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> Result<Applied, ApplyError> {
-        for statement in statements {
-            let values: Vec<Value> = statement.values.iter().map(to_value).collect();
-            tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e))?;
-        }
-        self.faults.reach(Point::WorkerInHandler).await;
-        tx.exec_drop(self.sql.processed.as_str(), (row.id, owner, row.token))
-            .await
-            .map_err(|e| ApplyError::Store(error("mark processed", e)))?;
-        Ok(if tx.affected_rows() == 0 { Applied::Fenced } else { Applied::Processed })
-    }
 }
 
 fn to_value(v: &BindValue) -> Value {
@@ -152,6 +134,40 @@ fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
 
 fn json_ids(ids: &[i64]) -> Value {
     Value::Bytes(serde_json::to_vec(ids).unwrap_or_default())
+}
+
+/// A batch's transaction on MySQL / MariaDB.
+struct MyRows<'a> {
+    tx: mysql_async::Transaction<'a>,
+    worker: &'a MyWorker,
+}
+
+impl RowTransaction for MyRows<'_> {
+    async fn savepoint(&mut self, sql: &'static str) -> StoreResult<()> {
+        self.tx.query_drop(sql).await.map_err(|e| error("apply", e))
+    }
+
+    async fn apply(
+        &mut self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> Result<Applied, ApplyError> {
+        let tx = &mut self.tx;
+        for statement in statements {
+            let values: Vec<Value> = statement.values.iter().map(to_value).collect();
+            tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e))?;
+        }
+        self.worker.faults.reach(Point::WorkerInHandler).await;
+        tx.exec_drop(self.worker.sql.processed.as_str(), (row.id, owner, row.token))
+            .await
+            .map_err(|e| ApplyError::Store(error("mark processed", e)))?;
+        Ok(if tx.affected_rows() == 0 { Applied::Fenced } else { Applied::Processed })
+    }
+
+    async fn commit(self) -> StoreResult<()> {
+        self.tx.commit().await.map_err(|e| error("handler", e))
+    }
 }
 
 impl WorkerStore for MyWorker {
@@ -239,23 +255,8 @@ impl WorkerStore for MyWorker {
         owner: &str,
         items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
     ) -> StoreResult<Vec<Result<Applied, ApplyError>>> {
-        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("apply", e))?;
-        let mut results = Vec::with_capacity(items.len());
-        for (row, statements) in items {
-            tx.query_drop("SAVEPOINT handoff_row").await.map_err(|e| error("apply", e))?;
-            let outcome = match self.apply_one(&mut tx, owner, row, statements).await {
-                Err(ApplyError::Store(e)) => return Err(e),
-                other => other,
-            };
-            let end =
-                if keep_row(&outcome) { "RELEASE SAVEPOINT handoff_row" } else { "ROLLBACK TO SAVEPOINT handoff_row" };
-            tx.query_drop(end).await.map_err(|e| error("apply", e))?;
-            results.push(outcome);
-        }
-        match tx.commit().await {
-            Ok(()) => Ok(results),
-            Err(e) => commit_failed(items.len(), error("handler", e)),
-        }
+        let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("apply", e))?;
+        apply_row_by_row(MyRows { tx, worker: self }, owner, items).await
     }
 
     async fn fail(

@@ -8,8 +8,7 @@ use deadpool_postgres::Pool;
 
 use super::{pool_error, query_error};
 use crate::store::inbox::{
-    Catalog, INBOX_COLUMNS, InboxEvent, InboxStore, POISON_COLUMNS, PoisonRecord, Takeover, TakeoverSql, column_list,
-    runs_by_payload,
+    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, runs_by_payload,
 };
 use crate::store::{PrepareError, StoreResult};
 
@@ -24,28 +23,7 @@ pub struct PgInbox {
 
 impl PgInbox {
     pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
-        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
-        let insert = format!(
-            "INSERT INTO {table} ({columns})
-             SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
-                    e.payload::jsonb, e.headers::jsonb, e.content_hash, e.stream, e.entry_id, e.status
-             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
-                  AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
-                       content_hash, stream, entry_id, status)
-             ON CONFLICT (consumer, event_id) DO NOTHING
-             RETURNING event_id"
-        );
-        let existing = format!("SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)");
-        let poison = format!(
-            "INSERT INTO {poison_table} ({poison_columns})
-             SELECT $1, p.stream, p.entry_id, p.event_id, p.reason, p.detail, p.fields::jsonb
-             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-                  AS p(stream, entry_id, event_id, reason, detail, fields)
-             ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
-        );
-        let (table, poison_table) = (table.to_owned(), poison_table.to_owned());
-        Self { pool, sql: TakeoverSql { table, poison_table, insert, existing, poison } }
+        Self { pool, sql: TakeoverSql::new(table, poison_table, statements) }
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -57,6 +35,33 @@ impl PgInbox {
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         self.sql.check(&mut PgCatalog(&client)).await
     }
+}
+
+/// Insert-if-absent of a whole batch in one statement (`unnest` of one array per column).
+fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [String; 3] {
+    let (table, columns) = (inbox.table, inbox.list);
+    let (poison_table, poison_columns) = (poison.table, poison.list);
+    [
+        format!(
+            "INSERT INTO {table} ({columns})
+             SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
+                    e.payload::jsonb, e.headers::jsonb, e.content_hash, e.stream, e.entry_id, e.status
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+                  AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
+                       content_hash, stream, entry_id, status)
+             ON CONFLICT (consumer, event_id) DO NOTHING
+             RETURNING event_id"
+        ),
+        format!("SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)"),
+        format!(
+            "INSERT INTO {poison_table} ({poison_columns})
+             SELECT $1, p.stream, p.entry_id, p.event_id, p.reason, p.detail, p.fields::jsonb
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                  AS p(stream, entry_id, event_id, reason, detail, fields)
+             ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
+        ),
+    ]
 }
 
 struct PgCatalog<'a>(&'a deadpool_postgres::Client);

@@ -15,7 +15,8 @@ use crate::fault::{Faults, Point};
 use crate::store::PrepareError;
 use crate::store::StoreResult;
 use crate::store::inbox::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, WorkerStore, commit_failed, keep_row,
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore,
+    apply_row_by_row, commit_failed,
 };
 
 pub struct PgWorker {
@@ -196,33 +197,6 @@ impl PgWorker {
             },
         }
     }
-
-    /// One row inside its savepoint: the handler's statements, then the fenced mark.
-    async fn apply_one(
-        &self,
-        tx: &deadpool_postgres::Transaction<'_>,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> Result<Applied, ApplyError> {
-        for statement in statements {
-            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
-            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
-        }
-        self.faults.reach(Point::WorkerInHandler).await;
-        // Cached: this runs once per row, and an unprepared statement costs a second round trip.
-        let processed = tx
-            .prepare_cached(&self.sql.processed)
-            .await
-            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
-        let marked = tx
-            .execute(&processed, &[&row.id, &owner, &row.token])
-            .await
-            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
-        Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
-    }
 }
 
 fn to_param(value: &BindValue) -> Param {
@@ -236,6 +210,48 @@ fn to_param(value: &BindValue) -> Param {
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
     ApplyError::from_handler(index, query_error("handler", error))
+}
+
+/// A batch's transaction on Postgres, for applying it row by row.
+struct PgRows<'a> {
+    tx: deadpool_postgres::Transaction<'a>,
+    worker: &'a PgWorker,
+}
+
+impl RowTransaction for PgRows<'_> {
+    async fn savepoint(&mut self, sql: &'static str) -> StoreResult<()> {
+        self.tx.batch_execute(sql).await.map_err(|e| query_error("apply", e))
+    }
+
+    async fn apply(
+        &mut self,
+        owner: &str,
+        row: &InboxRow,
+        statements: &[BoundStatement<'_>],
+    ) -> Result<Applied, ApplyError> {
+        let tx = &self.tx;
+        for statement in statements {
+            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
+            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
+            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
+        }
+        self.worker.faults.reach(Point::WorkerInHandler).await;
+        // Cached: this runs once per row, and an unprepared statement costs a second round trip.
+        let processed = tx
+            .prepare_cached(&self.worker.sql.processed)
+            .await
+            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
+        let marked = tx
+            .execute(&processed, &[&row.id, &owner, &row.token])
+            .await
+            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
+        Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
+    }
+
+    async fn commit(self) -> StoreResult<()> {
+        self.tx.commit().await.map_err(|e| query_error("handler", e))
+    }
 }
 
 impl WorkerStore for PgWorker {
@@ -314,25 +330,8 @@ impl WorkerStore for PgWorker {
             return Ok(results);
         }
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
-        let mut tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
-        let mut results = Vec::with_capacity(items.len());
-        for (row, statements) in items {
-            let savepoint = tx.savepoint("handoff_row").await.map_err(|e| query_error("apply", e))?;
-            let outcome = match self.apply_one(&savepoint, owner, row, statements).await {
-                Err(ApplyError::Store(e)) => return Err(e),
-                other => other,
-            };
-            if keep_row(&outcome) {
-                savepoint.commit().await.map_err(|e| query_error("apply", e))?;
-            } else {
-                savepoint.rollback().await.map_err(|e| query_error("apply", e))?;
-            }
-            results.push(outcome);
-        }
-        match tx.commit().await {
-            Ok(()) => Ok(results),
-            Err(e) => commit_failed(items.len(), query_error("handler", e)),
-        }
+        let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
+        apply_row_by_row(PgRows { tx, worker: self }, owner, items).await
     }
 
     async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {
