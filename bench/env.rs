@@ -154,6 +154,25 @@ pub fn resources(pid: u32) -> (u64, f64) {
     (peak_kb, ticks / 100.0)
 }
 
+/// CPU seconds all Postgres server processes on this machine have used so far, from /proc:
+/// each process's own time and its waited-for children's (a backend that exited is counted in
+/// the postmaster's). The difference over a run is the server's CPU for that run, as long as
+/// nothing else uses the server meanwhile.
+pub fn postgres_cpu_seconds() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    let mut ticks = 0.0;
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if !head.ends_with("(postgres") {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        ticks += (11..=14).filter_map(|i| fields.get(i)?.parse::<f64>().ok()).sum::<f64>();
+    }
+    ticks / 100.0
+}
+
 /// SIGTERM and wait (bounded), then SIGKILL.
 pub fn stop(child: &mut Child) {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();

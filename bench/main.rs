@@ -151,22 +151,31 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
     report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
     report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
     report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
-    let runs: [(&str, usize, u32, f64); 3] = [
-        ("1 relay, concurrency 1", 1, 1, sql1),
-        ("1 relay, concurrency 2 (default)", 1, 2, sql2),
-        ("2 relays, concurrency 1", 2, 1, sql2),
+    let runs: [(&str, usize, u32, &str, f64); 5] = [
+        ("1 relay, concurrency 1", 1, 1, "leased", sql1),
+        ("1 relay, concurrency 2 (default)", 1, 2, "leased", sql2),
+        ("2 relays, concurrency 1", 2, 1, "leased", sql2),
+        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", sql1),
+        ("1 relay, concurrency 2, claim locked", 1, 2, "locked", sql2),
     ];
-    for (name, instances, concurrency, limit) in runs {
-        let extra = format!("concurrency = {concurrency}");
+    for (name, instances, concurrency, claim, limit) in runs {
+        let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"");
         let results = repeat(r, || relay::throughput(env, n, batch, instances, &extra)).await?;
         let rate = median(results.iter().map(|x| x.rows_per_sec).collect());
         report.add("relay", format!("{name}, batch {batch}"), rate, "rows/s");
-        report.add("ratio", format!("{name}, batch {batch} / SQL limit with as many loops"), rate / limit * 100.0, "%");
+        report.add(
+            "ratio",
+            format!("{name}, batch {batch} / leased SQL limit with as many loops"),
+            rate / limit * 100.0,
+            "%",
+        );
+        let pg = median(results.iter().map(|x| x.pg_cpu_seconds / n as f64 * 1e6).collect());
+        report.add("resources", format!("Postgres CPU per delivered row, {name}, batch {batch}"), pg, "µs");
         if instances == 1 && concurrency == 2 && batch == 500 {
             let rss = median(results.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
             let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
-            report.add("resources", "relay peak RSS, batch 500", rss, "MiB");
-            report.add("resources", "relay CPU per 100k events, batch 500", cpu, "s");
+            report.add("resources", format!("relay peak RSS, claim {claim}, batch 500"), rss, "MiB");
+            report.add("resources", format!("relay CPU per 100k events, claim {claim}, batch 500"), cpu, "s");
         }
     }
     Ok(())

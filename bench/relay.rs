@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 
-use crate::env::{BenchEnv, resources, stop, time_until};
+use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop, time_until};
 use handoff::config::load_str;
 use handoff::store::postgres::{PgOutbox, pool};
 use handoff::store::{Delivered, OutboxStore};
@@ -18,6 +18,8 @@ pub struct Run {
     pub rows_per_sec: f64,
     pub peak_rss_kb: u64,
     pub cpu_seconds: f64,
+    /// CPU seconds of the Postgres server over the run.
+    pub pg_cpu_seconds: f64,
 }
 
 pub fn relay_config(env: &BenchEnv, batch: u32, extra: &str) -> String {
@@ -34,6 +36,7 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
     env.fill(n, "t").await?;
     let stream = env.stream("user");
     let config = relay_config(env, batch, extra);
+    let pg_cpu = postgres_cpu_seconds();
     let mut children: Vec<_> =
         (0..instances).map(|i| env.spawn(&format!("relay-{batch}-{i}"), &config)).collect::<Result<_, _>>()?;
     let elapsed = time_until(Duration::from_secs(600), || async {
@@ -41,12 +44,14 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
             && env.scalar("SELECT count(*) FROM audit_outbox WHERE status <> 'DELIVERED'").await? == 0)
     })
     .await?;
+    let pg_cpu_seconds = postgres_cpu_seconds() - pg_cpu;
     let usage: Vec<(u64, f64)> = children.iter().map(|c| resources(c.id())).collect();
     children.iter_mut().for_each(stop);
     Ok(Run {
         rows_per_sec: n as f64 / elapsed.as_secs_f64(),
         peak_rss_kb: usage.iter().map(|u| u.0).max().unwrap_or(0),
         cpu_seconds: usage.iter().map(|u| u.1).sum(),
+        pg_cpu_seconds,
     })
 }
 
@@ -180,5 +185,5 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> an
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
     stop(&mut child);
     env.db.batch_execute("ALTER TABLE audit_outbox RESET (autovacuum_enabled)").await?;
-    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds })
+    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, pg_cpu_seconds: 0.0 })
 }

@@ -23,7 +23,7 @@ use serde::Deserialize;
 pub use bridge::{BridgeConfig, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
 pub use load::{ConfigError, load, load_str};
 pub use relay::{
-    BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
+    BrokerLossConfig, ClaimMode, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
     RetentionConfig, SettleMode, SqlOverrides, TrimConfig,
 };
 pub use secret::Secret;

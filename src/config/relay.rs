@@ -50,6 +50,11 @@ pub struct RelayConfig {
     /// `mark_delivered` keeps delivered rows (status DELIVERED); `delete` removes them. Default: "mark_delivered".
     #[serde(default)]
     pub settle: SettleMode,
+    /// `leased`: a claim marks rows IN_FLIGHT under a lease, the settle marks them again.
+    /// `locked` (Postgres, reference statements): a transaction locks the batch, appends it and
+    /// settles it before committing, so a delivered row is written once. Default: "leased".
+    #[serde(default)]
+    pub claim: ClaimMode,
     /// Stream trimming. Default: none (streams grow until something else trims them).
     pub trim: Option<TrimConfig>,
     /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
@@ -74,6 +79,14 @@ pub struct RelayConfig {
     /// Statement overrides; absent ones use the defaults for the reference schema.
     #[serde(default)]
     pub sql: SqlOverrides,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimMode {
+    #[default]
+    Leased,
+    Locked,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -43,6 +43,12 @@ impl StatementKind {
         Self::Redrive,
     ];
 
+    /// The claim and the statements that settle what it claimed: what a locked claim replaces
+    /// with its own.
+    pub fn settles_a_claim(self) -> bool {
+        matches!(self, Self::Claim | Self::MarkDelivered | Self::Delete | Self::Retry | Self::Dead)
+    }
+
     /// The key under `[relay.sql]`.
     pub fn name(self) -> &'static str {
         match self {

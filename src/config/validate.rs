@@ -108,6 +108,10 @@ pub fn validate(config: &Config) -> Vec<String> {
             if relay.ordering.is_some() || relay.notify.is_some() {
                 errors.push(format!("relay[{i}]: ordering and notify need Postgres (commit-order horizon, LISTEN)"));
             }
+            if relay.claim == super::ClaimMode::Locked {
+                errors
+                    .push(format!("relay[{i}].claim: \"locked\" needs Postgres; MySQL/MariaDB relays use \"leased\""));
+            }
         }
     }
     errors.extend(validate_tls(config, dialect));
@@ -186,6 +190,24 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
         }
         if dedupe.key_prefix.is_empty() || dedupe.key_prefix.contains(['{', '}']) {
             errors.push(format!("{path}.dedupe.key_prefix must be non-empty and hold no braces"));
+        }
+    }
+    if relay.claim == super::ClaimMode::Locked {
+        if relay.ordering.is_some() {
+            errors.push(format!(
+                "{path}.claim: \"locked\" cannot keep ordering's per-key runs; ordered relays use \"leased\""
+            ));
+        }
+        let overridden: Vec<&str> = crate::config::statements::StatementKind::ALL
+            .iter()
+            .filter(|kind| kind.settles_a_claim() && relay.sql.get(**kind).is_some())
+            .map(|kind| kind.name())
+            .collect();
+        if !overridden.is_empty() {
+            errors.push(format!(
+                "{path}.claim: \"locked\" runs the reference schema's statements, but sql.{} replace(s) them; use claim = \"leased\" with a custom layout",
+                overridden.join(", sql.")
+            ));
         }
     }
     if relay.notify.as_ref().is_some_and(|n| n.channel.is_empty()) {

@@ -22,6 +22,7 @@ use crate::tasks;
 use crate::telemetry::metrics::{DeadReason, FailureReason};
 
 /// What the loop needs to know about a finished turn.
+#[derive(Default)]
 pub(super) struct Turn {
     /// The broker was unreachable for every row that went to it (they were released).
     pub stream_outage: bool,
@@ -34,15 +35,55 @@ pub(super) struct Turn {
 
 /// Rows sorted by what happens to them.
 #[derive(Default)]
-struct Settlement {
-    delivered: Vec<Delivered>,
-    failed: Vec<Failure>,
-    released: Vec<RowRef>,
+pub(super) struct Settlement {
+    pub delivered: Vec<Delivered>,
+    pub failed: Vec<Failure>,
+    pub released: Vec<RowRef>,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     pub(super) async fn process(&self, claimant: &str, rows: Vec<ClaimedRow>) -> Turn {
         let started = Instant::now();
+        let (mut settlement, sendable, entries) = self.sort_claimed(rows);
+        let keys: Vec<RowRef> = sendable.iter().map(|row| row.key()).collect();
+        let mut turn = Turn::default();
+        let prepared = started.elapsed();
+        match self.under_lease(claimant, &keys, self.append_entries(&entries)).await {
+            Some(outcomes) => {
+                turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+            }
+            None => {
+                // Rows already judged DEAD are released too: the next claim judges them again.
+                warn!(rows = keys.len(), "shutdown drain time spent while appending; releasing rows");
+                self.release_now(claimant, &keys_of(&settlement).into_iter().chain(keys).collect::<Vec<_>>()).await;
+                return turn;
+            }
+        }
+        let appended = started.elapsed();
+        self.settle(claimant, &keys_of(&settlement), settlement).await;
+        let settled = started.elapsed();
+        self.deps.metrics.cycle.observe(settled.as_secs_f64());
+        trace!(
+            prepare_ms = prepared.as_secs_f64() * 1e3,
+            append_ms = (appended - prepared).as_secs_f64() * 1e3,
+            settle_ms = (settled - appended).as_secs_f64() * 1e3,
+            "batch done"
+        );
+        turn
+    }
+
+    /// Appends the entries (the fault points around it are for tests).
+    pub(super) async fn append_entries(&self, entries: &[Entry]) -> Vec<AppendOutcome> {
+        self.deps.faults.reach(Point::BeforeAppend).await;
+        let outcomes = self.deps.stream.append(entries, &self.options).await;
+        self.deps.faults.reach(Point::AfterAppend).await;
+        outcomes
+    }
+
+    /// Sorts claimed rows: those that turn DEAD without an append (a crash loop, a row no entry
+    /// can be built from) into a settlement, the others into rows and their entries, in the
+    /// order they are appended.
+    pub(super) fn sort_claimed(&self, rows: Vec<ClaimedRow>) -> (Settlement, Vec<ClaimedRow>, Vec<Entry>) {
         let metrics = &self.deps.metrics;
         metrics.batch_size.observe(rows.len() as f64);
         let mut settlement = Settlement::default();
@@ -77,44 +118,14 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             }
             order_runs(&mut sendable);
         }
-        let keys: Vec<RowRef> = sendable.iter().map(|(row, _)| row.key()).collect();
         // Rows and entries part here (no copy of the payloads): appends take entries alone.
         let (sendable, entries): (Vec<ClaimedRow>, Vec<Entry>) = sendable.into_iter().unzip();
-        let append = async {
-            self.deps.faults.reach(Point::BeforeAppend).await;
-            let outcomes = self.deps.stream.append(&entries, &self.options).await;
-            self.deps.faults.reach(Point::AfterAppend).await;
-            outcomes
-        };
-        let mut turn = Turn { stream_outage: false, partial_outage: false, gate_missed: false };
-        let prepared = started.elapsed();
-        match self.under_lease(claimant, &keys, append).await {
-            Some(outcomes) => {
-                turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
-            }
-            None => {
-                // Rows already judged DEAD are released too: the next claim judges them again.
-                warn!(rows = keys.len(), "shutdown drain time spent while appending; releasing rows");
-                self.release_now(claimant, &keys_of(&settlement).into_iter().chain(keys).collect::<Vec<_>>()).await;
-                return turn;
-            }
-        }
-        let appended = started.elapsed();
-        self.settle(claimant, &keys_of(&settlement), settlement).await;
-        let settled = started.elapsed();
-        metrics.cycle.observe(settled.as_secs_f64());
-        trace!(
-            prepare_ms = prepared.as_secs_f64() * 1e3,
-            append_ms = (appended - prepared).as_secs_f64() * 1e3,
-            settle_ms = (settled - appended).as_secs_f64() * 1e3,
-            "batch done"
-        );
-        turn
+        (settlement, sendable, entries)
     }
 
     /// Turns append outcomes into settle decisions; says whether the broker was unreachable or
     /// the durability gate was missed.
-    fn sort_outcomes(
+    pub(super) fn sort_outcomes(
         &self,
         sendable: &[ClaimedRow],
         entries: &[Entry],

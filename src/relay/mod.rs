@@ -6,6 +6,7 @@
 mod batch;
 pub mod entries;
 mod housekeeping;
+mod locked;
 pub mod loss;
 mod sampler;
 #[cfg(test)]
@@ -13,7 +14,7 @@ mod tests;
 pub mod wake;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -21,8 +22,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use entries::EntryBuilder;
 use wake::Wake;
 
-use crate::config::RelayConfig;
 use crate::config::statements::ORDER_KEY_COLUMN;
+use crate::config::{ClaimMode, RelayConfig};
 use crate::error::error_chain;
 use crate::fault::Faults;
 use crate::retry::Retrier;
@@ -106,10 +107,17 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let claimant = format!("{}#{n}", self.deps.claimant);
         let mut outage = Retrier::new(self.config.outage_backoff.clone());
         let mut errors = Throttle::new(Duration::from_secs(30));
+        let mut turns = LockedTurns::default();
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
-            let rows = match self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await {
-                Ok(rows) => rows,
+            let locked = self.locked_turn(&mut turns);
+            let claimed = if locked {
+                self.deps.store.lock(self.config.batch_size, self.config.lease).await.map(Claimed::Locked)
+            } else {
+                self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await.map(Claimed::Leased)
+            };
+            let claimed = match claimed {
+                Ok(claimed) => claimed,
                 Err(error) => {
                     self.source_down(&mut errors, &error);
                     sleep_or_shutdown(outage.failed(), &shutdown).await;
@@ -117,7 +125,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 }
             };
             self.source_up(&mut errors);
-            debug!(rows = rows.len(), "claimed");
+            let rows = claimed.rows();
+            debug!(rows = rows.len(), locked, "claimed");
             if rows.is_empty() {
                 self.idle(&shutdown).await;
                 continue;
@@ -125,7 +134,11 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             // A full batch means more is waiting; a reclaimed row is claimed alone, so its
             // neighbours from the dead claimant's batch are waiting too.
             let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
-            let turn = self.process(&claimant, rows).await;
+            let turn = match claimed {
+                Claimed::Leased(rows) => self.process(&claimant, rows).await,
+                Claimed::Locked((rows, Some(batch))) => self.process_locked(&claimant, rows, batch).await,
+                Claimed::Locked((_, None)) => continue,
+            };
             if turn.stream_outage {
                 self.wait_for_stream(&mut outage, &shutdown).await;
             } else if turn.gate_missed {
@@ -139,6 +152,31 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 if !again_now || turn.partial_outage {
                     self.idle(&shutdown).await;
                 }
+            }
+        }
+    }
+
+    /// Whether this turn is a locked one. With claim = "locked", a loop still takes a leased
+    /// turn first and then once per lease: a row that kills its relay inside a locked
+    /// transaction leaves no trace (the rollback undoes everything), so it comes back to a
+    /// leased claim after the restart, which records the expired lease; and lease-expired rows
+    /// are only ever reclaimed, one at a time, by the leased claim. That keeps crash-loop
+    /// detection (`max_expired_claims`) as it is.
+    fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
+        if self.config.claim != ClaimMode::Locked {
+            return false;
+        }
+        match turns.leased_at {
+            Some(at) if at.elapsed() < self.config.lease => {
+                if !turns.announced {
+                    turns.announced = true;
+                    info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
+                }
+                true
+            }
+            _ => {
+                turns.leased_at = Some(Instant::now());
+                false
             }
         }
     }
@@ -193,6 +231,28 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     fn stream_health(&self, ok: bool) {
         self.deps.metrics.stream_up.set(ok.into());
         self.deps.health.set_stream_ok(ok);
+    }
+}
+
+/// With claim = "locked": when a loop last took a leased turn (none yet: the first turn is
+/// leased), and whether it said that it switched to locked turns.
+#[derive(Default)]
+struct LockedTurns {
+    leased_at: Option<Instant>,
+    announced: bool,
+}
+
+/// What a turn claimed: leased rows, or rows locked by an open transaction.
+enum Claimed {
+    Leased(Vec<crate::store::ClaimedRow>),
+    Locked(crate::store::Locked),
+}
+
+impl Claimed {
+    fn rows(&self) -> &[crate::store::ClaimedRow] {
+        match self {
+            Claimed::Leased(rows) | Claimed::Locked((rows, _)) => rows,
+        }
     }
 }
 

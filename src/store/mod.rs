@@ -214,9 +214,35 @@ impl std::error::Error for PrepareError {}
 
 /// The statements a relay runs against its outbox. Settles return how many rows they changed;
 /// fewer than given means the fence refused the rest (another claimant owns them now).
+/// A batch whose rows an open transaction has locked (`claim = "locked"`): the row locks are the
+/// lease and the connection is the fence. Dropped without [`commit`](LockedBatch::commit), the
+/// connection is closed, the server rolls the transaction back, and the rows are as they were.
+pub trait LockedBatch: Send {
+    /// Settles in the transaction and commits: `delivered` rows are marked (or deleted, per the
+    /// relay's settle mode), `failed` ones retried or DEAD; every other row stays as it was.
+    fn commit<'a>(
+        self: Box<Self>,
+        claimant: &'a str,
+        delivered: &'a [Delivered],
+        failed: &'a [Failure],
+    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>>;
+}
+
+/// What a locked claim found: the rows, and the transaction holding them (`None` when there were
+/// none; the transaction is over then).
+pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
+
 pub trait OutboxStore: Send + Sync + 'static {
     /// Names of the claim statement's result columns.
     fn columns(&self) -> Arc<[String]>;
+
+    /// Locks up to `batch_size` due rows in a transaction that the server ends if it sits idle
+    /// longer than `idle_timeout` (a relay hung mid-batch). Only stores that support
+    /// `claim = "locked"` implement it; configuration refuses the others.
+    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<Locked>> + Send {
+        let _ = (batch_size, idle_timeout);
+        async { Err(StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())) }
+    }
 
     fn claim(
         &self,

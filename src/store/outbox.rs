@@ -38,6 +38,12 @@ pub trait Statements: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
 
+    /// The locked claim, where the dialect has one.
+    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<super::Locked>> + Send {
+        let _ = (batch_size, idle_timeout);
+        async { Err(StoreError::Contract("this dialect has no locked claim (claim = \"locked\")".into())) }
+    }
+
     /// Runs one statement; returns the rows it changed.
     fn execute(
         &self,
@@ -76,6 +82,10 @@ impl<S: Statements> OutboxStore for S {
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         Statements::claim(self, claimant, batch_size, lease).await
+    }
+
+    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<super::Locked> {
+        Statements::lock(self, batch_size, idle_timeout).await
     }
 
     async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {

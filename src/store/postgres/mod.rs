@@ -2,6 +2,7 @@
 
 pub mod defaults;
 mod inbox;
+mod locked;
 mod outbox;
 pub mod values;
 mod worker;

@@ -1,16 +1,18 @@
 //! The relay's statements on a Postgres outbox: prepared and checked once, executed per batch.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::locked::LockedSql;
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
-use crate::config::RelayConfig;
 use crate::config::statements::{self, StatementKind};
+use crate::config::{ClaimMode, RelayConfig};
 use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
@@ -30,6 +32,8 @@ pub struct PgOutbox {
     pool: Pool,
     statements: HashMap<StatementKind, Statement>,
     prepared: Prepared,
+    /// The locked claim's statements (`claim = "locked"`).
+    locked: Option<Arc<LockedSql>>,
 }
 
 impl PgOutbox {
@@ -95,13 +99,34 @@ impl PgOutbox {
                 }
             }
         }
+        let locked = match relay.claim {
+            ClaimMode::Leased => None,
+            ClaimMode::Locked => {
+                let sql = LockedSql::new(&relay.table, relay.settle);
+                for (name, text) in sql.statements() {
+                    match client.prepare(text).await {
+                        Err(e) => errors.push(super::prepare_refusal(&format!("{prefix} {name}"), e)?),
+                        Ok(stmt) if name == "lock" => {
+                            let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+                            if names != columns {
+                                errors.push(format!(
+                                    "{prefix} lock: returns columns {names:?}, the claim {columns:?}; claim = \"locked\" needs the reference claim"
+                                ));
+                            }
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                Some(Arc::new(sql))
+            }
+        };
         let shape = ClaimShape::new(columns).map_err(|e| {
             errors.push(format!("{prefix} sql.claim: {e}"));
         });
         match shape {
             Ok(shape) if errors.is_empty() => {
                 let present = statements.keys().copied().collect();
-                Ok(Self { pool, statements, prepared: Prepared { shape, settle: relay.settle, present } })
+                Ok(Self { pool, statements, prepared: Prepared { shape, settle: relay.settle, present }, locked })
             }
             _ => Err(PrepareError::Invalid(errors)),
         }
@@ -129,6 +154,13 @@ impl Statements for PgOutbox {
         let values: Vec<Param> = prepared.names.iter().map(|name| bind(name)).collect();
         let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error("claim", e))?;
         rows.iter().map(|row| self.parse_row(row)).collect()
+    }
+
+    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<crate::store::Locked> {
+        let Some(sql) = &self.locked else {
+            return Err(StoreError::Contract("the relay is not configured with claim = \"locked\"".into()));
+        };
+        super::locked::lock(&self.pool, sql, batch_size, idle_timeout, |row| self.parse_row(row)).await
     }
 
     async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {

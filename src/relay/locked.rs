@@ -1,0 +1,60 @@
+//! One locked turn (`claim = "locked"`): the batch's rows are locked by an open transaction
+//! while they are appended; their settles run in that transaction, which then commits. Nothing
+//! is written before the append, so a turn that ends early — the broker down for the whole
+//! batch, the drain time spent, the relay killed or hung — leaves every row as it was.
+
+use std::time::Instant;
+
+use tracing::{trace, warn};
+
+use super::Relay;
+use super::batch::Turn;
+use crate::error::error_chain;
+use crate::store::{ClaimedRow, LockedBatch, OutboxStore};
+use crate::stream::EventStream;
+
+impl<S: OutboxStore, P: EventStream> Relay<S, P> {
+    pub(super) async fn process_locked(
+        &self,
+        claimant: &str,
+        rows: Vec<ClaimedRow>,
+        batch: Box<dyn LockedBatch>,
+    ) -> Turn {
+        let started = Instant::now();
+        let metrics = &self.deps.metrics;
+        let (mut settlement, sendable, entries) = self.sort_claimed(rows);
+        let outcomes = tokio::select! {
+            outcomes = self.append_entries(&entries) => outcomes,
+            _ = self.deps.abandon.cancelled() => {
+                // Dropping the batch rolls its transaction back: the rows are untouched.
+                warn!(rows = sendable.len(), "shutdown drain time spent while appending; rolling the locked batch back");
+                drop(batch);
+                return Turn::default();
+            }
+        };
+        let turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+        let appended = started.elapsed();
+        let (delivered, failed, released) = (&settlement.delivered, &settlement.failed, settlement.released.len());
+        match batch.commit(claimant, delivered, failed).await {
+            Ok(()) => {
+                metrics.published.inc_by(delivered.len() as u64);
+                metrics.released.inc_by(released as u64);
+            }
+            // The transaction is gone and took every settle with it: the rows are as they were
+            // before the turn, due again, and are appended again (deduplication covers that).
+            Err(error) => {
+                metrics.source_up.set(0);
+                self.deps.health.set_source_ok(false);
+                warn!(error = %error_chain(&error), rows = sendable.len(), "the locked batch did not commit; its rows stay pending and are appended again");
+            }
+        }
+        let settled = started.elapsed();
+        metrics.cycle.observe(settled.as_secs_f64());
+        trace!(
+            append_ms = appended.as_secs_f64() * 1e3,
+            settle_ms = (settled - appended).as_secs_f64() * 1e3,
+            "locked batch done"
+        );
+        turn
+    }
+}

@@ -1,0 +1,188 @@
+//! The locked claim on a Postgres outbox (`claim = "locked"`, reference schema): one
+//! transaction locks a batch of due rows `FOR UPDATE SKIP LOCKED`, the relay appends them, and
+//! the same transaction settles them before it commits. A delivered row is written once
+//! (PENDING → DELIVERED) instead of twice (→ IN_FLIGHT → DELIVERED). The row locks are the
+//! lease: another relay skips them while the transaction lives, and when the relay dies, hangs
+//! past `idle_in_transaction_session_timeout` or drops the batch, the server rolls back and the
+//! rows are as they were. So nothing in a row's settled state can come from a claim that did
+//! not commit, and no settle needs a fencing token: the rows are ours until the commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Object, Pool};
+use tokio_postgres::types::ToSql;
+
+use super::{pool_error, query_error};
+use crate::config::SettleMode;
+use crate::store::{ClaimedRow, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
+
+/// The locked claim's statements for one table. The settles identify rows by id alone and do
+/// not re-check the status: the transaction holds every row it settles.
+pub struct LockedSql {
+    pub lock: String,
+    settle: SettleMode,
+    delivered: String,
+    retry: String,
+    dead: String,
+}
+
+impl LockedSql {
+    pub fn new(table: &str, settle: SettleMode) -> Self {
+        let delivered = match settle {
+            SettleMode::MarkDelivered => format!(
+                "UPDATE {table} o
+                 SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id, stream_key = s.stream,
+                     claimed_by = $1, last_error = NULL
+                 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS s(id, entry_id, stream)
+                 WHERE o.id = s.id"
+            ),
+            SettleMode::Delete => format!("DELETE FROM {table} WHERE id = ANY($1::bigint[])"),
+        };
+        Self {
+            settle,
+            // The same result columns, in the same order, as the leased claim's.
+            lock: format!(
+                "SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id, payload,
+                        headers, attempts, expired_claims,
+                        (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms, false AS reclaimed
+                 FROM {table}
+                 WHERE status = 'PENDING' AND next_attempt_at <= now()
+                 ORDER BY next_attempt_at, id
+                 LIMIT $1
+                 FOR UPDATE SKIP LOCKED"
+            ),
+            delivered,
+            retry: format!(
+                "UPDATE {table}
+                 SET attempts = attempts + 1, last_error = $2, claimed_by = $3,
+                     next_attempt_at = now() + $4::bigint * interval '1 millisecond'
+                 WHERE id = $1"
+            ),
+            dead: format!(
+                "UPDATE {table}
+                 SET status = 'DEAD', attempts = attempts + 1, last_error = $2, claimed_by = $3, dead_at = now()
+                 WHERE id = $1"
+            ),
+        }
+    }
+
+    /// Each statement with its name (for the startup check).
+    pub fn statements(&self) -> [(&'static str, &str); 4] {
+        [
+            ("lock", &self.lock),
+            ("locked delivered", &self.delivered),
+            ("locked retry", &self.retry),
+            ("locked dead", &self.dead),
+        ]
+    }
+}
+
+/// Locks a batch; see [`crate::store::OutboxStore::lock`]. `parse` reads a result row as a claim's.
+pub async fn lock(
+    pool: &Pool,
+    sql: &Arc<LockedSql>,
+    batch_size: u32,
+    idle_timeout: Duration,
+    parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
+) -> StoreResult<crate::store::Locked> {
+    let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
+    // From here on an early return drops the batch, which closes the connection mid-transaction.
+    let mut batch = PgLocked { client: Some(client), sql: sql.clone() };
+    let client = batch.client()?;
+    let timeout_ms = idle_timeout.as_millis().max(1);
+    client
+        .batch_execute(&format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
+        .await
+        .map_err(|e| query_error("lock", e))?;
+    let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
+    let rows = client.query(&stmt, &[&i64::from(batch_size)]).await.map_err(|e| query_error("lock", e))?;
+    if rows.is_empty() {
+        client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
+        batch.client.take();
+        return Ok((Vec::new(), None));
+    }
+    let claimed = rows.iter().map(parse).collect::<StoreResult<Vec<_>>>()?;
+    Ok((claimed, Some(Box::new(batch))))
+}
+
+/// The open transaction of a locked batch.
+struct PgLocked {
+    /// `None` once the transaction is over and the connection went back to the pool.
+    client: Option<Object>,
+    sql: Arc<LockedSql>,
+}
+
+impl PgLocked {
+    fn client(&self) -> StoreResult<&Object> {
+        self.client.as_ref().ok_or_else(|| StoreError::Contract("the locked batch is already settled".into()))
+    }
+}
+
+impl Drop for PgLocked {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Still inside the transaction: close the connection instead of pooling it; the
+            // server rolls the transaction back and the rows are unlocked, untouched.
+            drop(Object::take(client));
+        }
+    }
+}
+
+fn row_id(id: &str) -> StoreResult<i64> {
+    id.parse().map_err(|_| StoreError::Contract(format!("locked claim: row id `{id}` is not a bigint")))
+}
+
+impl LockedBatch for PgLocked {
+    fn commit<'a>(
+        mut self: Box<Self>,
+        claimant: &'a str,
+        delivered: &'a [Delivered],
+        failed: &'a [Failure],
+    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>> {
+        Box::pin(async move {
+            let client = self.client()?;
+            let ids = delivered.iter().map(|d| row_id(&d.row.id)).collect::<StoreResult<Vec<i64>>>()?;
+            let entry_ids: Vec<&str> = delivered.iter().map(|d| d.entry_id.as_str()).collect();
+            let streams: Vec<&str> = delivered.iter().map(|d| d.stream.as_str()).collect();
+            let mut steps: Vec<(String, Vec<Box<dyn ToSql + Sync + Send + 'a>>)> = Vec::new();
+            if !delivered.is_empty() {
+                let values: Vec<Box<dyn ToSql + Sync + Send + 'a>> = match self.sql.settle {
+                    SettleMode::MarkDelivered => {
+                        vec![Box::new(claimant), Box::new(ids), Box::new(entry_ids), Box::new(streams)]
+                    }
+                    SettleMode::Delete => vec![Box::new(ids)],
+                };
+                steps.push((self.sql.delivered.clone(), values));
+            }
+            for failure in failed {
+                let id = row_id(&failure.row.id)?;
+                let error = failure.error.as_str();
+                let step: (String, Vec<Box<dyn ToSql + Sync + Send + 'a>>) = match failure.verdict {
+                    Verdict::Retry { delay } => (
+                        self.sql.retry.clone(),
+                        vec![Box::new(id), Box::new(error), Box::new(claimant), Box::new(delay.as_millis() as i64)],
+                    ),
+                    Verdict::Dead => (self.sql.dead.clone(), vec![Box::new(id), Box::new(error), Box::new(claimant)]),
+                };
+                steps.push(step);
+            }
+            let mut prepared = Vec::with_capacity(steps.len());
+            for (sql, _) in &steps {
+                prepared.push(client.prepare_cached(sql).await.map_err(|e| query_error("settle a locked batch", e))?);
+            }
+            // Sent together: one round trip for the settles, one for the commit.
+            let sent = steps.iter().zip(&prepared).map(|((_, values), stmt)| {
+                let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref() as &(dyn ToSql + Sync)).collect();
+                async move { client.execute(stmt, &refs).await }
+            });
+            for outcome in futures_util::future::join_all(sent).await {
+                outcome.map_err(|e| query_error("settle a locked batch", e))?;
+            }
+            client.batch_execute("COMMIT").await.map_err(|e| query_error("commit a locked batch", e))?;
+            // Committed: the connection is clean and goes back to the pool.
+            self.client.take();
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,128 @@
+//! `claim = "locked"`: a transaction locks the batch, appends it and settles it before it
+//! commits. What it must keep of the leased claim's guarantees, under kills and hangs.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+
+/// Rows no transaction holds a lock on (a locked batch's rows are skipped).
+async fn unlocked(env: &TestEnv) -> i64 {
+    env.scalar_i64("SELECT count(*) FROM (SELECT id FROM audit_outbox FOR UPDATE SKIP LOCKED) AS free").await
+}
+
+/// Rows exactly as the owner service inserted them: pending, never claimed, no attempt.
+async fn untouched(env: &TestEnv) -> i64 {
+    env.scalar_i64(
+        "SELECT count(*) FROM audit_outbox
+         WHERE status = 'PENDING' AND claimed_by IS NULL AND attempts = 0 AND expired_claims = 0",
+    )
+    .await
+}
+
+/// Starts `relay` and waits until its loops claim in locked transactions (after a leased turn).
+async fn locked_relay(relay: Handoff) -> Handoff {
+    relay.await_log("claiming in locked transactions").await;
+    relay
+}
+
+#[tokio::test]
+async fn two_locked_replicas_deliver_each_row_once_and_write_it_once() {
+    let env = TestEnv::new().await;
+    let config = env.config("claim = \"locked\"\nbatch_size = 100\nlease = \"30s\"");
+    let a = locked_relay(Handoff::run(&config)).await;
+    let b = locked_relay(Handoff::run(&config)).await;
+    for chunk in 0..4 {
+        env.insert_events(&format!("r{chunk}"), "user", 1000).await;
+    }
+    env.await_delivered(4000).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    assert_eq!(ids.len(), 4000, "no duplicates without a crash");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 4000);
+    let settled = env
+        .scalar_i64("SELECT count(*) FROM audit_outbox WHERE stream_entry_id IS NOT NULL AND claimed_by IS NOT NULL")
+        .await;
+    assert_eq!(settled, 4000, "every row names its entry and its relay");
+    // A locked claim never writes IN_FLIGHT: the token a leased claim bumps stayed where it was.
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE claim_token <> 0").await, 0);
+    let claimants = env.scalar_i64("SELECT count(DISTINCT split_part(claimed_by, '#', 1)) FROM audit_outbox").await;
+    assert_eq!(claimants, 2, "both replicas took part");
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn a_relay_killed_mid_transaction_leaves_its_rows_untouched_and_another_delivers_them() {
+    let env = TestEnv::new().await;
+    let config = env.config("claim = \"locked\"\nlease = \"30s\"");
+    let mut victim = locked_relay(Handoff::run_paused(&config, "after_append")).await;
+    env.insert_events("k", "user", 20).await;
+    victim.await_paused().await;
+    // Appended and still held: the transaction has locked every row and changed none.
+    assert_eq!(untouched(&env).await, 20);
+    assert_eq!(unlocked(&env).await, 0, "the open transaction holds the rows");
+    victim.kill();
+    eventually("the server to roll the killed relay's transaction back", || async {
+        (unlocked(&env).await == 20).then_some(())
+    })
+    .await;
+    assert_eq!(untouched(&env).await, 20, "the rows came back exactly as they were");
+
+    let _next = Handoff::run(&config);
+    env.await_delivered(20).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 20, "every event reached the stream");
+    assert_eq!(ids.len(), 40, "appended by the killed relay and again by the next (dedupe would drop these)");
+}
+
+#[tokio::test]
+async fn a_hung_relay_loses_its_locks_to_the_server_side_idle_timeout() {
+    let env = TestEnv::new().await;
+    // The lease is the idle-in-transaction timeout of a locked batch.
+    let config = env.config("claim = \"locked\"\nlease = \"1s\"");
+    let hung = locked_relay(Handoff::run_paused(&config, "after_append")).await;
+    env.insert_events("h", "user", 10).await;
+    hung.await_paused().await;
+    assert_eq!(untouched(&env).await, 10, "a locked turn took the batch");
+    // The relay stays parked inside its transaction; the server ends the session after the
+    // lease and the rows are free again, untouched.
+    eventually("the server to end the idle transaction", || async { (unlocked(&env).await == 10).then_some(()) }).await;
+    assert_eq!(untouched(&env).await, 10);
+    let _other = Handoff::run(&config);
+    env.await_delivered(10).await;
+    // Woken, the hung relay finds its transaction gone: it commits nothing.
+    hung.resume();
+    hung.await_log("the locked batch did not commit").await;
+    assert_eq!(env.count("DELIVERED").await, 10);
+}
+
+#[tokio::test]
+async fn a_row_that_keeps_killing_a_locked_relay_still_turns_dead() {
+    let env = TestEnv::new().await;
+    let config = env.config("claim = \"locked\"\nmax_expired_claims = 2");
+    // Killed inside a locked transaction: no trace of the claim survives.
+    let mut first = locked_relay(Handoff::run_paused(&config, "before_append")).await;
+    env.insert_events("c", "user", 1).await;
+    first.await_paused().await;
+    first.kill();
+    eventually("the rollback", || async { (unlocked(&env).await == 1).then_some(()) }).await;
+    assert_eq!(untouched(&env).await, 1);
+    // A restarted relay claims leased first: the next kills leave expired leases behind.
+    for round in 1..=2 {
+        let mut victim = Handoff::run_paused(&config, "before_append");
+        victim.await_paused().await;
+        victim.kill();
+        eventually(&format!("lease of claim {round} to expire"), || async {
+            let live = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE lease_expires_at > now()").await;
+            (live == 0).then_some(())
+        })
+        .await;
+    }
+    let _survivor = Handoff::run(&config);
+    eventually("the crash-looping row to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let row = env.db.query_one("SELECT expired_claims, last_error FROM audit_outbox", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2);
+    assert!(row.get::<_, String>(1).contains("lease expired 2 times"));
+    assert!(env.stream_event_ids(&env.stream("user")).await.is_empty());
+}
