@@ -18,6 +18,27 @@ fn unknown_keys_are_rejected_by_name_with_the_closest_known_key() {
 }
 
 #[test]
+fn unknown_keys_type_errors_and_rule_violations_are_all_reported_in_one_run() {
+    let config = minimal(
+        "colour = \"blue\"\n\
+         [redis]\ncomand_timeout = \"5s\"\n\
+         [[relay]]\nname = \"a\"\nbatch_sise = 10\nlease = 30\nconcurrency = 0\n",
+    );
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    for expected in [
+        "database.colour: unknown key `colour`",
+        "redis.comand_timeout: unknown key `comand_timeout`; did you mean `command_timeout`?",
+        "relay[0].batch_sise: unknown key `batch_sise`; did you mean `batch_size`?",
+        "relay[0].lease: invalid type",
+        "relay[0].concurrency must be between 1 and 64",
+    ] {
+        assert!(out.contains(expected), "missing `{expected}` in:\n{out}");
+    }
+    assert!(out.contains("(5 problems)"), "each problem once: {out}");
+}
+
+#[test]
 fn durations_need_units_and_the_key_is_named() {
     let (ok, out) = run_to_end(&minimal("[[relay]]\nname = \"a\"\nlease = 30\n"), &["check"]);
     assert!(!ok);

@@ -58,24 +58,35 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
         .split("__");
     let figment = figment.merge(env);
     let overrides = named_overrides(std::env::vars());
-    let mut config: Config = if overrides.is_empty() {
-        figment.extract()
-    } else {
-        let mut value: figment::value::Value =
-            figment.extract().map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e)).collect() })?;
-        let mut errors = Vec::new();
-        for (section, name, path, raw) in &overrides {
-            if let Err(e) = apply_named(&mut value, section, name, path, raw) {
-                errors.push(e);
+    let mut errors = Vec::new();
+    // Paths already reported, with where their value came from (the file, the environment).
+    let mut reported: Vec<Vec<String>> = Vec::new();
+    let first = overrides.is_empty().then(|| figment.extract::<Config>());
+    let mut config = match first {
+        Some(Ok(config)) => config,
+        found => {
+            for e in found.and_then(Result::err).into_iter().flatten() {
+                errors.push(describe(&e, true));
+                reported.push(e.path.clone());
+            }
+            // Syntax errors end here: nothing else can be read.
+            let mut value: figment::value::Value = figment
+                .extract()
+                .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e, true)).collect() })?;
+            for (section, name, path, raw) in &overrides {
+                if let Err(e) = apply_named(&mut value, section, name, path, raw) {
+                    errors.push(e);
+                }
+            }
+            if !errors.is_empty() && reported.is_empty() {
+                return Err(ConfigError { errors });
+            }
+            match extract_all(value, &reported, &mut errors) {
+                Some(config) => config,
+                None => return Err(ConfigError { errors }),
             }
         }
-        if !errors.is_empty() {
-            return Err(ConfigError { errors });
-        }
-        Figment::from(figment::providers::Serialized::defaults(value)).extract()
-    }
-    .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e)).collect() })?;
-    let mut errors = Vec::new();
+    };
     resolve_secret("database", &mut config.database.url, &mut config.database.url_file, true, &mut errors);
     resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, false, &mut errors);
     if config.redis.url.is_none() && errors.is_empty() {
@@ -84,6 +95,57 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
     database_tls(&mut config.database, &mut errors);
     errors.extend(validate::validate(&config));
     if errors.is_empty() { Ok(config) } else { Err(ConfigError { errors }) }
+}
+
+/// Extracts the configuration from `value`, finding every unknown key and every value of the
+/// wrong type, not only the first: each error found is recorded and its key taken out, and the
+/// extraction tried again, until it succeeds (the result then still goes through the rule
+/// checks, so those are reported in the same run) or stops at an error no key can be taken out
+/// for (a required key that is missing).
+fn extract_all(mut value: figment::value::Value, reported: &[Vec<String>], errors: &mut Vec<String>) -> Option<Config> {
+    // Bounded: each round takes a key out, and a configuration has far fewer.
+    for _ in 0..256 {
+        match Figment::from(figment::providers::Serialized::defaults(&value)).extract::<Config>() {
+            Ok(config) => return Some(config),
+            Err(error) => {
+                let mut progressed = false;
+                for e in error {
+                    if !reported.contains(&e.path) {
+                        errors.push(describe(&e, false));
+                    }
+                    progressed |= remove_key(&mut value, &e.path);
+                }
+                if !progressed {
+                    return None;
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Takes the key at `path` out of `value`; false if there is none.
+fn remove_key(value: &mut figment::value::Value, path: &[String]) -> bool {
+    use figment::value::Value;
+    let Some((last, parents)) = path.split_last() else { return false };
+    let mut node = value;
+    for part in parents {
+        node = match node {
+            Value::Dict(_, table) => match table.get_mut(part) {
+                Some(next) => next,
+                None => return false,
+            },
+            Value::Array(_, items) => match part.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                Some(next) => next,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match node {
+        Value::Dict(_, table) => table.remove(last).is_some(),
+        _ => false,
+    }
 }
 
 /// The entry section of a `HANDOFF_` key (lower case, without the prefix) that names an entry:
@@ -141,10 +203,12 @@ fn apply_named(
     Ok(())
 }
 
-/// One line per figment error: what is wrong, the key, and where the value came from.
-fn describe(error: &figment::Error) -> String {
+/// One line per figment error: what is wrong, the key, and (`with_source`) where the value
+/// came from.
+fn describe(error: &figment::Error, with_source: bool) -> String {
     let key = key_path(&error.path);
-    let source = error.metadata.as_ref().map(|m| format!(" (from {})", m.name)).unwrap_or_default();
+    let source =
+        error.metadata.as_ref().filter(|_| with_source).map(|m| format!(" (from {})", m.name)).unwrap_or_default();
     match &error.kind {
         figment::error::Kind::UnknownField(found, known) => {
             let hint = closest(found, known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
