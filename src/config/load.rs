@@ -61,7 +61,7 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
     let mut errors = Vec::new();
     // Paths already reported, with where their value came from (the file, the environment).
     let mut reported: Vec<Vec<String>> = Vec::new();
-    let first = overrides.is_empty().then(|| figment.extract::<Config>());
+    let first = if overrides.is_empty() { Some(figment.extract::<Config>()) } else { None };
     let mut config = match first {
         Some(Ok(config)) => config,
         found => {
