@@ -127,6 +127,22 @@ impl BenchEnv {
             .spawn()?)
     }
 
+    /// The server settings that shape the figures, as `(name, setting)`.
+    pub async fn postgres_settings(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let rows = self
+            .db
+            .query(
+                "SELECT name, setting || coalesce(unit, '') FROM pg_settings
+                 WHERE name IN ('server_version', 'autovacuum', 'autovacuum_naptime',
+                                'autovacuum_vacuum_scale_factor', 'shared_buffers', 'synchronous_commit',
+                                'fsync', 'max_wal_size', 'checkpoint_timeout', 'work_mem')
+                 ORDER BY name",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// The sections every benchmark config shares.
     pub fn base_config(&self) -> String {
         format!(

@@ -97,6 +97,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let env = env::BenchEnv::new(&args.database_url, &args.redis_url, args.binary.clone(), args.out.clone()).await?;
     let mut report = Report(Vec::new());
+    // Every figure ran under these server settings (a CI server may run without autovacuum,
+    // which says nothing about history or sustained figures in production).
+    let settings = env.postgres_settings().await?;
+    eprintln!("Postgres settings: {}", settings.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
     let n = args.events;
     let r = args.repeat;
 
@@ -134,7 +138,11 @@ async fn main() -> anyhow::Result<()> {
 
     env.drop_schema().await?;
     print_table(&report.0);
-    let json = serde_json::json!({ "machine": machine(), "events": n, "repeat": r, "figures": report.0 });
+    let settings: serde_json::Map<String, serde_json::Value> =
+        settings.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect();
+    let json = serde_json::json!({
+        "machine": machine(), "postgres": settings, "events": n, "repeat": r, "figures": report.0
+    });
     let path = args.out.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
     println!("\nwrote {}", path.display());

@@ -165,11 +165,12 @@ pub async fn per_row_baseline(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Throughput with the outbox already holding `history` delivered rows (and their dead tuples:
-/// autovacuum is off for the table during the run, as on a busy table between vacuums).
+/// Throughput with the outbox already holding `history` delivered rows and the dead tuples
+/// their delivery left, under the server's own vacuum settings (printed with the results: on a
+/// server without autovacuum the dead tuples stay for the whole run; with production defaults
+/// autovacuum works on the table meanwhile, as it would in production).
 pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> anyhow::Result<Run> {
     env.reset().await?;
-    env.db.batch_execute("ALTER TABLE audit_outbox SET (autovacuum_enabled = false)").await?;
     env.fill(history, "h").await?;
     env.db
         .batch_execute("UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = '0-1'")
@@ -184,6 +185,5 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> an
     .await;
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
     stop(&mut child);
-    env.db.batch_execute("ALTER TABLE audit_outbox RESET (autovacuum_enabled)").await?;
     Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, pg_cpu_seconds: 0.0 })
 }
