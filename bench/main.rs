@@ -153,18 +153,22 @@ async fn main() -> anyhow::Result<()> {
 /// (the default) and two processes; each compared with the limit of as many loops.
 async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut Report) -> anyhow::Result<()> {
     let (n, r) = (args.events, args.repeat);
-    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1)).await?);
-    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2)).await?);
+    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, false)).await?);
+    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, false)).await?);
+    let locked1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, true)).await?);
+    let locked2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true)).await?);
     let redis = median(repeat(r, || relay::redis_limit(env, n, batch)).await?);
     report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
     report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
+    report.add("limit", format!("locked claim + mark + commit alone, 1 loop, batch {batch}"), locked1, "rows/s");
+    report.add("limit", format!("locked claim + mark + commit alone, 2 loops, batch {batch}"), locked2, "rows/s");
     report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
     let runs: [(&str, usize, u32, &str, f64); 5] = [
         ("1 relay, concurrency 1", 1, 1, "leased", sql1),
         ("1 relay, concurrency 2 (default)", 1, 2, "leased", sql2),
         ("2 relays, concurrency 1", 2, 1, "leased", sql2),
-        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", sql1),
-        ("1 relay, concurrency 2, claim locked", 1, 2, "locked", sql2),
+        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", locked1),
+        ("1 relay, concurrency 2, claim locked", 1, 2, "locked", locked2),
     ];
     for (name, instances, concurrency, claim, limit) in runs {
         let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"");

@@ -8,7 +8,7 @@ use fred::prelude::*;
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop, time_until};
 use handoff::config::load_str;
 use handoff::store::postgres::{PgOutbox, pool};
-use handoff::store::{Delivered, OutboxStore};
+use handoff::store::{ClaimedRow, Delivered, OutboxStore};
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};
 
@@ -56,28 +56,36 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
 }
 
 /// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis,
-/// in `loops` concurrent loops (as a relay with that concurrency runs them).
-pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize) -> anyhow::Result<f64> {
+/// in `loops` concurrent loops (as a relay with that concurrency runs them). `locked`: the
+/// locked claim's transaction (lock, mark, commit) instead of claim + mark.
+pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize, locked: bool) -> anyhow::Result<f64> {
     env.reset().await?;
     env.fill(n, "s").await?;
-    let config = load_str(&relay_config(env, batch, ""))?;
+    let claim = if locked { "claim = \"locked\"" } else { "" };
+    let config = load_str(&relay_config(env, batch, claim))?;
     let pool = pool(&config.database, "handoff-bench")?;
     let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let started = Instant::now();
+    let delivered = |rows: &[ClaimedRow]| -> Vec<Delivered> {
+        rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into(), stream: "bench:limit".into() }).collect()
+    };
     let one_loop = |name: String| {
         let store = &store;
         async move {
             let mut done = 0;
             loop {
-                let rows = store.claim(&name, batch, Duration::from_secs(30)).await?;
-                if rows.is_empty() {
-                    return anyhow::Ok(done);
+                if locked {
+                    let (rows, batch) = store.lock(batch, Duration::from_secs(30)).await?;
+                    let Some(batch) = batch else { return anyhow::Ok(done) };
+                    batch.commit(&name, &delivered(&rows), &[]).await?;
+                    done += rows.len();
+                } else {
+                    let rows = store.claim(&name, batch, Duration::from_secs(30)).await?;
+                    if rows.is_empty() {
+                        return anyhow::Ok(done);
+                    }
+                    done += store.settle_delivered(&name, &delivered(&rows)).await? as usize;
                 }
-                let delivered: Vec<Delivered> = rows
-                    .iter()
-                    .map(|r| Delivered { row: r.key(), entry_id: "0-1".into(), stream: "bench:limit".into() })
-                    .collect();
-                done += store.settle_delivered(&name, &delivered).await? as usize;
             }
         }
     };

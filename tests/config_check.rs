@@ -39,6 +39,29 @@ fn unknown_keys_type_errors_and_rule_violations_are_all_reported_in_one_run() {
 }
 
 #[test]
+fn a_locked_claim_is_refused_where_it_cannot_keep_its_promises() {
+    let config = minimal(
+        "[[relay]]\nname = \"a\"\nclaim = \"locked\"\nconcurrency = 8\n\
+         [relay.ordering]\n\
+         [relay.sql]\nmark_delivered = \"UPDATE audit_outbox SET status = 'DELIVERED' WHERE id = ANY(:ids::bigint[])\"\n",
+    );
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok);
+    for expected in [
+        "relay[0].claim: \"locked\" cannot keep ordering's per-key runs",
+        "relay[0].claim: \"locked\" runs the reference schema's statements, but sql.mark_delivered replace(s) them",
+        "database.pool_size (8) must be larger than the concurrency of the relays with claim = \"locked\" (8)",
+    ] {
+        assert!(out.contains(expected), "missing `{expected}` in:\n{out}");
+    }
+    let mysql =
+        "[database]\nurl = \"mysql://root@127.0.0.1:3306/handoff_test\"\n[[relay]]\nname = \"a\"\nclaim = \"locked\"\n";
+    let (ok, out) = run_to_end(mysql, &["check"]);
+    assert!(!ok);
+    assert!(out.contains("relay[0].claim: \"locked\" needs Postgres"), "{out}");
+}
+
+#[test]
 fn durations_need_units_and_the_key_is_named() {
     let (ok, out) = run_to_end(&minimal("[[relay]]\nname = \"a\"\nlease = 30\n"), &["check"]);
     assert!(!ok);

@@ -118,6 +118,15 @@ pub fn validate(config: &Config) -> Vec<String> {
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
     }
+    // A locked claim loop holds a pooled connection while its batch is appended; the gauges,
+    // retention and broker-loss checks need one too.
+    let locked: u32 = config.relays.iter().filter(|r| r.claim == super::ClaimMode::Locked).map(|r| r.concurrency).sum();
+    if locked > 0 && locked as usize >= config.database.pool_size {
+        errors.push(format!(
+            "database.pool_size ({}) must be larger than the concurrency of the relays with claim = \"locked\" ({locked}): each of their loops holds a connection while it appends",
+            config.database.pool_size
+        ));
+    }
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());
     }
