@@ -72,8 +72,8 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut last_recovery: Option<Instant> = None;
         let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(Duration::from_secs(30));
-        // New entries read while the previous batch was being taken over.
-        let mut ahead: Option<GroupResult<Vec<RawEntry>>> = None;
+        // New entries read, and validated, while the previous batch was being taken over.
+        let mut ahead: Option<GroupResult<(Vec<RawEntry>, batch::Sorted)>> = None;
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2) {
@@ -81,11 +81,12 @@ impl<S: InboxStore> StreamBridge<S> {
                 self.recover(&shutdown, budget.count()).await;
             }
             let reading = Instant::now();
-            let read = match ahead.take() {
-                Some(read) => read,
-                None if own_backlog => self.group.read("0", budget.count(), None).await,
+            let (read, sorted) = match ahead.take() {
+                Some(Ok((entries, sorted))) => (Ok(entries), Some(sorted)),
+                Some(Err(e)) => (Err(e), None),
+                None if own_backlog => (self.group.read("0", budget.count(), None).await, None),
                 None => tokio::select! {
-                    read = self.group.read(">", budget.count(), Some(self.config.block)) => read,
+                    read = self.group.read(">", budget.count(), Some(self.config.block)) => (read, None),
                     _ = shutdown.cancelled() => break,
                 },
             };
@@ -101,19 +102,28 @@ impl<S: InboxStore> StreamBridge<S> {
                     }
                     trace!(entries = entries.len(), read_ms = reading.elapsed().as_secs_f64() * 1e3, "batch read");
                     let large = entries.iter().map(RawEntry::size).sum::<usize>() > self.config.batch_bytes / 2;
+                    let none = HashMap::new();
                     if own_backlog || large {
                         // Reading "0" again would return this batch too: no read-ahead there; nor
                         // for a batch of large entries (two of them at once would double the
                         // memory the read budget allows).
-                        let limits = if own_backlog { self.deliveries(&entries).await } else { HashMap::new() };
-                        self.handle(entries, &limits).await;
+                        let limits = if own_backlog { self.deliveries(&entries).await } else { none };
+                        let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &limits));
+                        self.take_over_and_ack(entries, sorted).await;
                     } else {
-                        // The next batch is read while this one commits (the read waits on Redis,
-                        // the commit on the database). Without BLOCK, so the acknowledgement that
-                        // ends this batch never queues behind a read waiting for new entries.
-                        let none = HashMap::new();
-                        let next = self.group.read(">", budget.count(), None);
-                        let ((), next) = tokio::join!(self.handle(entries, &none), next);
+                        // The next batch is read and validated while this one commits (the read
+                        // waits on Redis, the commit on the database, validation on neither).
+                        // Without BLOCK, so the acknowledgement that ends this batch never queues
+                        // behind a read waiting for new entries.
+                        let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &none));
+                        let next = async {
+                            let read = self.group.read(">", budget.count(), None).await;
+                            read.map(|next| {
+                                let sorted = self.sort(&next, &none);
+                                (next, sorted)
+                            })
+                        };
+                        let ((), next) = tokio::join!(self.take_over_and_ack(entries, sorted), next);
                         ahead = Some(next);
                     }
                 }
@@ -128,10 +138,10 @@ impl<S: InboxStore> StreamBridge<S> {
         }
         // Entries already read ahead belong to this consumer now: take them over before leaving
         // rather than leave them for recovery.
-        if let Some(Ok(entries)) = ahead
+        if let Some(Ok((entries, sorted))) = ahead
             && !entries.is_empty()
         {
-            self.handle(entries, &HashMap::new()).await;
+            self.take_over_and_ack(entries, sorted).await;
         }
         self.deps.health.stopped();
         info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
