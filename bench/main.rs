@@ -42,11 +42,14 @@ struct Args {
     /// Seconds per dwell-latency run.
     #[arg(long, default_value_t = 10)]
     latency_seconds: u64,
+    /// Length of the sustained run (`--only sustained`; not part of the default parts).
+    #[arg(long, default_value_t = 600)]
+    sustained_seconds: u64,
     #[arg(long, default_value = "target/release/handoff")]
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
-    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all).
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all); sustained only when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -127,6 +130,17 @@ async fn main() -> anyhow::Result<()> {
         if clean > 0.0 {
             report.add("ratio", "bloated / clean table, batch 500", bloat / clean * 100.0, "%");
         }
+    }
+    if args.only.iter().any(|p| p == "sustained") {
+        let seconds = args.sustained_seconds;
+        let run = relay::sustained(&env, std::time::Duration::from_secs(seconds), "concurrency = 2").await?;
+        let first = run.windows.first().copied().unwrap_or(0.0);
+        let whole = run.windows.iter().sum::<f64>() / run.windows.len().max(1) as f64;
+        let slowest = run.windows.iter().copied().fold(f64::INFINITY, f64::min);
+        report.add("sustained", format!("1 relay, {seconds} s, first 30 s"), first, "rows/s");
+        report.add("sustained", format!("1 relay, {seconds} s, whole run"), whole, "rows/s");
+        report.add("sustained", format!("1 relay, {seconds} s, slowest 30 s"), slowest, "rows/s");
+        report.add("ratio", "sustained whole run / first 30 s", whole / first.max(1.0) * 100.0, "%");
     }
     if args.wants("consumer") {
         consumer_side(&env, &args, &mut report).await?;

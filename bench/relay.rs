@@ -195,3 +195,82 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> an
     stop(&mut child);
     Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, pg_cpu_seconds: 0.0 })
 }
+
+/// One sustained run: the delivered rate of each 30-second window, in order.
+pub struct Sustained {
+    pub windows: Vec<f64>,
+}
+
+/// A relay (the default config, streams trimmed to 100,000 entries so Redis stays small) keeps
+/// up with an outbox a producer refills for `duration`, the delivered history growing all the
+/// while. The producer keeps about 100,000 rows pending, so the relay never waits for work;
+/// delivered rows are counted as inserted minus PENDING and IN_FLIGHT (both on partial indexes).
+pub async fn sustained(env: &BenchEnv, duration: Duration, extra: &str) -> anyhow::Result<Sustained> {
+    const WINDOW: Duration = Duration::from_secs(30);
+    env.reset().await?;
+    let inserted = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = tokio_util::sync::CancellationToken::new();
+    let (producer_db, conn) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let producer = {
+        let (inserted, done) = (inserted.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut next = 0_i64;
+            while !done.is_cancelled() {
+                let pending: i64 = producer_db
+                    .query_one("SELECT count(*) FROM audit_outbox WHERE status = 'PENDING'", &[])
+                    .await?
+                    .get(0);
+                if pending > 100_000 {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                let n = producer_db
+                    .execute(
+                        "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+                         SELECT 's-' || ($1 + g), 'user', 'user-' || (($1 + g) % 1000), 'auth.mfa_policy_changed',
+                                jsonb_build_object('auditId', 's-' || ($1 + g), 'actor', 'admin@example.com',
+                                                   'reason', repeat(md5(g::text), 5)),
+                                '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}'
+                         FROM generate_series(1, 20000) g",
+                        &[&next],
+                    )
+                    .await?;
+                next += n as i64;
+                inserted.store(next, std::sync::atomic::Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        })
+    };
+    // A backlog before the relay starts, so its first window is not spent waiting.
+    while inserted.load(std::sync::atomic::Ordering::Relaxed) < 100_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let config = relay_config(env, 500, &format!("{extra}\n[relay.trim]\nmaxlen = 100000"));
+    let mut child = env.spawn("relay-sustained", &config)?;
+    let delivered = || async {
+        let open = env.scalar("SELECT count(*) FROM audit_outbox WHERE status IN ('PENDING', 'IN_FLIGHT')").await?;
+        anyhow::Ok(inserted.load(std::sync::atomic::Ordering::Relaxed) - open)
+    };
+    let started = Instant::now();
+    let mut windows = Vec::new();
+    let mut before = delivered().await?;
+    while started.elapsed() < duration {
+        tokio::time::sleep(WINDOW).await;
+        let now = delivered().await?;
+        windows.push((now - before) as f64 / WINDOW.as_secs_f64());
+        eprintln!("  sustained  window {:>2}: {:>8.0} rows/s", windows.len(), windows[windows.len() - 1]);
+        before = now;
+    }
+    stop(&mut child);
+    stop_producer(done, producer).await?;
+    Ok(Sustained { windows })
+}
+
+async fn stop_producer(
+    done: tokio_util::sync::CancellationToken,
+    producer: tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    done.cancel();
+    producer.await?
+}
