@@ -228,8 +228,9 @@ pub async fn sustained(env: &BenchEnv, duration: Duration, extra: &str) -> anyho
                 let n = producer_db
                     .execute(
                         "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
-                         SELECT 's-' || ($1 + g), 'user', 'user-' || (($1 + g) % 1000), 'auth.mfa_policy_changed',
-                                jsonb_build_object('auditId', 's-' || ($1 + g), 'actor', 'admin@example.com',
+                         SELECT 's-' || ($1::bigint + g), 'user', 'user-' || (($1::bigint + g) % 1000),
+                                'auth.mfa_policy_changed',
+                                jsonb_build_object('auditId', 's-' || ($1::bigint + g), 'actor', 'admin@example.com',
                                                    'reason', repeat(md5(g::text), 5)),
                                 '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}'
                          FROM generate_series(1, 20000) g",
@@ -244,6 +245,9 @@ pub async fn sustained(env: &BenchEnv, duration: Duration, extra: &str) -> anyho
     };
     // A backlog before the relay starts, so its first window is not spent waiting.
     while inserted.load(std::sync::atomic::Ordering::Relaxed) < 100_000 {
+        if producer.is_finished() {
+            return producer.await?.and(Err(anyhow::anyhow!("the producer stopped")));
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let config = relay_config(env, 500, &format!("{extra}\n[relay.trim]\nmaxlen = 100000"));
@@ -257,6 +261,7 @@ pub async fn sustained(env: &BenchEnv, duration: Duration, extra: &str) -> anyho
     let mut before = delivered().await?;
     while started.elapsed() < duration {
         tokio::time::sleep(WINDOW).await;
+        anyhow::ensure!(!producer.is_finished(), "the producer stopped");
         let now = delivered().await?;
         windows.push((now - before) as f64 / WINDOW.as_secs_f64());
         eprintln!("  sustained  window {:>2}: {:>8.0} rows/s", windows.len(), windows[windows.len() - 1]);

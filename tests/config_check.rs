@@ -41,7 +41,7 @@ fn unknown_keys_type_errors_and_rule_violations_are_all_reported_in_one_run() {
 #[test]
 fn a_locked_claim_is_refused_where_it_cannot_keep_its_promises() {
     let config = minimal(
-        "[[relay]]\nname = \"a\"\nclaim = \"locked\"\nconcurrency = 8\n\
+        "[[relay]]\nname = \"a\"\nclaim = \"locked\"\nconcurrency = 8\nlease = \"2s\"\n\
          [relay.ordering]\n\
          [relay.sql]\nmark_delivered = \"UPDATE audit_outbox SET status = 'DELIVERED' WHERE id = ANY(:ids::bigint[])\"\n",
     );
@@ -51,6 +51,7 @@ fn a_locked_claim_is_refused_where_it_cannot_keep_its_promises() {
         "relay[0].claim: \"locked\" cannot keep ordering's per-key runs",
         "relay[0].claim: \"locked\" runs the reference schema's statements, but sql.mark_delivered replace(s) them",
         "database.pool_size (8) must be larger than the concurrency of the relays with claim = \"locked\" (8)",
+        "relay[0].lease (2s) must be longer than redis.command_timeout (5s) with claim = \"locked\"",
     ] {
         assert!(out.contains(expected), "missing `{expected}` in:\n{out}");
     }

@@ -80,7 +80,7 @@ async fn a_relay_killed_mid_transaction_leaves_its_rows_untouched_and_another_de
 async fn a_hung_relay_loses_its_locks_to_the_server_side_idle_timeout() {
     let env = TestEnv::new().await;
     // The lease is the idle-in-transaction timeout of a locked batch.
-    let config = env.config("claim = \"locked\"\nlease = \"1s\"");
+    let config = env.config("claim = \"locked\"\nlease = \"2s\"");
     let hung = locked_relay(Handoff::run_paused(&config, "after_append")).await;
     env.insert_events("h", "user", 10).await;
     hung.await_paused().await;

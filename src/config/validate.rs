@@ -118,6 +118,19 @@ pub fn validate(config: &Config) -> Vec<String> {
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
     }
+    // A locked batch has no lease to renew: the server ends its transaction once it sits idle
+    // for `lease`, so an append Redis is slow to answer (but does answer) must end sooner.
+    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.claim == super::ClaimMode::Locked) {
+        let append = config.redis.command_timeout + relay.durability.as_ref().map_or(Duration::ZERO, |d| d.timeout);
+        if relay.lease <= append {
+            errors.push(format!(
+                "relay[{i}].lease ({}) must be longer than redis.command_timeout{} ({}) with claim = \"locked\": the lease is the batch's idle-in-transaction timeout",
+                humantime::format_duration(relay.lease),
+                if relay.durability.is_some() { " + durability.timeout" } else { "" },
+                humantime::format_duration(append)
+            ));
+        }
+    }
     // A locked claim loop holds a pooled connection while its batch is appended; the gauges,
     // retention and broker-loss checks need one too.
     let locked: u32 = config.relays.iter().filter(|r| r.claim == super::ClaimMode::Locked).map(|r| r.concurrency).sum();
