@@ -109,20 +109,5 @@ async fn a_row_that_keeps_killing_a_locked_relay_still_turns_dead() {
     eventually("the rollback", || async { (unlocked(&env).await == 1).then_some(()) }).await;
     assert_eq!(untouched(&env).await, 1);
     // A restarted relay claims leased first: the next kills leave expired leases behind.
-    for round in 1..=2 {
-        let mut victim = Handoff::run_paused(&config, "before_append");
-        victim.await_paused().await;
-        victim.kill();
-        eventually(&format!("lease of claim {round} to expire"), || async {
-            let live = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE lease_expires_at > now()").await;
-            (live == 0).then_some(())
-        })
-        .await;
-    }
-    let _survivor = Handoff::run(&config);
-    eventually("the crash-looping row to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
-    let row = env.db.query_one("SELECT expired_claims, last_error FROM audit_outbox", &[]).await.unwrap();
-    assert_eq!(row.get::<_, i32>(0), 2);
-    assert!(row.get::<_, String>(1).contains("lease expired 2 times"));
-    assert!(env.stream_event_ids(&env.stream("user")).await.is_empty());
+    env.kill_claimants_until_dead(&config, 2).await;
 }

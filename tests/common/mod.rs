@@ -283,6 +283,29 @@ sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES 
             .unwrap();
     }
 
+    /// A row that keeps killing its claimant: `rounds` relays run with `config`, each killed
+    /// while parked before its append and its lease left to expire; then a relay that lives
+    /// must turn the row DEAD after `rounds` expired claims, without appending it.
+    pub async fn kill_claimants_until_dead(&self, config: &str, rounds: i32) {
+        for round in 1..=rounds {
+            let mut victim = process::Handoff::run_paused(config, "before_append");
+            victim.await_paused().await;
+            victim.kill();
+            eventually(&format!("lease of claim {round} to expire"), || async {
+                let live = self.scalar_i64("SELECT count(*) FROM audit_outbox WHERE lease_expires_at > now()").await;
+                (live == 0).then_some(())
+            })
+            .await;
+        }
+        let _survivor = process::Handoff::run(config);
+        eventually("the crash-looping row to turn DEAD", || async { (self.count("DEAD").await == 1).then_some(()) })
+            .await;
+        let row = self.db.query_one("SELECT expired_claims, last_error FROM audit_outbox", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), rounds);
+        assert!(row.get::<_, String>(1).contains(&format!("lease expired {rounds} times")));
+        assert!(self.stream_event_ids(&self.stream("user")).await.is_empty());
+    }
+
     /// Number of rows in `status`.
     pub async fn count(&self, status: &str) -> i64 {
         self.db.query_one("SELECT count(*) FROM audit_outbox WHERE status = $1", &[&status]).await.unwrap().get(0)
