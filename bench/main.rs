@@ -45,6 +45,9 @@ struct Args {
     /// Length of the sustained run (`--only sustained`; not part of the default parts).
     #[arg(long, default_value_t = 600)]
     sustained_seconds: u64,
+    /// The sustained run's relay claim: leased (the default config) or locked.
+    #[arg(long, default_value = "leased")]
+    sustained_claim: String,
     #[arg(long, default_value = "target/release/handoff")]
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
@@ -133,13 +136,15 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only.iter().any(|p| p == "sustained") {
         let seconds = args.sustained_seconds;
-        let run = relay::sustained(&env, std::time::Duration::from_secs(seconds), "concurrency = 2").await?;
+        let claim = &args.sustained_claim;
+        let extra = format!("concurrency = 2\nclaim = \"{claim}\"");
+        let run = relay::sustained(&env, std::time::Duration::from_secs(seconds), &extra).await?;
         let first = run.windows.first().copied().unwrap_or(0.0);
         let whole = run.windows.iter().sum::<f64>() / run.windows.len().max(1) as f64;
         let slowest = run.windows.iter().copied().fold(f64::INFINITY, f64::min);
-        report.add("sustained", format!("1 relay, {seconds} s, first 30 s"), first, "rows/s");
-        report.add("sustained", format!("1 relay, {seconds} s, whole run"), whole, "rows/s");
-        report.add("sustained", format!("1 relay, {seconds} s, slowest 30 s"), slowest, "rows/s");
+        report.add("sustained", format!("1 relay, claim {claim}, {seconds} s, first 30 s"), first, "rows/s");
+        report.add("sustained", format!("1 relay, claim {claim}, {seconds} s, whole run"), whole, "rows/s");
+        report.add("sustained", format!("1 relay, claim {claim}, {seconds} s, slowest 30 s"), slowest, "rows/s");
         report.add("ratio", "sustained whole run / first 30 s", whole / first.max(1.0) * 100.0, "%");
     }
     if args.wants("consumer") {
