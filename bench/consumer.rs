@@ -7,8 +7,9 @@ use crate::env::{BenchEnv, stop, time_until};
 use crate::relay::relay_config;
 use handoff::config::load_str;
 use handoff::fault::Faults;
-use handoff::store::inbox::{BindValue, BoundStatement, InboxEvent, InboxStore, Text, WorkerStore};
+use handoff::store::inbox::{InboxEvent, InboxStore, Text};
 use handoff::store::postgres::{PgInbox, PgWorker, pool};
+use handoff::store::worker::{BindValue, BoundStatement, WorkerStore};
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};
 

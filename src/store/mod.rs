@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod mysql;
 pub mod outbox;
 pub mod postgres;
+pub mod worker;
 pub use crate::config::statements;
 
 use std::future::Future;

@@ -13,7 +13,7 @@ use super::{Worker, truncate};
 use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::retry::delay;
-use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
+use crate::store::worker::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
 
 /// A row's fate when it is not (or no longer) part of the transaction.
 enum Failure {

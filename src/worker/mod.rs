@@ -16,7 +16,7 @@ use crate::config::WorkerConfig;
 use crate::error::error_chain;
 use crate::retry::Retrier;
 use crate::sql::params::Placeholder;
-use crate::store::inbox::{InboxRow, WorkerStore};
+use crate::store::worker::{InboxRow, WorkerStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::telemetry::throttle::Throttle;

@@ -10,7 +10,7 @@ use super::Pool;
 
 use super::error;
 use crate::fault::{Faults, Point};
-use crate::store::inbox::{
+use crate::store::worker::{
     Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore, apply_row_by_row,
 };
 use crate::store::{PrepareError, StoreResult};

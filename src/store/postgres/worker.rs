@@ -14,7 +14,7 @@ use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
 use crate::store::PrepareError;
 use crate::store::StoreResult;
-use crate::store::inbox::{
+use crate::store::worker::{
     Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore,
     apply_row_by_row, commit_failed,
 };
