@@ -170,6 +170,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A store without a locked claim was asked for one (configuration refuses that before).
+    pub fn no_locked_claim() -> Self {
+        StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())
+    }
+
     /// Whether the error is about the data the statement carried (only then may a row go DEAD
     /// or an entry to poison because of it).
     pub fn is_data_fault(&self) -> bool {
@@ -242,7 +247,7 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// `claim = "locked"` implement it; configuration refuses the others.
     fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<Locked>> + Send {
         let _ = (batch_size, idle_timeout);
-        async { Err(StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())) }
+        async { Err(StoreError::no_locked_claim()) }
     }
 
     fn claim(

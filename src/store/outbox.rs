@@ -41,7 +41,7 @@ pub trait Statements: Send + Sync + 'static {
     /// The locked claim, where the dialect has one.
     fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<super::Locked>> + Send {
         let _ = (batch_size, idle_timeout);
-        async { Err(StoreError::Contract("this dialect has no locked claim (claim = \"locked\")".into())) }
+        async { Err(StoreError::no_locked_claim()) }
     }
 
     /// Runs one statement; returns the rows it changed.
