@@ -69,7 +69,11 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64>
 /// The bridge's SQL limit: its batched insert-if-absent transaction alone.
 pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
     env.reset().await?;
-    let inbox = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, "consumer_inbox", "consumer_inbox_poison");
+    let config = handoff::config::load_str(
+        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{ key = \"s\" }]\n",
+    )?;
+    let inbox = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, &config.bridges[0])
+        .map_err(|e| anyhow::anyhow!(e))?;
     let started = Instant::now();
     for start in (0..n).step_by(batch as usize) {
         let events: Vec<InboxEvent> = (start..(start + batch as usize).min(n))
@@ -83,6 +87,7 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
                     aggregate_id: None,
                     payload: Text::new(payload.into()).expect("UTF-8"),
                     headers: Text::from_static("{}"),
+                    fields: Text::from_static("{}"),
                     content_hash: format!("{i:064x}"),
                     stream: env.stream("user"),
                     entry_id: format!("{i}-0"),
@@ -130,8 +135,11 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32) -> a
 pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
     env.reset().await?;
     fill_inbox(env, n).await?;
-    let store =
-        PgWorker::new(pool(&env.database_config(), "handoff-bench")?, "consumer_inbox", "admin", Faults::default());
+    let config = handoff::config::load_str(
+        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\n",
+    )?;
+    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
+        .map_err(|e| anyhow::anyhow!(e))?;
     let sql = handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql;
     let started = Instant::now();
     let mut done = 0;

@@ -85,13 +85,19 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         }
     }
     for bridge in &config.bridges {
-        match Validator::new(&bridge.validate) {
+        match Validator::new(&bridge.validate, &bridge.envelope) {
             Ok(_) => ok.push(format!("bridge `{}`: validation rules loaded", bridge.name)),
             Err(e) => problems.push(format!("bridge `{}` {e}", bridge.name)),
         }
         let checked = match &db {
-            Database::Postgres(pool) => PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table).check().await,
-            Database::Mysql(pool) => MyInbox::new(pool.clone(), &bridge.table, &bridge.poison_table).check().await,
+            Database::Postgres(pool) => match PgInbox::new(pool.clone(), bridge) {
+                Ok(store) => store.check().await,
+                Err(e) => Err(PrepareError::Invalid(vec![e])),
+            },
+            Database::Mysql(pool) => match MyInbox::new(pool.clone(), bridge) {
+                Ok(store) => store.check().await,
+                Err(e) => Err(PrepareError::Invalid(vec![e])),
+            },
         };
         match checked {
             Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
@@ -103,14 +109,14 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     }
     for worker in &config.workers {
         let checked = match &db {
-            Database::Postgres(pool) => {
-                let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
-                check_worker(worker, store, Dialect::Postgres).await
-            }
-            Database::Mysql(pool) => {
-                let store = MyWorker::new(pool.clone(), &worker.table, &worker.consumer, Faults::default());
-                check_worker(worker, store, Dialect::Mysql).await
-            }
+            Database::Postgres(pool) => match PgWorker::new(pool.clone(), worker, Faults::default()) {
+                Ok(store) => check_worker(worker, store, Dialect::Postgres).await,
+                Err(e) => Err(e),
+            },
+            Database::Mysql(pool) => match MyWorker::new(pool.clone(), worker, Faults::default()) {
+                Ok(store) => check_worker(worker, store, Dialect::Mysql).await,
+                Err(e) => Err(e),
+            },
         };
         match checked {
             Ok(()) => ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name)),

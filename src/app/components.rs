@@ -38,32 +38,22 @@ pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: 
     }
     for bridge in &config.bridges {
         match db {
-            Database::Postgres(pool) => spawn_bridge(
-                config,
-                bridge,
-                shared,
-                || PgInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
-                stream,
-                &bridge_metrics,
-            )?,
-            Database::Mysql(pool) => spawn_bridge(
-                config,
-                bridge,
-                shared,
-                || MyInbox::new(pool.clone(), &bridge.table, &bridge.poison_table),
-                stream,
-                &bridge_metrics,
-            )?,
+            Database::Postgres(pool) => {
+                spawn_bridge(config, bridge, shared, || PgInbox::new(pool.clone(), bridge), stream, &bridge_metrics)?
+            }
+            Database::Mysql(pool) => {
+                spawn_bridge(config, bridge, shared, || MyInbox::new(pool.clone(), bridge), stream, &bridge_metrics)?
+            }
         }
     }
     for worker in &config.workers {
         let started = match db {
             Database::Postgres(pool) => {
-                let store = PgWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone());
+                let store = PgWorker::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
                 spawn_worker(config, worker, shared, store, Dialect::Postgres, &worker_metrics).await?
             }
             Database::Mysql(pool) => {
-                let store = MyWorker::new(pool.clone(), &worker.table, &worker.consumer, shared.faults.clone());
+                let store = MyWorker::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
                 spawn_worker(config, worker, shared, store, Dialect::Mysql, &worker_metrics).await?
             }
         };
@@ -150,16 +140,18 @@ fn spawn_bridge<S: InboxStore>(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
-    store: impl Fn() -> S,
+    store: impl Fn() -> Result<S, String>,
     stream: &RedisStream,
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
-    let validator = Arc::new(Validator::new(&bridge.validate).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?);
+    let validator =
+        Validator::new(&bridge.validate, &bridge.envelope).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?;
+    let validator = Arc::new(validator);
     let instance = bridge.instance.clone().unwrap_or_else(super::host_name);
     let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
     for source in &bridge.streams {
         let deps = BridgeDeps {
-            store: store(),
+            store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
             stream: stream.clone(),
             metrics: metrics.for_stream(&bridge.name, &source.key),
             health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),

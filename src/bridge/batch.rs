@@ -94,7 +94,7 @@ impl<S: InboxStore> StreamBridge<S> {
         PoisonRecord {
             stream: self.source.key.clone(),
             entry_id: entry.id.clone(),
-            event_id: entry.field("event_id").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned),
+            event_id: self.validator.event_id_of(entry),
             reason: reason::DELIVERY_LIMIT,
             detail: format!(
                 "delivered {deliveries} times without being acknowledged (limit {})",

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
+use crate::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
 use crate::poison::reason;
 use crate::store::inbox::{InboxEvent, PoisonRecord, Text};
 use crate::stream::read::RawEntry;
@@ -20,6 +20,8 @@ pub enum Verdict {
 
 pub struct Validator {
     config: ValidateConfig,
+    /// Which entry field carries what.
+    names: EnvelopeNames,
     schemas: HashMap<String, jsonschema::Validator>,
 }
 
@@ -27,7 +29,7 @@ struct Refusal(&'static str, String);
 
 impl Validator {
     /// Loads the JSON Schemas; names the event type and file of any that cannot be used.
-    pub fn new(config: &ValidateConfig) -> Result<Self, String> {
+    pub fn new(config: &ValidateConfig, names: &EnvelopeNames) -> Result<Self, String> {
         let mut schemas = HashMap::new();
         for (event_type, path) in &config.schemas {
             let context =
@@ -37,7 +39,7 @@ impl Validator {
             let validator = jsonschema::validator_for(&schema).map_err(|e| context(&e))?;
             schemas.insert(event_type.clone(), validator);
         }
-        Ok(Self { config: config.clone(), schemas })
+        Ok(Self { config: config.clone(), names: names.clone(), schemas })
     }
 
     pub fn check(&self, source: &StreamSource, entry: &RawEntry) -> Verdict {
@@ -46,11 +48,7 @@ impl Validator {
             Err(Refusal(reason, detail)) => Verdict::Poison(PoisonRecord {
                 stream: source.key.clone(),
                 entry_id: entry.id.clone(),
-                event_id: entry
-                    .field("event_id")
-                    .filter(|v| !v.contains(&0))
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .map(str::to_owned),
+                event_id: self.event_id_of(entry),
                 reason,
                 detail,
                 fields: entry.fields_json(),
@@ -58,18 +56,28 @@ impl Validator {
         }
     }
 
+    /// The entry's event id as far as it can be read (for a poison record).
+    pub fn event_id_of(&self, entry: &RawEntry) -> Option<String> {
+        entry
+            .field(&self.names.event_id)
+            .filter(|v| !v.contains(&0))
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_owned)
+    }
+
     fn event(&self, source: &StreamSource, entry: &RawEntry) -> Result<InboxEvent, Refusal> {
         if entry.fields.is_none() {
             return Err(Refusal(reason::DELETED, "the entry was deleted from the stream while pending".into()));
         }
-        let event_id = required(entry, "event_id")?;
+        let names = &self.names;
+        let event_id = required(entry, &names.event_id)?;
         self.check_event_id(&event_id)?;
-        let event_type = required(entry, "event_type")?;
+        let event_type = required(entry, &names.event_type)?;
         let ignored = !self.type_allowed(&event_type);
         if ignored && self.config.unknown_types == UnknownTypes::Poison {
             return Err(Refusal(reason::UNKNOWN_EVENT_TYPE, format!("event type `{event_type}` is not accepted")));
         }
-        let owner = optional(entry, "owner")?;
+        let owner = optional(entry, &names.owner)?;
         if let Some(expected) = &source.owner
             && owner.as_deref() != Some(expected.as_str())
         {
@@ -77,24 +85,27 @@ impl Validator {
             return Err(Refusal(reason::OWNER_MISMATCH, format!("owner is `{got}`, stream expects `{expected}`")));
         }
         // The size first: an oversized payload is refused before anything reads it.
-        if let Some(raw) = entry.field("payload")
+        if let Some(raw) = entry.field(&names.payload)
             && raw.len() > self.config.payload_max_bytes
         {
             let detail = format!("payload is {} bytes, more than {}", raw.len(), self.config.payload_max_bytes);
             return Err(Refusal(reason::PAYLOAD_TOO_LARGE, detail));
         }
-        let payload_text = text_field(entry, "payload")?
-            .ok_or_else(|| Refusal(reason::MISSING_FIELD, "field `payload` is missing".into()))?;
+        let payload_text = text_field(entry, &names.payload)?
+            .ok_or_else(|| Refusal(reason::MISSING_FIELD, format!("field `{}` is missing", names.payload)))?;
         let payload = self.check_payload(&event_id, &event_type, payload_text.as_str())?;
-        let headers = match text_field(entry, "headers")? {
+        let headers = match text_field(entry, &names.headers)? {
             None => Text::from_static("{}"),
             Some(text) => match serde_json::from_str::<serde_json::Value>(text.as_str()) {
                 Ok(serde_json::Value::Object(_)) if !text.as_str().contains("\\u0000") => text,
-                _ => return Err(Refusal(reason::INVALID_HEADERS, "headers is not a JSON object".into())),
+                _ => {
+                    return Err(Refusal(reason::INVALID_HEADERS, format!("{} is not a JSON object", names.headers)));
+                }
             },
         };
-        let aggregate_type = optional(entry, "aggregate_type")?;
-        let aggregate_id = optional(entry, "aggregate_id")?;
+        let aggregate_type = optional(entry, &names.aggregate_type)?;
+        let aggregate_id = optional(entry, &names.aggregate_id)?;
+        let fields = self.extra_fields(entry)?;
         let content_hash = content_hash(&event_type, &aggregate_type, &aggregate_id, &payload);
         Ok(InboxEvent {
             event_id,
@@ -104,11 +115,39 @@ impl Validator {
             aggregate_id,
             payload: payload_text,
             headers,
+            fields,
             content_hash,
             stream: source.key.clone(),
             entry_id: entry.id.clone(),
             ignored,
         })
+    }
+
+    /// Every field the envelope does not map, as a JSON object of strings (`{}` when none); the
+    /// first of a repeated name wins, as for the mapped ones.
+    fn extra_fields(&self, entry: &RawEntry) -> Result<Text, Refusal> {
+        let mut extras = serde_json::Map::new();
+        for (name, _) in entry.fields.iter().flatten() {
+            if self.names.maps(name) {
+                continue;
+            }
+            let Ok(key) = std::str::from_utf8(name) else {
+                return Err(Refusal(reason::NOT_UTF8, "a field name is not UTF-8".into()));
+            };
+            if key.contains('\0') {
+                return Err(Refusal(reason::NUL_BYTE, "a field name contains a NUL byte".into()));
+            }
+            if !extras.contains_key(key)
+                && let Some(value) = text_field(entry, key)?
+            {
+                extras.insert(key.to_owned(), serde_json::Value::String(value.as_str().to_owned()));
+            }
+        }
+        if extras.is_empty() {
+            return Ok(Text::from_static("{}"));
+        }
+        let json = serde_json::Value::Object(extras).to_string();
+        Ok(Text::new(bytes::Bytes::from(json)).unwrap_or_else(|| Text::from_static("{}")))
     }
 
     fn check_event_id(&self, id: &str) -> Result<(), Refusal> {
@@ -160,13 +199,20 @@ fn required(entry: &RawEntry, name: &str) -> Result<String, Refusal> {
     optional(entry, name)?.ok_or_else(|| Refusal(reason::MISSING_FIELD, format!("field `{name}` is missing")))
 }
 
+/// A field as text; `None` when absent or when the envelope maps nothing to it (`name` empty).
 fn optional(entry: &RawEntry, name: &str) -> Result<Option<String>, Refusal> {
+    if name.is_empty() {
+        return Ok(None);
+    }
     Ok(text_field(entry, name)?.map(|text| text.as_str().to_owned()))
 }
 
 /// A field as text, without copying it: UTF-8 and free of NUL (Postgres text cannot hold NUL,
 /// so such a value could never be taken over).
 fn text_field(entry: &RawEntry, name: &str) -> Result<Option<Text>, Refusal> {
+    if name.is_empty() {
+        return Ok(None);
+    }
     let Some(bytes) = entry.field(name) else { return Ok(None) };
     let text =
         Text::new(bytes.clone()).ok_or_else(|| Refusal(reason::NOT_UTF8, format!("field `{name}` is not UTF-8")))?;

@@ -55,6 +55,61 @@ pub struct BridgeConfig {
     /// What makes an entry valid.
     #[serde(default)]
     pub validate: ValidateConfig,
+    /// Which entry field carries what. Default: the fields the relay's built-in layout writes.
+    #[serde(default)]
+    pub envelope: EnvelopeNames,
+    /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
+    #[serde(default)]
+    pub sql: super::consumer_sql::TakeoverOverrides,
+}
+
+/// `[bridge.envelope]`: the entry field that carries each part of an event. Every other field of
+/// an entry is kept with the inbox row as one of its `fields`. An empty name: entries carry no
+/// such field (not for `event_id`, `event_type`, `payload`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvelopeNames {
+    pub event_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub owner: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub headers: String,
+}
+
+impl Default for EnvelopeNames {
+    fn default() -> Self {
+        Self {
+            event_id: "event_id".into(),
+            event_type: "event_type".into(),
+            payload: "payload".into(),
+            owner: "owner".into(),
+            aggregate_type: "aggregate_type".into(),
+            aggregate_id: "aggregate_id".into(),
+            headers: "headers".into(),
+        }
+    }
+}
+
+impl EnvelopeNames {
+    /// (key, entry field name) for every part, the required ones first.
+    pub fn all(&self) -> [(&'static str, &str); 7] {
+        [
+            ("event_id", &self.event_id),
+            ("event_type", &self.event_type),
+            ("payload", &self.payload),
+            ("owner", &self.owner),
+            ("aggregate_type", &self.aggregate_type),
+            ("aggregate_id", &self.aggregate_id),
+            ("headers", &self.headers),
+        ]
+    }
+
+    /// Whether `name` is a mapped field (the rest of an entry are its extra fields).
+    pub fn maps(&self, name: &[u8]) -> bool {
+        self.all().iter().any(|(_, field)| !field.is_empty() && field.as_bytes() == name)
+    }
 }
 
 /// One stream a bridge reads.

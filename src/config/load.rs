@@ -40,15 +40,17 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     if !path.exists() {
         return Err(ConfigError { errors: vec![format!("config file {} does not exist", path.display())] });
     }
-    finish(Figment::from(Toml::file(path)))
+    // Read again as text for what figment's sorted maps lose: the order of an entry's fields.
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    finish(Figment::from(Toml::file(path)), &text)
 }
 
 /// Like [`load`] for TOML text (used by tests and `check` on inline configs).
 pub fn load_str(toml: &str) -> Result<Config, ConfigError> {
-    finish(Figment::from(Toml::string(toml)))
+    finish(Figment::from(Toml::string(toml)), toml)
 }
 
-fn finish(figment: Figment) -> Result<Config, ConfigError> {
+fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     // Only keys with a `__` separator are ours: Kubernetes injects `HANDOFF_PORT=tcp://…` and
     // similar for a Service named handoff, which must not trip the unknown-key check. Keys of a
     // `[[relay]]`, `[[bridge]]` or `[[worker]]` entry name it (`HANDOFF_RELAY__AUTH__BATCH_SIZE`)
@@ -93,6 +95,7 @@ fn finish(figment: Figment) -> Result<Config, ConfigError> {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
     }
     database_tls(&mut config.database, &mut errors);
+    super::ordered::restore(&mut config, text);
     errors.extend(validate::validate(&config));
     if errors.is_empty() { Ok(config) } else { Err(ConfigError { errors }) }
 }

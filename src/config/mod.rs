@@ -5,7 +5,9 @@
 //! `load`, cross-field checks in `validate`.
 
 mod bridge;
+pub mod consumer_sql;
 mod load;
+pub mod ordered;
 mod relay;
 mod secret;
 pub mod statements;
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use bridge::{BridgeConfig, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
+pub use bridge::{BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
 pub use load::{ConfigError, load, load_str};
 pub use relay::{
     BrokerLossConfig, ClaimMode, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,

@@ -1,6 +1,5 @@
 //! `[[relay]]`: one outbox table relayed to Redis Streams.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -73,9 +72,15 @@ pub struct RelayConfig {
     /// Default: on.
     #[serde(default)]
     pub broker_loss: BrokerLossConfig,
-    /// Extra entry fields: name → template over claim columns (or a constant).
-    #[serde(default)]
-    pub fields: BTreeMap<String, String>,
+    /// Extra entry fields after the built-in ones, in the order written: name → template over
+    /// claim columns (or a constant).
+    #[serde(default, deserialize_with = "super::ordered::map")]
+    pub fields: super::ordered::Fields,
+    /// The whole entry, field by field in the order written, instead of the built-in layout:
+    /// name → template. A template that is one column (`"{payload}"`) copies it and leaves the
+    /// field out when it is NULL. Must carry `{event_id}`. Default: the built-in layout.
+    #[serde(default, deserialize_with = "super::ordered::map")]
+    pub envelope: super::ordered::Fields,
     /// Statement overrides; absent ones use the defaults for the reference schema.
     #[serde(default)]
     pub sql: SqlOverrides,

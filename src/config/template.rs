@@ -71,6 +71,14 @@ impl Template {
         })
     }
 
+    /// The column, when the template is that one column and nothing else (`"{payload}"`).
+    pub fn sole_column(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [Part::Column(name)] => Some(name),
+            _ => None,
+        }
+    }
+
     /// Resolves column names to positions in `columns`; names the first missing one.
     pub fn bind(&self, columns: &[String]) -> Result<BoundTemplate, String> {
         let parts = self

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::tls::{self, TlsMode};
 use super::{BackoffConfig, Config, RelayConfig};
 use crate::config::Dialect;
+use crate::config::consumer_sql::{self, TakeoverStatement, WorkerStatement};
 use crate::config::statements::{self, StatementKind};
 use crate::config::template::Template;
 use crate::sql::params::Placeholder;
@@ -152,8 +153,8 @@ pub fn validate(config: &Config) -> Vec<String> {
     if config.telemetry.sample_interval.is_zero() {
         errors.push("telemetry.sample_interval must be > 0".into());
     }
-    validate_bridges(config, &mut errors);
-    validate_workers(config, &mut errors);
+    validate_bridges(config, style, &mut errors);
+    validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();
     for (i, relay) in config.relays.iter().enumerate() {
         let path = format!("relay[{i}]");
@@ -268,12 +269,44 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
             errors.push(format!("{path}.fields.{field}: {e}"));
         }
     }
+    validate_envelope(path, relay, errors);
     for kind in StatementKind::ALL {
         if let Some(sql) = relay.sql.get(kind)
             && let Err(e) = check_statement(kind, sql, style)
         {
             errors.push(format!("{path}.sql.{}: {e}", kind.name()));
         }
+    }
+}
+
+/// `[relay.envelope]`: the whole entry, so it must name the event id, and it replaces what the
+/// built-in layout adds (`owner`, `fields`).
+fn validate_envelope(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) {
+    if relay.envelope.is_empty() {
+        return;
+    }
+    if !relay.fields.is_empty() {
+        errors.push(format!("{path}.fields: with an envelope, write every field in {path}.envelope (in entry order)"));
+    }
+    if relay.owner.is_some() {
+        errors.push(format!(
+            "{path}.owner: with an envelope, write the owner as a field of {path}.envelope (a constant)"
+        ));
+    }
+    let mut carries_id = false;
+    for (field, template) in &relay.envelope {
+        if field.is_empty() {
+            errors.push(format!("{path}.envelope: a field name is empty"));
+        }
+        match Template::parse(template) {
+            Ok(t) => carries_id |= t.sole_column() == Some("event_id"),
+            Err(e) => errors.push(format!("{path}.envelope.{field}: {e}")),
+        }
+    }
+    if !carries_id {
+        errors.push(format!(
+            "{path}.envelope: no field is \"{{event_id}}\"; consumers take events over by their id, so one field must carry it"
+        ));
     }
 }
 
@@ -306,7 +339,7 @@ fn is_identifier(name: &str) -> bool {
     parts.len() <= 2 && parts.iter().all(|p| part_ok(p))
 }
 
-fn validate_bridges(config: &Config, errors: &mut Vec<String>) {
+fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String>) {
     let mut names = HashSet::new();
     for (i, bridge) in config.bridges.iter().enumerate() {
         let path = format!("bridge[{i}]");
@@ -330,10 +363,32 @@ fn validate_bridges(config: &Config, errors: &mut Vec<String>) {
         check(is_identifier(&bridge.poison_table), "poison_table must be a plain or schema-qualified identifier");
         check(bridge.validate.event_id_max_len >= 1, "validate.event_id_max_len must be >= 1");
         check(bridge.validate.payload_max_bytes >= 2, "validate.payload_max_bytes must be >= 2");
+        let envelope = &bridge.envelope;
+        let mut fields = HashSet::new();
+        for (i, (key, field)) in envelope.all().into_iter().enumerate() {
+            if field.is_empty() {
+                check(i >= 3, &format!("envelope.{key} must name an entry field"));
+            } else {
+                check(fields.insert(field), &format!("envelope.{key}: field `{field}` is mapped twice"));
+            }
+        }
+        if envelope.owner.is_empty() {
+            check(
+                bridge.streams.iter().all(|s| s.owner.is_none()),
+                "streams: an owner to check is set, but envelope.owner says entries carry none",
+            );
+        }
+        for statement in TakeoverStatement::ALL {
+            if let Some(sql) = bridge.sql.get(statement)
+                && let Err(e) = consumer_sql::check_takeover(statement, sql, style)
+            {
+                errors.push(format!("{path}.sql.{}: {e}", statement.name()));
+            }
+        }
     }
 }
 
-fn validate_workers(config: &Config, errors: &mut Vec<String>) {
+fn validate_workers(config: &Config, style: Placeholder, errors: &mut Vec<String>) {
     let mut names = HashSet::new();
     for (i, worker) in config.workers.iter().enumerate() {
         let path = format!("worker[{i}]");
@@ -360,5 +415,12 @@ fn validate_workers(config: &Config, errors: &mut Vec<String>) {
         }
         validate_backoff(&format!("{path}.backoff"), &worker.backoff, errors);
         validate_backoff(&format!("{path}.outage_backoff"), &worker.outage_backoff, errors);
+        for statement in WorkerStatement::ALL {
+            if let Some(sql) = worker.sql.get(statement)
+                && let Err(e) = consumer_sql::check_offered(sql, style, statement.params(), &[])
+            {
+                errors.push(format!("{path}.sql.{}: {e}", statement.name()));
+            }
+        }
     }
 }

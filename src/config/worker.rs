@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// Handlers, tried in order; the first whose `event_types` matches applies.
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
+    /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
+    #[serde(default)]
+    pub sql: super::consumer_sql::WorkerOverrides,
 }
 
 /// `[worker.retention]`
@@ -87,7 +90,8 @@ pub struct HandlerConfig {
     pub event_types: Vec<String>,
     /// Statements with named parameters bound from the event: `:event_id`, `:event_type`,
     /// `:owner`, `:aggregate_type`, `:aggregate_id`, `:payload`, `:headers`, and
-    /// `:payload.<field>[.<field>…]` for a field of the payload (missing → the row goes DEAD).
+    /// `:payload.<field>[.<field>…]` for a field of the payload (missing → the row goes DEAD),
+    /// `:fields.<name>` for a field the entry carried beyond the mapped ones.
     #[serde(default)]
     pub sql: Vec<String>,
     /// POST the event to a URL instead.

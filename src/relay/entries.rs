@@ -1,7 +1,8 @@
 //! Claimed row → stream entry: the key from the stream template, then the fields.
 //!
-//! Fields: `event_id`, then each of `event_type`, `aggregate_type`, `aggregate_id`, `payload`,
-//! `headers` the claim returns (skipped when NULL), then `owner`, then the configured extras.
+//! Built-in layout: `event_id`, then each of `event_type`, `aggregate_type`, `aggregate_id`,
+//! `payload`, `headers` the claim returns (skipped when NULL), then `owner`, then the configured
+//! `fields` in their order. With `[relay.envelope]` the entry is exactly its fields, in order.
 
 use bytes::Bytes;
 
@@ -14,9 +15,20 @@ use crate::stream::Entry;
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {
     stream: BoundTemplate,
-    columns: Vec<(Bytes, usize)>,
-    owner: Bytes,
-    extras: Vec<(Bytes, BoundTemplate)>,
+    layout: Layout,
+}
+
+#[derive(Debug, Clone)]
+enum Layout {
+    BuiltIn { columns: Vec<(Bytes, usize)>, owner: Bytes, extras: Vec<(Bytes, BoundTemplate)> },
+    Envelope(Vec<(Bytes, EnvelopeField)>),
+}
+
+#[derive(Debug, Clone)]
+enum EnvelopeField {
+    /// One column, copied as it is; the field is left out when the column is NULL.
+    Column(usize),
+    Template(BoundTemplate),
 }
 
 impl EntryBuilder {
@@ -28,6 +40,21 @@ impl EntryBuilder {
                 .map_err(|e| format!("relay `{}` {key}: {e}", relay.name))
         };
         let stream = bind("stream", &relay.stream)?;
+        if !relay.envelope.is_empty() {
+            let fields = relay
+                .envelope
+                .iter()
+                .map(|(name, text)| {
+                    let sole = Template::parse(text).ok().and_then(|t| t.sole_column().map(str::to_owned));
+                    let field = match sole.and_then(|c| columns.iter().position(|x| *x == c)) {
+                        Some(index) => EnvelopeField::Column(index),
+                        None => EnvelopeField::Template(bind(&format!("envelope.{name}"), text)?),
+                    };
+                    Ok((Bytes::from(name.clone()), field))
+                })
+                .collect::<Result<_, String>>()?;
+            return Ok(Self { stream, layout: Layout::Envelope(fields) });
+        }
         let extras = relay
             .fields
             .iter()
@@ -37,25 +64,47 @@ impl EntryBuilder {
             .iter()
             .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (Bytes::from_static(name.as_bytes()), i)))
             .collect();
-        Ok(Self { stream, columns, owner: Bytes::from(relay.owner().to_owned()), extras })
+        Ok(Self { stream, layout: Layout::BuiltIn { columns, owner: Bytes::from(relay.owner().to_owned()), extras } })
     }
 
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
     pub fn build(&self, row: &ClaimedRow) -> Result<Entry, String> {
         let stream = self.stream.render(&row.values).map_err(|e| format!("stream key: {e}"))?;
-        let mut fields = Vec::with_capacity(2 + self.columns.len() + self.extras.len());
-        fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
-        for (name, index) in &self.columns {
-            if let Some(Some(value)) = row.values.get(*index) {
-                fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
+        let render = |name: &Bytes, template: &BoundTemplate| {
+            template.render(&row.values).map_err(|e| format!("field {}: {e}", String::from_utf8_lossy(name)))
+        };
+        let fields = match &self.layout {
+            Layout::BuiltIn { columns, owner, extras } => {
+                let mut fields = Vec::with_capacity(2 + columns.len() + extras.len());
+                fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
+                for (name, index) in columns {
+                    if let Some(Some(value)) = row.values.get(*index) {
+                        fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
+                    }
+                }
+                fields.push((Bytes::from_static(b"owner"), owner.clone()));
+                for (name, template) in extras {
+                    fields.push((name.clone(), Bytes::from(render(name, template)?)));
+                }
+                fields
             }
-        }
-        fields.push((Bytes::from_static(b"owner"), self.owner.clone()));
-        for (name, template) in &self.extras {
-            let value =
-                template.render(&row.values).map_err(|e| format!("field {}: {e}", String::from_utf8_lossy(name)))?;
-            fields.push((name.clone(), Bytes::from(value)));
-        }
+            Layout::Envelope(layout) => {
+                let mut fields = Vec::with_capacity(layout.len());
+                for (name, field) in layout {
+                    match field {
+                        EnvelopeField::Column(index) => {
+                            if let Some(Some(value)) = row.values.get(*index) {
+                                fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
+                            }
+                        }
+                        EnvelopeField::Template(template) => {
+                            fields.push((name.clone(), Bytes::from(render(name, template)?)))
+                        }
+                    }
+                }
+                fields
+            }
+        };
         Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None })
     }
 }
@@ -99,6 +148,37 @@ mod tests {
         assert_eq!(names, ["event_id", "aggregate_type", "payload", "owner", "tenant"]);
         assert_eq!(entry.fields[3].1, "auth");
         assert_eq!(entry.fields[4].1, "t-acme");
+    }
+
+    #[test]
+    fn an_envelope_is_the_whole_entry_in_its_order() {
+        let columns: Vec<String> = ["id", "event_id", "event_type", "aggregate_id", "payload", "headers", "version"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let toml = "stream = \"orders\"\n[relay.envelope]\neventId = \"{event_id}\"\neventType = \"{event_type}\"\n\
+                    aggregateId = \"{aggregate_id}\"\naggregateVersion = \"{version}\"\nschemaVersion = \"2\"\n\
+                    payload = \"{payload}\"\nheaders = \"{headers}\"\n";
+        let builder = EntryBuilder::new(&relay(toml), &columns).unwrap();
+        let row = row(&[Some("1"), Some("e-1"), Some("OrderPlaced"), Some("o-9"), Some("{}"), None, Some("3")]);
+        let entry = builder.build(&row).unwrap();
+        let fields: Vec<(&str, &str)> = entry
+            .fields
+            .iter()
+            .map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap()))
+            .collect();
+        // headers is NULL: a one-column field is left out, as the built-in layout does.
+        assert_eq!(
+            fields,
+            [
+                ("eventId", "e-1"),
+                ("eventType", "OrderPlaced"),
+                ("aggregateId", "o-9"),
+                ("aggregateVersion", "3"),
+                ("schemaVersion", "2"),
+                ("payload", "{}")
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,10 @@
 use std::future::Future;
 
 use super::StoreResult;
+use super::bindings::Param;
+use crate::config::BridgeConfig;
+use crate::config::consumer_sql::{EXISTING_COLUMNS, TakeoverStatement};
+use crate::sql::params::{self, NamedSql, Placeholder};
 
 /// Columns the default takeover writes in the inbox table and in the poison table; `check` looks
 /// them up in the catalog (MariaDB's PREPARE does not check an `INSERT … SELECT` column list).
@@ -16,6 +20,7 @@ pub const INBOX_COLUMNS: &[&str] = &[
     "aggregate_id",
     "payload",
     "headers",
+    "fields",
     "content_hash",
     "stream",
     "stream_entry_id",
@@ -46,15 +51,45 @@ pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEv
     runs
 }
 
+/// One takeover statement in a dialect's SQL.
+#[derive(Debug, Clone)]
+pub enum Sql {
+    /// The dialect's own statement for the reference schema, bound positionally by the dialect
+    /// (on Postgres: a whole batch in one statement).
+    Reference(String),
+    /// Named parameters ([`event_param`], [`poison_param`]), run once per event or record: an
+    /// override from `[bridge.sql]`, or a dialect's default written that way.
+    Named(NamedSql),
+}
+
+impl Sql {
+    /// `text` with named parameters, rewritten to the dialect's placeholders.
+    pub fn named(text: &str, style: Placeholder) -> Result<Self, String> {
+        params::rewrite(text, style).map(Sql::Named).map_err(|e| e.to_string())
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            Sql::Reference(text) => text,
+            Sql::Named(named) => &named.sql,
+        }
+    }
+}
+
 /// A takeover's tables and statements, in a dialect's SQL.
 pub struct TakeoverSql {
     pub table: String,
     pub poison_table: String,
-    /// Insert-if-absent of a batch (or of one event).
-    pub insert: String,
-    /// The content hash of events already in the inbox.
-    pub existing: String,
-    pub poison: String,
+    /// Insert-if-absent of a batch (reference) or of one event (named).
+    pub insert: Sql,
+    /// The content hash of events already in the inbox; `None` when a custom insert comes
+    /// without one (an event already there is then a duplicate, never a conflict).
+    pub existing: Option<Sql>,
+    pub poison: Sql,
+    /// The inbox insert and the poison insert are the reference schema's (so the tables'
+    /// columns can be checked in the catalog).
+    reference_insert: bool,
+    reference_poison: bool,
 }
 
 /// What checking a takeover asks of a dialect's connection.
@@ -62,38 +97,129 @@ pub trait Catalog: Send {
     /// The columns of `table` (none if it does not exist).
     fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, super::PrepareError>> + Send;
 
-    /// Why the database refuses to prepare `sql` (named `context`), if it does.
-    fn refusal(
+    /// Prepares `sql` (named `context`): its result columns, or why the database refuses it.
+    fn prepare(
         &mut self,
         context: &str,
         sql: &str,
-    ) -> impl Future<Output = Result<Option<String>, super::PrepareError>> + Send;
+    ) -> impl Future<Output = Result<Result<Vec<String>, String>, super::PrepareError>> + Send;
 }
 
+/// The three statements a dialect writes for the reference schema, given each table with the
+/// column list of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order).
+pub type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
+
 impl TakeoverSql {
-    /// The statements `dialect` writes for these tables; it gets each table with the column list
-    /// of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order) and returns the
-    /// insert, existing and poison statements.
-    pub fn new(table: &str, poison_table: &str, dialect: impl FnOnce(Columns<'_>, Columns<'_>) -> [String; 3]) -> Self {
+    /// The bridge's statements: each override from `[bridge.sql]` (named parameters), the
+    /// dialect's reference statements for the rest. A custom insert means a table of another
+    /// layout, so the reference `existing` is not used with it.
+    pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, String> {
+        let (table, poison_table) = (bridge.table.as_str(), bridge.poison_table.as_str());
         let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
         let [insert, existing, poison] =
-            dialect(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
-        Self { table: table.to_owned(), poison_table: poison_table.to_owned(), insert, existing, poison }
+            reference(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
+        let given = |statement: TakeoverStatement| -> Result<Option<Sql>, String> {
+            bridge
+                .sql
+                .get(statement)
+                .map(|text| Sql::named(text, style).map_err(|e| format!("sql.{}: {e}", statement.name())))
+                .transpose()
+        };
+        let custom_insert = given(TakeoverStatement::Insert)?;
+        let custom_poison = given(TakeoverStatement::Poison)?;
+        let existing = match (given(TakeoverStatement::Existing)?, &custom_insert) {
+            (Some(sql), _) => Some(sql),
+            (None, Some(_)) => None,
+            (None, None) => Some(existing),
+        };
+        Ok(Self {
+            table: table.to_owned(),
+            poison_table: poison_table.to_owned(),
+            existing,
+            reference_insert: custom_insert.is_none(),
+            reference_poison: custom_poison.is_none(),
+            insert: custom_insert.unwrap_or(insert),
+            poison: custom_poison.unwrap_or(poison),
+        })
     }
 
-    /// Checks the tables' columns in the catalog (MariaDB's PREPARE does not check an
-    /// `INSERT … SELECT` column list) and prepares the takeover statements; every problem at once.
+    /// Checks the reference tables' columns in the catalog (MariaDB's PREPARE does not check an
+    /// `INSERT … SELECT` column list) and prepares every statement, checking what `existing`
+    /// returns; every problem at once, each naming its statement.
     pub async fn check(&self, catalog: &mut impl Catalog) -> Result<(), super::PrepareError> {
         let mut problems = Vec::new();
-        for (table, required) in [(&self.table, INBOX_COLUMNS), (&self.poison_table, POISON_COLUMNS)] {
-            let present = catalog.columns(table).await?;
-            let present = (!present.is_empty()).then_some(present.as_slice());
-            problems.extend(missing_columns(table, required, present));
+        let tables = [
+            (&self.table, INBOX_COLUMNS, self.reference_insert),
+            (&self.poison_table, POISON_COLUMNS, self.reference_poison),
+        ];
+        for (table, required, check) in tables {
+            if check {
+                let present = catalog.columns(table).await?;
+                let present = (!present.is_empty()).then_some(present.as_slice());
+                problems.extend(missing_columns(table, required, present));
+            }
         }
-        for (name, sql) in [("insert", &self.insert), ("existing", &self.existing), ("poison", &self.poison)] {
-            problems.extend(catalog.refusal(&format!("takeover statement {name}"), sql).await?);
+        let statements = [
+            (TakeoverStatement::Insert, Some(&self.insert)),
+            (TakeoverStatement::Existing, self.existing.as_ref()),
+            (TakeoverStatement::Poison, Some(&self.poison)),
+        ];
+        for (statement, sql) in statements {
+            let Some(sql) = sql else { continue };
+            let context = format!("bridge sql.{}", statement.name());
+            match catalog.prepare(&context, sql.text()).await? {
+                Err(refusal) => problems.push(refusal),
+                Ok(columns) if statement == TakeoverStatement::Existing => {
+                    let found = |c: &&str| columns.iter().any(|p| p.eq_ignore_ascii_case(c));
+                    if let Some(missing) = EXISTING_COLUMNS.iter().find(|c| !found(c)) {
+                        problems.push(format!("{context}: result lacks required column {missing}"));
+                    }
+                }
+                Ok(_) => {}
+            }
         }
         if problems.is_empty() { Ok(()) } else { Err(super::PrepareError::Invalid(problems)) }
+    }
+}
+
+/// A named takeover statement's parameters for one event (`:fields.<name>`: an extra field).
+pub fn event_param<'a>(consumer: &'a str, event: &'a InboxEvent) -> impl Fn(&str) -> Param + 'a {
+    let extras: serde_json::Map<String, serde_json::Value> = match event.fields.as_str() {
+        "{}" => serde_json::Map::new(),
+        text => serde_json::from_str(text).unwrap_or_default(),
+    };
+    let maybe = |v: &Option<String>| v.clone().map_or(Param::Null, Param::Text);
+    move |name| match name {
+        "consumer" => Param::Text(consumer.to_owned()),
+        "event_id" => Param::Text(event.event_id.clone()),
+        "event_type" => Param::Text(event.event_type.clone()),
+        "owner" => maybe(&event.owner),
+        "aggregate_type" => maybe(&event.aggregate_type),
+        "aggregate_id" => maybe(&event.aggregate_id),
+        "payload" => Param::Json(event.payload.as_str().to_owned()),
+        "headers" => Param::Json(event.headers.as_str().to_owned()),
+        "fields" => Param::Json(event.fields.as_str().to_owned()),
+        "content_hash" => Param::Text(event.content_hash.clone()),
+        "stream" => Param::Text(event.stream.clone()),
+        "entry_id" => Param::Text(event.entry_id.clone()),
+        "status" => Param::Text(event.status().to_owned()),
+        other => match other.strip_prefix("fields.").and_then(|f| extras.get(f)) {
+            Some(serde_json::Value::String(text)) => Param::Text(text.clone()),
+            _ => Param::Null,
+        },
+    }
+}
+
+/// A named poison statement's parameters for one record.
+pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(&str) -> Param + 'a {
+    move |name| match name {
+        "consumer" => Param::Text(consumer.to_owned()),
+        "stream" => Param::Text(record.stream.clone()),
+        "entry_id" => Param::Text(record.entry_id.clone()),
+        "event_id" => record.event_id.clone().map_or(Param::Null, Param::Text),
+        "reason" => Param::Text(record.reason.to_owned()),
+        "detail" => Param::Text(record.detail.clone()),
+        _ => Param::Json(record.fields.to_string()),
     }
 }
 
@@ -154,11 +280,20 @@ pub struct InboxEvent {
     pub payload: Text,
     /// JSON object text.
     pub headers: Text,
+    /// The entry's fields beyond the mapped ones: a JSON object of strings (`{}` when none).
+    pub fields: Text,
     pub content_hash: String,
     pub stream: String,
     pub entry_id: String,
     /// Kept as IGNORED: an event type this consumer does not handle, recorded, never processed.
     pub ignored: bool,
+}
+
+impl InboxEvent {
+    /// The inbox status the event starts in (`:status`).
+    pub fn status(&self) -> &'static str {
+        if self.ignored { "IGNORED" } else { "PENDING" }
+    }
 }
 
 /// An entry that could not be taken over, recorded with why.
@@ -205,6 +340,7 @@ impl PoisonRecord {
                 "aggregate_id": event.aggregate_id,
                 "payload": event.payload.as_str(),
                 "headers": event.headers.as_str(),
+                "fields": event.fields.as_str(),
             }),
         }
     }
@@ -269,6 +405,7 @@ mod tests {
             aggregate_id: None,
             payload: Text::new(bytes::Bytes::from("x".repeat(size))).unwrap(),
             headers: Text::from_static("{}"),
+            fields: Text::from_static("{}"),
             content_hash: String::new(),
             stream: "s".into(),
             entry_id: "0-1".into(),

@@ -15,6 +15,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0006_settled_guard", include_str!("../../migrations/postgres/0006_settled_guard.sql")),
     ("0007_poison_redrive", include_str!("../../migrations/postgres/0007_poison_redrive.sql")),
     ("0008_outbox_stream_key", include_str!("../../migrations/postgres/0008_outbox_stream_key.sql")),
+    ("0009_inbox_fields", include_str!("../../migrations/postgres/0009_inbox_fields.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
@@ -24,6 +25,7 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0003_audit_logs", include_str!("../../migrations/mysql/0003_audit_logs.sql")),
     ("0004_poison_redrive", include_str!("../../migrations/mysql/0004_poison_redrive.sql")),
     ("0005_outbox_stream_key", include_str!("../../migrations/mysql/0005_outbox_stream_key.sql")),
+    ("0006_inbox_fields", include_str!("../../migrations/mysql/0006_inbox_fields.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

@@ -24,7 +24,7 @@ enum Failure {
 impl<S: WorkerStore> Worker<S> {
     pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
         let started = Instant::now();
-        let held: Vec<(i64, i64)> = rows.iter().map(|r| (r.id, r.token)).collect();
+        let held: Vec<(String, i64)> = rows.iter().map(InboxRow::held).collect();
         let work = async {
             let mut failures: Vec<(&InboxRow, Failure)> = Vec::new();
             let mut items: Vec<(&InboxRow, Vec<BoundStatement<'_>>)> = Vec::new();
@@ -75,7 +75,7 @@ impl<S: WorkerStore> Worker<S> {
                 warn!(error = %error_chain(&e), rows = items.len(), "the inbox database failed the batch; releasing its rows");
                 self.deps.metrics.unavailable(e.outage_kind().unwrap_or(crate::store::OutageKind::Other));
                 self.deps.health.set_work_ok(false);
-                let back: Vec<(i64, i64)> = items.iter().map(|(r, _)| (r.id, r.token)).collect();
+                let back: Vec<(String, i64)> = items.iter().map(|(r, _)| r.held()).collect();
                 self.release(owner, &back).await;
             }
         }
@@ -104,7 +104,7 @@ impl<S: WorkerStore> Worker<S> {
                 .enumerate()
                 .map(|(i, s)| s.bind(i, row))
                 .collect::<Result<Vec<_>, MissingField>>()
-                .map_err(|MissingField(name)| Failure::Dead(format!("payload has no field for :{name}"))),
+                .map_err(|MissingField(name)| Failure::Dead(format!("the event has no value for :{name}"))),
             Effect::Http(http) => match http.deliver(row).await {
                 Delivery::Done => Ok(Vec::new()),
                 Delivery::Refused(e) => Err(Failure::Dead(e)),

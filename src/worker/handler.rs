@@ -8,7 +8,7 @@ use crate::store::worker::{BindValue, BoundStatement, InboxRow};
 
 use super::http::HttpHandler;
 
-/// Event fields a statement may name besides `payload.<path>` / `headers.<path>`.
+/// Event fields a statement may name besides `payload.<path>`, `headers.<path>` and `fields.<name>`.
 const EVENT_PARAMS: &[&str] =
     &["event_id", "event_type", "owner", "aggregate_type", "aggregate_id", "payload", "headers"];
 
@@ -51,7 +51,7 @@ impl Handler {
                         let named = params::rewrite(sql, style).map_err(|e| format!("{path}.sql[{i}]: {e}"))?;
                         if let Some(bad) = named.names.iter().find(|n| !param_known(n)) {
                             return Err(format!(
-                                "{path}.sql[{i}]: unknown parameter :{bad} (use {}, or payload.<field> / headers.<field>)",
+                                "{path}.sql[{i}]: unknown parameter :{bad} (use {}, or payload.<field> / headers.<field> / fields.<name>)",
                                 EVENT_PARAMS.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", ")
                             ));
                         }
@@ -86,7 +86,7 @@ impl Statement {
 }
 
 fn param_known(name: &str) -> bool {
-    EVENT_PARAMS.contains(&name) || name.starts_with("payload.") || name.starts_with("headers.")
+    EVENT_PARAMS.contains(&name) || ["payload.", "headers.", "fields."].iter().any(|root| name.starts_with(root))
 }
 
 fn text(value: &Option<String>) -> BindValue {
@@ -104,9 +104,13 @@ fn value(name: &str, row: &InboxRow) -> Result<BindValue, MissingField> {
         "headers" => BindValue::Json(row.headers.to_string()),
         _ => {
             let (root, path) = name.split_once('.').unwrap_or((name, ""));
-            let document = if root == "payload" { &row.payload } else { &row.headers };
-            let pointer = format!("/{}", path.replace('.', "/"));
-            match document.pointer(&pointer) {
+            let found = match root {
+                // A field's name is taken whole (`fields.a.b` is the field named `a.b`).
+                "fields" => row.fields.get(path),
+                "payload" => row.payload.pointer(&format!("/{}", path.replace('.', "/"))),
+                _ => row.headers.pointer(&format!("/{}", path.replace('.', "/"))),
+            };
+            match found {
                 None => return Err(MissingField(name.to_owned())),
                 Some(serde_json::Value::Null) => BindValue::Null,
                 Some(serde_json::Value::String(s)) => BindValue::Text(s.clone()),
@@ -125,7 +129,7 @@ mod tests {
 
     fn row() -> InboxRow {
         InboxRow {
-            id: 1,
+            id: "1".into(),
             token: 1,
             event_id: "e-1".into(),
             event_type: "user.changed".into(),
@@ -134,6 +138,7 @@ mod tests {
             aggregate_id: None,
             payload: serde_json::json!({"actor": {"id": "u-7"}, "n": 3, "tags": ["a"], "gone": null}),
             headers: serde_json::json!({"traceparent": "00-abc"}),
+            fields: serde_json::json!({"aggregateVersion": "3"}).as_object().cloned().unwrap_or_default(),
             attempts: 0,
             expired_leases: 0,
             reclaimed: false,
@@ -149,6 +154,8 @@ mod tests {
         assert_eq!(value("payload.gone", &r).unwrap(), BindValue::Null);
         assert_eq!(value("headers.traceparent", &r).unwrap(), BindValue::Text("00-abc".into()));
         assert_eq!(value("aggregate_id", &r).unwrap(), BindValue::Null);
+        assert_eq!(value("fields.aggregateVersion", &r).unwrap(), BindValue::Text("3".into()));
+        assert_eq!(value("fields.missing", &r).unwrap_err(), MissingField("fields.missing".into()));
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl HttpHandler {
     }
 
     fn request(&self, row: &InboxRow) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "event_id": row.event_id,
             "event_type": row.event_type,
             "owner": row.owner,
@@ -109,6 +109,9 @@ impl HttpHandler {
             "aggregate_id": row.aggregate_id,
             "payload": row.payload,
         });
+        if !row.fields.is_empty() {
+            body["fields"] = serde_json::Value::Object(row.fields.clone());
+        }
         let mut request = Request::post(self.uri.clone()).body(Full::new(Bytes::from(body.to_string())))?;
         let headers = request.headers_mut();
         headers.clone_from(&self.headers);

@@ -132,7 +132,7 @@ impl<S: WorkerStore> Worker<S> {
 
     /// Hands rows back without counting an attempt, retrying through a database outage until
     /// the shutdown drain ends (then their leases lapse).
-    async fn release(&self, owner: &str, rows: &[(i64, i64)]) {
+    async fn release(&self, owner: &str, rows: &[(String, i64)]) {
         let mut retrier = Retrier::new(self.config.outage_backoff.clone());
         loop {
             match self.deps.store.release(owner, rows).await {
@@ -152,7 +152,7 @@ impl<S: WorkerStore> Worker<S> {
     }
 
     /// Runs `work` while a heartbeat renews the leases of `rows`; `None` if abandoned at shutdown.
-    async fn under_lease<F: Future>(&self, owner: &str, rows: &[(i64, i64)], work: F) -> Option<F::Output> {
+    async fn under_lease<F: Future>(&self, owner: &str, rows: &[(String, i64)], work: F) -> Option<F::Output> {
         let renew = || async move {
             if let Err(e) = self.deps.store.renew(owner, rows, self.config.lease).await {
                 debug!(error = %error_chain(&e), "lease renewal failed");

@@ -1,25 +1,43 @@
 //! The bridge's takeover on MySQL / MariaDB. One transaction; each event is inserted only if
 //! absent (`INSERT … SELECT … WHERE NOT EXISTS`), so the affected-row count says exactly whether
 //! this statement inserted it — whatever the client's found-rows mode, and without `INSERT
-//! IGNORE`, which would turn data errors into silent truncation.
+//! IGNORE`, which would turn data errors into silent truncation. The reference statements are
+//! written with named parameters, so an override from `[bridge.sql]` runs the same way.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Row, TxOpts, Value};
+use mysql_async::{Row, TxOpts};
 
 use super::Pool;
 
 use super::error;
-use crate::store::inbox::{Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql};
+use super::values::{bind, text};
+use crate::config::BridgeConfig;
+use crate::sql::params::{NamedSql, Placeholder};
+use crate::store::inbox::{
+    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Sql, Takeover, TakeoverSql, event_param, poison_param,
+};
 use crate::store::{PrepareError, StoreResult};
 
 pub struct MyInbox {
     pool: Pool,
     sql: TakeoverSql,
+    insert: NamedSql,
+    existing: Option<NamedSql>,
+    poison: NamedSql,
 }
 
 impl MyInbox {
-    pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
-        Self { pool, sql: TakeoverSql::new(table, poison_table, statements) }
+    /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
+    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
+        let sql = TakeoverSql::new(bridge, Placeholder::Positional, statements)?;
+        // Every statement here has named parameters, the reference ones too.
+        let named = |sql: &Sql| match sql {
+            Sql::Named(named) => Ok(named.clone()),
+            Sql::Reference(text) => Err(format!("statement without named parameters: {text}")),
+        };
+        let (insert, poison) = (named(&sql.insert)?, named(&sql.poison)?);
+        let existing = sql.existing.as_ref().map(named).transpose()?;
+        Ok(Self { pool, sql, insert, existing, poison })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -33,22 +51,25 @@ impl MyInbox {
     }
 }
 
-/// Insert-if-absent of one event (`INSERT … SELECT … WHERE NOT EXISTS`), run once per event.
-fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [String; 3] {
+/// The reference schema's statements, per event, written with named parameters like an override.
+fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
     let (table, columns) = (inbox.table, inbox.list);
     let (poison_table, poison_columns) = (poison.table, poison.list);
+    let named = |text: String| Sql::named(&text, Placeholder::Positional).expect("the reference statements scan");
     [
-        format!(
+        named(format!(
             "INSERT INTO {table} ({columns})
-             SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM DUAL
-             WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = ? AND event_id = ?)"
-        ),
-        format!("SELECT content_hash FROM {table} WHERE consumer = ? AND event_id = ?"),
-        format!(
+             SELECT :consumer, :event_id, :event_type, :owner, :aggregate_type, :aggregate_id, :payload, :headers,
+                    :fields, :content_hash, :stream, :entry_id, :status FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE consumer = :consumer AND event_id = :event_id)"
+        )),
+        named(format!("SELECT content_hash FROM {table} WHERE consumer = :consumer AND event_id = :event_id")),
+        named(format!(
             "INSERT INTO {poison_table} ({poison_columns})
-             SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
-             WHERE NOT EXISTS (SELECT 1 FROM {poison_table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?)"
-        ),
+             SELECT :consumer, :stream, :entry_id, :event_id, :reason, :detail, :fields FROM DUAL
+             WHERE NOT EXISTS (SELECT 1 FROM {poison_table}
+                               WHERE consumer = :consumer AND stream = :stream AND stream_entry_id = :entry_id)"
+        )),
     ]
 }
 
@@ -67,20 +88,12 @@ impl Catalog for MyCatalog<'_> {
             .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", super::describe(&e))))
     }
 
-    async fn refusal(&mut self, context: &str, sql: &str) -> Result<Option<String>, PrepareError> {
+    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
         match self.0.prep(sql).await {
-            Ok(_) => Ok(None),
-            Err(e) => super::prepare_refusal(context, e).map(Some),
+            Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name_str().into_owned()).collect())),
+            Err(e) => super::prepare_refusal(context, e).map(Err),
         }
     }
-}
-
-fn text(s: &Option<String>) -> Value {
-    s.as_ref().map_or(Value::NULL, |s| Value::Bytes(s.clone().into_bytes()))
-}
-
-fn bytes(s: &str) -> Value {
-    Value::Bytes(s.as_bytes().to_vec())
 }
 
 impl InboxStore for MyInbox {
@@ -91,54 +104,36 @@ impl InboxStore for MyInbox {
         poison: &[PoisonRecord],
     ) -> StoreResult<Vec<Takeover>> {
         let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
-        let insert = tx.prep(self.sql.insert.as_str()).await.map_err(|e| error("take over", e))?;
+        let insert = &self.insert;
+        let prepared = tx.prep(insert.sql.as_str()).await.map_err(|e| error("take over", e))?;
         let mut outcomes = Vec::with_capacity(events.len());
         let mut records: Vec<PoisonRecord> = poison.to_vec();
         for e in events {
-            let status = if e.ignored { "IGNORED" } else { "PENDING" };
-            let values = vec![
-                bytes(consumer),
-                bytes(&e.event_id),
-                bytes(&e.event_type),
-                text(&e.owner),
-                text(&e.aggregate_type),
-                text(&e.aggregate_id),
-                Value::Bytes(e.payload.as_bytes().to_vec()),
-                Value::Bytes(e.headers.as_bytes().to_vec()),
-                bytes(&e.content_hash),
-                bytes(&e.stream),
-                bytes(&e.entry_id),
-                bytes(status),
-                bytes(consumer),
-                bytes(&e.event_id),
-            ];
-            tx.exec_drop(&insert, values).await.map_err(|e| error("insert into the inbox", e))?;
-            let inserted = tx.affected_rows() == 1;
-            let existing: Option<String> = if inserted {
-                None
-            } else {
-                let row: Option<Row> = tx
-                    .exec_first(self.sql.existing.as_str(), (consumer, e.event_id.as_str()))
-                    .await
-                    .map_err(|e| error("read an existing inbox row", e))?;
-                row.and_then(|r| r.get(0))
+            tx.exec_drop(&prepared, bind(insert, event_param(consumer, e)))
+                .await
+                .map_err(|e| error("insert into the inbox", e))?;
+            let inserted = tx.affected_rows() > 0;
+            let existing: Option<String> = match (&self.existing, inserted) {
+                (_, true) => None,
+                // No way to compare content: an event already there counts as the same event.
+                (None, false) => Some(e.content_hash.clone()),
+                (Some(existing), false) => {
+                    let row: Option<Row> = tx
+                        .exec_first(existing.sql.as_str(), bind(existing, event_param(consumer, e)))
+                        .await
+                        .map_err(|e| error("read an existing inbox row", e))?;
+                    row.and_then(|r| r.get_opt::<mysql_async::Value, _>("content_hash").and_then(Result::ok))
+                        .as_ref()
+                        .and_then(text)
+                }
             };
             outcomes.push(Takeover::judge(e, inserted, existing.as_deref(), &mut records));
         }
+        let poison = &self.poison;
         for p in &records {
-            let values = vec![
-                bytes(consumer),
-                bytes(&p.stream),
-                bytes(&p.entry_id),
-                text(&p.event_id),
-                bytes(p.reason),
-                bytes(&p.detail),
-                bytes(&p.fields.to_string()),
-                bytes(consumer),
-                bytes(&p.stream),
-                bytes(&p.entry_id),
-            ];
-            tx.exec_drop(self.sql.poison.as_str(), values).await.map_err(|e| error("record poison entries", e))?;
+            tx.exec_drop(poison.sql.as_str(), bind(poison, poison_param(consumer, p)))
+                .await
+                .map_err(|e| error("record poison entries", e))?;
         }
         tx.commit().await.map_err(|e| error("commit the takeover", e))?;
         Ok(outcomes)

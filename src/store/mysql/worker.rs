@@ -1,7 +1,11 @@
-//! The worker's state machine on a MySQL / MariaDB inbox: the claim locks, updates and reads
-//! back in one transaction; a batch's effects commit together, a savepoint per row.
+//! The worker's state machine on a MySQL / MariaDB inbox: a batch's effects commit together, a
+//! savepoint per row. No `UPDATE … RETURNING` here, so the claim is a script run in one
+//! transaction (lock, update, read back), and so is the renewal (lock what is not locked by the
+//! batch's own transaction, then extend those): statements after the first see the ids the
+//! statements before them returned as `:ids`. The statements are the reference schema's, or
+//! `[worker.sql]`'s.
 
-use std::time::Duration;
+use std::collections::HashMap;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, TxOpts, Value};
@@ -9,9 +13,15 @@ use mysql_async::{Row, TxOpts, Value};
 use super::Pool;
 
 use super::error;
+use super::values::{Param, bind, row_columns, row_texts};
+use crate::config::WorkerConfig;
+use crate::config::consumer_sql::WorkerStatement;
 use crate::fault::{Faults, Point};
+use crate::sql::params::{self, NamedSql, Placeholder};
+use crate::store::outbox::TextRow;
 use crate::store::worker::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore, apply_row_by_row,
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, RowTransaction, WorkerSql, apply_row_by_row, binding,
+    missing_result_columns, statement_texts,
 };
 use crate::store::{PrepareError, StoreResult};
 
@@ -19,104 +29,129 @@ pub struct MyWorker {
     pool: Pool,
     consumer: String,
     faults: Faults,
-    sql: WorkerSql,
+    /// Each statement's parts (more than one only for a claim or renew script).
+    statements: HashMap<WorkerStatement, Vec<NamedSql>>,
 }
 
-struct WorkerSql {
-    lock_expired: String,
-    lock_due: String,
-    claim: String,
-    fetch: String,
-    processed: String,
-    retry: String,
-    dead: String,
-    lock_held: String,
-    renew: String,
-    release: String,
-    stats: String,
-    purge: String,
-}
+/// `JOIN`s that zip the `:ids` and `:tokens` arrays (by position) onto the table's rows.
+const ROWS: &str = "JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON w.id = i.id
+     JOIN JSON_TABLE(:tokens, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
 
-const IDS: &str = "SELECT j.id FROM JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j";
-const JOIN_IDS: &str = "JOIN JSON_TABLE(?, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id";
-const ROWS: &str = "JOIN JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON w.id = i.id
-     JOIN JSON_TABLE(?, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
+const FENCE: &str = "w.lease_token = t.token AND w.lease_owner = :claimant AND w.status = 'PROCESSING'";
 
-impl WorkerSql {
-    fn new(t: &str) -> Self {
-        let fence = "id = ? AND lease_owner = ? AND lease_token = ? AND status = 'PROCESSING'";
-        Self {
-            lock_expired: format!(
-                "SELECT id FROM {t} WHERE consumer = ? AND status = 'PROCESSING' AND lease_expires_at <= NOW(3)
-                 ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED"
-            ),
-            lock_due: format!(
-                "SELECT id FROM {t} WHERE consumer = ? AND status = 'PENDING' AND next_retry_at <= NOW(3)
-                 ORDER BY next_retry_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-            ),
-            // Joined by primary key: `WHERE id IN (SELECT … JSON_TABLE …)` makes MariaDB scan
-            // (and lock its way through) the whole table. `expired_leases` is assigned first so it
-            // reads the old status.
-            claim: format!(
-                "UPDATE {t} w {JOIN_IDS}
-                 SET w.expired_leases = w.expired_leases + IF(w.status = 'PROCESSING', 1, 0),
-                     w.status = 'PROCESSING', w.lease_owner = ?, w.lease_token = w.lease_token + 1,
-                     w.lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND, w.claimed_at = NOW(3)"
-            ),
-            fetch: format!(
-                "SELECT id, lease_token, event_id, event_type, owner, aggregate_type, aggregate_id,
-                        CAST(payload AS CHAR), CAST(COALESCE(headers, '{{}}') AS CHAR), attempts, expired_leases
-                 FROM {t} WHERE id IN ({IDS})"
-            ),
-            processed: format!(
-                "UPDATE {t} SET status = 'PROCESSED', processed_at = NOW(3), lease_expires_at = NULL, last_error = NULL
-                 WHERE {fence}"
-            ),
-            retry: format!(
-                "UPDATE {t} SET status = 'PENDING', attempts = attempts + 1, last_error = ?, failed_at = NOW(3),
-                     next_retry_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND, lease_expires_at = NULL
-                 WHERE {fence}"
-            ),
-            dead: format!(
-                "UPDATE {t} SET status = 'DEAD', attempts = attempts + 1, last_error = ?, failed_at = NOW(3),
-                     dead_at = NOW(3), lease_expires_at = NULL
-                 WHERE {fence}"
-            ),
-            // Renewal locks what it can without waiting (the batch transaction holds the rest and
-            // is about to settle them; waiting on it would deadlock with it), then extends those.
-            lock_held: format!(
-                "SELECT w.id FROM {t} w {ROWS}
-                 WHERE w.lease_token = t.token AND w.lease_owner = ? AND w.status = 'PROCESSING'
-                 FOR UPDATE SKIP LOCKED"
-            ),
-            renew: format!(
-                "UPDATE {t} w {JOIN_IDS}
-                 SET w.lease_expires_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND"
-            ),
-            release: format!(
-                "UPDATE {t} w {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL
-                 WHERE w.lease_token = t.token AND w.lease_owner = ? AND w.status = 'PROCESSING'"
-            ),
-            purge: format!(
-                "DELETE FROM {t} WHERE consumer = ? AND status IN ('PROCESSED', 'IGNORED')
-                   AND COALESCE(processed_at, received_at) < NOW(3) - INTERVAL ? * 1000 MICROSECOND
-                 ORDER BY id LIMIT ?"
-            ),
-            stats: format!(
-                "SELECT (SELECT COUNT(*) FROM {t} WHERE consumer = ? AND status = 'DEAD'),
-                        (SELECT COUNT(*) FROM {t} WHERE consumer = ? AND status = 'PENDING'),
-                        COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(claimed_at) FROM {t}
-                                 WHERE consumer = ? AND status = 'PROCESSING'), NOW(3)) / 1000000, 0),
-                        COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(failed_at) FROM {t}
-                                 WHERE consumer = ? AND status = 'PENDING' AND attempts > 0), NOW(3)) / 1000000, 0)"
-            ),
+/// The reference schema's statement for `statement` on table `t`.
+fn reference(statement: WorkerStatement, t: &str) -> String {
+    let text = match statement {
+        // At most one lease-expired row, else a batch of due rows; claimed by primary key
+        // (`WHERE id IN (SELECT … JSON_TABLE …)` makes MariaDB scan, and lock its way through,
+        // the whole table); `expired_leases` is assigned first so it reads the old status.
+        WorkerStatement::Claim => "\
+SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PROCESSING' AND lease_expires_at <= NOW(3)
+ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED;
+SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PENDING' AND next_retry_at <= NOW(3)
+  AND JSON_LENGTH(:ids) = 0
+ORDER BY next_retry_at, id LIMIT :batch_size FOR UPDATE SKIP LOCKED;
+UPDATE {t} w JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id
+SET w.expired_leases = w.expired_leases + IF(w.status = 'PROCESSING', 1, 0),
+    w.status = 'PROCESSING', w.lease_owner = :claimant, w.lease_token = w.lease_token + 1,
+    w.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND, w.claimed_at = NOW(3)
+WHERE w.status = 'PENDING' OR (w.status = 'PROCESSING' AND w.lease_expires_at <= NOW(3));
+SELECT id, lease_token AS token, event_id, event_type, owner, aggregate_type, aggregate_id,
+       CAST(payload AS CHAR) AS payload, CAST(COALESCE(headers, '{}') AS CHAR) AS headers,
+       CAST(COALESCE(fields, '{}') AS CHAR) AS fields, attempts, expired_leases
+FROM {t}
+WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)
+  AND status = 'PROCESSING' AND lease_owner = :claimant"
+            .to_owned(),
+        WorkerStatement::Processed => format!(
+            "UPDATE {{t}} w {ROWS}
+             SET w.status = 'PROCESSED', w.processed_at = NOW(3), w.lease_expires_at = NULL, w.last_error = NULL
+             WHERE {FENCE}"
+        ),
+        WorkerStatement::Retry => "\
+UPDATE {t} SET status = 'PENDING', attempts = attempts + 1, last_error = :error, failed_at = NOW(3),
+    next_retry_at = NOW(3) + INTERVAL :delay_ms * 1000 MICROSECOND, lease_expires_at = NULL
+WHERE id = :id AND lease_owner = :claimant AND lease_token = :token AND status = 'PROCESSING'"
+            .to_owned(),
+        WorkerStatement::Dead => "\
+UPDATE {t} SET status = 'DEAD', attempts = attempts + 1, last_error = :error, failed_at = NOW(3),
+    dead_at = NOW(3), lease_expires_at = NULL
+WHERE id = :id AND lease_owner = :claimant AND lease_token = :token AND status = 'PROCESSING'"
+            .to_owned(),
+        // Locks what it can without waiting (the batch transaction holds the rest and is about
+        // to settle them; waiting on it would deadlock with it), then extends those.
+        WorkerStatement::Renew => format!(
+            "SELECT w.id FROM {{t}} w {ROWS} WHERE {FENCE} FOR UPDATE SKIP LOCKED;
+             UPDATE {{t}} w JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id
+             SET w.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND"
+        ),
+        WorkerStatement::Release => {
+            format!("UPDATE {{t}} w {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL WHERE {FENCE}")
         }
-    }
+        WorkerStatement::Stats => "\
+SELECT (SELECT COUNT(*) FROM {t} WHERE consumer = :consumer AND status = 'DEAD') AS dead,
+       (SELECT COUNT(*) FROM {t} WHERE consumer = :consumer AND status = 'PENDING') AS pending,
+       COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(claimed_at) FROM {t}
+                WHERE consumer = :consumer AND status = 'PROCESSING'), NOW(3)) / 1000000, 0) AS oldest_lease_age_seconds,
+       COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT MIN(failed_at) FROM {t}
+                WHERE consumer = :consumer AND status = 'PENDING' AND attempts > 0), NOW(3)) / 1000000, 0)
+           AS oldest_retry_age_seconds"
+            .to_owned(),
+        WorkerStatement::Purge => "\
+DELETE FROM {t} WHERE consumer = :consumer AND status IN ('PROCESSED', 'IGNORED')
+  AND COALESCE(processed_at, received_at) < NOW(3) - INTERVAL :age_ms * 1000 MICROSECOND
+ORDER BY id LIMIT :batch_size"
+            .to_owned(),
+    };
+    text.replace("{t}", t)
 }
 
 impl MyWorker {
-    pub fn new(pool: Pool, table: &str, consumer: &str, faults: Faults) -> Self {
-        Self { pool, consumer: consumer.to_owned(), faults, sql: WorkerSql::new(table) }
+    /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
+    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
+        let mut statements = HashMap::new();
+        for (statement, text) in statement_texts(&worker.sql, |s| reference(s, &worker.table)) {
+            let context = format!("worker `{}` sql.{}", worker.name, statement.name());
+            let parts =
+                params::split_statements(&text, Placeholder::Positional).map_err(|e| format!("{context}: {e}"))?;
+            if parts.len() != 1 && !matches!(statement, WorkerStatement::Claim | WorkerStatement::Renew) {
+                return Err(format!("{context}: one statement expected (only claim and renew may be scripts)"));
+            }
+            let named = parts
+                .iter()
+                .map(|part| params::rewrite(part, Placeholder::Positional).map_err(|e| format!("{context}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            statements.insert(statement, named);
+        }
+        Ok(Self { pool, consumer: worker.consumer.clone(), faults, statements })
+    }
+
+    /// Runs a statement's parts in `conn`: each part after the first sees the ids the parts
+    /// before it returned as `:ids`. The last part's rows and the rows it changed.
+    async fn script(
+        &self,
+        conn: &mut impl Queryable,
+        statement: WorkerStatement,
+        value: &(impl Fn(&str) -> Param + Send + Sync),
+    ) -> Result<(Vec<TextRow>, u64), mysql_async::Error> {
+        let parts = &self.statements[&statement];
+        let mut ids: Vec<String> = Vec::new();
+        for (i, named) in parts.iter().enumerate() {
+            let values = if i == 0 {
+                bind(named, value)
+            } else {
+                bind(named, |name| if name == "ids" { Param::Texts(ids.clone()) } else { value(name) })
+            };
+            let result = conn.exec_iter(named.sql.as_str(), values).await?;
+            let changed = result.affected_rows();
+            let rows: Vec<Row> = result.collect_and_drop().await?;
+            if i + 1 == parts.len() {
+                let texts = rows.iter().map(|row| row_columns(row).into_iter().zip(row_texts(row)).collect()).collect();
+                return Ok((texts, changed));
+            }
+            ids.extend(rows.iter().filter_map(|r| row_texts(r).into_iter().next().flatten()));
+        }
+        Ok((Vec::new(), 0))
     }
 }
 
@@ -130,10 +165,6 @@ fn to_value(v: &BindValue) -> Value {
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
 fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
     ApplyError::from_handler(index, error("handler", e))
-}
-
-fn json_ids(ids: &[i64]) -> Value {
-    Value::Bytes(serde_json::to_vec(ids).unwrap_or_default())
 }
 
 /// A batch's transaction on MySQL / MariaDB.
@@ -159,10 +190,14 @@ impl RowTransaction for MyRows<'_> {
             tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e))?;
         }
         self.worker.faults.reach(Point::WorkerInHandler).await;
-        tx.exec_drop(self.worker.sql.processed.as_str(), (row.id, owner, row.token))
+        let held = [row.held()];
+        let mark = binding::held(owner, &held, Default::default());
+        let (_, changed) = self
+            .worker
+            .script(&mut self.tx, WorkerStatement::Processed, &mark)
             .await
             .map_err(|e| ApplyError::Store(error("mark processed", e)))?;
-        Ok(if tx.affected_rows() == 0 { Applied::Fenced } else { Applied::Processed })
+        Ok(if changed == 0 { Applied::Fenced } else { Applied::Processed })
     }
 
     async fn commit(self) -> StoreResult<()> {
@@ -170,29 +205,31 @@ impl RowTransaction for MyRows<'_> {
     }
 }
 
-impl WorkerStore for MyWorker {
+impl WorkerSql for MyWorker {
+    fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
     async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         let mut conn = self
             .pool
             .get_conn()
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
-        let s = &self.sql;
-        let own = [
-            ("lock", &s.lock_due),
-            ("claim", &s.claim),
-            ("fetch", &s.fetch),
-            ("processed", &s.processed),
-            ("retry", &s.retry),
-            ("dead", &s.dead),
-            ("renew", &s.renew),
-            ("release", &s.release),
-            ("stats", &s.stats),
-        ];
         let mut errors = Vec::new();
-        for (name, sql) in own {
-            if let Err(e) = conn.prep(sql.as_str()).await {
-                errors.push(super::prepare_refusal(&format!("inbox statement {name}"), e)?);
+        for statement in WorkerStatement::ALL {
+            let parts = &self.statements[&statement];
+            let context = format!("sql.{}", statement.name());
+            for (i, named) in parts.iter().enumerate() {
+                match conn.prep(named.sql.as_str()).await {
+                    Err(e) => errors.push(super::prepare_refusal(&context, e)?),
+                    Ok(stmt) if i + 1 == parts.len() => {
+                        let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
+                        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                        errors.extend(missing_result_columns(statement, &refs).map(|m| format!("{context}: {m}")));
+                    }
+                    Ok(_) => {}
+                }
             }
         }
         for (context, sql) in handler_sql {
@@ -203,51 +240,20 @@ impl WorkerStore for MyWorker {
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
     }
 
-    async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
-        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error("claim inbox rows", e))?;
-        let mut ids: Vec<i64> = tx
-            .exec(self.sql.lock_expired.as_str(), (self.consumer.as_str(),))
-            .await
-            .map_err(|e| error("claim inbox rows", e))?;
-        let reclaimed = ids.clone();
-        if ids.is_empty() {
-            ids = tx
-                .exec(self.sql.lock_due.as_str(), (self.consumer.as_str(), batch_size))
-                .await
-                .map_err(|e| error("claim inbox rows", e))?;
+    async fn run(
+        &self,
+        statement: WorkerStatement,
+        value: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<(Vec<TextRow>, u64)> {
+        let label = statement.name();
+        if self.statements[&statement].len() == 1 {
+            let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
+            return self.script(&mut conn, statement, &value).await.map_err(|e| error(label, e));
         }
-        if ids.is_empty() {
-            tx.commit().await.map_err(|e| error("claim inbox rows", e))?;
-            return Ok(Vec::new());
-        }
-        let lease_ms = lease.as_millis() as i64;
-        tx.exec_drop(self.sql.claim.as_str(), (json_ids(&ids), owner, lease_ms))
-            .await
-            .map_err(|e| error("claim inbox rows", e))?;
-        let rows: Vec<Row> =
-            tx.exec(self.sql.fetch.as_str(), (json_ids(&ids),)).await.map_err(|e| error("claim inbox rows", e))?;
-        tx.commit().await.map_err(|e| error("claim inbox rows", e))?;
-        Ok(rows
-            .into_iter()
-            .map(|mut r| {
-                let text = |r: &mut Row, i: usize| -> Option<String> { r.take::<Option<String>, _>(i).flatten() };
-                let id: i64 = r.take(0).unwrap_or_default();
-                InboxRow {
-                    id,
-                    token: r.take(1).unwrap_or_default(),
-                    event_id: text(&mut r, 2).unwrap_or_default(),
-                    event_type: text(&mut r, 3).unwrap_or_default(),
-                    owner: text(&mut r, 4),
-                    aggregate_type: text(&mut r, 5),
-                    aggregate_id: text(&mut r, 6),
-                    payload: text(&mut r, 7).and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default(),
-                    headers: text(&mut r, 8).and_then(|p| serde_json::from_str(&p).ok()).unwrap_or_default(),
-                    attempts: r.take::<i64, _>(9).unwrap_or_default().max(0) as u32,
-                    expired_leases: r.take::<i64, _>(10).unwrap_or_default().max(0) as u32,
-                    reclaimed: reclaimed.contains(&id),
-                }
-            })
-            .collect())
+        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error(label, e))?;
+        let result = self.script(&mut tx, statement, &value).await.map_err(|e| error(label, e))?;
+        tx.commit().await.map_err(|e| error(label, e))?;
+        Ok(result)
     }
 
     async fn apply_batch(
@@ -257,65 +263,5 @@ impl WorkerStore for MyWorker {
     ) -> StoreResult<Vec<Result<Applied, ApplyError>>> {
         let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("apply", e))?;
         apply_row_by_row(MyRows { tx, worker: self }, owner, items).await
-    }
-
-    async fn fail(
-        &self,
-        owner: &str,
-        row: &InboxRow,
-        error_text: &str,
-        retry_in: Option<Duration>,
-    ) -> StoreResult<bool> {
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("record a failure", e))?;
-        match retry_in {
-            Some(delay) => {
-                let ms = delay.as_millis() as i64;
-                conn.exec_drop(self.sql.retry.as_str(), (error_text, ms, row.id, owner, row.token)).await
-            }
-            None => conn.exec_drop(self.sql.dead.as_str(), (error_text, row.id, owner, row.token)).await,
-        }
-        .map_err(|e| error("record a failure", e))?;
-        Ok(conn.affected_rows() == 1)
-    }
-
-    async fn renew(&self, owner: &str, rows: &[(i64, i64)], lease: Duration) -> StoreResult<u64> {
-        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
-        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("renew leases", e))?;
-        let held: Vec<i64> = tx
-            .exec(self.sql.lock_held.as_str(), (json_ids(&ids), json_ids(&tokens), owner))
-            .await
-            .map_err(|e| error("renew leases", e))?;
-        tx.exec_drop(self.sql.renew.as_str(), (json_ids(&held), lease.as_millis() as i64))
-            .await
-            .map_err(|e| error("renew leases", e))?;
-        let renewed = tx.affected_rows();
-        tx.commit().await.map_err(|e| error("renew leases", e))?;
-        Ok(renewed)
-    }
-
-    async fn release(&self, owner: &str, rows: &[(i64, i64)]) -> StoreResult<u64> {
-        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("release rows", e))?;
-        conn.exec_drop(self.sql.release.as_str(), (json_ids(&ids), json_ids(&tokens), owner))
-            .await
-            .map_err(|e| error("release rows", e))?;
-        Ok(conn.affected_rows())
-    }
-
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("purge the inbox", e))?;
-        conn.exec_drop(self.sql.purge.as_str(), (self.consumer.as_str(), age.as_millis() as i64, batch))
-            .await
-            .map_err(|e| error("purge the inbox", e))?;
-        Ok(conn.affected_rows())
-    }
-
-    async fn stats(&self) -> StoreResult<InboxStats> {
-        let mut conn = self.pool.get_conn().await.map_err(|e| error("inbox stats", e))?;
-        let c = self.consumer.as_str();
-        let row: Option<(i64, i64, Option<f64>, Option<f64>)> =
-            conn.exec_first(self.sql.stats.as_str(), (c, c, c, c)).await.map_err(|e| error("inbox stats", e))?;
-        let (dead, pending, lease, retry) = row.unwrap_or_default();
-        Ok(InboxStats { dead, pending, oldest_lease_age: lease.unwrap_or(0.0), oldest_retry_age: retry.unwrap_or(0.0) })
     }
 }

@@ -1,14 +1,22 @@
 //! The bridge's takeover on Postgres: one transaction inserts the new events of a batch
 //! (`ON CONFLICT (consumer, event_id) DO NOTHING`), detects conflicting replays by content
-//! hash, and records poison entries. The caller acknowledges only after it commits.
+//! hash, and records poison entries. The caller acknowledges only after it commits. The
+//! reference schema's statements take a whole batch each; statements from `[bridge.sql]` run
+//! once per event, all sent at once (pipelined on the connection).
 
 use std::collections::{HashMap, HashSet};
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Pool, Transaction};
+use futures_util::future::try_join_all;
+use tokio_postgres::types::ToSql;
 
+use super::values::{Cell, Param};
 use super::{pool_error, query_error};
+use crate::config::BridgeConfig;
+use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::inbox::{
-    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Takeover, TakeoverSql, runs_by_payload,
+    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Sql, Takeover, TakeoverSql, event_param, poison_param,
+    runs_by_payload,
 };
 use crate::store::{PrepareError, StoreResult};
 
@@ -22,8 +30,9 @@ pub struct PgInbox {
 }
 
 impl PgInbox {
-    pub fn new(pool: Pool, table: &str, poison_table: &str) -> Self {
-        Self { pool, sql: TakeoverSql::new(table, poison_table, statements) }
+    /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
+    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
+        Ok(Self { pool, sql: TakeoverSql::new(bridge, Placeholder::Numbered, statements)? })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -37,31 +46,58 @@ impl PgInbox {
     }
 }
 
-/// Insert-if-absent of a whole batch in one statement (`unnest` of one array per column).
-fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [String; 3] {
+/// The reference schema's statements, each for a whole batch (`unnest` of one array per column).
+fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
     let (table, columns) = (inbox.table, inbox.list);
     let (poison_table, poison_columns) = (poison.table, poison.list);
     [
-        format!(
+        Sql::Reference(format!(
             "INSERT INTO {table} ({columns})
              SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
-                    e.payload::jsonb, e.headers::jsonb, e.content_hash, e.stream, e.entry_id, e.status
+                    e.payload::jsonb, e.headers::jsonb, e.fields::jsonb, e.content_hash, e.stream, e.entry_id, e.status
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
                   AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
-                       content_hash, stream, entry_id, status)
+                       fields, content_hash, stream, entry_id, status)
              ON CONFLICT (consumer, event_id) DO NOTHING
              RETURNING event_id"
-        ),
-        format!("SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)"),
-        format!(
+        )),
+        Sql::Reference(format!(
+            "SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)"
+        )),
+        Sql::Reference(format!(
             "INSERT INTO {poison_table} ({poison_columns})
              SELECT $1, p.stream, p.entry_id, p.event_id, p.reason, p.detail, p.fields::jsonb
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
                   AS p(stream, entry_id, event_id, reason, detail, fields)
              ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
-        ),
+        )),
     ]
+}
+
+/// The values of a named statement's placeholders, each name's from `bind`.
+fn bound(named: &NamedSql, bind: impl Fn(&str) -> Param) -> Vec<Param> {
+    named.names.iter().map(|n| bind(n)).collect()
+}
+
+fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+/// Runs a named statement once per set of `values`, all sent at once; the rows each changed.
+async fn execute_each(
+    tx: &Transaction<'_>,
+    named: &NamedSql,
+    label: &'static str,
+    values: &[Vec<Param>],
+) -> StoreResult<Vec<u64>> {
+    let stmt = tx.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
+    try_join_all(values.iter().map(|v| {
+        let stmt = &stmt;
+        async move { tx.execute(stmt, &refs(v)).await }
+    }))
+    .await
+    .map_err(|e| query_error(label, e))
 }
 
 struct PgCatalog<'a>(&'a deadpool_postgres::Client);
@@ -80,10 +116,10 @@ impl Catalog for PgCatalog<'_> {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn refusal(&mut self, context: &str, sql: &str) -> Result<Option<String>, PrepareError> {
+    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
         match self.0.prepare(sql).await {
-            Ok(_) => Ok(None),
-            Err(e) => super::prepare_refusal(context, e).map(Some),
+            Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name().to_owned()).collect())),
+            Err(e) => super::prepare_refusal(context, e).map(Err),
         }
     }
 }
@@ -97,71 +133,34 @@ impl InboxStore for PgInbox {
     ) -> StoreResult<Vec<Takeover>> {
         let mut client = self.pool.get().await.map_err(|e| pool_error("take over", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
-        let mut inserted = HashSet::new();
-        if !events.is_empty() {
-            let insert =
-                tx.prepare_cached(&self.sql.insert).await.map_err(|e| query_error("insert into the inbox", e))?;
-            for run in runs_by_payload(events, LARGE_BATCH_BYTES) {
-                // Borrowed, not cloned: a payload is copied once, into the message to the server.
-                let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
-                let maybe = |f: fn(&InboxEvent) -> Option<&str>| run.iter().map(f).collect::<Vec<Option<&str>>>();
-                let rows = tx
-                    .query(
-                        &insert,
-                        &[
-                            &consumer,
-                            &text(|e| &e.event_id),
-                            &text(|e| &e.event_type),
-                            &maybe(|e| e.owner.as_deref()),
-                            &maybe(|e| e.aggregate_type.as_deref()),
-                            &maybe(|e| e.aggregate_id.as_deref()),
-                            &text(|e| e.payload.as_str()),
-                            &text(|e| e.headers.as_str()),
-                            &text(|e| &e.content_hash),
-                            &text(|e| &e.stream),
-                            &text(|e| &e.entry_id),
-                            &text(|e| if e.ignored { "IGNORED" } else { "PENDING" }),
-                        ],
-                    )
-                    .await
-                    .map_err(|e| query_error("insert into the inbox", e))?;
-                inserted.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+        let inserted = match &self.sql.insert {
+            Sql::Reference(insert) => insert_batch(&tx, insert, consumer, events).await?,
+            Sql::Named(named) => {
+                let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
+                let changed = execute_each(&tx, named, "insert into the inbox", &values).await?;
+                events.iter().zip(changed).filter(|(_, n)| *n > 0).map(|(e, _)| e.event_id.clone()).collect()
             }
-        }
-        let others: Vec<String> =
-            events.iter().filter(|e| !inserted.contains(&e.event_id)).map(|e| e.event_id.clone()).collect();
-        let existing: HashMap<String, String> = if others.is_empty() {
-            HashMap::new()
-        } else {
-            tx.query(&self.sql.existing, &[&consumer, &others])
-                .await
-                .map_err(|e| query_error("read existing inbox rows", e))?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect()
         };
+        let others: Vec<&InboxEvent> = events.iter().filter(|e| !inserted.contains(&e.event_id)).collect();
+        let existing = self.existing(&tx, consumer, &others).await?;
         let mut outcomes = Vec::with_capacity(events.len());
         let mut records: Vec<PoisonRecord> = poison.to_vec();
         for event in events {
-            let existing_hash = existing.get(&event.event_id).map(String::as_str);
+            let existing_hash = match &self.sql.existing {
+                Some(_) => existing.get(&event.event_id).map(String::as_str),
+                // No way to compare content: an event already there counts as the same event.
+                None => Some(event.content_hash.as_str()),
+            };
             outcomes.push(Takeover::judge(event, inserted.contains(&event.event_id), existing_hash, &mut records));
         }
         if !records.is_empty() {
-            let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
-            tx.execute(
-                &self.sql.poison,
-                &[
-                    &consumer,
-                    &get(|p| Some(p.stream.clone())),
-                    &get(|p| Some(p.entry_id.clone())),
-                    &get(|p| p.event_id.clone()),
-                    &get(|p| Some(p.reason.to_owned())),
-                    &get(|p| Some(p.detail.clone())),
-                    &get(|p| Some(p.fields.to_string())),
-                ],
-            )
-            .await
-            .map_err(|e| query_error("record poison entries", e))?;
+            match &self.sql.poison {
+                Sql::Reference(insert) => poison_batch(&tx, insert, consumer, &records).await?,
+                Sql::Named(named) => {
+                    let values: Vec<_> = records.iter().map(|r| bound(named, poison_param(consumer, r))).collect();
+                    execute_each(&tx, named, "record poison entries", &values).await?;
+                }
+            }
         }
         tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
         // A connection that carried a large batch keeps buffers of that size for its whole life:
@@ -176,4 +175,108 @@ impl InboxStore for PgInbox {
     async fn ping(&self) -> StoreResult<()> {
         super::probe(&self.pool).await
     }
+}
+
+impl PgInbox {
+    /// The content hash of each of `events` the inbox already holds, by event id.
+    async fn existing(
+        &self,
+        tx: &Transaction<'_>,
+        consumer: &str,
+        events: &[&InboxEvent],
+    ) -> StoreResult<HashMap<String, String>> {
+        let label = "read existing inbox rows";
+        match &self.sql.existing {
+            _ if events.is_empty() => Ok(HashMap::new()),
+            None => Ok(HashMap::new()),
+            Some(Sql::Reference(sql)) => {
+                let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+                let rows = tx.query(sql, &[&consumer, &ids]).await.map_err(|e| query_error(label, e))?;
+                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            }
+            Some(Sql::Named(named)) => {
+                let stmt = tx.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
+                let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
+                let replies = try_join_all(values.iter().map(|v| {
+                    let stmt = &stmt;
+                    async move { tx.query_opt(stmt, &refs(v)).await }
+                }))
+                .await
+                .map_err(|e| query_error(label, e))?;
+                let mut found = HashMap::new();
+                for (event, row) in events.iter().zip(replies) {
+                    let hash = row
+                        .map(|r| r.try_get::<_, Option<Cell>>("content_hash"))
+                        .transpose()
+                        .map_err(|e| crate::store::StoreError::Contract(format!("bridge sql.existing: {e}")))?;
+                    if let Some(Some(Cell(hash))) = hash {
+                        found.insert(event.event_id.clone(), hash);
+                    }
+                }
+                Ok(found)
+            }
+        }
+    }
+}
+
+/// The reference insert of a batch, in runs of bounded payload bytes; the ids it inserted.
+async fn insert_batch(
+    tx: &Transaction<'_>,
+    sql: &str,
+    consumer: &str,
+    events: &[InboxEvent],
+) -> StoreResult<HashSet<String>> {
+    let mut inserted = HashSet::new();
+    if events.is_empty() {
+        return Ok(inserted);
+    }
+    let insert = tx.prepare_cached(sql).await.map_err(|e| query_error("insert into the inbox", e))?;
+    for run in runs_by_payload(events, LARGE_BATCH_BYTES) {
+        // Borrowed, not cloned: a payload is copied once, into the message to the server.
+        let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
+        let maybe = |f: fn(&InboxEvent) -> Option<&str>| run.iter().map(f).collect::<Vec<Option<&str>>>();
+        let rows = tx
+            .query(
+                &insert,
+                &[
+                    &consumer,
+                    &text(|e| &e.event_id),
+                    &text(|e| &e.event_type),
+                    &maybe(|e| e.owner.as_deref()),
+                    &maybe(|e| e.aggregate_type.as_deref()),
+                    &maybe(|e| e.aggregate_id.as_deref()),
+                    &text(|e| e.payload.as_str()),
+                    &text(|e| e.headers.as_str()),
+                    &text(|e| e.fields.as_str()),
+                    &text(|e| &e.content_hash),
+                    &text(|e| &e.stream),
+                    &text(|e| &e.entry_id),
+                    &text(|e| e.status()),
+                ],
+            )
+            .await
+            .map_err(|e| query_error("insert into the inbox", e))?;
+        inserted.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+    }
+    Ok(inserted)
+}
+
+/// The reference poison insert of every record at once.
+async fn poison_batch(tx: &Transaction<'_>, sql: &str, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+    let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
+    tx.execute(
+        sql,
+        &[
+            &consumer,
+            &get(|p| Some(p.stream.clone())),
+            &get(|p| Some(p.entry_id.clone())),
+            &get(|p| p.event_id.clone()),
+            &get(|p| Some(p.reason.to_owned())),
+            &get(|p| Some(p.detail.clone())),
+            &get(|p| Some(p.fields.to_string())),
+        ],
+    )
+    .await
+    .map_err(|e| query_error("record poison entries", e))?;
+    Ok(())
 }

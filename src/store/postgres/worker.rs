@@ -1,136 +1,135 @@
 //! The worker's state machine on a Postgres inbox. Every transition is fenced by lease owner +
 //! token; the handler's statements and the mark to PROCESSED share one transaction. A batch is
 //! first applied pipelined (one set-based mark, every handler statement sent at once); only a
-//! batch in which a row's data is refused is applied again with a savepoint per row.
+//! batch in which a row's data is refused, or the fence refuses a row, is applied again with a
+//! savepoint per row. The statements are the reference schema's, or `[worker.sql]`'s.
 
-use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::collections::HashMap;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
-use super::values::Param;
+use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{pool_error, query_error};
+use crate::config::WorkerConfig;
+use crate::config::consumer_sql::WorkerStatement;
 use crate::fault::{Faults, Point};
-use crate::store::PrepareError;
-use crate::store::StoreResult;
+use crate::sql::params::{self, NamedSql, Placeholder};
+use crate::store::outbox::TextRow;
 use crate::store::worker::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, RowTransaction, WorkerStore,
-    apply_row_by_row, commit_failed,
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, RowTransaction, WorkerSql, apply_row_by_row, binding,
+    commit_failed, missing_result_columns, statement_texts,
 };
+use crate::store::{PrepareError, StoreError, StoreResult};
 
 pub struct PgWorker {
     pool: Pool,
     consumer: String,
     faults: Faults,
-    sql: WorkerSql,
+    statements: HashMap<WorkerStatement, NamedSql>,
 }
 
-struct WorkerSql {
-    claim: String,
-    processed: String,
-    /// The fenced mark of a whole batch; returns the ids it marked (the rows still ours).
-    processed_batch: String,
-    retry: String,
-    dead: String,
-    renew: String,
-    release: String,
-    stats: String,
-    purge: String,
-}
-
-impl WorkerSql {
-    fn new(t: &str) -> Self {
-        let fence = "id = $1 AND lease_owner = $2 AND lease_token = $3 AND status = 'PROCESSING'";
-        let batch_fence = "FROM unnest($3::bigint[], $4::bigint[]) AS s(id, token)
-             WHERE i.id = s.id AND i.lease_token = s.token AND i.lease_owner = $1 AND i.status = 'PROCESSING'";
-        Self {
-            // At most one lease-expired row, alone, as in the relay's claim: a row that kills
-            // its worker reaches DEAD by itself without dragging its batch along.
-            claim: format!(
-                "WITH expired AS (
-                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PROCESSING' AND lease_expires_at <= now()
-                     ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
-                 ), due AS (
-                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PENDING' AND next_retry_at <= now()
-                       AND NOT EXISTS (SELECT 1 FROM expired)
-                     ORDER BY next_retry_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
-                 ), picked AS (
-                     SELECT id, true AS reclaimed FROM expired UNION ALL SELECT id, false FROM due
-                 )
-                 UPDATE {t} i SET status = 'PROCESSING', lease_owner = $2, lease_token = i.lease_token + 1,
-                     lease_expires_at = now() + $4::bigint * interval '1 millisecond', claimed_at = now(),
-                     expired_leases = i.expired_leases + CASE WHEN i.status = 'PROCESSING' THEN 1 ELSE 0 END
-                 FROM picked WHERE i.id = picked.id
-                 RETURNING i.id, i.lease_token, i.event_id, i.event_type, i.owner, i.aggregate_type,
-                           i.aggregate_id, i.payload, i.headers, i.attempts, i.expired_leases, picked.reclaimed"
-            ),
-            processed: format!(
-                "UPDATE {t} SET status = 'PROCESSED', processed_at = now(), lease_expires_at = NULL, last_error = NULL
-                 WHERE {fence}"
-            ),
-            processed_batch: format!(
-                "UPDATE {t} i SET status = 'PROCESSED', processed_at = now(), lease_expires_at = NULL, last_error = NULL
-                 FROM unnest($2::bigint[], $3::bigint[]) AS s(id, token)
-                 WHERE i.id = s.id AND i.lease_token = s.token AND i.lease_owner = $1 AND i.status = 'PROCESSING'
-                 RETURNING i.id"
-            ),
-            retry: format!(
-                "UPDATE {t} SET status = 'PENDING', attempts = attempts + 1, last_error = $4, failed_at = now(),
-                     next_retry_at = now() + $5::bigint * interval '1 millisecond', lease_expires_at = NULL
-                 WHERE {fence}"
-            ),
-            dead: format!(
-                "UPDATE {t} SET status = 'DEAD', attempts = attempts + 1, last_error = $4, failed_at = now(),
-                     dead_at = now(), lease_expires_at = NULL
-                 WHERE {fence}"
-            ),
-            // Rows our own batch transaction has locked are skipped, not waited for: that
-            // transaction is about to settle them, and waiting on it deadlocks with it.
-            renew: format!(
-                "UPDATE {t} w SET lease_expires_at = now() + $2::bigint * interval '1 millisecond'
-                 FROM (SELECT i.id FROM {t} i JOIN unnest($3::bigint[], $4::bigint[]) AS s(id, token) ON i.id = s.id
-                       WHERE i.lease_token = s.token AND i.lease_owner = $1 AND i.status = 'PROCESSING'
-                       FOR UPDATE OF i SKIP LOCKED) AS l
-                 WHERE w.id = l.id"
-            ),
-            release: format!("UPDATE {t} i SET status = 'PENDING', lease_expires_at = NULL {}", batch_fence.replace("$3", "$2").replace("$4", "$3")),
-            // Oldest first on the processed_at partial index, in bounded batches; IGNORED rows by age of receipt.
-            purge: format!(
-                "WITH old AS (
-                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'PROCESSED'
-                       AND processed_at < now() - $2::bigint * interval '1 millisecond'
-                     ORDER BY processed_at LIMIT $3 FOR UPDATE SKIP LOCKED
-                 ), ignored AS (
-                     SELECT id FROM {t} WHERE consumer = $1 AND status = 'IGNORED'
-                       AND received_at < now() - $2::bigint * interval '1 millisecond'
-                     LIMIT $3 FOR UPDATE SKIP LOCKED
-                 )
-                 DELETE FROM {t} i USING (SELECT id FROM old UNION ALL SELECT id FROM ignored) d WHERE i.id = d.id"
-            ),
-            stats: format!(
-                "SELECT (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'DEAD') AS dead,
-                        (SELECT count(*) FROM {t} WHERE consumer = $1 AND status = 'PENDING') AS pending,
-                        coalesce((SELECT extract(epoch FROM now() - min(claimed_at)) FROM {t}
-                                  WHERE consumer = $1 AND status = 'PROCESSING'), 0)::float8 AS oldest_lease,
-                        coalesce((SELECT extract(epoch FROM now() - min(failed_at)) FROM {t}
-                                  WHERE consumer = $1 AND status = 'PENDING' AND attempts > 0), 0)::float8 AS oldest_retry"
-            ),
+/// The reference schema's statement for `statement` on table `t`.
+fn reference(statement: WorkerStatement, t: &str) -> String {
+    let text = match statement {
+        // At most one lease-expired row, alone, as in the relay's claim: a row that kills its
+        // worker reaches DEAD by itself without dragging its batch along.
+        WorkerStatement::Claim => {
+            "WITH expired AS (
+                 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PROCESSING' AND lease_expires_at <= now()
+                 ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
+             ), due AS (
+                 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PENDING' AND next_retry_at <= now()
+                   AND NOT EXISTS (SELECT 1 FROM expired)
+                 ORDER BY next_retry_at, id LIMIT :batch_size FOR UPDATE SKIP LOCKED
+             ), picked AS (
+                 SELECT id, true AS reclaimed FROM expired UNION ALL SELECT id, false FROM due
+             )
+             UPDATE {t} i SET status = 'PROCESSING', lease_owner = :claimant, lease_token = i.lease_token + 1,
+                 lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond', claimed_at = now(),
+                 expired_leases = i.expired_leases + CASE WHEN i.status = 'PROCESSING' THEN 1 ELSE 0 END
+             FROM picked WHERE i.id = picked.id
+             RETURNING i.id, i.lease_token AS token, i.event_id, i.event_type, i.owner, i.aggregate_type,
+                       i.aggregate_id, i.payload, i.headers, i.fields, i.attempts, i.expired_leases, picked.reclaimed"
         }
-    }
+        WorkerStatement::Processed => {
+            "UPDATE {t} i SET status = 'PROCESSED', processed_at = now(), lease_expires_at = NULL, last_error = NULL
+             FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
+             WHERE i.id = s.id AND i.lease_token = s.token AND i.lease_owner = :claimant AND i.status = 'PROCESSING'"
+        }
+        WorkerStatement::Retry => {
+            "UPDATE {t} SET status = 'PENDING', attempts = attempts + 1, last_error = :error, failed_at = now(),
+                 next_retry_at = now() + :delay_ms::bigint * interval '1 millisecond', lease_expires_at = NULL
+             WHERE id = :id AND lease_owner = :claimant AND lease_token = :token AND status = 'PROCESSING'"
+        }
+        WorkerStatement::Dead => {
+            "UPDATE {t} SET status = 'DEAD', attempts = attempts + 1, last_error = :error, failed_at = now(),
+                 dead_at = now(), lease_expires_at = NULL
+             WHERE id = :id AND lease_owner = :claimant AND lease_token = :token AND status = 'PROCESSING'"
+        }
+        // Rows our own batch transaction has locked are skipped, not waited for: that
+        // transaction is about to settle them, and waiting on it deadlocks with it.
+        WorkerStatement::Renew => {
+            "UPDATE {t} w SET lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond'
+             FROM (SELECT i.id FROM {t} i JOIN unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token) ON i.id = s.id
+                   WHERE i.lease_token = s.token AND i.lease_owner = :claimant AND i.status = 'PROCESSING'
+                   FOR UPDATE OF i SKIP LOCKED) AS l
+             WHERE w.id = l.id"
+        }
+        WorkerStatement::Release => {
+            "UPDATE {t} i SET status = 'PENDING', lease_expires_at = NULL
+             FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
+             WHERE i.id = s.id AND i.lease_token = s.token AND i.lease_owner = :claimant AND i.status = 'PROCESSING'"
+        }
+        WorkerStatement::Stats => {
+            "SELECT (SELECT count(*) FROM {t} WHERE consumer = :consumer AND status = 'DEAD') AS dead,
+                    (SELECT count(*) FROM {t} WHERE consumer = :consumer AND status = 'PENDING') AS pending,
+                    coalesce((SELECT extract(epoch FROM now() - min(claimed_at)) FROM {t}
+                              WHERE consumer = :consumer AND status = 'PROCESSING'), 0)::float8
+                        AS oldest_lease_age_seconds,
+                    coalesce((SELECT extract(epoch FROM now() - min(failed_at)) FROM {t}
+                              WHERE consumer = :consumer AND status = 'PENDING' AND attempts > 0), 0)::float8
+                        AS oldest_retry_age_seconds"
+        }
+        // Oldest first on the processed_at partial index, in bounded batches; IGNORED rows by age of receipt.
+        WorkerStatement::Purge => {
+            "WITH old AS (
+                 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PROCESSED'
+                   AND processed_at < now() - :age_ms::bigint * interval '1 millisecond'
+                 ORDER BY processed_at LIMIT :batch_size FOR UPDATE SKIP LOCKED
+             ), ignored AS (
+                 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'IGNORED'
+                   AND received_at < now() - :age_ms::bigint * interval '1 millisecond'
+                 LIMIT :batch_size FOR UPDATE SKIP LOCKED
+             )
+             DELETE FROM {t} i USING (SELECT id FROM old UNION ALL SELECT id FROM ignored) d WHERE i.id = d.id"
+        }
+    };
+    text.replace("{t}", t)
 }
 
 impl PgWorker {
-    pub fn new(pool: Pool, table: &str, consumer: &str, faults: Faults) -> Self {
-        Self { pool, consumer: consumer.to_owned(), faults, sql: WorkerSql::new(table) }
+    /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
+    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
+        let mut statements = HashMap::new();
+        for (statement, text) in statement_texts(&worker.sql, |s| reference(s, &worker.table)) {
+            let named = params::rewrite(&text, Placeholder::Numbered)
+                .map_err(|e| format!("worker `{}` sql.{}: {e}", worker.name, statement.name()))?;
+            statements.insert(statement, named);
+        }
+        Ok(Self { pool, consumer: worker.consumer.clone(), faults, statements })
+    }
+
+    fn values(&self, statement: WorkerStatement, bind: impl Fn(&str) -> Param) -> (&NamedSql, Vec<Param>) {
+        let named = &self.statements[&statement];
+        (named, named.names.iter().map(|n| bind(n)).collect())
     }
 
     /// The fast path: one transaction marks the batch PROCESSED (fenced, set-based) and runs the
-    /// handler statements of the rows it marked, all sent at once — tokio-postgres pipelines
-    /// queries polled together on one connection — so a batch costs a few round trips instead
-    /// of four per row. A row the fence refuses is not applied at all. `None` when a handler
-    /// statement refused a row's data: the transaction is rolled back and the caller isolates
-    /// the row at fault with a savepoint per row.
+    /// handler statements, all sent at once — tokio-postgres pipelines queries polled together
+    /// on one connection — so a batch costs a few round trips instead of four per row. `None`
+    /// when the fence refused a row or a handler statement refused a row's data: the
+    /// transaction is rolled back and the caller isolates the row with a savepoint per row.
     async fn apply_pipelined(
         &self,
         owner: &str,
@@ -139,38 +138,33 @@ impl PgWorker {
         self.faults.reach(Point::WorkerInHandler).await;
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
-        let (ids, tokens): (Vec<i64>, Vec<i64>) = items.iter().map(|(r, _)| (r.id, r.token)).unzip();
-        let mark = tx.prepare_cached(&self.sql.processed_batch).await.map_err(|e| query_error("mark processed", e))?;
-        let marked: HashSet<i64> = tx
-            .query(&mark, &[&owner, &ids, &tokens])
-            .await
-            .map_err(|e| query_error("mark processed", e))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        // The row locks the mark took keep every marked row ours until the commit.
-        let ours = || items.iter().filter(|(row, _)| marked.contains(&row.id));
+        let held: Vec<(String, i64)> = items.iter().map(|(r, _)| r.held()).collect();
+        let (named, values) = self.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()));
+        let mark = tx.prepare_cached(&named.sql).await.map_err(|e| query_error("mark processed", e))?;
+        let marked = tx.execute(&mark, &refs(&values)).await.map_err(|e| query_error("mark processed", e))?;
+        // The row locks the mark took keep every marked row ours until the commit; a row it
+        // did not mark belongs to another worker now: find it row by row.
+        if marked != items.len() as u64 {
+            return Ok(None);
+        }
         let mut prepared = HashMap::new();
-        for (_, statements) in ours() {
-            for statement in statements {
-                if !prepared.contains_key(statement.sql) {
-                    let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e));
-                    match stmt {
-                        Ok(stmt) => prepared.insert(statement.sql, stmt),
-                        Err(ApplyError::Store(e)) => return Err(e),
-                        Err(ApplyError::Handler { .. }) => return Ok(None),
-                    };
-                }
+        for statement in items.iter().flat_map(|(_, statements)| statements) {
+            if !prepared.contains_key(statement.sql) {
+                match tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
+                    Ok(stmt) => prepared.insert(statement.sql, stmt),
+                    Err(ApplyError::Store(e)) => return Err(e),
+                    Err(ApplyError::Handler { .. }) => return Ok(None),
+                };
             }
         }
-        let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = ours()
+        let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
+            .iter()
             .flat_map(|(_, statements)| statements)
             .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
             .collect();
         let sent = calls.iter().map(|(stmt, values)| {
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             let tx = &tx;
-            async move { tx.execute(*stmt, &refs).await }
+            async move { tx.execute(*stmt, &refs(values)).await }
         });
         // Replies come in order; after the first error the server refuses the rest of the
         // transaction, so the first error is the one that matters.
@@ -183,12 +177,7 @@ impl PgWorker {
             }
         }
         match tx.commit().await {
-            Ok(()) => Ok(Some(
-                items
-                    .iter()
-                    .map(|(row, _)| Ok(if marked.contains(&row.id) { Applied::Processed } else { Applied::Fenced }))
-                    .collect(),
-            )),
+            Ok(()) => Ok(Some(items.iter().map(|_| Ok(Applied::Processed)).collect())),
             // A deferred constraint may refuse one row's data at commit: isolate it.
             Err(e) => match commit_failed(items.len(), query_error("handler", e)) {
                 Ok(results) => Ok(Some(results)),
@@ -197,6 +186,10 @@ impl PgWorker {
             },
         }
     }
+}
+
+fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
 fn to_param(value: &BindValue) -> Param {
@@ -233,19 +226,16 @@ impl RowTransaction for PgRows<'_> {
         for statement in statements {
             let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
             let values: Vec<Param> = statement.values.iter().map(to_param).collect();
-            let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            tx.execute(&stmt, &refs).await.map_err(|e| handler_error(statement.index, e))?;
+            tx.execute(&stmt, &refs(&values)).await.map_err(|e| handler_error(statement.index, e))?;
         }
         self.worker.faults.reach(Point::WorkerInHandler).await;
+        let held = [row.held()];
+        let (named, values) =
+            self.worker.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()));
+        let mark = |e| ApplyError::Store(query_error("mark processed", e));
         // Cached: this runs once per row, and an unprepared statement costs a second round trip.
-        let processed = tx
-            .prepare_cached(&self.worker.sql.processed)
-            .await
-            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
-        let marked = tx
-            .execute(&processed, &[&row.id, &owner, &row.token])
-            .await
-            .map_err(|e| ApplyError::Store(query_error("mark processed", e)))?;
+        let processed = tx.prepare_cached(&named.sql).await.map_err(mark)?;
+        let marked = tx.execute(&processed, &refs(&values)).await.map_err(mark)?;
         Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
     }
 
@@ -254,8 +244,13 @@ impl RowTransaction for PgRows<'_> {
     }
 }
 
-impl WorkerStore for PgWorker {
-    /// Prepares the worker's own statements and each handler statement, naming what fails.
+impl WorkerSql for PgWorker {
+    fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Prepares the worker's own statements and each handler statement: parameter and column
+    /// types, the claim's and the stats' result columns; every problem, each naming its statement.
     async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         let client = self
             .pool
@@ -263,27 +258,39 @@ impl WorkerStore for PgWorker {
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         let mut errors = Vec::new();
-        let own = [
-            ("claim", &self.sql.claim),
-            ("processed", &self.sql.processed),
-            ("processed_batch", &self.sql.processed_batch),
-            ("retry", &self.sql.retry),
-            ("dead", &self.sql.dead),
-            ("renew", &self.sql.renew),
-            ("release", &self.sql.release),
-            ("stats", &self.sql.stats),
-        ];
-        for (name, sql) in own {
-            if let Err(e) = client.prepare(sql).await {
-                errors.push(super::prepare_refusal(&format!("inbox statement {name}"), e)?);
+        for statement in WorkerStatement::ALL {
+            let named = &self.statements[&statement];
+            let context = format!("sql.{}", statement.name());
+            let stmt = match client.prepare(&named.sql).await {
+                Ok(stmt) => stmt,
+                Err(e) => {
+                    errors.push(super::prepare_refusal(&context, e)?);
+                    continue;
+                }
+            };
+            for (name, ty) in named.names.iter().zip(stmt.params()) {
+                if !param_type_supported(ty) {
+                    errors.push(format!("{context}: parameter :{name} has type {ty}; cast it, e.g. :{name}::text"));
+                }
             }
+            for column in stmt.columns() {
+                if !column_type_supported(column.type_()) {
+                    errors.push(format!(
+                        "{context}: result column `{}` has type {}; cast it to text",
+                        column.name(),
+                        column.type_()
+                    ));
+                }
+            }
+            let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+            errors.extend(missing_result_columns(statement, &names).map(|m| format!("{context}: {m}")));
         }
         for (context, sql) in handler_sql {
             match client.prepare(sql).await {
                 Err(e) => errors.push(super::prepare_refusal(context, e)?),
                 Ok(stmt) => {
                     for ty in stmt.params() {
-                        if !super::values::param_type_supported(ty) {
+                        if !param_type_supported(ty) {
                             errors.push(format!(
                                 "{context}: a parameter has type {ty}; cast it via text, e.g. :payload.x::text::{ty}"
                             ));
@@ -295,30 +302,32 @@ impl WorkerStore for PgWorker {
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
     }
 
-    async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
-        let client = self.pool.get().await.map_err(|e| pool_error("claim inbox rows", e))?;
-        let stmt = client.prepare_cached(&self.sql.claim).await.map_err(|e| query_error("claim inbox rows", e))?;
-        let rows = client
-            .query(&stmt, &[&self.consumer, &owner, &i64::from(batch_size), &(lease.as_millis() as i64)])
-            .await
-            .map_err(|e| query_error("claim inbox rows", e))?;
-        Ok(rows
+    async fn run(
+        &self,
+        statement: WorkerStatement,
+        bind: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<(Vec<TextRow>, u64)> {
+        let label = statement.name();
+        let (named, values) = self.values(statement, bind);
+        let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
+        let stmt = client.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
+        if stmt.columns().is_empty() {
+            let changed = client.execute(&stmt, &refs(&values)).await.map_err(|e| query_error(label, e))?;
+            return Ok((Vec::new(), changed));
+        }
+        let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error(label, e))?;
+        let names: Vec<String> = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
+        let texts = rows
             .iter()
-            .map(|r| InboxRow {
-                id: r.get(0),
-                token: r.get(1),
-                event_id: r.get(2),
-                event_type: r.get(3),
-                owner: r.get(4),
-                aggregate_type: r.get(5),
-                aggregate_id: r.get(6),
-                payload: r.get(7),
-                headers: r.get(8),
-                attempts: r.get::<_, i32>(9).max(0) as u32,
-                expired_leases: r.get::<_, i32>(10).max(0) as u32,
-                reclaimed: r.get(11),
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| (names[i].clone(), c.map(|c| c.0))))
+                    .collect::<Result<TextRow, _>>()
             })
-            .collect())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))?;
+        let changed = texts.len() as u64;
+        Ok((texts, changed))
     }
 
     async fn apply_batch(
@@ -332,51 +341,5 @@ impl WorkerStore for PgWorker {
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
         apply_row_by_row(PgRows { tx, worker: self }, owner, items).await
-    }
-
-    async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {
-        let client = self.pool.get().await.map_err(|e| pool_error("record a failure", e))?;
-        let changed = match retry_in {
-            Some(delay) => {
-                let ms = delay.as_millis() as i64;
-                client.execute(&self.sql.retry, &[&row.id, &owner, &row.token, &error, &ms]).await
-            }
-            None => client.execute(&self.sql.dead, &[&row.id, &owner, &row.token, &error]).await,
-        }
-        .map_err(|e| query_error("record a failure", e))?;
-        Ok(changed == 1)
-    }
-
-    async fn renew(&self, owner: &str, rows: &[(i64, i64)], lease: Duration) -> StoreResult<u64> {
-        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
-        let client = self.pool.get().await.map_err(|e| pool_error("renew leases", e))?;
-        client
-            .execute(&self.sql.renew, &[&owner, &(lease.as_millis() as i64), &ids, &tokens])
-            .await
-            .map_err(|e| query_error("renew leases", e))
-    }
-
-    async fn release(&self, owner: &str, rows: &[(i64, i64)]) -> StoreResult<u64> {
-        let (ids, tokens): (Vec<i64>, Vec<i64>) = rows.iter().copied().unzip();
-        let client = self.pool.get().await.map_err(|e| pool_error("release rows", e))?;
-        client.execute(&self.sql.release, &[&owner, &ids, &tokens]).await.map_err(|e| query_error("release rows", e))
-    }
-
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        let client = self.pool.get().await.map_err(|e| pool_error("purge the inbox", e))?;
-        let params: [&(dyn ToSql + Sync); 3] = [&self.consumer, &(age.as_millis() as i64), &i64::from(batch)];
-        client.execute(&self.sql.purge, &params).await.map_err(|e| query_error("purge the inbox", e))
-    }
-
-    async fn stats(&self) -> StoreResult<InboxStats> {
-        let client = self.pool.get().await.map_err(|e| pool_error("inbox stats", e))?;
-        let row =
-            client.query_one(&self.sql.stats, &[&self.consumer]).await.map_err(|e| query_error("inbox stats", e))?;
-        Ok(InboxStats {
-            dead: row.get(0),
-            pending: row.get(1),
-            oldest_lease_age: row.get(2),
-            oldest_retry_age: row.get(3),
-        })
     }
 }
