@@ -219,6 +219,17 @@ fn every_shipped_example_config_parses() {
     assert!(seen > 0);
 }
 
+#[test]
+fn the_documented_example_for_an_existing_consumer_is_the_shipped_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = std::fs::read_to_string(root.join("config/existing-consumer.toml")).unwrap();
+    let doc = std::fs::read_to_string(root.join("docs/sql-contract.md")).unwrap();
+    assert!(
+        doc.contains(&format!("```toml\n{file}```")),
+        "docs/sql-contract.md shows config/existing-consumer.toml verbatim"
+    );
+}
+
 /// A MySQL server that accepts the connection and never answers: `database.connect_timeout`
 /// bounds the wait (the driver has no timeout of its own).
 #[test]
