@@ -139,7 +139,11 @@ async fn check_worker<S: WorkerStore>(worker: &WorkerConfig, store: S, dialect: 
         abandon: CancellationToken::new(),
     };
     let built = Worker::new(worker.clone(), dialect.placeholder(), deps)?;
-    built.check_statements(&built.handler_sql()).await.map_err(|e| format!("worker `{}`: {e}", worker.name))
+    // Every statement's message names its worker already; an unreachable database does not.
+    built.check_statements(&built.handler_sql()).await.map_err(|e| match e {
+        PrepareError::Invalid(found) => found.join("\n"),
+        other => format!("worker `{}`: {other}", worker.name),
+    })
 }
 
 /// What the database connection negotiated, as the server reports it, and what was verified.

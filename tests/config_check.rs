@@ -198,6 +198,32 @@ async fn check_names_missing_claim_columns() {
 }
 
 #[tokio::test]
+async fn check_names_the_consumer_statement_and_column_at_fault() {
+    let env = TestEnv::new().await;
+    let bridge = env.bridge_config(
+        "b1",
+        &["user"],
+        "[bridge.sql]\ninsert = \"INSERT INTO consumer_inbox (consumer, event_id, nope) VALUES (:consumer, :event_id, :payload)\"\n",
+    );
+    let (ok, out) = run_to_end(&bridge, &["check"]);
+    assert!(!ok && out.contains("bridge `bridge`: sql.insert") && out.contains("nope"), "{out}");
+
+    // The claim lacks expired_leases; the stats statement is fine; retry names a parameter the
+    // statement is not offered (a configuration error, before any database work).
+    let claim = "UPDATE consumer_inbox SET status = 'PROCESSING' WHERE consumer = :consumer AND id < :batch_size \
+                 RETURNING id, lease_token AS token, event_id, event_type, payload, attempts";
+    let worker =
+        format!("{}{}", env.base_config(), TestEnv::worker_section(&format!("[worker.sql]\nclaim = \"{claim}\"")));
+    let (ok, out) = run_to_end(&worker, &["check"]);
+    assert!(!ok && out.contains("worker `worker` sql.claim") && out.contains("expired_leases"), "{out}");
+
+    let typo =
+        worker.replacen("[worker.sql]", "[worker.sql]\nretry = \"UPDATE consumer_inbox SET last_error = :oops\"", 1);
+    let (ok, out) = run_to_end(&typo, &["check"]);
+    assert!(!ok && out.contains("worker[0].sql.retry") && out.contains(":oops") && out.contains(":error"), "{out}");
+}
+
+#[tokio::test]
 async fn check_passes_on_the_reference_schema() {
     let env = TestEnv::new().await;
     let (ok, out) = run_to_end(&env.config(""), &["check"]);

@@ -166,7 +166,7 @@ impl TakeoverSql {
         ];
         for (statement, sql) in statements {
             let Some(sql) = sql else { continue };
-            let context = format!("bridge sql.{}", statement.name());
+            let context = format!("sql.{}", statement.name());
             match catalog.prepare(&context, sql.text()).await? {
                 Err(refusal) => problems.push(refusal),
                 Ok(columns) if statement == TakeoverStatement::Existing => {

@@ -398,14 +398,15 @@ pub fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Opt
     (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
 }
 
-/// The statement texts for `[worker.sql]`: each override, else `reference(statement)`; every
-/// one scanned for named parameters in the dialect's placeholder style.
+/// The texts of the statements `worker` runs: each `[worker.sql]` override, else
+/// `reference(statement)`; `purge` only with retention.
 pub fn statement_texts(
-    overrides: &crate::config::consumer_sql::WorkerOverrides,
+    worker: &crate::config::WorkerConfig,
     reference: impl Fn(WorkerStatement) -> String,
 ) -> Vec<(WorkerStatement, String)> {
     WorkerStatement::ALL
         .iter()
-        .map(|s| (*s, overrides.get(*s).map(str::to_owned).unwrap_or_else(|| reference(*s))))
+        .filter(|s| **s != WorkerStatement::Purge || worker.retention.is_some())
+        .map(|s| (*s, worker.sql.get(*s).map(str::to_owned).unwrap_or_else(|| reference(*s))))
         .collect()
 }

@@ -28,6 +28,8 @@ use crate::store::{PrepareError, StoreResult};
 pub struct MyWorker {
     pool: Pool,
     consumer: String,
+    /// `worker `<name>``, for messages.
+    label: String,
     faults: Faults,
     /// Each statement's parts (more than one only for a claim or renew script).
     statements: HashMap<WorkerStatement, Vec<NamedSql>>,
@@ -110,7 +112,7 @@ impl MyWorker {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
         let mut statements = HashMap::new();
-        for (statement, text) in statement_texts(&worker.sql, |s| reference(s, &worker.table)) {
+        for (statement, text) in statement_texts(worker, |s| reference(s, &worker.table)) {
             let context = format!("worker `{}` sql.{}", worker.name, statement.name());
             let parts =
                 params::split_statements(&text, Placeholder::Positional).map_err(|e| format!("{context}: {e}"))?;
@@ -123,7 +125,8 @@ impl MyWorker {
                 .collect::<Result<Vec<_>, _>>()?;
             statements.insert(statement, named);
         }
-        Ok(Self { pool, consumer: worker.consumer.clone(), faults, statements })
+        let label = format!("worker `{}`", worker.name);
+        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements })
     }
 
     /// Runs a statement's parts in `conn`: each part after the first sees the ids the parts
@@ -134,7 +137,9 @@ impl MyWorker {
         statement: WorkerStatement,
         value: &(impl Fn(&str) -> Param + Send + Sync),
     ) -> Result<(Vec<TextRow>, u64), mysql_async::Error> {
-        let parts = &self.statements[&statement];
+        let Some(parts) = self.statements.get(&statement) else {
+            return Err(mysql_async::Error::Other(format!("the worker has no {} statement", statement.name()).into()));
+        };
         let mut ids: Vec<String> = Vec::new();
         for (i, named) in parts.iter().enumerate() {
             let values = if i == 0 {
@@ -218,8 +223,8 @@ impl WorkerSql for MyWorker {
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         let mut errors = Vec::new();
         for statement in WorkerStatement::ALL {
-            let parts = &self.statements[&statement];
-            let context = format!("sql.{}", statement.name());
+            let Some(parts) = self.statements.get(&statement) else { continue };
+            let context = format!("{} sql.{}", self.label, statement.name());
             for (i, named) in parts.iter().enumerate() {
                 match conn.prep(named.sql.as_str()).await {
                     Err(e) => errors.push(super::prepare_refusal(&context, e)?),
@@ -246,7 +251,7 @@ impl WorkerSql for MyWorker {
         value: impl Fn(&str) -> Param + Send + Sync,
     ) -> StoreResult<(Vec<TextRow>, u64)> {
         let label = statement.name();
-        if self.statements[&statement].len() == 1 {
+        if self.statements.get(&statement).is_none_or(|parts| parts.len() == 1) {
             let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
             return self.script(&mut conn, statement, &value).await.map_err(|e| error(label, e));
         }

@@ -25,6 +25,8 @@ use crate::store::{PrepareError, StoreError, StoreResult};
 pub struct PgWorker {
     pool: Pool,
     consumer: String,
+    /// `worker `<name>``, for messages.
+    label: String,
     faults: Faults,
     statements: HashMap<WorkerStatement, NamedSql>,
 }
@@ -112,17 +114,18 @@ impl PgWorker {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
         let mut statements = HashMap::new();
-        for (statement, text) in statement_texts(&worker.sql, |s| reference(s, &worker.table)) {
+        for (statement, text) in statement_texts(worker, |s| reference(s, &worker.table)) {
             let named = params::rewrite(&text, Placeholder::Numbered)
                 .map_err(|e| format!("worker `{}` sql.{}: {e}", worker.name, statement.name()))?;
             statements.insert(statement, named);
         }
-        Ok(Self { pool, consumer: worker.consumer.clone(), faults, statements })
+        let label = format!("worker `{}`", worker.name);
+        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements })
     }
 
-    fn values(&self, statement: WorkerStatement, bind: impl Fn(&str) -> Param) -> (&NamedSql, Vec<Param>) {
-        let named = &self.statements[&statement];
-        (named, named.names.iter().map(|n| bind(n)).collect())
+    fn values(&self, statement: WorkerStatement, bind: impl Fn(&str) -> Param) -> StoreResult<(&NamedSql, Vec<Param>)> {
+        let named = self.statements.get(&statement).ok_or_else(|| missing(statement))?;
+        Ok((named, named.names.iter().map(|n| bind(n)).collect()))
     }
 
     /// The fast path: one transaction marks the batch PROCESSED (fenced, set-based) and runs the
@@ -139,7 +142,8 @@ impl PgWorker {
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
         let held: Vec<(String, i64)> = items.iter().map(|(r, _)| r.held()).collect();
-        let (named, values) = self.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()));
+        let (named, values) =
+            self.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()))?;
         let mark = tx.prepare_cached(&named.sql).await.map_err(|e| query_error("mark processed", e))?;
         let marked = tx.execute(&mark, &refs(&values)).await.map_err(|e| query_error("mark processed", e))?;
         // The row locks the mark took keep every marked row ours until the commit; a row it
@@ -188,6 +192,11 @@ impl PgWorker {
     }
 }
 
+/// A statement this worker was built without (`purge` without retention).
+fn missing(statement: WorkerStatement) -> StoreError {
+    StoreError::Contract(format!("the worker has no {} statement", statement.name()))
+}
+
 fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
@@ -230,8 +239,10 @@ impl RowTransaction for PgRows<'_> {
         }
         self.worker.faults.reach(Point::WorkerInHandler).await;
         let held = [row.held()];
-        let (named, values) =
-            self.worker.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()));
+        let (named, values) = self
+            .worker
+            .values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()))
+            .map_err(ApplyError::Store)?;
         let mark = |e| ApplyError::Store(query_error("mark processed", e));
         // Cached: this runs once per row, and an unprepared statement costs a second round trip.
         let processed = tx.prepare_cached(&named.sql).await.map_err(mark)?;
@@ -259,8 +270,8 @@ impl WorkerSql for PgWorker {
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         let mut errors = Vec::new();
         for statement in WorkerStatement::ALL {
-            let named = &self.statements[&statement];
-            let context = format!("sql.{}", statement.name());
+            let Some(named) = self.statements.get(&statement) else { continue };
+            let context = format!("{} sql.{}", self.label, statement.name());
             let stmt = match client.prepare(&named.sql).await {
                 Ok(stmt) => stmt,
                 Err(e) => {
@@ -308,7 +319,7 @@ impl WorkerSql for PgWorker {
         bind: impl Fn(&str) -> Param + Send + Sync,
     ) -> StoreResult<(Vec<TextRow>, u64)> {
         let label = statement.name();
-        let (named, values) = self.values(statement, bind);
+        let (named, values) = self.values(statement, bind)?;
         let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
         let stmt = client.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
         if stmt.columns().is_empty() {
