@@ -116,6 +116,7 @@ pub async fn bridge_large_entries(
             ],
             event_id: id,
             run: None,
+            trace: None,
         };
         stream.append(&[entry], &AppendOptions::default()).await;
     }

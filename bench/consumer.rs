@@ -52,6 +52,7 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64>
                     ],
                     event_id: id,
                     run: None,
+                    trace: None,
                 }
             })
             .collect();

@@ -114,6 +114,7 @@ pub async fn redis_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result
         ],
         event_id: format!("r-{i}"),
         run: None,
+        trace: None,
     };
     let started = Instant::now();
     let mut i = 0;

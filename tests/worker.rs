@@ -3,10 +3,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
+use common::http::read_request;
 use common::process::Handoff;
 use common::{TestEnv, eventually};
 
@@ -260,31 +261,6 @@ fn receiver() -> (String, Arc<Mutex<Vec<Request>>>) {
         }
     });
     (address, seen)
-}
-
-/// Reads one request: a header lookup and the JSON body.
-fn read_request(stream: &std::net::TcpStream) -> (impl Fn(&str) -> String + use<>, serde_json::Value) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        headers.push(line.trim().to_owned());
-    }
-    let header = move |name: &str| {
-        headers
-            .iter()
-            .find_map(|h| {
-                h.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let length: usize = header("content-length").parse().unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
-    (header, serde_json::from_slice(&body).unwrap())
 }
 
 #[tokio::test]

@@ -48,6 +48,9 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         faults,
         claimant: claimant_id(),
     };
+    if let Some(tracing) = &config.telemetry.tracing {
+        crate::telemetry::traces::install(tracing).map_err(|e| anyhow!(e))?;
+    }
     let db = Database::connect(&config.database, "handoff").context("database")?;
     log_tls("database", config.database.url.as_ref(), config.database.tls_mode());
     log_tls("redis", config.redis.url.as_ref(), config.redis.tls_mode());
@@ -77,6 +80,8 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     let result = drain(&shared, config.shutdown.grace_period).await;
     server_stop.cancel();
     let _ = server.await;
+    // Blocks until the last spans are exported (on this runtime): off the async threads.
+    let _ = tokio::task::spawn_blocking(crate::telemetry::traces::shutdown).await;
     result
 }
 

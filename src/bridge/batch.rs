@@ -17,6 +17,8 @@ use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
 use crate::store::{OutageKind, StoreError};
 use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
+use crate::telemetry::traces::{self, EventSpan};
+use opentelemetry::trace::SpanKind;
 
 /// A batch sorted by validation: the events to take over, the poison records, and the entries
 /// that repeat an event earlier in the same batch (acknowledged with it).
@@ -69,8 +71,14 @@ impl<S: InboxStore> StreamBridge<S> {
     pub(super) async fn take_over_and_ack(&self, entries: Vec<RawEntry>, sorted: Sorted) {
         let started = std::time::Instant::now();
         let Sorted { events, poison, repeats } = sorted;
+        // One span per event, a child of the producer's trace context; ends once acknowledged.
+        let mut spans: Vec<EventSpan> =
+            if traces::enabled() { events.iter().map(|e| self.takeover_span(e)).collect() } else { Vec::new() };
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
         let Some((outcomes, poison)) = self.take_over(events, poison, &entries).await else { return };
+        for (span, (_, outcome)) in spans.iter_mut().zip(&outcomes) {
+            span.set("handoff.takeover", format!("{outcome:?}").to_lowercase());
+        }
         let committed = started.elapsed();
         self.count(&outcomes, &poison);
         self.deps.faults.reach(Point::BridgeBeforeAck).await;
@@ -88,6 +96,16 @@ impl<S: InboxStore> StreamBridge<S> {
             ack_ms = (started.elapsed() - committed).as_secs_f64() * 1e3,
             "batch handled"
         );
+    }
+
+    fn takeover_span(&self, event: &InboxEvent) -> EventSpan {
+        let mut span =
+            EventSpan::start("handoff.bridge.take_over", SpanKind::Consumer, Some(event.headers.as_str()), None);
+        span.set("handoff.event_id", event.event_id.clone());
+        span.set("handoff.consumer", self.config.consumer.clone());
+        span.set("messaging.destination.name", event.stream.clone());
+        span.set("messaging.message.id", event.entry_id.clone());
+        span
     }
 
     fn over_delivered(&self, entry: &RawEntry, deliveries: u64) -> PoisonRecord {

@@ -16,6 +16,7 @@ pub mod tls;
 mod validate;
 mod worker;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -156,6 +157,32 @@ pub struct TelemetryConfig {
     /// Connections served at once; more are closed on accept. Default: 32.
     #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
+    /// OpenTelemetry traces over OTLP/HTTP (`[telemetry.tracing]`). Default: off.
+    pub tracing: Option<TracingConfig>,
+}
+
+/// `[telemetry.tracing]`: spans for each event's way through handoff, exported over OTLP/HTTP
+/// (JSON). Unset keys follow the standard `OTEL_*` variables, then the defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// Where spans go: the collector's OTLP/HTTP traces URL. Default: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+    /// else `OTEL_EXPORTER_OTLP_ENDPOINT` + "/v1/traces", else "http://localhost:4318/v1/traces".
+    pub endpoint: Option<String>,
+    /// Request headers (e.g. an API key), added to `OTEL_EXPORTER_OTLP_HEADERS`. Default: none.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Fraction of new traces sampled (a producer's sampled flag is followed). Default:
+    /// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, else every trace.
+    pub sample_ratio: Option<f64>,
+    /// `service.name` of the spans. Default: `OTEL_SERVICE_NAME`, else "handoff".
+    pub service_name: Option<String>,
+    /// How long one export may take. Default: "10s".
+    #[serde(default = "defaults::ten_seconds", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// TLS for an `https://` endpoint. Default: verify-full against the system roots.
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -201,6 +228,9 @@ impl BackoffConfig {
 }
 
 mod defaults {
+    pub fn ten_seconds() -> std::time::Duration {
+        std::time::Duration::from_secs(10)
+    }
     use std::net::SocketAddr;
     use std::time::Duration;
 
@@ -242,6 +272,7 @@ impl Default for TelemetryConfig {
             sample_interval: defaults::sample_interval(),
             header_read_timeout: defaults::five_seconds(),
             max_connections: defaults::max_connections(),
+            tracing: None,
         }
     }
 }

@@ -153,6 +153,14 @@ pub fn validate(config: &Config) -> Vec<String> {
     if config.telemetry.sample_interval.is_zero() {
         errors.push("telemetry.sample_interval must be > 0".into());
     }
+    if let Some(tracing) = &config.telemetry.tracing {
+        if tracing.sample_ratio.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+            errors.push("telemetry.tracing.sample_ratio must be between 0 and 1".into());
+        }
+        if tracing.timeout.is_zero() {
+            errors.push("telemetry.tracing.timeout must be > 0".into());
+        }
+    }
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

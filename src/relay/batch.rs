@@ -20,6 +20,8 @@ use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreRes
 use crate::stream::{AppendOutcome, Entry, EventStream};
 use crate::tasks;
 use crate::telemetry::metrics::{DeadReason, FailureReason};
+use crate::telemetry::traces::{self, EventSpan};
+use opentelemetry::trace::SpanKind;
 
 /// What the loop needs to know about a finished turn.
 #[derive(Default)]
@@ -44,11 +46,13 @@ pub(super) struct Settlement {
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     pub(super) async fn process(&self, claimant: &str, rows: Vec<ClaimedRow>) -> Turn {
         let started = Instant::now();
+        let mut span = EventSpan::root("handoff.relay.batch");
+        span.set("handoff.rows", rows.len() as i64);
         let (mut settlement, sendable, entries) = self.sort_claimed(rows);
         let keys: Vec<RowRef> = sendable.iter().map(|row| row.key()).collect();
         let mut turn = Turn::default();
         let prepared = started.elapsed();
-        match self.under_lease(claimant, &keys, self.append_entries(&entries)).await {
+        match self.under_lease(claimant, &keys, self.append_entries(&entries, &span)).await {
             Some(outcomes) => {
                 turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
             }
@@ -60,7 +64,11 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             }
         }
         let appended = started.elapsed();
+        span.set("handoff.delivered", settlement.delivered.len() as i64);
+        span.set("handoff.failed", settlement.failed.len() as i64);
+        span.event("appended");
         self.settle(claimant, &keys_of(&settlement), settlement).await;
+        span.event("settled");
         let settled = started.elapsed();
         self.deps.metrics.cycle.observe(settled.as_secs_f64());
         trace!(
@@ -72,11 +80,41 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         turn
     }
 
-    /// Appends the entries (the fault points around it are for tests).
-    pub(super) async fn append_entries(&self, entries: &[Entry]) -> Vec<AppendOutcome> {
+    /// Appends the entries (the fault points around it are for tests), each in a span that is
+    /// a child of its producer's trace context and linked to the batch's span.
+    pub(super) async fn append_entries(&self, entries: &[Entry], batch: &EventSpan) -> Vec<AppendOutcome> {
+        let mut spans: Vec<EventSpan> = if traces::enabled() {
+            entries
+                .iter()
+                .map(|entry| {
+                    let mut span = EventSpan::start(
+                        "handoff.relay.append",
+                        SpanKind::Producer,
+                        entry.trace.as_deref(),
+                        Some(batch),
+                    );
+                    span.set("handoff.event_id", entry.event_id.clone());
+                    span.set("messaging.destination.name", entry.stream.clone());
+                    span
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.deps.faults.reach(Point::BeforeAppend).await;
         let outcomes = self.deps.stream.append(entries, &self.options).await;
         self.deps.faults.reach(Point::AfterAppend).await;
+        for (span, outcome) in spans.iter_mut().zip(&outcomes) {
+            match outcome {
+                AppendOutcome::Appended(id) | AppendOutcome::Duplicate(id) => {
+                    span.set("messaging.message.id", id.clone())
+                }
+                AppendOutcome::Skipped => span.fail("not appended: an earlier entry of its run failed"),
+                AppendOutcome::Rejected(e) | AppendOutcome::Unavailable(e) | AppendOutcome::Unconfirmed(e) => {
+                    span.fail(e.clone())
+                }
+            }
+        }
         outcomes
     }
 

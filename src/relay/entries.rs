@@ -16,6 +16,8 @@ use crate::stream::Entry;
 pub struct EntryBuilder {
     stream: BoundTemplate,
     layout: Layout,
+    /// The claim's `headers` column, where a producer's trace context is.
+    headers: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,18 +55,20 @@ impl EntryBuilder {
                     Ok((Bytes::from(name.clone()), field))
                 })
                 .collect::<Result<_, String>>()?;
-            return Ok(Self { stream, layout: Layout::Envelope(fields) });
+            return Ok(Self { stream, layout: Layout::Envelope(fields), headers: headers_column(columns) });
         }
         let extras = relay
             .fields
             .iter()
             .map(|(name, text)| Ok((Bytes::from(name.clone()), bind(&format!("fields.{name}"), text)?)))
             .collect::<Result<_, String>>()?;
-        let columns = ENTRY_COLUMNS
+        let entry_columns = ENTRY_COLUMNS
             .iter()
             .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (Bytes::from_static(name.as_bytes()), i)))
             .collect();
-        Ok(Self { stream, layout: Layout::BuiltIn { columns, owner: Bytes::from(relay.owner().to_owned()), extras } })
+        let headers = headers_column(columns);
+        let owner = Bytes::from(relay.owner().to_owned());
+        Ok(Self { stream, layout: Layout::BuiltIn { columns: entry_columns, owner, extras }, headers })
     }
 
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
@@ -105,8 +109,16 @@ impl EntryBuilder {
                 fields
             }
         };
-        Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None })
+        let trace = match self.headers {
+            Some(index) if crate::telemetry::traces::enabled() => row.values.get(index).cloned().flatten(),
+            _ => None,
+        };
+        Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None, trace })
     }
+}
+
+fn headers_column(columns: &[String]) -> Option<usize> {
+    columns.iter().position(|c| c == "headers")
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::batch::Turn;
 use crate::error::error_chain;
 use crate::store::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::stream::EventStream;
+use crate::telemetry::traces::EventSpan;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     pub(super) async fn process_locked(
@@ -22,9 +23,11 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     ) -> Turn {
         let started = Instant::now();
         let metrics = &self.deps.metrics;
+        let mut span = EventSpan::root("handoff.relay.batch");
+        span.set("handoff.rows", rows.len() as i64);
         let (mut settlement, sendable, entries) = self.sort_claimed(rows);
         let outcomes = tokio::select! {
-            outcomes = self.append_entries(&entries) => outcomes,
+            outcomes = self.append_entries(&entries, &span) => outcomes,
             _ = self.deps.abandon.cancelled() => {
                 // Dropping the batch rolls its transaction back: the rows are untouched.
                 warn!(rows = sendable.len(), "shutdown drain time spent while appending; rolling the locked batch back");
@@ -35,6 +38,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
         let appended = started.elapsed();
         let (delivered, failed, released) = (&settlement.delivered, &settlement.failed, settlement.released.len());
+        span.event("appended");
         match batch.commit(claimant, delivered, failed).await {
             Ok(()) => {
                 metrics.published.inc_by(delivered.len() as u64);
@@ -48,6 +52,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 warn!(error = %error_chain(&error), rows = sendable.len(), "the locked batch did not commit; its rows stay pending and are appended again");
             }
         }
+        span.event("settled");
         let settled = started.elapsed();
         metrics.cycle.observe(settled.as_secs_f64());
         trace!(

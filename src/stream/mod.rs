@@ -22,6 +22,8 @@ pub struct Entry {
     /// Entries sharing a run (consecutive, same stream) are appended in order by one atomic
     /// call that stops at the first failure: the rest come back `Skipped`.
     pub run: Option<u32>,
+    /// The row's headers (JSON), kept only while tracing is on: the event's trace context.
+    pub trace: Option<String>,
 }
 
 /// How appends are made.

@@ -5,3 +5,4 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod throttle;
+pub mod traces;

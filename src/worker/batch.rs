@@ -14,6 +14,8 @@ use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::retry::delay;
 use crate::store::worker::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
+use crate::telemetry::traces::{self, EventSpan};
+use opentelemetry::trace::SpanKind;
 
 /// A row's fate when it is not (or no longer) part of the transaction.
 enum Failure {
@@ -25,12 +27,21 @@ impl<S: WorkerStore> Worker<S> {
     pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
         let started = Instant::now();
         let held: Vec<(String, i64)> = rows.iter().map(InboxRow::held).collect();
+        // One span per row, a child of the producer's trace context: what an HTTP handler
+        // forwards as `traceparent`. They end when the batch is settled.
+        let mut spans: Vec<EventSpan> =
+            if traces::enabled() { rows.iter().map(|row| self.handler_span(row)).collect() } else { Vec::new() };
+        let parents: Vec<Option<String>> =
+            rows.iter().enumerate().map(|(i, _)| spans.get(i).and_then(EventSpan::traceparent)).collect();
         let work = async {
             let mut failures: Vec<(&InboxRow, Failure)> = Vec::new();
             let mut items: Vec<(&InboxRow, Vec<BoundStatement<'_>>)> = Vec::new();
             // Every row at once: an HTTP handler bounds its own requests in flight; SQL
             // handlers only bind values here.
-            let prepared = futures_util::future::join_all(rows.iter().map(|row| self.prepare(row))).await;
+            let prepared = futures_util::future::join_all(
+                rows.iter().zip(&parents).map(|(row, trace)| self.prepare(row, trace.as_deref())),
+            )
+            .await;
             for (row, outcome) in rows.iter().zip(prepared) {
                 if row.reclaimed {
                     self.deps.metrics.reclaims.inc();
@@ -80,12 +91,26 @@ impl<S: WorkerStore> Worker<S> {
             }
         }
         for (row, failure) in failures {
+            if let Some(span) = rows.iter().position(|r| r.id == row.id).and_then(|i| spans.get_mut(i)) {
+                span.fail(match &failure {
+                    Failure::Retry(e) | Failure::Dead(e) => e.clone(),
+                });
+            }
             self.record(owner, row, failure).await;
         }
     }
 
+    fn handler_span(&self, row: &InboxRow) -> EventSpan {
+        let headers = row.headers.to_string();
+        let mut span = EventSpan::start("handoff.worker.handle", SpanKind::Consumer, Some(&headers), None);
+        span.set("handoff.event_id", row.event_id.clone());
+        span.set("handoff.event_type", row.event_type.clone());
+        span.set("handoff.attempt", i64::from(row.attempts) + 1);
+        span
+    }
+
     /// The statements to run for `row` (none: only mark it), or why it fails without them.
-    async fn prepare<'a>(&'a self, row: &InboxRow) -> Result<Vec<BoundStatement<'a>>, Failure> {
+    async fn prepare<'a>(&'a self, row: &InboxRow, trace: Option<&str>) -> Result<Vec<BoundStatement<'a>>, Failure> {
         if row.expired_leases >= self.config.max_expired_leases {
             return Err(Failure::Dead(format!(
                 "lease expired {} times: the row keeps its worker from finishing",
@@ -105,7 +130,7 @@ impl<S: WorkerStore> Worker<S> {
                 .map(|(i, s)| s.bind(i, row))
                 .collect::<Result<Vec<_>, MissingField>>()
                 .map_err(|MissingField(name)| Failure::Dead(format!("the event has no value for :{name}"))),
-            Effect::Http(http) => match http.deliver(row).await {
+            Effect::Http(http) => match http.deliver(row, trace).await {
                 Delivery::Done => Ok(Vec::new()),
                 Delivery::Refused(e) => Err(Failure::Dead(e)),
                 Delivery::Failed(e) => Err(Failure::Retry(e)),

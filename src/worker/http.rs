@@ -78,10 +78,12 @@ impl HttpHandler {
         Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward, in_flight })
     }
 
-    pub async fn deliver(&self, row: &InboxRow) -> Delivery {
+    /// POSTs `row`; `trace` (the handler span's `traceparent`, when tracing is on) replaces the
+    /// event's own, so the receiver's spans are children of handoff's.
+    pub async fn deliver(&self, row: &InboxRow, trace: Option<&str>) -> Delivery {
         // The semaphore is never closed, so acquiring cannot fail.
         let Ok(_permit) = self.in_flight.acquire().await else { return Delivery::Failed("handler closed".into()) };
-        let request = match self.request(row) {
+        let request = match self.request(row, trace) {
             Ok(request) => request,
             Err(e) => return Delivery::Refused(format!("cannot build the request: {e}")),
         };
@@ -100,7 +102,7 @@ impl HttpHandler {
         if self.dead_on.contains(&status.as_u16()) { Delivery::Refused(message) } else { Delivery::Failed(message) }
     }
 
-    fn request(&self, row: &InboxRow) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+    fn request(&self, row: &InboxRow, trace: Option<&str>) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
         let mut body = serde_json::json!({
             "event_id": row.event_id,
             "event_type": row.event_type,
@@ -117,6 +119,11 @@ impl HttpHandler {
         headers.clone_from(&self.headers);
         headers.insert("idempotency-key", HeaderValue::from_str(&row.event_id)?);
         headers.insert("x-event-type", HeaderValue::from_str(&row.event_type)?);
+        if let Some(trace) = trace
+            && self.forward.iter().any(|h| h == "traceparent")
+        {
+            headers.insert("traceparent", HeaderValue::from_str(trace)?);
+        }
         for (name, value) in forwarded(&row.headers, &self.forward) {
             // Never a second value for a name the request carries already.
             headers.entry(name).or_insert(value);

@@ -1,6 +1,7 @@
-//! A minimal HTTP/1.1 GET for scraping the telemetry listener in tests.
+//! Minimal HTTP/1.1 for tests: a GET for scraping the telemetry listener, and reading one
+//! request on a receiver's side.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 /// `(status code, body)` of `GET http://{address}{path}`.
@@ -21,4 +22,29 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
         .find(|line| line.split_whitespace().next() == Some(series))
         .and_then(|line| line.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
+}
+
+/// Reads one request: a header lookup and the JSON body.
+pub fn read_request(stream: &std::net::TcpStream) -> (impl Fn(&str) -> String + use<>, serde_json::Value) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        headers.push(line.trim().to_owned());
+    }
+    let header = move |name: &str| {
+        headers
+            .iter()
+            .find_map(|h| {
+                h.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let length: usize = header("content-length").parse().unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (header, serde_json::from_slice(&body).unwrap())
 }

@@ -157,7 +157,7 @@ mod tests {
     use super::*;
 
     fn entry(stream: &str, run: Option<u32>) -> Entry {
-        Entry { stream: stream.into(), fields: vec![], event_id: "e".into(), run }
+        Entry { stream: stream.into(), fields: vec![], event_id: "e".into(), run, trace: None }
     }
 
     #[test]

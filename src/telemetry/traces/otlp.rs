@@ -1,0 +1,229 @@
+//! Spans to an OpenTelemetry collector over OTLP/HTTP, JSON encoded (the protocol's
+//! `application/json` form: ids as hex, 64-bit numbers as strings). Written here rather than
+//! taken from opentelemetry-otlp so the HTTP client is the one handoff already has (hyper with
+//! rustls and ring, the same TLS settings as every other connection) and no protobuf toolchain
+//! comes along.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry::trace::{SpanId, SpanKind, Status};
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use serde_json::json;
+
+use crate::config::{TlsMode, TracingConfig};
+
+const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/traces";
+
+pub struct OtlpJson {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    uri: Uri,
+    headers: HeaderMap,
+    timeout: Duration,
+    /// Exports are made on the runtime handoff runs on: the batch processor calls from a thread
+    /// of its own, where the HTTP client has no reactor.
+    runtime: tokio::runtime::Handle,
+    resource: serde_json::Value,
+}
+
+impl std::fmt::Debug for OtlpJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Headers may carry credentials: never printed.
+        f.debug_struct("OtlpJson").field("uri", &self.uri).finish_non_exhaustive()
+    }
+}
+
+impl OtlpJson {
+    pub fn new(config: &TracingConfig) -> Result<Self, String> {
+        let path = "telemetry.tracing";
+        let endpoint = config
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").ok())
+            .or_else(|| {
+                std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .ok()
+                    .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+            })
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
+        let uri: Uri = endpoint.parse().map_err(|e| format!("{path}.endpoint `{endpoint}`: {e}"))?;
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("{path}.endpoint must be an http:// or https:// URL")),
+        };
+        let mode = if https { config.tls.mode_or(TlsMode::VerifyFull) } else { TlsMode::Require };
+        let tls = crate::tls::client_config(&format!("{path}.tls"), mode, &config.tls)?;
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+        let connector = if https {
+            builder.https_only().enable_http1().build()
+        } else {
+            builder.https_or_http().enable_http1().build()
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let from_env = std::env::var("OTEL_EXPORTER_OTLP_HEADERS").unwrap_or_default();
+        let pairs = from_env
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), percent_decode(v.trim())))
+            .chain(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for (name, value) in pairs {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
+            let value = HeaderValue::from_str(&value).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
+            headers.insert(name, value);
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| format!("{path}: the exporter must be started within the runtime"))?;
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            uri,
+            headers,
+            timeout: config.timeout,
+            runtime,
+            resource: json!({ "attributes": [] }),
+        })
+    }
+
+    fn body(&self, batch: &[SpanData]) -> Vec<u8> {
+        let spans: Vec<serde_json::Value> = batch.iter().map(span).collect();
+        let document = json!({
+            "resourceSpans": [{
+                "resource": self.resource,
+                "scopeSpans": [{ "scope": { "name": "handoff", "version": env!("CARGO_PKG_VERSION") }, "spans": spans }],
+            }]
+        });
+        serde_json::to_vec(&document).unwrap_or_default()
+    }
+}
+
+impl SpanExporter for OtlpJson {
+    fn export(&self, batch: Vec<SpanData>) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let mut request = Request::post(self.uri.clone()).body(Full::new(Bytes::from(self.body(&batch))));
+        if let Ok(request) = &mut request {
+            request.headers_mut().clone_from(&self.headers);
+        }
+        let (client, timeout) = (self.client.clone(), self.timeout);
+        let sent = self.runtime.spawn(async move {
+            let request = request.map_err(|e| e.to_string())?;
+            let response = tokio::time::timeout(timeout, client.request(request))
+                .await
+                .map_err(|_| format!("no answer within {timeout:?}"))?
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            // Read the body to the end so the connection can be reused.
+            let _ = response.into_body().collect().await;
+            if status.is_success() { Ok(()) } else { Err(format!("collector answered HTTP {status}")) }
+        });
+        async move {
+            match sent.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(OTelSdkError::InternalFailure(format!("exporting spans: {e}"))),
+                Err(e) => Err(OTelSdkError::InternalFailure(format!("exporting spans: {e}"))),
+            }
+        }
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        let attributes: Vec<serde_json::Value> =
+            resource.iter().map(|(k, v)| attribute(&KeyValue::new(k.clone(), v.clone()))).collect();
+        self.resource = json!({ "attributes": attributes });
+    }
+}
+
+fn span(data: &SpanData) -> serde_json::Value {
+    let context = &data.span_context;
+    let mut span = json!({
+        "traceId": context.trace_id().to_string(),
+        "spanId": context.span_id().to_string(),
+        "flags": context.trace_flags().to_u8(),
+        "name": data.name,
+        "kind": kind(&data.span_kind),
+        "startTimeUnixNano": nanos(data.start_time),
+        "endTimeUnixNano": nanos(data.end_time),
+        "attributes": data.attributes.iter().map(attribute).collect::<Vec<_>>(),
+        "events": data.events.iter().map(|event| json!({
+            "timeUnixNano": nanos(event.timestamp),
+            "name": event.name,
+        })).collect::<Vec<_>>(),
+        "links": data.links.iter().map(|link| json!({
+            "traceId": link.span_context.trace_id().to_string(),
+            "spanId": link.span_context.span_id().to_string(),
+        })).collect::<Vec<_>>(),
+        "status": match &data.status {
+            Status::Unset => json!({}),
+            Status::Ok => json!({ "code": 1 }),
+            Status::Error { description } => json!({ "code": 2, "message": description }),
+        },
+    });
+    if data.parent_span_id != SpanId::INVALID {
+        span["parentSpanId"] = json!(data.parent_span_id.to_string());
+    }
+    span
+}
+
+fn kind(kind: &SpanKind) -> u8 {
+    match kind {
+        SpanKind::Internal => 1,
+        SpanKind::Server => 2,
+        SpanKind::Client => 3,
+        SpanKind::Producer => 4,
+        SpanKind::Consumer => 5,
+    }
+}
+
+fn nanos(time: SystemTime) -> String {
+    time.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos().to_string()
+}
+
+fn attribute(kv: &KeyValue) -> serde_json::Value {
+    let value = match &kv.value {
+        Value::Bool(b) => json!({ "boolValue": b }),
+        Value::I64(i) => json!({ "intValue": i.to_string() }),
+        Value::F64(f) => json!({ "doubleValue": f }),
+        other => json!({ "stringValue": other.to_string() }),
+    };
+    json!({ "key": kv.key.as_str(), "value": value })
+}
+
+/// `%XX` escapes of an `OTEL_EXPORTER_OTLP_HEADERS` value (the variable is URL-encoded).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_url_decoded() {
+        assert_eq!(percent_decode("Bearer%20abc%3D"), "Bearer abc=");
+        assert_eq!(percent_decode("100%"), "100%");
+    }
+}
