@@ -45,8 +45,9 @@ struct Args {
     /// Length of the sustained run (`--only sustained`; not part of the default parts).
     #[arg(long, default_value_t = 600)]
     sustained_seconds: u64,
-    /// The sustained run's relay claim: leased (the default config) or locked.
-    #[arg(long, default_value = "leased")]
+    /// The sustained run's relay claim: auto (the default config's, which is locked here),
+    /// leased or locked.
+    #[arg(long, default_value = "auto")]
     sustained_claim: String,
     #[arg(long, default_value = "target/release/handoff")]
     binary: PathBuf,
@@ -183,11 +184,11 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
     report.add("limit", format!("locked claim + mark + commit alone, 2 loops, batch {batch}"), locked2, "rows/s");
     report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
     let runs: [(&str, usize, u32, &str, f64); 5] = [
-        ("1 relay, concurrency 1", 1, 1, "leased", sql1),
-        ("1 relay, concurrency 2 (default)", 1, 2, "leased", sql2),
-        ("2 relays, concurrency 1", 2, 1, "leased", sql2),
+        ("1 relay, concurrency 1, claim leased", 1, 1, "leased", sql1),
+        ("1 relay, concurrency 2, claim leased", 1, 2, "leased", sql2),
+        ("2 relays, concurrency 1, claim leased", 2, 1, "leased", sql2),
         ("1 relay, concurrency 1, claim locked", 1, 1, "locked", locked1),
-        ("1 relay, concurrency 2, claim locked", 1, 2, "locked", locked2),
+        ("1 relay, concurrency 2, claim locked (the default config)", 1, 2, "locked", locked2),
     ];
     for (name, instances, concurrency, claim, limit) in runs {
         let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"");

@@ -113,7 +113,12 @@ fn configs(pg_url: &str, redis_url: &str) -> Vec<(String, String)> {
                   [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING\"]\n";
     vec![
         ("relay-1".into(), format!("{base}{relay}")),
-        ("relay-2".into(), format!("{base}{relay}")),
+        // The default claim (auto: locked here) beside an explicitly leased replica on the same
+        // table: both shapes, and their mix, under the same faults.
+        (
+            "relay-2".into(),
+            format!("{base}{}", relay.replace("lease = \"3s\"\n", "lease = \"3s\"\nclaim = \"leased\"\n")),
+        ),
         ("bridge-1".into(), format!("{base}{}", bridge("bridge-1"))),
         ("bridge-2".into(), format!("{base}{}", bridge("bridge-2"))),
         ("worker".into(), format!("{base}{worker}")),
@@ -290,6 +295,10 @@ async fn main() -> anyhow::Result<()> {
     let dead = count("SELECT (SELECT count(*) FROM audit_outbox WHERE status = 'DEAD') + (SELECT count(*) FROM consumer_inbox WHERE status = 'DEAD')").await;
     let poison = count("SELECT count(*) FROM consumer_inbox_poison").await;
     let duplicates: usize = per_event.values().map(|n| n - 1).sum();
+    // A locked claim settles without bumping the fencing token a leased claim bumps: both
+    // shapes must have delivered for the run to say anything about both.
+    let by_locked = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED' AND claim_token = 0").await;
+    let by_leased = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED' AND claim_token > 0").await;
     if count("SELECT count(*) FROM audit_logs").await < produced {
         let activity = db
             .query(
@@ -329,6 +338,8 @@ async fn main() -> anyhow::Result<()> {
         ("events produced (committed)", produced),
         ("outbox rows", outbox),
         ("delivered", delivered),
+        ("… in a locked transaction (relay-1, claim = auto)", by_locked),
+        ("… under a lease (relay-2, and reclaimed rows)", by_leased),
         ("lost (committed, not in audit_logs)", lost),
         ("stream entries", entries.len() as i64),
         ("duplicate stream entries", duplicates as i64),
@@ -345,6 +356,8 @@ async fn main() -> anyhow::Result<()> {
         && audit == produced
         && inbox == produced
         && dead == 0
+        && by_locked > 0
+        && by_leased > 0
         && duplicates == 0
         && poison == 0;
     if ok {

@@ -79,7 +79,11 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(PrepareError::Invalid(errors)) => problems.extend(errors),
             Err(e) => problems.push(e.to_string()),
             Ok(columns) => match EntryBuilder::new(relay, &columns) {
-                Ok(_) => ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name)),
+                Ok(_) => {
+                    ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
+                    let chosen = relay.claim_chosen.as_deref().unwrap_or("configured");
+                    ok.push(format!("relay `{}`: claim = \"{}\" ({chosen})", relay.name, relay.claim.name()));
+                }
                 Err(e) => problems.push(e),
             },
         }

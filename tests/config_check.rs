@@ -229,6 +229,10 @@ async fn check_passes_on_the_reference_schema() {
     let (ok, out) = run_to_end(&env.config(""), &["check"]);
     assert!(ok, "{out}");
     assert!(out.contains("relay `relay`: statements prepared"), "{out}");
+    // The default claim is resolved, and check says to what and why.
+    assert!(out.contains("relay `relay`: claim = \"locked\" (auto: every condition"), "{out}");
+    let (ok, out) = run_to_end(&env.config("claim = \"leased\""), &["check"]);
+    assert!(ok && out.contains("relay `relay`: claim = \"leased\" (configured)"), "{out}");
 }
 
 #[test]

@@ -111,3 +111,20 @@ async fn a_row_that_keeps_killing_a_locked_relay_still_turns_dead() {
     // A restarted relay claims leased first: the next kills leave expired leases behind.
     env.kill_claimants_until_dead(&config, 2).await;
 }
+
+#[tokio::test]
+async fn the_rows_a_killed_leased_relay_held_come_back_one_after_another_not_one_per_lease() {
+    let env = TestEnv::new().await;
+    env.insert_events("held", "user", 20).await;
+    let mut leased = Handoff::run_paused(&env.config("claim = \"leased\"\nlease = \"6s\""), "before_append");
+    leased.await_paused().await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE status = 'IN_FLIGHT'").await, 20);
+    leased.kill();
+    // The locked relay reclaims lease-expired rows only in leased turns, one row per turn; a
+    // turn that reclaimed is followed by another at once. (Were it one per lease, the 20 rows
+    // would take 20 × 6 s, longer than any wait here.)
+    let _locked = locked_relay(Handoff::run(&env.config("claim = \"locked\"\nlease = \"6s\""))).await;
+    env.await_delivered(20).await;
+    let counted = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE expired_claims = 1").await;
+    assert_eq!(counted, 20, "each row's expired lease was counted once");
+}

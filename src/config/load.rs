@@ -97,7 +97,11 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     database_tls(&mut config.database, &mut errors);
     super::ordered::restore(&mut config, text);
     errors.extend(validate::validate(&config));
-    if errors.is_empty() { Ok(config) } else { Err(ConfigError { errors }) }
+    if !errors.is_empty() {
+        return Err(ConfigError { errors });
+    }
+    super::claim::resolve(&mut config);
+    Ok(config)
 }
 
 /// Extracts the configuration from `value`, finding every unknown key and every value of the

@@ -5,6 +5,7 @@
 //! `load`, cross-field checks in `validate`.
 
 mod bridge;
+mod claim;
 pub mod consumer_sql;
 mod load;
 pub mod ordered;

@@ -51,9 +51,13 @@ pub struct RelayConfig {
     pub settle: SettleMode,
     /// `leased`: a claim marks rows IN_FLIGHT under a lease, the settle marks them again.
     /// `locked` (Postgres, reference statements): a transaction locks the batch, appends it and
-    /// settles it before committing, so a delivered row is written once. Default: "leased".
+    /// settles it before committing, so a delivered row is written once. Default: "auto", which
+    /// loading resolves to `locked` wherever that is allowed and to `leased` elsewhere.
     #[serde(default)]
     pub claim: ClaimMode,
+    /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
+    #[serde(skip)]
+    pub claim_chosen: Option<String>,
     /// Stream trimming. Default: none (streams grow until something else trims them).
     pub trim: Option<TrimConfig>,
     /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
@@ -89,9 +93,24 @@ pub struct RelayConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimMode {
+    /// Resolved when the configuration is loaded: `Locked` where every condition for it holds
+    /// (Postgres, reference statements, no ordering, a lease longer than an append, a spare
+    /// pooled connection), `Leased` elsewhere. Anything that sees it unresolved treats it as
+    /// `Leased`.
     #[default]
+    Auto,
     Leased,
     Locked,
+}
+
+impl ClaimMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimMode::Auto => "auto",
+            ClaimMode::Leased => "leased",
+            ClaimMode::Locked => "locked",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -125,6 +125,9 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 }
             };
             self.source_up(&mut errors);
+            if !locked {
+                turns.reclaiming = claimed.rows().iter().any(|r| r.reclaimed);
+            }
             let rows = claimed.rows();
             debug!(rows = rows.len(), locked, "claimed");
             if rows.is_empty() {
@@ -161,13 +164,14 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// transaction leaves no trace (the rollback undoes everything), so it comes back to a
     /// leased claim after the restart, which records the expired lease; and lease-expired rows
     /// are only ever reclaimed, one at a time, by the leased claim. That keeps crash-loop
-    /// detection (`max_expired_claims`) as it is.
+    /// detection (`max_expired_claims`) as it is. A leased turn that reclaimed a row is followed
+    /// by another, so the rows a dead relay held come back one after the other, not one per lease.
     fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
         if self.config.claim != ClaimMode::Locked {
             return false;
         }
         match turns.leased_at {
-            Some(at) if at.elapsed() < self.config.lease => {
+            Some(at) if at.elapsed() < self.config.lease && !turns.reclaiming => {
                 if !turns.announced {
                     turns.announced = true;
                     info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
@@ -235,10 +239,12 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 }
 
 /// With claim = "locked": when a loop last took a leased turn (none yet: the first turn is
-/// leased), and whether it said that it switched to locked turns.
+/// leased), whether that turn reclaimed a lease-expired row (then the next one is leased too),
+/// and whether it said that it switched to locked turns.
 #[derive(Default)]
 struct LockedTurns {
     leased_at: Option<Instant>,
+    reclaiming: bool,
     announced: bool,
 }
 

@@ -100,7 +100,7 @@ impl PgOutbox {
             }
         }
         let locked = match relay.claim {
-            ClaimMode::Leased => None,
+            ClaimMode::Leased | ClaimMode::Auto => None,
             ClaimMode::Locked => {
                 let sql = LockedSql::new(&relay.table, relay.settle);
                 for (name, text) in sql.statements() {
