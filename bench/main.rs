@@ -125,7 +125,11 @@ async fn main() -> anyhow::Result<()> {
         dwell(&env, &args, &mut report).await?;
     }
     if args.wants("bloat") {
-        let clean = report.0.iter().find(|f| f.name == "1 relay, concurrency 2 (default), batch 500").map(|f| f.value);
+        let clean = report
+            .0
+            .iter()
+            .find(|f| f.name == "1 relay, concurrency 2, claim locked (the default config), batch 500")
+            .map(|f| f.value);
         let clean = clean.unwrap_or(0.0);
         let runs = repeat(r, || relay::bloated(&env, n, args.history, 500)).await?;
         let bloat = median(runs.iter().map(|x| x.rows_per_sec).collect());
@@ -197,7 +201,7 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
         report.add("relay", format!("{name}, batch {batch}"), rate, "rows/s");
         report.add(
             "ratio",
-            format!("{name}, batch {batch} / leased SQL limit with as many loops"),
+            format!("{name}, batch {batch} / its claim shape's SQL limit with as many loops"),
             rate / limit * 100.0,
             "%",
         );
