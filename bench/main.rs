@@ -131,12 +131,17 @@ async fn main() -> anyhow::Result<()> {
             .find(|f| f.name == "1 relay, concurrency 2, claim locked (the default config), batch 500")
             .map(|f| f.value);
         let clean = clean.unwrap_or(0.0);
-        let runs = repeat(r, || relay::bloated(&env, n, args.history, 500)).await?;
+        let runs = repeat(r, || relay::bloated(&env, n, args.history, 500, false)).await?;
         let bloat = median(runs.iter().map(|x| x.rows_per_sec).collect());
         let name = format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history);
         report.add("bloat", name, bloat, "rows/s");
+        let runs = repeat(r, || relay::bloated(&env, n, args.history, 500, true)).await?;
+        let history = median(runs.iter().map(|x| x.rows_per_sec).collect());
+        let name = format!("1 relay, batch 500, over {} delivered rows, vacuumed", args.history);
+        report.add("bloat", name, history, "rows/s");
         if clean > 0.0 {
             report.add("ratio", "bloated / clean table, batch 500", bloat / clean * 100.0, "%");
+            report.add("ratio", "vacuumed history / clean table, batch 500", history / clean * 100.0, "%");
         }
     }
     if args.only.iter().any(|p| p == "sustained") {

@@ -178,12 +178,19 @@ pub async fn per_row_baseline(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
 /// their delivery left, under the server's own vacuum settings (printed with the results: on a
 /// server without autovacuum the dead tuples stay for the whole run; with production defaults
 /// autovacuum works on the table meanwhile, as it would in production).
-pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32) -> anyhow::Result<Run> {
+///
+/// With `vacuumed`, a `VACUUM ANALYZE` runs before the relay starts: the steady state of a table
+/// whose history grew over days and that autovacuum has visited, rather than the moment right
+/// after a bulk change.
+pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuumed: bool) -> anyhow::Result<Run> {
     env.reset().await?;
     env.fill(history, "h").await?;
     env.db
         .batch_execute("UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = '0-1'")
         .await?;
+    if vacuumed {
+        env.db.batch_execute("VACUUM ANALYZE audit_outbox").await?;
+    }
     env.fill(n, "t").await?;
     let stream = env.stream("user");
     let mut child = env.spawn("relay-bloat", &relay_config(env, batch, "concurrency = 2"))?;
