@@ -81,8 +81,8 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(columns) => match EntryBuilder::new(relay, &columns) {
                 Ok(_) => {
                     ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
-                    let chosen = relay.claim_chosen.as_deref().unwrap_or("configured");
-                    ok.push(format!("relay `{}`: claim = \"{}\" ({chosen})", relay.name, relay.claim.name()));
+                    let (claim, chosen) = relay.claim_choice();
+                    ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
                 }
                 Err(e) => problems.push(e),
             },

@@ -121,9 +121,9 @@ fn start_relay<S: OutboxStore>(
             wake::listen(config.database.clone(), notify.channel.clone(), wake.clone(), shared.shutdown.clone());
         shared.tracker.spawn(listener);
     }
-    let (claim, chosen) = (relay.claim.name(), relay.claim_chosen.clone().unwrap_or_else(|| "configured".into()));
+    let (claim, chosen) = relay.claim_choice();
     let relay = Arc::new(Relay::new(relay.clone(), deps).map_err(|e| anyhow!(e))?);
-    info!(relay = relay.name(), claimant = %shared.claimant, claim, chosen = %chosen, "relay started");
+    info!(relay = relay.name(), claimant = %shared.claimant, claim, chosen, "relay started");
     let sampler = relay.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
     shared.tracker.spawn(async move { sampler.sample(interval, stop).await });

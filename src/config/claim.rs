@@ -1,61 +1,82 @@
-//! `claim = "auto"` (the default) resolved once the configuration is valid: the locked claim
-//! wherever every condition it needs holds, the leased claim elsewhere, with the reason.
+//! Where the locked claim can keep its promises, in one place: `validate` refuses an explicit
+//! `claim = "locked"` where it cannot, and `resolve` turns `claim = "auto"` (the default) into
+//! the locked claim wherever it can and the leased claim elsewhere, with the reason.
 
 use std::time::Duration;
 
-use super::{ClaimMode, Config, Dialect, RelayConfig};
+use super::{ClaimMode, Config, Dialect, RedisConfig, RelayConfig};
 use crate::config::statements::StatementKind;
 
-/// Replaces every `auto` claim with `locked` or `leased` and records why in `claim_chosen`.
-pub fn resolve(config: &mut Config) {
-    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
-    let append = |relay: &RelayConfig| {
-        config.redis.command_timeout + relay.durability.as_ref().map_or(Duration::ZERO, |d| d.timeout)
-    };
-    let blockers: Vec<Option<String>> =
-        config.relays.iter().map(|relay| relay_blocker(relay, dialect, append(relay))).collect();
-    // Each locked loop holds a pooled connection while it appends; the gauges, retention and
-    // broker-loss checks need one more. Either every eligible relay fits, or none goes locked
-    // (a mix decided by file order would surprise more than it saves).
-    let locked_loops: u32 = config
-        .relays
-        .iter()
-        .zip(&blockers)
-        .filter(|(relay, blocker)| {
-            relay.claim == ClaimMode::Locked || (relay.claim == ClaimMode::Auto && blocker.is_none())
-        })
-        .map(|(relay, _)| relay.concurrency)
-        .sum();
-    let pool_blocker = (locked_loops as usize >= config.database.pool_size).then(|| {
-        format!(
-            "database.pool_size ({}) is not larger than the locked claim loops would need ({locked_loops})",
-            config.database.pool_size
-        )
-    });
-    for (relay, blocker) in config.relays.iter_mut().zip(blockers) {
-        if relay.claim != ClaimMode::Auto {
-            continue;
-        }
-        match blocker.or_else(|| pool_blocker.clone()) {
-            None => {
-                relay.claim = ClaimMode::Locked;
-                relay.claim_chosen = Some("auto: every condition for the locked claim holds".into());
+/// One reason the locked claim cannot be used.
+#[derive(Clone)]
+pub(super) enum Blocker {
+    Mysql,
+    Ordering,
+    /// The settle statements replaced, by name (`mark_delivered, sql.retry`).
+    Statements(String),
+    /// A locked batch's lease is its idle-in-transaction timeout; an append may take `append`.
+    Lease {
+        lease: Duration,
+        append: Duration,
+        gated: bool,
+    },
+    /// Each locked loop holds a pooled connection while it appends; the samplers need one more.
+    Pool {
+        pool: usize,
+        loops: u32,
+    },
+}
+
+impl Blocker {
+    /// The configuration error for a relay set to `claim = "locked"` (`path`: the relay's key
+    /// path; for `Pool`, the database section's).
+    pub(super) fn error(&self, path: &str) -> String {
+        match self {
+            Blocker::Mysql => format!("{path}.claim: \"locked\" needs Postgres; MySQL/MariaDB relays use \"leased\""),
+            Blocker::Ordering => {
+                format!("{path}.claim: \"locked\" cannot keep ordering's per-key runs; ordered relays use \"leased\"")
             }
-            Some(reason) => {
-                relay.claim = ClaimMode::Leased;
-                relay.claim_chosen = Some(format!("auto: {reason}"));
+            Blocker::Statements(names) => format!(
+                "{path}.claim: \"locked\" runs the reference schema's statements, but sql.{names} replace(s) them; use claim = \"leased\" with a custom layout"
+            ),
+            Blocker::Lease { lease, append, gated } => format!(
+                "{path}.lease ({}) must be longer than redis.command_timeout{} ({}) with claim = \"locked\": the lease is the batch's idle-in-transaction timeout",
+                humantime::format_duration(*lease),
+                if *gated { " + durability.timeout" } else { "" },
+                humantime::format_duration(*append)
+            ),
+            Blocker::Pool { pool, loops } => format!(
+                "{path}.pool_size ({pool}) must be larger than the concurrency of the relays with claim = \"locked\" ({loops}): each of their loops holds a connection while it appends"
+            ),
+        }
+    }
+
+    /// Why `claim = "auto"` chose the leased claim.
+    fn reason(&self) -> String {
+        match self {
+            Blocker::Mysql => "the locked claim needs Postgres".into(),
+            Blocker::Ordering => "ordering keeps per-key runs with the leased claim".into(),
+            Blocker::Statements(names) => format!("sql.{names} replace(s) the reference statements"),
+            Blocker::Lease { lease, append, .. } => format!(
+                "lease ({}) is not longer than an append may take ({}), and it would be the locked batch's idle-in-transaction timeout",
+                humantime::format_duration(*lease),
+                humantime::format_duration(*append)
+            ),
+            Blocker::Pool { pool, loops } => {
+                format!("database.pool_size ({pool}) is not larger than the locked claim loops would need ({loops})")
             }
         }
     }
 }
 
-/// What keeps this relay from the locked claim, if anything (the pool aside).
-fn relay_blocker(relay: &RelayConfig, dialect: Option<Dialect>, append: Duration) -> Option<String> {
-    if dialect != Some(Dialect::Postgres) {
-        return Some("the locked claim needs Postgres".into());
+/// What keeps `relay` from the locked claim (the pool aside: all relays share it).
+pub(super) fn blockers(relay: &RelayConfig, dialect: Option<Dialect>, redis: &RedisConfig) -> Vec<Blocker> {
+    let mut found = Vec::new();
+    if dialect == Some(Dialect::Mysql) {
+        found.push(Blocker::Mysql);
     }
     if relay.ordering.is_some() {
-        return Some("ordering keeps per-key runs with the leased claim".into());
+        found.push(Blocker::Ordering);
     }
     let overridden: Vec<&str> = StatementKind::ALL
         .iter()
@@ -63,16 +84,47 @@ fn relay_blocker(relay: &RelayConfig, dialect: Option<Dialect>, append: Duration
         .map(|kind| kind.name())
         .collect();
     if !overridden.is_empty() {
-        return Some(format!("sql.{} replace(s) the reference statements", overridden.join(", sql.")));
+        found.push(Blocker::Statements(overridden.join(", sql.")));
     }
+    let gate = relay.durability.as_ref().map(|d| d.timeout);
+    let append = redis.command_timeout + gate.unwrap_or(Duration::ZERO);
     if relay.lease <= append {
-        return Some(format!(
-            "lease ({}) is not longer than an append may take ({}), and it would be the locked batch's idle-in-transaction timeout",
-            humantime::format_duration(relay.lease),
-            humantime::format_duration(append)
-        ));
+        found.push(Blocker::Lease { lease: relay.lease, append, gated: gate.is_some() });
     }
-    None
+    found
+}
+
+/// Whether the pool cannot hold `loops` locked claim loops besides the samplers' connection.
+pub(super) fn pool_blocker(pool: usize, loops: u32) -> Option<Blocker> {
+    (loops > 0 && loops as usize >= pool).then_some(Blocker::Pool { pool, loops })
+}
+
+/// Replaces every `auto` claim with `locked` or `leased` and records why in `claim_chosen`.
+/// Runs on a valid configuration (explicit `locked` claims already passed `blockers`).
+pub fn resolve(config: &mut Config) {
+    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
+    let found: Vec<Vec<Blocker>> = config.relays.iter().map(|relay| blockers(relay, dialect, &config.redis)).collect();
+    // Either every eligible relay fits in the pool, or none goes locked (a mix decided by file
+    // order would surprise more than it saves).
+    let loops = config
+        .relays
+        .iter()
+        .zip(&found)
+        .filter(|(relay, found)| {
+            relay.claim == ClaimMode::Locked || (relay.claim == ClaimMode::Auto && found.is_empty())
+        })
+        .map(|(relay, _)| relay.concurrency)
+        .sum();
+    let pool = pool_blocker(config.database.pool_size, loops);
+    for (relay, found) in config.relays.iter_mut().zip(found) {
+        if relay.claim != ClaimMode::Auto {
+            continue;
+        }
+        (relay.claim, relay.claim_chosen) = match found.into_iter().next().or_else(|| pool.clone()) {
+            None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
+            Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
+        };
+    }
 }
 
 #[cfg(test)]

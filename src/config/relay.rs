@@ -103,6 +103,13 @@ pub enum ClaimMode {
     Locked,
 }
 
+impl RelayConfig {
+    /// The claim shape this relay runs and why: chosen by `auto` (with the reason) or configured.
+    pub fn claim_choice(&self) -> (&'static str, &str) {
+        (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
+    }
+}
+
 impl ClaimMode {
     pub fn name(self) -> &'static str {
         match self {

@@ -109,38 +109,20 @@ pub fn validate(config: &Config) -> Vec<String> {
             if relay.ordering.is_some() || relay.notify.is_some() {
                 errors.push(format!("relay[{i}]: ordering and notify need Postgres (commit-order horizon, LISTEN)"));
             }
-            if relay.claim == super::ClaimMode::Locked {
-                errors
-                    .push(format!("relay[{i}].claim: \"locked\" needs Postgres; MySQL/MariaDB relays use \"leased\""));
-            }
         }
     }
     errors.extend(validate_tls(config, dialect));
     if config.database.pool_size == 0 {
         errors.push("database.pool_size must be > 0".into());
     }
-    // A locked batch has no lease to renew: the server ends its transaction once it sits idle
-    // for `lease`, so an append Redis is slow to answer (but does answer) must end sooner.
+    // Where an explicit locked claim cannot keep its promises (the rules `auto` follows too).
     for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.claim == super::ClaimMode::Locked) {
-        let append = config.redis.command_timeout + relay.durability.as_ref().map_or(Duration::ZERO, |d| d.timeout);
-        if relay.lease <= append {
-            errors.push(format!(
-                "relay[{i}].lease ({}) must be longer than redis.command_timeout{} ({}) with claim = \"locked\": the lease is the batch's idle-in-transaction timeout",
-                humantime::format_duration(relay.lease),
-                if relay.durability.is_some() { " + durability.timeout" } else { "" },
-                humantime::format_duration(append)
-            ));
-        }
+        errors.extend(
+            super::claim::blockers(relay, dialect, &config.redis).iter().map(|b| b.error(&format!("relay[{i}]"))),
+        );
     }
-    // A locked claim loop holds a pooled connection while its batch is appended; the gauges,
-    // retention and broker-loss checks need one too.
     let locked: u32 = config.relays.iter().filter(|r| r.claim == super::ClaimMode::Locked).map(|r| r.concurrency).sum();
-    if locked > 0 && locked as usize >= config.database.pool_size {
-        errors.push(format!(
-            "database.pool_size ({}) must be larger than the concurrency of the relays with claim = \"locked\" ({locked}): each of their loops holds a connection while it appends",
-            config.database.pool_size
-        ));
-    }
+    errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());
     }
@@ -221,24 +203,6 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
         }
         if dedupe.key_prefix.is_empty() || dedupe.key_prefix.contains(['{', '}']) {
             errors.push(format!("{path}.dedupe.key_prefix must be non-empty and hold no braces"));
-        }
-    }
-    if relay.claim == super::ClaimMode::Locked {
-        if relay.ordering.is_some() {
-            errors.push(format!(
-                "{path}.claim: \"locked\" cannot keep ordering's per-key runs; ordered relays use \"leased\""
-            ));
-        }
-        let overridden: Vec<&str> = crate::config::statements::StatementKind::ALL
-            .iter()
-            .filter(|kind| kind.settles_a_claim() && relay.sql.get(**kind).is_some())
-            .map(|kind| kind.name())
-            .collect();
-        if !overridden.is_empty() {
-            errors.push(format!(
-                "{path}.claim: \"locked\" runs the reference schema's statements, but sql.{} replace(s) them; use claim = \"leased\" with a custom layout",
-                overridden.join(", sql.")
-            ));
         }
     }
     if relay.notify.as_ref().is_some_and(|n| n.channel.is_empty()) {
