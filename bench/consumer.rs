@@ -117,11 +117,12 @@ async fn fill_inbox(env: &BenchEnv, n: usize) -> anyhow::Result<()> {
 }
 
 /// Worker: `n` inbox rows, one worker process with the seed's handler, until all PROCESSED.
-pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32) -> anyhow::Result<f64> {
+/// `claim`: the worker's `claim` setting.
+pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, claim: &str) -> anyhow::Result<f64> {
     env.reset().await?;
     fill_inbox(env, n).await?;
-    let section =
-        worker_section(batch).replace("poll_interval", &format!("concurrency = {concurrency}\npoll_interval"));
+    let section = worker_section(batch)
+        .replace("poll_interval", &format!("concurrency = {concurrency}\nclaim = \"{claim}\"\npoll_interval"));
     let mut child = env.spawn("worker", &format!("{}{}", env.base_config(), section))?;
     let elapsed = time_until(Duration::from_secs(600), || async {
         Ok(env.scalar("SELECT count(*) FROM audit_logs").await? >= n as i64)
@@ -131,7 +132,7 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32) -> a
     Ok(n as f64 / elapsed?.as_secs_f64())
 }
 
-/// The worker's SQL limit: claim, then the handler and the fenced mark of every row of the
+/// The leased worker's SQL limit: claim, then the handler and the fenced mark of every row of the
 /// batch in one transaction (a savepoint per row), without the worker around it.
 pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
     env.reset().await?;
@@ -149,23 +150,46 @@ pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
         if rows.is_empty() {
             break;
         }
-        let items: Vec<_> = rows
-            .iter()
-            .map(|row| {
-                let values = vec![
-                    BindValue::Text(row.event_id.clone()),
-                    BindValue::Text(row.owner.clone().unwrap_or_default()),
-                    BindValue::Text(row.event_type.clone()),
-                    BindValue::Text(row.payload["actor"].as_str().unwrap_or_default().to_owned()),
-                    BindValue::Json(row.payload.to_string()),
-                ];
-                (row, vec![BoundStatement { index: 0, sql: &sql, values }])
-            })
-            .collect();
+        let items: Vec<_> = rows.iter().map(|row| (row, vec![seed_statement(&sql, row)])).collect();
         done += store.apply_batch("bench", &items).await?.len();
     }
     anyhow::ensure!(done == n, "applied {done} of {n}");
     Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The locked worker's SQL limit: lock a batch, run the handler for every row and mark the
+/// batch PROCESSED in one transaction, without the worker around it.
+pub async fn worker_locked_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+    env.reset().await?;
+    fill_inbox(env, n).await?;
+    let config = handoff::config::load_str(
+        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"locked\"\n",
+    )?;
+    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let sql = handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql;
+    let started = Instant::now();
+    let mut done = 0;
+    loop {
+        let (rows, Some(locked)) = store.lock(batch, Duration::from_secs(30)).await? else { break };
+        let items: Vec<_> = rows.iter().map(|row| (row, vec![seed_statement(&sql, row)])).collect();
+        anyhow::ensure!(locked.apply("bench", &items).await?, "the locked batch was refused");
+        done += items.len();
+    }
+    anyhow::ensure!(done == n, "applied {done} of {n}");
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The seed's handler statement bound for `row`, as the worker binds it.
+fn seed_statement<'a>(sql: &'a str, row: &handoff::store::worker::InboxRow) -> BoundStatement<'a> {
+    let values = vec![
+        BindValue::Text(row.event_id.clone()),
+        BindValue::Text(row.owner.clone().unwrap_or_default()),
+        BindValue::Text(row.event_type.clone()),
+        BindValue::Text(row.payload["actor"].as_str().unwrap_or_default().to_owned()),
+        BindValue::Json(row.payload.to_string()),
+    ];
+    BoundStatement { index: 0, sql, values }
 }
 
 /// The whole chain in one process: relay, bridge and worker, until audit_logs holds every event.

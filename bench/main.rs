@@ -242,13 +242,19 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
     report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
     report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
     report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
-    let worker_limit = median(repeat(r, || consumer::worker_limit(env, c, 100)).await?);
-    report.add("limit", "worker claim + handler + mark alone, batch 100", worker_limit, "rows/s");
-    for concurrency in [1, 2] {
-        let worker = median(repeat(r, || consumer::worker(env, c, 100, concurrency)).await?);
-        report.add("worker", format!("1 worker, batch 100, concurrency {concurrency}"), worker, "rows/s");
-        let ratio = worker / worker_limit * 100.0;
-        report.add("ratio", format!("worker (concurrency {concurrency}) / its SQL limit"), ratio, "%");
+    let leased_limit = median(repeat(r, || consumer::worker_limit(env, c, 100)).await?);
+    report.add("limit", "worker leased claim + handler + mark alone, batch 100", leased_limit, "rows/s");
+    let locked_limit = median(repeat(r, || consumer::worker_locked_limit(env, c, 100)).await?);
+    report.add("limit", "worker locked batch + handler + mark alone, batch 100", locked_limit, "rows/s");
+    // The default config is `claim = "auto"`, which is the locked claim for this SQL handler.
+    for (claim, limit) in [("leased", leased_limit), ("locked", locked_limit)] {
+        for concurrency in [1, 2] {
+            let worker = median(repeat(r, || consumer::worker(env, c, 100, concurrency, claim)).await?);
+            let name = format!("1 worker, batch 100, concurrency {concurrency}, claim {claim}");
+            report.add("worker", name, worker, "rows/s");
+            let ratio = worker / limit * 100.0;
+            report.add("ratio", format!("worker ({claim}, concurrency {concurrency}) / its SQL limit"), ratio, "%");
+        }
     }
     let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
     report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");

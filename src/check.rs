@@ -123,7 +123,11 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             },
         };
         match checked {
-            Ok(()) => ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name)),
+            Ok(()) => {
+                ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name));
+                let (claim, chosen) = worker.claim_choice();
+                ok.push(format!("worker `{}`: claim = \"{claim}\" ({chosen})", worker.name));
+            }
             Err(e) => problems.push(e),
         }
     }

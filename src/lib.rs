@@ -20,6 +20,7 @@ pub mod stream;
 pub mod tasks;
 pub mod telemetry;
 pub mod tls;
+pub mod turns;
 pub mod worker;
 
 /// The reference schema's migrations (they belong to the store; kept at this path for the CLI).

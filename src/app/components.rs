@@ -186,6 +186,7 @@ async fn spawn_worker<S: WorkerStore>(
         owner: format!("{}/{}", shared.claimant, worker.name),
         abandon: shared.abandon.clone(),
     };
+    let config_claim = worker.claim_choice();
     let built = Worker::new(worker.clone(), dialect.placeholder(), deps).map_err(|e| anyhow!(e))?;
     let sql = built.handler_sql();
     let check = || built.check_statements(&sql);
@@ -194,7 +195,8 @@ async fn spawn_worker<S: WorkerStore>(
         return Ok(false);
     }
     let worker = Arc::new(built);
-    info!(worker = %worker.name(), "worker started");
+    let (claim, chosen) = config_claim;
+    info!(worker = %worker.name(), claim, chosen, "worker started");
     let sampler = worker.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
     shared.tracker.spawn(async move { sampler.sample(interval, stop).await });

@@ -1,10 +1,12 @@
-//! Where the locked claim can keep its promises, in one place: `validate` refuses an explicit
-//! `claim = "locked"` where it cannot, and `resolve` turns `claim = "auto"` (the default) into
-//! the locked claim wherever it can and the leased claim elsewhere, with the reason.
+//! Where the locked claim can keep its promises, in one place, for relays and workers:
+//! `validate` refuses an explicit `claim = "locked"` where it cannot, and `resolve` turns
+//! `claim = "auto"` (the default) into the locked claim wherever it can and the leased claim
+//! elsewhere, with the reason.
 
 use std::time::Duration;
 
-use super::{ClaimMode, Config, Dialect, RedisConfig, RelayConfig};
+use super::{ClaimMode, Config, Dialect, RedisConfig, RelayConfig, WorkerConfig};
+use crate::config::consumer_sql::WorkerStatement;
 use crate::config::statements::StatementKind;
 
 /// One reason the locked claim cannot be used.
@@ -99,6 +101,60 @@ pub(super) fn pool_blocker(pool: usize, loops: u32) -> Option<Blocker> {
     (loops > 0 && loops as usize >= pool).then_some(Blocker::Pool { pool, loops })
 }
 
+/// One reason a worker cannot use the locked claim.
+pub(super) enum WorkerBlocker {
+    Mysql,
+    /// `sql.claim` / `sql.processed` replaced: a layout of the consumer's own.
+    Statements(String),
+    /// An HTTP handler: its requests would hold the rows' locks and a connection.
+    Http,
+}
+
+impl WorkerBlocker {
+    /// The configuration error for a worker set to `claim = "locked"` (`path`: its key path).
+    pub(super) fn error(&self, path: &str) -> String {
+        match self {
+            WorkerBlocker::Mysql => {
+                format!("{path}.claim: \"locked\" needs Postgres; MySQL/MariaDB workers use \"leased\"")
+            }
+            WorkerBlocker::Statements(names) => format!(
+                "{path}.claim: \"locked\" runs the reference schema's statements, but sql.{names} replace(s) them; use claim = \"leased\" with a custom layout"
+            ),
+            WorkerBlocker::Http => format!(
+                "{path}.claim: \"locked\" would hold the rows' locks and a database connection while HTTP handlers wait for their endpoints; workers with an HTTP handler use \"leased\""
+            ),
+        }
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            WorkerBlocker::Mysql => "the locked claim needs Postgres".into(),
+            WorkerBlocker::Statements(names) => format!("sql.{names} replace(s) the reference statements"),
+            WorkerBlocker::Http => "an HTTP handler would hold the locks while it waits for its endpoint".into(),
+        }
+    }
+}
+
+/// What keeps `worker` from the locked claim.
+pub(super) fn worker_blockers(worker: &WorkerConfig, dialect: Option<Dialect>) -> Vec<WorkerBlocker> {
+    let mut found = Vec::new();
+    if dialect == Some(Dialect::Mysql) {
+        found.push(WorkerBlocker::Mysql);
+    }
+    let overridden: Vec<&str> = [WorkerStatement::Claim, WorkerStatement::Processed]
+        .into_iter()
+        .filter(|statement| worker.sql.get(*statement).is_some())
+        .map(WorkerStatement::name)
+        .collect();
+    if !overridden.is_empty() {
+        found.push(WorkerBlocker::Statements(overridden.join(", sql.")));
+    }
+    if worker.handlers.iter().any(|h| h.http.is_some()) {
+        found.push(WorkerBlocker::Http);
+    }
+    found
+}
+
 /// Replaces every `auto` claim with `locked` or `leased` and records why in `claim_chosen`.
 /// Runs on a valid configuration (explicit `locked` claims already passed `blockers`).
 pub fn resolve(config: &mut Config) {
@@ -121,6 +177,13 @@ pub fn resolve(config: &mut Config) {
             continue;
         }
         (relay.claim, relay.claim_chosen) = match found.into_iter().next().or_else(|| pool.clone()) {
+            None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
+            Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
+        };
+    }
+    // A worker's locked batch holds its connection no longer than a leased batch's apply does.
+    for worker in config.workers.iter_mut().filter(|w| w.claim == ClaimMode::Auto) {
+        (worker.claim, worker.claim_chosen) = match worker_blockers(worker, dialect).into_iter().next() {
             None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
             Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
         };
@@ -171,5 +234,43 @@ mod tests {
         assert!(got.iter().all(|(mode, why)| *mode == ClaimMode::Leased && why.contains("pool_size (4)")), "{got:?}");
         let roomy = claims(&toml.replace("pool_size = 4", "pool_size = 5"));
         assert!(roomy.iter().all(|(mode, _)| *mode == ClaimMode::Locked), "{roomy:?}");
+    }
+
+    fn workers(toml: &str) -> Vec<(ClaimMode, String)> {
+        let config = load_str(toml).unwrap();
+        config.workers.iter().map(|w| (w.claim, w.claim_chosen.clone().unwrap_or_default())).collect()
+    }
+
+    const SQL_HANDLER: &str = "[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT 1\"]\n";
+
+    #[test]
+    fn a_worker_with_sql_handlers_takes_the_locked_claim_by_default_and_others_say_why_not() {
+        let toml = format!(
+            "{BASE}[[worker]]\nname = \"a\"\nconsumer = \"c\"\n{SQL_HANDLER}\
+             [[worker]]\nname = \"http\"\nconsumer = \"c\"\n[[worker.handler]]\nevent_types = [\"*\"]\n\
+             [worker.handler.http]\nurl = \"http://127.0.0.1:9/\"\n\
+             [[worker]]\nname = \"own\"\nconsumer = \"c\"\n{SQL_HANDLER}[worker.sql]\n\
+             claim = \"SELECT id, token, event_id, event_type, payload, attempts, expired_leases FROM t\"\n"
+        );
+        let got = workers(&toml);
+        assert_eq!(got[0].0, ClaimMode::Locked, "{got:?}");
+        assert_eq!(got[1].0, ClaimMode::Leased);
+        assert!(got[1].1.contains("HTTP handler"), "{}", got[1].1);
+        assert_eq!(got[2].0, ClaimMode::Leased);
+        assert!(got[2].1.contains("sql.claim"), "{}", got[2].1);
+        let mysql = workers(&format!(
+            "[database]\nurl = \"mysql://u@h/db\"\n[[worker]]\nname = \"m\"\nconsumer = \"c\"\n{SQL_HANDLER}"
+        ));
+        assert_eq!(mysql[0].0, ClaimMode::Leased);
+        assert!(mysql[0].1.contains("Postgres"), "{}", mysql[0].1);
+    }
+
+    #[test]
+    fn an_explicit_locked_worker_where_it_cannot_hold_is_refused_naming_why() {
+        let toml = format!(
+            "[database]\nurl = \"mysql://u@h/db\"\n[[worker]]\nname = \"m\"\nconsumer = \"c\"\nclaim = \"locked\"\n{SQL_HANDLER}"
+        );
+        let error = format!("{:#}", load_str(&toml).unwrap_err());
+        assert!(error.contains("worker[0].claim: \"locked\" needs Postgres"), "{error}");
     }
 }

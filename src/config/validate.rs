@@ -121,6 +121,9 @@ pub fn validate(config: &Config) -> Vec<String> {
             super::claim::blockers(relay, dialect, &config.redis).iter().map(|b| b.error(&format!("relay[{i}]"))),
         );
     }
+    for (i, worker) in config.workers.iter().enumerate().filter(|(_, w)| w.claim == super::ClaimMode::Locked) {
+        errors.extend(super::claim::worker_blockers(worker, dialect).iter().map(|b| b.error(&format!("worker[{i}]"))));
+    }
     let locked: u32 = config.relays.iter().filter(|r| r.claim == super::ClaimMode::Locked).map(|r| r.concurrency).sum();
     errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
     if config.shutdown.grace_period.is_zero() {

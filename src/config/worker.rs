@@ -56,6 +56,22 @@ pub struct WorkerConfig {
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: super::consumer_sql::WorkerOverrides,
+    /// How a batch is held: `leased` marks rows PROCESSING under a lease, then PROCESSED in the
+    /// handlers' transaction; `locked` locks PENDING rows in that one transaction and marks them
+    /// PROCESSED before it commits (Postgres, reference statements, SQL handlers only); `auto`
+    /// chooses `locked` wherever it applies. Default: "auto".
+    #[serde(default)]
+    pub claim: super::ClaimMode,
+    /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
+    #[serde(skip)]
+    pub claim_chosen: Option<String>,
+}
+
+impl WorkerConfig {
+    /// The claim shape this worker runs and why: chosen by `auto` (with the reason) or configured.
+    pub fn claim_choice(&self) -> (&'static str, &str) {
+        (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
+    }
 }
 
 /// `[worker.retention]`

@@ -14,7 +14,7 @@ mod tests;
 pub mod wake;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -32,6 +32,7 @@ use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
+use crate::turns::{LockedTurns, Turn};
 
 /// What a relay needs besides its config; built by the app, shared by its loops.
 pub struct RelayDeps<S, P> {
@@ -126,7 +127,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             };
             self.source_up(&mut errors);
             if !locked {
-                turns.reclaiming = claimed.rows().iter().any(|r| r.reclaimed);
+                turns.reclaimed(claimed.rows().iter().any(|r| r.reclaimed));
             }
             let rows = claimed.rows();
             debug!(rows = rows.len(), locked, "claimed");
@@ -159,28 +160,18 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
-    /// Whether this turn is a locked one. With claim = "locked", a loop still takes a leased
-    /// turn first and then once per lease: a row that kills its relay inside a locked
-    /// transaction leaves no trace (the rollback undoes everything), so it comes back to a
-    /// leased claim after the restart, which records the expired lease; and lease-expired rows
-    /// are only ever reclaimed, one at a time, by the leased claim. That keeps crash-loop
-    /// detection (`max_expired_claims`) as it is. A leased turn that reclaimed a row is followed
-    /// by another, so the rows a dead relay held come back one after the other, not one per lease.
+    /// Whether this turn is a locked one (see [`crate::turns`]: a leased turn first, once per
+    /// lease, and after one that reclaimed a row, keep crash-loop detection as it is).
     fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
         if self.config.claim != ClaimMode::Locked {
             return false;
         }
-        match turns.leased_at {
-            Some(at) if at.elapsed() < self.config.lease && !turns.reclaiming => {
-                if !turns.announced {
-                    turns.announced = true;
-                    info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
-                }
+        match turns.next(self.config.lease) {
+            Turn::Leased => false,
+            Turn::Locked => true,
+            Turn::FirstLocked => {
+                info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
                 true
-            }
-            _ => {
-                turns.leased_at = Some(Instant::now());
-                false
             }
         }
     }
@@ -236,16 +227,6 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         self.deps.metrics.stream_up.set(ok.into());
         self.deps.health.set_stream_ok(ok);
     }
-}
-
-/// With claim = "locked": when a loop last took a leased turn (none yet: the first turn is
-/// leased), whether that turn reclaimed a lease-expired row (then the next one is leased too),
-/// and whether it said that it switched to locked turns.
-#[derive(Default)]
-struct LockedTurns {
-    leased_at: Option<Instant>,
-    reclaiming: bool,
-    announced: bool,
 }
 
 /// What a turn claimed: leased rows, or rows locked by an open transaction.

@@ -262,6 +262,24 @@ pub fn commit_failed(rows: usize, error: super::StoreError) -> super::StoreResul
     }
 }
 
+/// A batch locked by an open transaction (`claim = "locked"`): the row locks are the lease and
+/// the connection is the fence. Dropped without [`apply`](LockedInbox::apply), the connection is
+/// closed, the server rolls the transaction back, and the rows are as they were.
+pub trait LockedInbox: Send {
+    /// Runs every row's statements, marks every row PROCESSED and commits: `Ok(true)`. When a
+    /// handler statement (or the commit) refuses a row's data, the transaction is rolled back and
+    /// nothing changed: `Ok(false)`, and the worker takes the rows again under a lease, where a
+    /// savepoint per row finds the row at fault. `Err`: an outage; nothing committed.
+    fn apply<'a>(
+        self: Box<Self>,
+        owner: &'a str,
+        items: &'a [(&'a InboxRow, Vec<BoundStatement<'a>>)],
+    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<bool>> + Send + 'a>>;
+}
+
+/// The rows of a locked batch and its open transaction (`None` when no row was due: nothing held).
+pub type LockedRows = (Vec<InboxRow>, Option<Box<dyn LockedInbox>>);
+
 /// What a dialect provides: the worker's named statements, run with their bindings, and the
 /// batch transaction.
 pub trait WorkerSql: Send + Sync + 'static {
@@ -285,6 +303,12 @@ pub trait WorkerSql: Send + Sync + 'static {
         owner: &str,
         items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
     ) -> impl Future<Output = StoreResult<Vec<Result<Applied, ApplyError>>>> + Send;
+
+    /// See [`WorkerStore::lock`]. Only Postgres with the reference statements has it; the
+    /// configuration never asks another store for it.
+    fn lock(&self, _batch_size: u32, _lease: Duration) -> impl Future<Output = StoreResult<LockedRows>> + Send {
+        async { Err(StoreError::Contract("this inbox store has no locked claim".into())) }
+    }
 }
 
 /// The worker's statements; every transition is fenced by lease owner + token.
@@ -329,6 +353,10 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// Hands rows (id, token) back to PENDING without counting an attempt (shutdown).
     fn release(&self, owner: &str, rows: &[(String, i64)]) -> impl Future<Output = StoreResult<u64>> + Send;
 
+    /// `claim = "locked"`: locks up to `batch_size` PENDING due rows in a transaction the server
+    /// ends if it sits idle longer than `lease`, and changes none of them.
+    fn lock(&self, batch_size: u32, lease: Duration) -> impl Future<Output = StoreResult<LockedRows>> + Send;
+
     fn stats(&self) -> impl Future<Output = StoreResult<InboxStats>> + Send;
 
     /// Retention: deletes up to `batch` PROCESSED / IGNORED rows older than `age`; returns how many.
@@ -369,6 +397,10 @@ impl<S: WorkerSql> WorkerStore for S {
 
     async fn release(&self, owner: &str, rows: &[(String, i64)]) -> StoreResult<u64> {
         Ok(self.run(WorkerStatement::Release, binding::held(owner, rows, Duration::ZERO)).await?.1)
+    }
+
+    async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
+        WorkerSql::lock(self, batch_size, lease).await
     }
 
     async fn stats(&self) -> StoreResult<InboxStats> {

@@ -18,7 +18,7 @@ use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 
 /// A row's fate when it is not (or no longer) part of the transaction.
-enum Failure {
+pub(super) enum Failure {
     Retry(String),
     Dead(String),
 }
@@ -100,7 +100,7 @@ impl<S: WorkerStore> Worker<S> {
         }
     }
 
-    fn handler_span(&self, row: &InboxRow) -> EventSpan {
+    pub(super) fn handler_span(&self, row: &InboxRow) -> EventSpan {
         let headers = row.headers.to_string();
         let mut span = EventSpan::start("handoff.worker.handle", SpanKind::Consumer, Some(&headers), None);
         span.set("handoff.event_id", row.event_id.clone());
@@ -110,7 +110,11 @@ impl<S: WorkerStore> Worker<S> {
     }
 
     /// The statements to run for `row` (none: only mark it), or why it fails without them.
-    async fn prepare<'a>(&'a self, row: &InboxRow, trace: Option<&str>) -> Result<Vec<BoundStatement<'a>>, Failure> {
+    pub(super) async fn prepare<'a>(
+        &'a self,
+        row: &InboxRow,
+        trace: Option<&str>,
+    ) -> Result<Vec<BoundStatement<'a>>, Failure> {
         if row.expired_leases >= self.config.max_expired_leases {
             return Err(Failure::Dead(format!(
                 "lease expired {} times: the row keeps its worker from finishing",

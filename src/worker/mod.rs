@@ -1,10 +1,12 @@
 //! The inbox worker: claim PENDING (and lease-expired PROCESSING) rows under a lease, apply the
 //! handler's effect and mark PROCESSED in one transaction, or record the failure: retry with
-//! backoff, or DEAD at once when retrying cannot help.
+//! backoff, or DEAD at once when retrying cannot help. With `claim = "locked"` a batch is
+//! locked, applied and marked in one transaction instead (see `locked`).
 
 mod batch;
 mod handler;
 mod http;
+mod locked;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::config::WorkerConfig;
+use crate::config::{ClaimMode, WorkerConfig};
 use crate::error::error_chain;
 use crate::retry::Retrier;
 use crate::sql::params::Placeholder;
@@ -20,6 +22,7 @@ use crate::store::worker::{InboxRow, WorkerStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::telemetry::throttle::Throttle;
+use crate::turns::{LockedTurns, Turn};
 pub use handler::Handler;
 
 pub struct WorkerDeps<S> {
@@ -90,24 +93,43 @@ impl<S: WorkerStore> Worker<S> {
         let owner = format!("{}#{n}", self.deps.owner);
         let mut outage = Retrier::new(self.config.outage_backoff.clone());
         let mut errors = Throttle::new(Duration::from_secs(30));
+        let mut turns = LockedTurns::default();
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
-            let rows = match self.deps.store.claim(&owner, self.config.batch_size, self.config.lease).await {
-                Ok(rows) => {
-                    outage.succeeded();
-                    errors.reset();
-                    self.deps.health.set_source_ok(true);
-                    rows
-                }
-                Err(e) => {
-                    self.deps.health.set_source_ok(false);
-                    if let Some(suppressed) = errors.allow() {
-                        warn!(error = %error_chain(&e), suppressed, "claiming inbox rows failed; backing off");
+            if self.locked_turn(&mut turns) {
+                let (rows, batch) = match self.deps.store.lock(self.config.batch_size, self.config.lease).await {
+                    Ok(locked) => locked,
+                    Err(e) => {
+                        self.claim_failed(&e, &mut errors, &mut outage, &shutdown).await;
+                        continue;
                     }
-                    sleep_or(outage.failed(), &shutdown).await;
+                };
+                self.claim_succeeded(&mut errors, &mut outage);
+                let full = rows.len() as u32 >= self.config.batch_size;
+                let Some(batch) = batch else {
+                    sleep_or(self.config.poll_interval, &shutdown).await;
+                    continue;
+                };
+                match self.process_locked(&owner, rows, batch, &shutdown).await {
+                    locked::Outcome::Committed if full => {}
+                    locked::Outcome::Committed | locked::Outcome::Abandoned => {
+                        sleep_or(self.config.poll_interval, &shutdown).await
+                    }
+                    // A row needs the leased claim's savepoints (or its failure recorded): at once.
+                    locked::Outcome::Refused => turns.lease_next(),
+                    locked::Outcome::Outage => sleep_or(outage.failed(), &shutdown).await,
+                }
+                continue;
+            }
+            let rows = match self.deps.store.claim(&owner, self.config.batch_size, self.config.lease).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    self.claim_failed(&e, &mut errors, &mut outage, &shutdown).await;
                     continue;
                 }
             };
+            self.claim_succeeded(&mut errors, &mut outage);
+            turns.reclaimed(rows.iter().any(|r| r.reclaimed));
             let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
             if rows.is_empty() {
                 sleep_or(self.config.poll_interval, &shutdown).await;
@@ -118,6 +140,43 @@ impl<S: WorkerStore> Worker<S> {
                 sleep_or(self.config.poll_interval, &shutdown).await;
             }
         }
+    }
+
+    /// Whether this turn is a locked one (see [`crate::turns`]: a leased turn first, once per
+    /// lease, after one that reclaimed a row, and after a locked batch a row of which needs the
+    /// leased claim's isolation, keep crash-loop detection and per-row failures as they are).
+    fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
+        if self.config.claim != ClaimMode::Locked {
+            return false;
+        }
+        match turns.next(self.config.lease) {
+            Turn::Leased => false,
+            Turn::Locked => true,
+            Turn::FirstLocked => {
+                info!(worker = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
+                true
+            }
+        }
+    }
+
+    fn claim_succeeded(&self, errors: &mut Throttle, outage: &mut Retrier) {
+        outage.succeeded();
+        errors.reset();
+        self.deps.health.set_source_ok(true);
+    }
+
+    async fn claim_failed(
+        &self,
+        error: &crate::store::StoreError,
+        errors: &mut Throttle,
+        outage: &mut Retrier,
+        shutdown: &CancellationToken,
+    ) {
+        self.deps.health.set_source_ok(false);
+        if let Some(suppressed) = errors.allow() {
+            warn!(error = %error_chain(error), suppressed, "claiming inbox rows failed; backing off");
+        }
+        sleep_or(outage.failed(), shutdown).await;
     }
 
     async fn persist_failure(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) {

@@ -3,6 +3,7 @@
 pub mod defaults;
 mod inbox;
 mod locked;
+mod locked_inbox;
 mod outbox;
 pub mod values;
 mod worker;

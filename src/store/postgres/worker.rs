@@ -5,20 +5,22 @@
 //! savepoint per row. The statements are the reference schema's, or `[worker.sql]`'s.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
+use super::locked_inbox::{self, LockedInboxSql};
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{pool_error, query_error};
-use crate::config::WorkerConfig;
 use crate::config::consumer_sql::WorkerStatement;
+use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::outbox::TextRow;
 use crate::store::worker::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, RowTransaction, WorkerSql, apply_row_by_row, binding,
-    commit_failed, missing_result_columns, statement_texts,
+    Applied, ApplyError, BindValue, BoundStatement, InboxRow, LockedRows, RowTransaction, WorkerSql, apply_row_by_row,
+    binding, commit_failed, missing_result_columns, statement_texts,
 };
 use crate::store::{PrepareError, StoreError, StoreResult};
 
@@ -29,6 +31,8 @@ pub struct PgWorker {
     label: String,
     faults: Faults,
     statements: HashMap<WorkerStatement, NamedSql>,
+    /// With `claim = "locked"`: the locked claim's statements.
+    locked: Option<LockedInboxSql>,
 }
 
 /// The reference schema's statement for `statement` on table `t`.
@@ -120,7 +124,8 @@ impl PgWorker {
             statements.insert(statement, named);
         }
         let label = format!("worker `{}`", worker.name);
-        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements })
+        let locked = (worker.claim == ClaimMode::Locked).then(|| LockedInboxSql::new(&worker.table));
+        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements, locked })
     }
 
     fn values(&self, statement: WorkerStatement, bind: impl Fn(&str) -> Param) -> StoreResult<(&NamedSql, Vec<Param>)> {
@@ -192,16 +197,33 @@ impl PgWorker {
     }
 }
 
+/// Result rows as text by column name (the claim's and stats' result contract).
+pub(super) fn text_rows(
+    stmt: &tokio_postgres::Statement,
+    rows: &[tokio_postgres::Row],
+    label: &str,
+) -> StoreResult<Vec<TextRow>> {
+    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+    rows.iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| (names[i].to_owned(), c.map(|c| c.0))))
+                .collect::<Result<TextRow, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))
+}
+
 /// A statement this worker was built without (`purge` without retention).
 fn missing(statement: WorkerStatement) -> StoreError {
     StoreError::Contract(format!("the worker has no {} statement", statement.name()))
 }
 
-fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+pub(super) fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-fn to_param(value: &BindValue) -> Param {
+pub(super) fn to_param(value: &BindValue) -> Param {
     match value {
         BindValue::Null => Param::Null,
         BindValue::Text(s) => Param::Text(s.clone()),
@@ -210,7 +232,7 @@ fn to_param(value: &BindValue) -> Param {
 }
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
+pub(super) fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
     ApplyError::from_handler(index, query_error("handler", error))
 }
 
@@ -296,6 +318,11 @@ impl WorkerSql for PgWorker {
             let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
             errors.extend(missing_result_columns(statement, &names).map(|m| format!("{context}: {m}")));
         }
+        for (name, sql) in self.locked.iter().flat_map(LockedInboxSql::statements) {
+            if let Err(e) = client.prepare(sql).await {
+                errors.push(super::prepare_refusal(&format!("{} (claim = \"locked\") {name}", self.label), e)?);
+            }
+        }
         for (context, sql) in handler_sql {
             match client.prepare(sql).await {
                 Err(e) => errors.push(super::prepare_refusal(context, e)?),
@@ -327,16 +354,7 @@ impl WorkerSql for PgWorker {
             return Ok((Vec::new(), changed));
         }
         let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error(label, e))?;
-        let names: Vec<String> = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
-        let texts = rows
-            .iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| (names[i].clone(), c.map(|c| c.0))))
-                    .collect::<Result<TextRow, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))?;
+        let texts = text_rows(&stmt, &rows, label)?;
         let changed = texts.len() as u64;
         Ok((texts, changed))
     }
@@ -352,5 +370,12 @@ impl WorkerSql for PgWorker {
         let mut client = self.pool.get().await.map_err(|e| pool_error("apply", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("apply", e))?;
         apply_row_by_row(PgRows { tx, worker: self }, owner, items).await
+    }
+
+    async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
+        let Some(sql) = &self.locked else {
+            return Err(StoreError::Contract(format!("{} is not configured for the locked claim", self.label)));
+        };
+        locked_inbox::lock(&self.pool, sql, &self.consumer, batch_size, lease, &self.faults).await
     }
 }

@@ -1,0 +1,195 @@
+//! The worker's locked claim on a Postgres inbox (`claim = "locked"`, reference schema): one
+//! transaction locks a batch of PENDING rows `FOR UPDATE SKIP LOCKED`, runs every row's handler
+//! statements and marks the rows PROCESSED before it commits. A processed row is written once
+//! (PENDING → PROCESSED) instead of twice (→ PROCESSING → PROCESSED), and the batch costs one
+//! transaction instead of two. The row locks are the lease: other workers skip them while the
+//! transaction lives, and when the worker dies, hangs past `idle_in_transaction_session_timeout`
+//! or drops the batch, the server rolls back and the rows are as they were. No mark needs a
+//! fencing token: the rows are ours until the commit.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use deadpool_postgres::{Object, Pool};
+
+use super::worker::{handler_error, refs, text_rows, to_param};
+use super::{pool_error, query_error};
+use crate::fault::{Faults, Point};
+use crate::store::worker::{ApplyError, BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
+use crate::store::{StoreError, StoreResult};
+
+/// The locked claim's statements for one inbox table.
+#[derive(Debug, Clone)]
+pub struct LockedInboxSql {
+    /// `$1` consumer, `$2` batch size; the same result columns as the reference claim's.
+    lock: String,
+    /// `$1` owner, `$2` ids. By id alone, without a status check: the transaction holds the rows.
+    processed: String,
+}
+
+impl LockedInboxSql {
+    pub fn new(table: &str) -> Self {
+        Self {
+            lock: format!(
+                "SELECT id, lease_token AS token, event_id, event_type, owner, aggregate_type, aggregate_id,
+                        payload, headers, fields, attempts, expired_leases, false AS reclaimed
+                 FROM {table}
+                 WHERE consumer = $1 AND status = 'PENDING' AND next_retry_at <= now()
+                 ORDER BY next_retry_at, id
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED"
+            ),
+            processed: format!(
+                "UPDATE {table} SET status = 'PROCESSED', processed_at = now(), lease_owner = $1,
+                     lease_expires_at = NULL, last_error = NULL
+                 WHERE id = ANY($2::bigint[])"
+            ),
+        }
+    }
+
+    /// Each statement with its name (for the startup check).
+    pub fn statements(&self) -> [(&'static str, &str); 2] {
+        [("lock", &self.lock), ("locked processed", &self.processed)]
+    }
+}
+
+/// Locks a batch; see [`crate::store::worker::WorkerStore::lock`].
+pub async fn lock(
+    pool: &Pool,
+    sql: &LockedInboxSql,
+    consumer: &str,
+    batch_size: u32,
+    idle_timeout: Duration,
+    faults: &Faults,
+) -> StoreResult<LockedRows> {
+    let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
+    // From here on an early return drops the batch, which closes the connection mid-transaction.
+    let mut batch = PgLockedInbox { client: Some(client), processed: sql.processed.clone(), faults: faults.clone() };
+    let client = batch.client()?;
+    let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
+    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
+    // Sent together: BEGIN and the lock cost one round trip.
+    let (begun, rows) = futures_util::future::join(
+        client.batch_execute(&begin),
+        client.query(&stmt, &[&consumer, &i64::from(batch_size)]),
+    )
+    .await;
+    begun.map_err(|e| query_error("lock", e))?;
+    let rows = rows.map_err(|e| query_error("lock", e))?;
+    if rows.is_empty() {
+        client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
+        batch.client.take();
+        return Ok((Vec::new(), None));
+    }
+    let rows = text_rows(&stmt, &rows, "lock")?.iter().map(InboxRow::from_text).collect::<StoreResult<Vec<_>>>()?;
+    Ok((rows, Some(Box::new(batch))))
+}
+
+/// The open transaction of a locked inbox batch.
+struct PgLockedInbox {
+    /// `None` once the transaction is over and the connection went back to the pool.
+    client: Option<Object>,
+    processed: String,
+    faults: Faults,
+}
+
+impl PgLockedInbox {
+    fn client(&self) -> StoreResult<&Object> {
+        self.client.as_ref().ok_or_else(|| StoreError::Contract("the locked inbox batch is already over".into()))
+    }
+
+    /// Ends a transaction a row's data was refused in; the connection goes back to the pool
+    /// (or is closed, if even the rollback fails). Nothing it did stays.
+    async fn roll_back(&mut self) -> StoreResult<bool> {
+        if self.client()?.batch_execute("ROLLBACK").await.is_ok() {
+            self.client.take();
+        }
+        Ok(false)
+    }
+
+    async fn run(&mut self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
+        let client = self.client()?;
+        let ids = items
+            .iter()
+            .map(|(row, _)| {
+                row.id.parse::<i64>().map_err(|_| {
+                    StoreError::Contract(format!("locked claim: inbox row id `{}` is not a bigint", row.id))
+                })
+            })
+            .collect::<StoreResult<Vec<i64>>>()?;
+        let mark = client.prepare_cached(&self.processed).await.map_err(|e| query_error("mark processed", e))?;
+        let mut prepared = HashMap::new();
+        for statement in items.iter().flat_map(|(_, statements)| statements) {
+            if !prepared.contains_key(statement.sql) {
+                match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
+                    Ok(stmt) => prepared.insert(statement.sql, stmt),
+                    Err(ApplyError::Store(e)) => return Err(e),
+                    Err(ApplyError::Handler { .. }) => return self.roll_back().await,
+                };
+            }
+        }
+        self.faults.reach(Point::WorkerInHandler).await;
+        let calls: Vec<_> = items
+            .iter()
+            .flat_map(|(_, statements)| statements)
+            .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect::<Vec<_>>()))
+            .collect();
+        // Every handler statement and the mark sent at once: tokio-postgres pipelines queries
+        // polled together on one connection, and the replies come back in order.
+        let handlers = futures_util::future::join_all(
+            calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
+        );
+        let (handled, marked) = futures_util::future::join(handlers, client.execute(&mark, &[&owner, &ids])).await;
+        // After the first error the server refuses the rest of the transaction, so the first
+        // error is the one that matters.
+        for outcome in handled {
+            if let Err(e) = outcome {
+                return match handler_error(0, e) {
+                    ApplyError::Handler { .. } => self.roll_back().await,
+                    ApplyError::Store(e) => Err(e),
+                };
+            }
+        }
+        let marked = marked.map_err(|e| query_error("mark processed", e))?;
+        // The locks keep every row ours, so only a handler statement that changed the inbox row
+        // itself could make this differ: leave such a batch to the leased claim's fence.
+        if marked != ids.len() as u64 {
+            return self.roll_back().await;
+        }
+        match client.batch_execute("COMMIT").await {
+            Ok(()) => {
+                // Committed: the connection is clean and goes back to the pool.
+                self.client.take();
+                Ok(true)
+            }
+            // A deferred constraint may refuse a row's data at commit; the transaction is over.
+            Err(e) => match commit_failed(items.len(), query_error("handler", e)) {
+                Err(e) if !e.is_data_fault() => Err(e),
+                _ => {
+                    self.client.take();
+                    Ok(false)
+                }
+            },
+        }
+    }
+}
+
+impl Drop for PgLockedInbox {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            // Still inside the transaction: close the connection instead of pooling it; the
+            // server rolls the transaction back and the rows are unlocked, untouched.
+            drop(Object::take(client));
+        }
+    }
+}
+
+impl LockedInbox for PgLockedInbox {
+    fn apply<'a>(
+        mut self: Box<Self>,
+        owner: &'a str,
+        items: &'a [(&'a InboxRow, Vec<BoundStatement<'a>>)],
+    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<bool>> + Send + 'a>> {
+        Box::pin(async move { self.run(owner, items).await })
+    }
+}
