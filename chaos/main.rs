@@ -299,6 +299,12 @@ async fn main() -> anyhow::Result<()> {
     // shapes must have delivered for the run to say anything about both.
     let by_locked = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED' AND claim_token = 0").await;
     let by_leased = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED' AND claim_token > 0").await;
+    // The same for the worker (claim = auto: locked here, with a leased turn after each start,
+    // once per lease and for every batch with a row that needed the leased claim).
+    let worker_locked =
+        count("SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND lease_token = 0").await;
+    let worker_leased =
+        count("SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND lease_token > 0").await;
     if count("SELECT count(*) FROM audit_logs").await < produced {
         let activity = db
             .query(
@@ -344,6 +350,8 @@ async fn main() -> anyhow::Result<()> {
         ("stream entries", entries.len() as i64),
         ("duplicate stream entries", duplicates as i64),
         ("inbox rows", inbox),
+        ("… processed in a locked transaction (worker, claim = auto)", worker_locked),
+        ("… processed under a lease", worker_leased),
         ("audit_logs rows", audit),
         ("rows left DEAD", dead),
         ("poison records", poison),
@@ -358,6 +366,7 @@ async fn main() -> anyhow::Result<()> {
         && dead == 0
         && by_locked > 0
         && by_leased > 0
+        && worker_locked > 0
         && duplicates == 0
         && poison == 0;
     if ok {
