@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::env::{BenchEnv, stop, time_until};
+use crate::env::{BenchEnv, rate_after_first, stop, time_until};
 use crate::relay::relay_config;
 use handoff::config::load_str;
 use handoff::fault::Faults;
@@ -33,7 +33,8 @@ fn event(i: usize) -> (String, String) {
     (id.clone(), format!(r#"{{"auditId":"{id}","actor":"admin@example.com","reason":"{}"}}"#, "x".repeat(180)))
 }
 
-/// Bridge: `n` valid entries already in the stream, one bridge process, until all are in the inbox.
+/// Bridge: `n` valid entries already in the stream, one bridge process, from its first takeover
+/// until all are in the inbox.
 pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
     env.reset().await?;
     let config = load_str(&env.base_config())?;
@@ -59,12 +60,12 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64>
         stream.append(&entries, &AppendOptions::default()).await;
     }
     let mut child = env.spawn("bridge", &format!("{}{}", env.base_config(), bridge_section(env, batch)))?;
-    let elapsed = time_until(Duration::from_secs(600), || async {
-        Ok(env.scalar("SELECT count(*) FROM consumer_inbox").await? >= n as i64)
+    let rate = rate_after_first(Duration::from_secs(600), n as i64, || async {
+        env.scalar("SELECT count(*) FROM consumer_inbox").await
     })
     .await;
     stop(&mut child);
-    Ok(n as f64 / elapsed?.as_secs_f64())
+    rate
 }
 
 /// The bridge's SQL limit: its batched insert-if-absent transaction alone.
@@ -116,7 +117,8 @@ async fn fill_inbox(env: &BenchEnv, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Worker: `n` inbox rows, one worker process with the seed's handler, until all PROCESSED.
+/// Worker: `n` inbox rows, one worker process with the seed's handler, from its first commit
+/// until all are applied.
 /// `claim`: the worker's `claim` setting.
 pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, claim: &str) -> anyhow::Result<f64> {
     env.reset().await?;
@@ -124,12 +126,12 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
     let section = worker_section(batch)
         .replace("poll_interval", &format!("concurrency = {concurrency}\nclaim = \"{claim}\"\npoll_interval"));
     let mut child = env.spawn("worker", &format!("{}{}", env.base_config(), section))?;
-    let elapsed = time_until(Duration::from_secs(600), || async {
-        Ok(env.scalar("SELECT count(*) FROM audit_logs").await? >= n as i64)
+    let rate = rate_after_first(Duration::from_secs(600), n as i64, || async {
+        env.scalar("SELECT count(*) FROM audit_logs").await
     })
     .await;
     stop(&mut child);
-    Ok(n as f64 / elapsed?.as_secs_f64())
+    rate
 }
 
 /// The leased worker's SQL limit: claim, then the handler and the fenced mark of every row of the

@@ -204,6 +204,33 @@ pub fn stop(child: &mut Child) {
 }
 
 /// Polls `done` every 10 ms; returns the elapsed time, or fails after `limit`.
+/// The rate at which `count` rises to `n`, measured from the first time it is seen above zero
+/// (so the process's start — connecting, preparing, creating groups — is not counted against
+/// its throughput, as it is not in the SQL limits it is compared with): (last − first seen) /
+/// elapsed between the two observations.
+pub async fn rate_after_first<F, Fut>(limit: Duration, n: i64, mut count: F) -> anyhow::Result<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<i64>>,
+{
+    let started = Instant::now();
+    let mut first: Option<(Instant, i64)> = None;
+    loop {
+        let seen = count().await?;
+        let now = Instant::now();
+        match first {
+            None if seen > 0 && seen >= n => anyhow::bail!("all {n} done before a first observation; use more events"),
+            None if seen > 0 => first = Some((now, seen)),
+            Some((at, from)) if seen >= n => return Ok((seen - from) as f64 / (now - at).as_secs_f64()),
+            _ => {}
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!("not done within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub async fn time_until<F, Fut>(limit: Duration, mut done: F) -> anyhow::Result<Duration>
 where
     F: FnMut() -> Fut,
