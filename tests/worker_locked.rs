@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::http::{get, sample};
 use common::process::Handoff;
 use common::{TestEnv, eventually};
 
@@ -111,6 +112,14 @@ async fn a_hung_worker_loses_its_locks_to_the_server_side_idle_timeout() {
     insert_rows(&env, "h", 10).await;
     hung.await_paused().await;
     assert_eq!(untouched(&env).await, 10, "a locked turn took the batch");
+    // No lease to see in the table, yet the oldest-lease gauge (and its alert) sees the batch.
+    let address = hung.telemetry_address().await;
+    eventually("the oldest-lease gauge to count the open locked batch", || async {
+        let metrics = get(&address, "/metrics").1;
+        let age = sample(&metrics, "handoff_worker_oldest_lease_age_seconds{worker=\"worker\"}")?;
+        (age > 0.0).then_some(())
+    })
+    .await;
     // The worker stays parked inside its transaction; the server ends the session after the
     // lease and the rows are free again, untouched.
     eventually("the server to end the idle transaction", || async { (unlocked(&env).await == 10).then_some(()) }).await;

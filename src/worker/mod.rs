@@ -38,6 +38,9 @@ pub struct Worker<S> {
     config: WorkerConfig,
     handlers: Vec<Handler>,
     deps: WorkerDeps<S>,
+    /// Per loop, since when its locked batch has been open: such rows hold no lease the `stats`
+    /// statement could see, so the oldest-lease gauge takes their age from here.
+    locked_since: std::sync::Mutex<Vec<Option<std::time::Instant>>>,
 }
 
 impl<S: WorkerStore> Worker<S> {
@@ -48,7 +51,8 @@ impl<S: WorkerStore> Worker<S> {
             .enumerate()
             .map(|(i, h)| Handler::build(&config, i, h, style))
             .collect::<Result<_, _>>()?;
-        Ok(Self { config, handlers, deps })
+        let locked_since = std::sync::Mutex::new(vec![None; config.concurrency as usize]);
+        Ok(Self { config, handlers, deps, locked_since })
     }
 
     /// Every handler statement with a label, for preparing at startup / in `check`.
@@ -110,7 +114,10 @@ impl<S: WorkerStore> Worker<S> {
                     sleep_or(self.config.poll_interval, &shutdown).await;
                     continue;
                 };
-                match self.process_locked(&owner, rows, batch, &shutdown).await {
+                self.mark_locked(n, Some(std::time::Instant::now()));
+                let outcome = self.process_locked(&owner, rows, batch, &shutdown).await;
+                self.mark_locked(n, None);
+                match outcome {
                     locked::Outcome::Committed if full => {}
                     locked::Outcome::Committed | locked::Outcome::Abandoned => {
                         sleep_or(self.config.poll_interval, &shutdown).await
@@ -157,6 +164,18 @@ impl<S: WorkerStore> Worker<S> {
                 true
             }
         }
+    }
+
+    fn mark_locked(&self, n: u32, since: Option<std::time::Instant>) {
+        if let Some(slot) = self.locked_since.lock().unwrap_or_else(|e| e.into_inner()).get_mut(n as usize) {
+            *slot = since;
+        }
+    }
+
+    /// Seconds the oldest locked batch in this process has been open (0 when none).
+    fn oldest_locked_batch(&self) -> f64 {
+        let slots = self.locked_since.lock().unwrap_or_else(|e| e.into_inner());
+        slots.iter().flatten().map(|since| since.elapsed().as_secs_f64()).fold(0.0, f64::max)
     }
 
     fn claim_succeeded(&self, errors: &mut Throttle, outage: &mut Retrier) {
@@ -255,7 +274,8 @@ impl<S: WorkerStore> Worker<S> {
                     let m = &self.deps.metrics;
                     m.dead_rows.set(stats.dead);
                     m.pending_rows.set(stats.pending);
-                    m.oldest_lease.set(stats.oldest_lease_age);
+                    // A locked batch holds no lease: its age comes from this process.
+                    m.oldest_lease.set(stats.oldest_lease_age.max(self.oldest_locked_batch()));
                     m.oldest_retry.set(stats.oldest_retry_age);
                     self.deps.health.set_source_ok(true);
                 }
