@@ -134,17 +134,23 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
     rate
 }
 
+/// `n` inbox rows, a worker store with `claim`, and the seed's handler statement, for the
+/// worker's SQL limits.
+async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(PgWorker, String)> {
+    env.reset().await?;
+    fill_inbox(env, n).await?;
+    let config = handoff::config::load_str(&format!(
+        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"{claim}\"\n"
+    ))?;
+    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok((store, handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql))
+}
+
 /// The leased worker's SQL limit: claim, then the handler and the fenced mark of every row of the
 /// batch in one transaction (a savepoint per row), without the worker around it.
 pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
-    env.reset().await?;
-    fill_inbox(env, n).await?;
-    let config = handoff::config::load_str(
-        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\n",
-    )?;
-    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let sql = handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql;
+    let (store, sql) = limit_setup(env, n, "leased").await?;
     let started = Instant::now();
     let mut done = 0;
     loop {
@@ -162,14 +168,7 @@ pub async fn worker_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
 /// The locked worker's SQL limit: lock a batch, run the handler for every row and mark the
 /// batch PROCESSED in one transaction, without the worker around it.
 pub async fn worker_locked_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
-    env.reset().await?;
-    fill_inbox(env, n).await?;
-    let config = handoff::config::load_str(
-        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"locked\"\n",
-    )?;
-    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let sql = handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql;
+    let (store, sql) = limit_setup(env, n, "locked").await?;
     let started = Instant::now();
     let mut done = 0;
     loop {

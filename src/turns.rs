@@ -21,30 +21,21 @@ pub struct LockedTurns {
     announced: bool,
 }
 
-/// What the next turn is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Turn {
-    Leased,
-    Locked,
-    /// The first locked turn: say that the loop switched to locked turns.
-    FirstLocked,
-}
-
 impl LockedTurns {
-    /// The next turn of a loop whose lease is `lease`.
-    pub fn next(&mut self, lease: Duration) -> Turn {
+    /// Whether the next turn of a loop whose lease is `lease` is a locked one; `switched` runs
+    /// once, at the loop's first locked turn (to say so).
+    pub fn locked(&mut self, lease: Duration, switched: impl FnOnce()) -> bool {
         match self.leased_at {
             Some(at) if at.elapsed() < lease && !self.leased_next => {
-                if std::mem::replace(&mut self.announced, true) {
-                    Turn::Locked
-                } else {
-                    Turn::FirstLocked
+                if !std::mem::replace(&mut self.announced, true) {
+                    switched();
                 }
+                true
             }
             _ => {
                 self.leased_at = Some(Instant::now());
                 self.leased_next = false;
-                Turn::Leased
+                false
             }
         }
     }
@@ -64,25 +55,37 @@ impl LockedTurns {
 mod tests {
     use super::*;
 
+    /// The next `n` turns: `L` locked, `l` leased, `!` the locked turn that said it switched.
+    fn turns(turns: &mut LockedTurns, lease: Duration, n: usize) -> String {
+        (0..n)
+            .map(|_| {
+                let mut said = false;
+                match turns.locked(lease, || said = true) {
+                    true if said => '!',
+                    true => 'L',
+                    false => 'l',
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn the_first_turn_is_leased_then_locked_until_the_lease_is_up() {
-        let mut turns = LockedTurns::default();
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Leased);
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::FirstLocked);
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Locked);
-        assert_eq!(turns.next(Duration::ZERO), Turn::Leased, "once per lease");
+        let mut t = LockedTurns::default();
+        assert_eq!(turns(&mut t, Duration::from_secs(60), 3), "l!L");
+        assert_eq!(turns(&mut t, Duration::ZERO, 1), "l", "once per lease");
     }
 
     #[test]
     fn a_reclaim_or_a_request_makes_the_next_turn_leased() {
-        let mut turns = LockedTurns::default();
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Leased);
-        turns.reclaimed(true);
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Leased);
-        turns.reclaimed(false);
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::FirstLocked);
-        turns.lease_next();
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Leased);
-        assert_eq!(turns.next(Duration::from_secs(60)), Turn::Locked);
+        let mut t = LockedTurns::default();
+        let lease = Duration::from_secs(60);
+        assert_eq!(turns(&mut t, lease, 1), "l");
+        t.reclaimed(true);
+        assert_eq!(turns(&mut t, lease, 1), "l");
+        t.reclaimed(false);
+        assert_eq!(turns(&mut t, lease, 1), "!");
+        t.lease_next();
+        assert_eq!(turns(&mut t, lease, 2), "lL");
     }
 }

@@ -32,7 +32,7 @@ use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
-use crate::turns::{LockedTurns, Turn};
+use crate::turns::LockedTurns;
 
 /// What a relay needs besides its config; built by the app, shared by its loops.
 pub struct RelayDeps<S, P> {
@@ -163,17 +163,10 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Whether this turn is a locked one (see [`crate::turns`]: a leased turn first, once per
     /// lease, and after one that reclaimed a row, keep crash-loop detection as it is).
     fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
-        if self.config.claim != ClaimMode::Locked {
-            return false;
-        }
-        match turns.next(self.config.lease) {
-            Turn::Leased => false,
-            Turn::Locked => true,
-            Turn::FirstLocked => {
-                info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
-                true
-            }
-        }
+        self.config.claim == ClaimMode::Locked
+            && turns.locked(self.config.lease, || {
+                info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions")
+            })
     }
 
     /// Waits for the poll interval, or less when a wake-up rings.

@@ -22,7 +22,7 @@ use crate::store::worker::{InboxRow, WorkerStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::telemetry::throttle::Throttle;
-use crate::turns::{LockedTurns, Turn};
+use crate::turns::LockedTurns;
 pub use handler::Handler;
 
 pub struct WorkerDeps<S> {
@@ -153,17 +153,10 @@ impl<S: WorkerStore> Worker<S> {
     /// lease, after one that reclaimed a row, and after a locked batch a row of which needs the
     /// leased claim's isolation, keep crash-loop detection and per-row failures as they are).
     fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
-        if self.config.claim != ClaimMode::Locked {
-            return false;
-        }
-        match turns.next(self.config.lease) {
-            Turn::Leased => false,
-            Turn::Locked => true,
-            Turn::FirstLocked => {
-                info!(worker = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
-                true
-            }
-        }
+        self.config.claim == ClaimMode::Locked
+            && turns.locked(self.config.lease, || {
+                info!(worker = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions")
+            })
     }
 
     fn mark_locked(&self, n: u32, since: Option<std::time::Instant>) {

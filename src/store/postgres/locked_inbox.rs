@@ -7,15 +7,14 @@
 //! or drops the batch, the server rolls back and the rows are as they were. No mark needs a
 //! fencing token: the rows are ours until the commit.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 
-use super::worker::{handler_error, refs, text_rows, to_param};
+use super::worker::{run_handlers, text_rows};
 use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
-use crate::store::worker::{ApplyError, BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
+use crate::store::worker::{BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
 use crate::store::{StoreError, StoreResult};
 
 /// The locked claim's statements for one inbox table.
@@ -108,6 +107,8 @@ impl PgLockedInbox {
     }
 
     async fn run(&mut self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
+        // Parked here (tests), the worker holds the open transaction and the rows' locks.
+        self.faults.reach(Point::WorkerInHandler).await;
         let client = self.client()?;
         let ids = items
             .iter()
@@ -118,38 +119,10 @@ impl PgLockedInbox {
             })
             .collect::<StoreResult<Vec<i64>>>()?;
         let mark = client.prepare_cached(&self.processed).await.map_err(|e| query_error("mark processed", e))?;
-        let mut prepared = HashMap::new();
-        for statement in items.iter().flat_map(|(_, statements)| statements) {
-            if !prepared.contains_key(statement.sql) {
-                match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
-                    Ok(stmt) => prepared.insert(statement.sql, stmt),
-                    Err(ApplyError::Store(e)) => return Err(e),
-                    Err(ApplyError::Handler { .. }) => return self.roll_back().await,
-                };
-            }
-        }
-        self.faults.reach(Point::WorkerInHandler).await;
-        let calls: Vec<_> = items
-            .iter()
-            .flat_map(|(_, statements)| statements)
-            .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect::<Vec<_>>()))
-            .collect();
-        // Every handler statement and the mark sent at once: tokio-postgres pipelines queries
-        // polled together on one connection, and the replies come back in order.
-        let handlers = futures_util::future::join_all(
-            calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
-        );
-        let (handled, marked) = futures_util::future::join(handlers, client.execute(&mark, &[&owner, &ids])).await;
-        // After the first error the server refuses the rest of the transaction, so the first
-        // error is the one that matters.
-        for outcome in handled {
-            if let Err(e) = outcome {
-                return match handler_error(0, e) {
-                    ApplyError::Handler { .. } => self.roll_back().await,
-                    ApplyError::Store(e) => Err(e),
-                };
-            }
-        }
+        // The mark is sent with the handler statements, in the same round trip.
+        let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids])).await? else {
+            return self.roll_back().await;
+        };
         let marked = marked.map_err(|e| query_error("mark processed", e))?;
         // The locks keep every row ours, so only a handler statement that changed the inbox row
         // itself could make this differ: leave such a batch to the leased claim's fence.

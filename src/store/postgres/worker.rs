@@ -156,34 +156,8 @@ impl PgWorker {
         if marked != items.len() as u64 {
             return Ok(None);
         }
-        let mut prepared = HashMap::new();
-        for statement in items.iter().flat_map(|(_, statements)| statements) {
-            if !prepared.contains_key(statement.sql) {
-                match tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
-                    Ok(stmt) => prepared.insert(statement.sql, stmt),
-                    Err(ApplyError::Store(e)) => return Err(e),
-                    Err(ApplyError::Handler { .. }) => return Ok(None),
-                };
-            }
-        }
-        let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
-            .iter()
-            .flat_map(|(_, statements)| statements)
-            .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
-            .collect();
-        let sent = calls.iter().map(|(stmt, values)| {
-            let tx = &tx;
-            async move { tx.execute(*stmt, &refs(values)).await }
-        });
-        // Replies come in order; after the first error the server refuses the rest of the
-        // transaction, so the first error is the one that matters.
-        for outcome in futures_util::future::join_all(sent).await {
-            if let Err(e) = outcome {
-                return match ApplyError::from_handler(0, query_error("handler", e)) {
-                    ApplyError::Handler { .. } => Ok(None),
-                    ApplyError::Store(e) => Err(e),
-                };
-            }
+        if run_handlers(&tx, items, std::future::ready(())).await?.is_none() {
+            return Ok(None);
         }
         match tx.commit().await {
             Ok(()) => Ok(Some(items.iter().map(|_| Ok(Applied::Processed)).collect())),
@@ -195,6 +169,47 @@ impl PgWorker {
             },
         }
     }
+}
+
+/// Runs every handler statement of `items` in the transaction on `client`, all sent at once —
+/// tokio-postgres pipelines queries polled together on one connection — and then `along` (the
+/// locked claim's mark), polled after them so it is sent after them. `None`: a statement
+/// refused a row's data, and the transaction is aborted; an outage is an error.
+pub(super) async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
+    client: &C,
+    items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+    along: F,
+) -> StoreResult<Option<F::Output>> {
+    let mut prepared = HashMap::new();
+    for statement in items.iter().flat_map(|(_, statements)| statements) {
+        if !prepared.contains_key(statement.sql) {
+            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
+                Ok(stmt) => prepared.insert(statement.sql, stmt),
+                Err(ApplyError::Store(e)) => return Err(e),
+                Err(ApplyError::Handler { .. }) => return Ok(None),
+            };
+        }
+    }
+    let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
+        .iter()
+        .flat_map(|(_, statements)| statements)
+        .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
+        .collect();
+    let sent = futures_util::future::join_all(
+        calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
+    );
+    let (outcomes, along) = futures_util::future::join(sent, along).await;
+    // Replies come in order; after the first error the server refuses the rest of the
+    // transaction, so the first error is the one that matters.
+    for outcome in outcomes {
+        if let Err(e) = outcome {
+            return match handler_error(0, e) {
+                ApplyError::Handler { .. } => Ok(None),
+                ApplyError::Store(e) => Err(e),
+            };
+        }
+    }
+    Ok(Some(along))
 }
 
 /// Result rows as text by column name (the claim's and stats' result contract).
@@ -219,11 +234,11 @@ fn missing(statement: WorkerStatement) -> StoreError {
     StoreError::Contract(format!("the worker has no {} statement", statement.name()))
 }
 
-pub(super) fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-pub(super) fn to_param(value: &BindValue) -> Param {
+fn to_param(value: &BindValue) -> Param {
     match value {
         BindValue::Null => Param::Null,
         BindValue::Text(s) => Param::Text(s.clone()),
@@ -232,7 +247,7 @@ pub(super) fn to_param(value: &BindValue) -> Param {
 }
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-pub(super) fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
+fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
     ApplyError::from_handler(index, query_error("handler", error))
 }
 
