@@ -20,6 +20,14 @@ use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 
+/// Entries whose takeover committed, waiting for their XACK (the bridge sends it while the next
+/// batch commits), with the spans that end once they are acknowledged.
+#[derive(Default)]
+pub(super) struct Committed {
+    entry_ids: Vec<String>,
+    spans: Vec<EventSpan>,
+}
+
 /// A batch sorted by validation: the events to take over, the poison records, and the entries
 /// that repeat an event earlier in the same batch (acknowledged with it).
 pub(super) struct Sorted {
@@ -69,33 +77,46 @@ impl<S: InboxStore> StreamBridge<S> {
 
     /// Takes a sorted batch over in one transaction, then acknowledges it.
     pub(super) async fn take_over_and_ack(&self, entries: Vec<RawEntry>, sorted: Sorted) {
+        let committed = self.commit(entries, sorted).await;
+        self.ack(committed).await;
+    }
+
+    /// Takes a sorted batch over in one transaction (and appends its poison records to the
+    /// dead-letter stream): what may be acknowledged now. Empty if the drain ended first.
+    pub(super) async fn commit(&self, entries: Vec<RawEntry>, sorted: Sorted) -> Committed {
         let started = std::time::Instant::now();
         let Sorted { events, poison, repeats } = sorted;
         // One span per event, a child of the producer's trace context; ends once acknowledged.
         let mut spans: Vec<EventSpan> =
             if traces::enabled() { events.iter().map(|e| self.takeover_span(e)).collect() } else { Vec::new() };
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
-        let Some((outcomes, poison)) = self.take_over(events, poison, &entries).await else { return };
+        let Some((outcomes, poison)) = self.take_over(events, poison, &entries).await else {
+            return Committed::default();
+        };
         for (span, (_, outcome)) in spans.iter_mut().zip(&outcomes) {
             span.set("handoff.takeover", format!("{outcome:?}").to_lowercase());
         }
-        let committed = started.elapsed();
         self.count(&outcomes, &poison);
         self.deps.faults.reach(Point::BridgeBeforeAck).await;
-        let mut ack: Vec<String> = outcomes.iter().map(|(entry_id, _)| entry_id.clone()).chain(repeats).collect();
+        let mut ack: Vec<String> = outcomes.into_iter().map(|(entry_id, _)| entry_id).chain(repeats).collect();
         if self.dead_letter(&poison).await {
-            ack.extend(poison.iter().map(|p| p.entry_id.clone()));
+            ack.extend(poison.into_iter().map(|p| p.entry_id));
         }
-        if let Err(e) = self.group.ack(&ack).await {
+        trace!(entries = entries.len(), commit_ms = started.elapsed().as_secs_f64() * 1e3, "batch committed");
+        Committed { entry_ids: ack, spans }
+    }
+
+    /// Acknowledges committed entries (their spans end here).
+    pub(super) async fn ack(&self, committed: Committed) {
+        let Committed { entry_ids, spans } = committed;
+        if entry_ids.is_empty() {
+            return;
+        }
+        if let Err(e) = self.group.ack(&entry_ids).await {
             self.deps.metrics.ack_failures.inc();
-            warn!(stream = %self.source.key, entries = ack.len(), error = %e, "XACK failed; the entries will be redelivered and recognised");
+            warn!(stream = %self.source.key, entries = entry_ids.len(), error = %e, "XACK failed; the entries will be redelivered and recognised");
         }
-        trace!(
-            entries = entries.len(),
-            commit_ms = committed.as_secs_f64() * 1e3,
-            ack_ms = (started.elapsed() - committed).as_secs_f64() * 1e3,
-            "batch handled"
-        );
+        drop(spans);
     }
 
     fn takeover_span(&self, event: &InboxEvent) -> EventSpan {

@@ -74,11 +74,20 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut errors = Throttle::new(Duration::from_secs(30));
         // New entries read, and validated, while the previous batch was being taken over.
         let mut ahead: Option<GroupResult<(Vec<RawEntry>, batch::Sorted)>> = None;
+        // The last batch committed and not yet acknowledged: its XACK goes out while the next
+        // batch commits, so the database never waits for Redis in between.
+        let mut unacked = batch::Committed::default();
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
             if last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2) {
                 last_recovery = Some(Instant::now());
+                self.ack(std::mem::take(&mut unacked)).await;
                 self.recover(&shutdown, budget.count()).await;
+            }
+            if !matches!(ahead, Some(Ok(_))) {
+                // A read may wait for new entries, an outage for its backoff: acknowledge what
+                // committed first.
+                self.ack(std::mem::take(&mut unacked)).await;
             }
             let reading = Instant::now();
             let (read, sorted) = match ahead.take() {
@@ -103,13 +112,15 @@ impl<S: InboxStore> StreamBridge<S> {
                     trace!(entries = entries.len(), read_ms = reading.elapsed().as_secs_f64() * 1e3, "batch read");
                     let large = entries.iter().map(RawEntry::size).sum::<usize>() > self.config.batch_bytes / 2;
                     let none = HashMap::new();
+                    let previous = std::mem::take(&mut unacked);
                     if own_backlog || large {
                         // Reading "0" again would return this batch too: no read-ahead there; nor
                         // for a batch of large entries (two of them at once would double the
                         // memory the read budget allows).
                         let limits = if own_backlog { self.deliveries(&entries).await } else { none };
                         let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &limits));
-                        self.take_over_and_ack(entries, sorted).await;
+                        let ((), committed) = tokio::join!(self.ack(previous), self.commit(entries, sorted));
+                        self.ack(committed).await;
                     } else {
                         // The next batch is read and validated while this one commits (the read
                         // waits on Redis, the commit on the database, validation on neither).
@@ -123,7 +134,9 @@ impl<S: InboxStore> StreamBridge<S> {
                                 (next, sorted)
                             })
                         };
-                        let ((), next) = tokio::join!(self.take_over_and_ack(entries, sorted), next);
+                        let ((), committed, next) =
+                            tokio::join!(self.ack(previous), self.commit(entries, sorted), next);
+                        unacked = committed;
                         ahead = Some(next);
                     }
                 }
@@ -136,6 +149,7 @@ impl<S: InboxStore> StreamBridge<S> {
                 Err(e) => self.outage(&mut outage, &mut errors, &e, &shutdown).await,
             }
         }
+        self.ack(unacked).await;
         // Entries already read ahead belong to this consumer now: take them over before leaving
         // rather than leave them for recovery.
         if let Some(Ok((entries, sorted))) = ahead
