@@ -56,10 +56,15 @@ impl RedisStream {
             }
         }
         let fail_fast = self.shards.is_some();
-        let sends = targets.iter().map(|(client, indices)| {
-            let calls: Vec<&Call> = indices.iter().map(|&i| &calls[i]).collect();
-            self.send_to(client, calls, gate, fail_fast)
-        });
+        // Each call moves into its node's pipeline: its arguments are queued, not copied.
+        let mut calls: Vec<Option<Call>> = calls.into_iter().map(Some).collect();
+        let sends: Vec<_> = targets
+            .iter()
+            .map(|(client, indices)| {
+                let calls: Vec<Call> = indices.iter().filter_map(|&i| calls[i].take()).collect();
+                self.send_to(client, calls, gate, fail_fast)
+            })
+            .collect();
         let results = futures_util::future::join_all(sends).await;
         let mut sent: Vec<Option<Sent>> = (0..calls.len()).map(|_| None).collect();
         let mut failed = !unrouted.is_empty();
@@ -94,7 +99,7 @@ impl RedisStream {
     async fn send_to(
         &self,
         client: &Client,
-        calls: Vec<&Call>,
+        calls: Vec<Call>,
         gate: Option<Durability>,
         fail_fast: bool,
     ) -> Result<Vec<Sent>, String> {
@@ -109,16 +114,17 @@ impl RedisStream {
             options.timeout = Some(self.command_timeout + gate.timeout * 2);
         }
         let pipeline = Pipeline::from(client.with_options(&options));
-        for call in &calls {
+        let (count, first_slot) = (calls.len(), calls[0].slot);
+        for call in calls {
             // Queuing only buffers the command locally; errors arrive with the results.
-            let _: Result<(), _> = pipeline.custom(call.command.clone(), call.args.clone()).await;
+            let _: Result<(), _> = pipeline.custom(call.command, call.args).await;
         }
         if let Some(gate) = gate {
-            let (command, args) = gate_command(gate, calls[0].slot);
+            let (command, args) = gate_command(gate, first_slot);
             let _: Result<(), _> = pipeline.custom(command, args).await;
         }
         let mut results: Vec<Result<Value, Error>> = pipeline.try_all().await;
-        if results.len() != calls.len() + usize::from(gate.is_some()) {
+        if results.len() != count + usize::from(gate.is_some()) {
             let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
             return Err(why.unwrap_or_else(|| "no reply from redis".into()));
         }
