@@ -79,15 +79,15 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut unacked = batch::Committed::default();
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
-            if last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2) {
-                last_recovery = Some(Instant::now());
+            let recovery_due = last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2);
+            if recovery_due || !matches!(ahead, Some(Ok(_))) {
+                // Recovery, a read that may wait for new entries (or return this consumer's own
+                // pending ones), an outage's backoff: acknowledge what committed first.
                 self.ack(std::mem::take(&mut unacked)).await;
-                self.recover(&shutdown, budget.count()).await;
             }
-            if !matches!(ahead, Some(Ok(_))) {
-                // A read may wait for new entries, an outage for its backoff: acknowledge what
-                // committed first.
-                self.ack(std::mem::take(&mut unacked)).await;
+            if recovery_due {
+                last_recovery = Some(Instant::now());
+                self.recover(&shutdown, budget.count()).await;
             }
             let reading = Instant::now();
             let (read, sorted) = match ahead.take() {
@@ -120,7 +120,7 @@ impl<S: InboxStore> StreamBridge<S> {
                         let limits = if own_backlog { self.deliveries(&entries).await } else { none };
                         let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &limits));
                         let ((), committed) = tokio::join!(self.ack(previous), self.commit(entries, sorted));
-                        self.ack(committed).await;
+                        unacked = committed;
                     } else {
                         // The next batch is read and validated while this one commits (the read
                         // waits on Redis, the commit on the database, validation on neither).
