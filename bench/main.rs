@@ -77,7 +77,7 @@ struct Report(Vec<Figure>);
 impl Report {
     fn add(&mut self, section: &'static str, name: impl Into<String>, value: f64, unit: &'static str) {
         let name = name.into();
-        eprintln!("  {section:<10} {name:<58} {value:>12.2} {unit}");
+        eprintln!("  {section:<10} {name:<58} {:>12} {unit}", shown(value));
         self.0.push(Figure { section, name, value, unit });
     }
 }
@@ -295,13 +295,17 @@ async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
 fn print_table(figures: &[Figure]) {
     println!("\n| section | measurement | median | unit |\n|---|---|---:|---|");
     for f in figures {
-        // Two decimals below 10 (CPU seconds per 100k events move in hundredths).
-        let value = match f.value {
-            v if v >= 100.0 => format!("{v:.0}"),
-            v if v >= 10.0 => format!("{v:.1}"),
-            v => format!("{v:.2}"),
-        };
-        println!("| {} | {} | {} | {} |", f.section, f.name, value, f.unit);
+        println!("| {} | {} | {} | {} |", f.section, f.name, shown(f.value), f.unit);
+    }
+}
+
+/// A figure as printed: two decimals below 10 (CPU seconds per 100k events move in hundredths),
+/// one below 100, none above.
+fn shown(value: f64) -> String {
+    match value {
+        v if v >= 100.0 => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
     }
 }
 
