@@ -1,5 +1,5 @@
 //! Delivery semantics beyond the seed: publish dedupe, LISTEN/NOTIFY wake-up, retention,
-//! delete-on-deliver, consumer-aware trimming, dead-letter re-drive.
+//! delete-on-deliver, trimming on append (length, age) and consumer-aware, dead-letter re-drive.
 
 mod common;
 
@@ -106,6 +106,31 @@ async fn delete_on_deliver_removes_rows_once_appended() {
     })
     .await;
     assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 30);
+}
+
+#[tokio::test]
+async fn maxlen_trims_the_stream_on_every_append() {
+    let env = TestEnv::new().await;
+    env.insert_events("m", "user", 600).await;
+    let _relay = Handoff::run(&env.config("[relay.trim]\nmaxlen = 10"));
+    env.await_delivered(600).await;
+    // `MAXLEN ~ 10`: Redis keeps at least 10 and drops whole nodes (100 entries by default).
+    let len: u64 = env.redis.xlen(env.stream("user")).await.unwrap();
+    assert!((10..300).contains(&len), "600 appended with maxlen 10, {len} left");
+}
+
+#[tokio::test]
+async fn min_age_trims_entries_older_than_the_age_on_every_append() {
+    let env = TestEnv::new().await;
+    env.insert_events("a", "user", 300).await;
+    let relay = Handoff::run(&env.config("[relay.trim]\nmin_age = \"1ms\""));
+    env.await_delivered(300).await;
+    // Appended after the first 300 were: by then all of those are older than 1 ms.
+    env.insert_events("b", "user", 300).await;
+    env.await_delivered(600).await;
+    let len: u64 = env.redis.xlen(env.stream("user")).await.unwrap();
+    assert!(len < 600, "entries older than min_age are trimmed as later ones are appended: {len} left");
+    drop(relay);
 }
 
 async fn read_and_ack(env: &TestEnv, group: &str, count: u64, ack: usize) {

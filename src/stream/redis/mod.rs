@@ -2,9 +2,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::config::{TlsConfig, TlsConnector, TlsHostMapping};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::streams::{XCap, XCapKind, XCapTrim};
+use fred::types::{ClusterHash, CustomCommand};
 
 use super::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Trim, Unavailable};
 use crate::config::{RedisConfig, TlsMode};
@@ -196,8 +198,11 @@ impl RedisStream {
             .enumerate()
             .map(|(i, entry)| durable::Call {
                 range: i..i + 1,
-                command: CustomCommand::new_static("XADD", ClusterHash::FirstKey, false),
-                args: xadd_args(entry, options.trim),
+                command: durable::Command::Append {
+                    key: Bytes::copy_from_slice(entry.stream.as_bytes()),
+                    cap: cap(options.trim),
+                    fields: entry.fields.clone(),
+                },
                 slot: durable::slot(&entry.stream),
             })
             .collect();
@@ -209,21 +214,14 @@ impl RedisStream {
     }
 }
 
-/// `XADD key [MAXLEN|MINID ~ n] * field value …`, the fields as shared bytes.
-fn xadd_args(entry: &Entry, trim: Option<Trim>) -> Vec<Value> {
-    let mut args: Vec<Value> = Vec::with_capacity(5 + entry.fields.len() * 2);
-    args.push(entry.stream.as_str().into());
-    match trim {
-        None => {}
-        Some(Trim::MaxLen(n)) => args.extend(["MAXLEN".into(), "~".into(), Value::Integer(n as i64)]),
-        Some(Trim::MinAge(age)) => args.extend(["MINID".into(), "~".into(), min_id(age).into()]),
-    }
-    args.push("*".into());
-    for (name, value) in &entry.fields {
-        args.push(Value::Bytes(name.clone()));
-        args.push(Value::Bytes(value.clone()));
-    }
-    args
+/// `MAXLEN ~ n`, `MINID ~ <id>` or nothing.
+fn cap(trim: Option<Trim>) -> XCap {
+    let cap = match trim {
+        None => return XCap::from(None::<()>),
+        Some(Trim::MaxLen(n)) => XCap::try_from((XCapKind::MaxLen, XCapTrim::AlmostExact, n as i64)),
+        Some(Trim::MinAge(age)) => XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, min_id(age))),
+    };
+    cap.expect("a cap built from its own kinds")
 }
 
 /// `rediss://…` → `redis://…` (likewise `-cluster`, `-sentinel`, and fred's `valkeys`).
