@@ -54,6 +54,17 @@ impl BenchEnv {
         handoff::config::load_str(&format!("[database]\nurl = \"{}\"\n", self.database_url)).expect("config").database
     }
 
+    /// CPU seconds (user + system) the Redis server has used so far, from `INFO cpu`: the relay's
+    /// appends cost Redis time too, on the same two cores.
+    pub async fn redis_cpu_seconds(&self) -> anyhow::Result<f64> {
+        let info: String = self.redis.info(Some(fred::types::InfoKind::Cpu)).await?;
+        Ok(info
+            .lines()
+            .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum())
+    }
+
     pub fn stream(&self, name: &str) -> String {
         format!("{}:{name}", self.schema)
     }

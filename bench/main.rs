@@ -217,6 +217,8 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
             let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
             report.add("resources", format!("relay peak RSS, claim {claim}, batch 500"), rss, "MiB");
             report.add("resources", format!("relay CPU per 100k events, claim {claim}, batch 500"), cpu, "s");
+            let redis = median(results.iter().map(|x| x.redis_cpu_seconds / n as f64 * 100_000.0).collect());
+            report.add("resources", format!("Redis CPU per 100k events, claim {claim}, batch 500"), redis, "s");
         }
     }
     Ok(())

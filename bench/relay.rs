@@ -20,6 +20,8 @@ pub struct Run {
     pub cpu_seconds: f64,
     /// CPU seconds of the Postgres server over the run.
     pub pg_cpu_seconds: f64,
+    /// CPU seconds of the Redis server over the run.
+    pub redis_cpu_seconds: f64,
 }
 
 pub fn relay_config(env: &BenchEnv, batch: u32, extra: &str) -> String {
@@ -37,6 +39,7 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
     let stream = env.stream("user");
     let config = relay_config(env, batch, extra);
     let pg_cpu = postgres_cpu_seconds();
+    let redis_cpu = env.redis_cpu_seconds().await?;
     let mut children: Vec<_> =
         (0..instances).map(|i| env.spawn(&format!("relay-{batch}-{i}"), &config)).collect::<Result<_, _>>()?;
     let elapsed = time_until(Duration::from_secs(600), || async {
@@ -45,6 +48,7 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
     })
     .await?;
     let pg_cpu_seconds = postgres_cpu_seconds() - pg_cpu;
+    let redis_cpu_seconds = env.redis_cpu_seconds().await? - redis_cpu;
     let usage: Vec<(u64, f64)> = children.iter().map(|c| resources(c.id())).collect();
     children.iter_mut().for_each(stop);
     Ok(Run {
@@ -52,6 +56,7 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
         peak_rss_kb: usage.iter().map(|u| u.0).max().unwrap_or(0),
         cpu_seconds: usage.iter().map(|u| u.1).sum(),
         pg_cpu_seconds,
+        redis_cpu_seconds,
     })
 }
 
@@ -207,7 +212,7 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuu
     .await;
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
     stop(&mut child);
-    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, pg_cpu_seconds: 0.0 })
+    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, ..Run::default() })
 }
 
 /// One sustained run: the delivered rate of each 30-second window, in order.
