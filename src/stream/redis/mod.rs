@@ -193,6 +193,8 @@ impl EventStream for RedisStream {
 impl RedisStream {
     /// One pipelined XADD per entry: the fast path when nothing needs a script.
     async fn append_plain(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
+        // One cap for the batch (a MINID is read off the clock and formatted once, not per entry).
+        let cap = cap(options.trim);
         let calls = entries
             .iter()
             .enumerate()
@@ -200,7 +202,7 @@ impl RedisStream {
                 range: i..i + 1,
                 command: durable::Command::Append {
                     key: Bytes::copy_from_slice(entry.stream.as_bytes()),
-                    cap: cap(options.trim),
+                    cap: cap.clone(),
                     fields: entry.fields.clone(),
                 },
                 slot: durable::slot(&entry.stream),
