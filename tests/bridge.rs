@@ -1,6 +1,6 @@
 //! The inbox bridge: takeover before acknowledgement, the poison path, crashes and recovery.
 
-mod common;
+use crate::common;
 
 use common::http::{get, sample};
 use common::process::Handoff;

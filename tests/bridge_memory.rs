@@ -2,7 +2,7 @@
 //! entries of 4 MiB, its peak RSS stays within 64 MiB + 3 × `batch_bytes`, and it gives the
 //! memory back afterwards.
 
-mod common;
+use crate::common;
 
 use common::process::{Handoff, Launch};
 use common::redis_server::RedisServer;

@@ -4,7 +4,7 @@
 //! exactly once in the inbox and in `audit_logs`. With the durability gate, the same failover
 //! loses nothing in the first place. `handoff verify` reports trimmed and lost entries.
 
-mod common;
+use crate::common;
 
 use common::http::{get, sample};
 use common::process::{Handoff, run_with_path};

@@ -1,7 +1,7 @@
 //! The default claim and stats statements stay on the partial indexes when the table is mostly
 //! delivered history: their plans never scan the table (the cost follows the backlog only).
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use handoff::sql::params::{Placeholder, rewrite};

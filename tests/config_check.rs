@@ -1,7 +1,7 @@
 //! Bad configuration and bad SQL are reported with the key or statement they concern, all at
 //! once, and without leaking secrets.
 
-mod common;
+use crate::common;
 
 use common::TestEnv;
 use common::process::{run_to_end, run_with_env};

@@ -4,7 +4,7 @@
 //! bridge takes it over into that table, the worker applies a handler that binds an extra field
 //! — each event exactly once, through SIGKILLs of the bridge and of the worker.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};

@@ -5,7 +5,7 @@
 //! Uses the release binary when `HANDOFF_RELEASE_BIN` names it (scripts/test builds it), else
 //! the test build of the same source.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

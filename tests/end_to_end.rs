@@ -2,7 +2,7 @@
 //! inbox → worker → audit_logs holds exactly one row per event, while the relay and the bridge
 //! are killed and restarted along the way.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};

@@ -1,7 +1,7 @@
 //! The bridge and worker suites against MariaDB: takeover before acknowledgement across crashes,
 //! the poison path, the worker's kill and atomicity guarantees, and the seed's chain end to end.
 
-mod common;
+use crate::common;
 
 use common::eventually;
 use common::mysql::MyEnv;

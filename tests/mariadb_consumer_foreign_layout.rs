@@ -3,7 +3,7 @@
 //! columns) and a camelCase envelope, adopted by configuration alone — the claim and the
 //! renewal as MySQL scripts — each event exactly once through SIGKILLs of the bridge and worker.
 
-mod common;
+use crate::common;
 
 use common::eventually;
 use common::mysql::MyEnv;

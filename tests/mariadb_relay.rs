@@ -1,7 +1,7 @@
 //! The relay-core suite against MariaDB (the MySQL dialect): delivery, kills, fencing, outages,
 //! row failures, shutdown, and a foreign table adopted by configuration alone.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

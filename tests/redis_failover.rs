@@ -2,7 +2,7 @@
 //! lost or taken over twice; streams on the healthy shards keep flowing while the dead shard
 //! waits for its replica to be promoted; afterwards the lag gauge says 0 on every stream.
 
-mod common;
+use crate::common;
 
 use std::cell::Cell;
 

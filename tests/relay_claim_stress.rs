@@ -6,7 +6,7 @@
 //! A trigger (test-only) records every claim of a row that was not PENDING: without a crash, no
 //! lease expires, so each such claim is a row taken from another claimant or out of DELIVERED.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! run with their process clock two hours ahead (libfaketime); what they claim, for how long and
 //! when a failed row comes back must not change.
 
-mod common;
+use crate::common;
 
 use common::process::{Handoff, Launch};
 use common::{TestEnv, eventually};

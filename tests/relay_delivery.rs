@@ -1,6 +1,6 @@
 //! The relay's happy path and its guarantees under kills, stops and concurrent replicas.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

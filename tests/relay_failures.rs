@@ -1,7 +1,7 @@
 //! Rows that fail for reasons of their own back off, retry and end DEAD with their error;
 //! rows that can never become an entry go DEAD at once; shutdown leaves nothing claimed.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};

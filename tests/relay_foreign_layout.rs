@@ -1,7 +1,7 @@
 //! A table with its own layout (text ids, other column names, other status words) is relayed by
 //! configuration alone: every statement replaced, nothing else changed.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};

@@ -1,7 +1,7 @@
 //! `claim = "locked"`: a transaction locks the batch, appends it and settles it before it
 //! commits. What it must keep of the leased claim's guarantees, under kills and hangs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

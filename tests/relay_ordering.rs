@@ -1,7 +1,7 @@
 //! Per-key ordering: events of one key reach the stream in commit order, across failures and
 //! concurrent relays; a stuck key holds only itself; a row committed late is not overtaken.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};

@@ -1,6 +1,6 @@
 //! Outages are not the row's fault: no attempts burned, nothing DEAD, delivery resumes by itself.
 
-mod common;
+use crate::common;
 
 use common::process::Handoff;
 use common::redis_server::RedisServer;

@@ -1,7 +1,7 @@
 //! Delivery semantics beyond the seed: publish dedupe, LISTEN/NOTIFY wake-up, retention,
 //! delete-on-deliver, trimming on append (length, age) and consumer-aware, dead-letter re-drive.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

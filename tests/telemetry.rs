@@ -1,6 +1,6 @@
 //! `/metrics` figures move with the events, `/readyz` follows the broker, `/healthz` stays up.
 
-mod common;
+use crate::common;
 
 use common::http::{get, sample};
 use common::process::Handoff;

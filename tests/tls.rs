@@ -3,7 +3,7 @@
 //! `verify-full` succeeds with the right CA and host name and fails, naming the key, with a wrong
 //! CA or host name; `verify-ca` accepts the host name; mutual TLS with a client certificate.
 
-mod common;
+use crate::common;
 
 use common::pki::Pki;
 use common::process::{Handoff, run_to_end};

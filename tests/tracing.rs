@@ -3,7 +3,7 @@
 //! children of the producer's span (one trace id), reach an OTLP/HTTP receiver, and the HTTP
 //! handler is called with a `traceparent` of that trace naming the worker's span.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpListener;

@@ -1,7 +1,7 @@
 //! The inbox worker: effect and PROCESSED commit together, kills and stalls are fenced, failures
 //! retry with backoff or go DEAD at once when retrying cannot help, HTTP handlers.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! handlers): a transaction locks the batch, runs its handler statements and marks it PROCESSED
 //! before it commits. What it must keep of the leased claim's guarantees, under kills and hangs.
 
-mod common;
+use crate::common;
 
 use common::http::{get, sample};
 use common::process::Handoff;
