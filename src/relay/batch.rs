@@ -128,7 +128,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut sendable: Vec<(ClaimedRow, Entry)> = Vec::with_capacity(rows.len());
         // Ordered keys that lost a row to DEAD in this batch: (key, position of that row).
         let mut broken: Vec<(Option<String>, Position)> = Vec::new();
-        for row in rows {
+        for mut row in rows {
             if row.reclaimed {
                 metrics.reclaims.inc();
             }
@@ -141,7 +141,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 broken.push((row.order_key.clone(), position(&row)));
                 continue;
             }
-            match self.entries.build(&row) {
+            match self.entries.build(&mut row) {
                 Ok(entry) => sendable.push((row, entry)),
                 Err(error) => {
                     metrics.failed(FailureReason::InvalidRow, 1);

@@ -72,47 +72,61 @@ impl EntryBuilder {
     }
 
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
-    pub fn build(&self, row: &ClaimedRow) -> Result<Entry, String> {
+    /// The row's column values move into the entry (no copy of the payloads): templates render
+    /// first, and `row.values` is empty afterwards.
+    pub fn build(&self, row: &mut ClaimedRow) -> Result<Entry, String> {
         let stream = self.stream.render(&row.values).map_err(|e| format!("stream key: {e}"))?;
         let render = |name: &Bytes, template: &BoundTemplate| {
             template.render(&row.values).map_err(|e| format!("field {}: {e}", String::from_utf8_lossy(name)))
-        };
-        let fields = match &self.layout {
-            Layout::BuiltIn { columns, owner, extras } => {
-                let mut fields = Vec::with_capacity(2 + columns.len() + extras.len());
-                fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
-                for (name, index) in columns {
-                    if let Some(Some(value)) = row.values.get(*index) {
-                        fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
-                    }
-                }
-                fields.push((Bytes::from_static(b"owner"), owner.clone()));
-                for (name, template) in extras {
-                    fields.push((name.clone(), Bytes::from(render(name, template)?)));
-                }
-                fields
-            }
-            Layout::Envelope(layout) => {
-                let mut fields = Vec::with_capacity(layout.len());
-                for (name, field) in layout {
-                    match field {
-                        EnvelopeField::Column(index) => {
-                            if let Some(Some(value)) = row.values.get(*index) {
-                                fields.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
-                            }
-                        }
-                        EnvelopeField::Template(template) => {
-                            fields.push((name.clone(), Bytes::from(render(name, template)?)))
-                        }
-                    }
-                }
-                fields
-            }
         };
         let trace = match self.headers {
             Some(index) if crate::telemetry::traces::enabled() => row.values.get(index).cloned().flatten(),
             _ => None,
         };
+        let fields = match &self.layout {
+            Layout::BuiltIn { columns, owner, extras } => {
+                let extras = extras
+                    .iter()
+                    .map(|(name, template)| Ok((name.clone(), Bytes::from(render(name, template)?))))
+                    .collect::<Result<Vec<_>, String>>()?;
+                let mut fields = Vec::with_capacity(2 + columns.len() + extras.len());
+                fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
+                // Each entry column appears once in the built-in layout: its value can move.
+                for (name, index) in columns {
+                    if let Some(value) = row.values.get_mut(*index).and_then(Option::take) {
+                        fields.push((name.clone(), Bytes::from(value)));
+                    }
+                }
+                fields.push((Bytes::from_static(b"owner"), owner.clone()));
+                fields.extend(extras);
+                fields
+            }
+            Layout::Envelope(layout) => {
+                let mut rendered = Vec::with_capacity(layout.len());
+                for (name, field) in layout {
+                    rendered.push(match field {
+                        EnvelopeField::Column(_) => None,
+                        EnvelopeField::Template(template) => Some(Bytes::from(render(name, template)?)),
+                    });
+                }
+                // An envelope may name a column twice: values become shared bytes, each used
+                // by reference.
+                let cells: Vec<Option<Bytes>> =
+                    std::mem::take(&mut row.values).into_iter().map(|v| v.map(Bytes::from)).collect();
+                let mut fields = Vec::with_capacity(layout.len());
+                for ((name, field), rendered) in layout.iter().zip(rendered) {
+                    let value = match field {
+                        EnvelopeField::Column(index) => cells.get(*index).cloned().flatten(),
+                        EnvelopeField::Template(_) => rendered,
+                    };
+                    if let Some(value) = value {
+                        fields.push((name.clone(), value));
+                    }
+                }
+                fields
+            }
+        };
+        row.values = Vec::new();
         Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None, trace })
     }
 }
@@ -154,7 +168,7 @@ mod tests {
             .collect();
         let builder = EntryBuilder::new(&relay("fields = { tenant = \"t-{tenant}\" }"), &columns).unwrap();
         let entry =
-            builder.build(&row(&[Some("1"), Some("e-1"), Some("order"), Some("{}"), None, Some("acme")])).unwrap();
+            builder.build(&mut row(&[Some("1"), Some("e-1"), Some("order"), Some("{}"), None, Some("acme")])).unwrap();
         assert_eq!(entry.stream, "audit:order");
         let names: Vec<&str> = entry.fields.iter().map(|(n, _)| std::str::from_utf8(n).unwrap()).collect();
         assert_eq!(names, ["event_id", "aggregate_type", "payload", "owner", "tenant"]);
@@ -172,8 +186,8 @@ mod tests {
                     aggregateId = \"{aggregate_id}\"\naggregateVersion = \"{version}\"\nschemaVersion = \"2\"\n\
                     payload = \"{payload}\"\nheaders = \"{headers}\"\n";
         let builder = EntryBuilder::new(&relay(toml), &columns).unwrap();
-        let row = row(&[Some("1"), Some("e-1"), Some("OrderPlaced"), Some("o-9"), Some("{}"), None, Some("3")]);
-        let entry = builder.build(&row).unwrap();
+        let mut row = row(&[Some("1"), Some("e-1"), Some("OrderPlaced"), Some("o-9"), Some("{}"), None, Some("3")]);
+        let entry = builder.build(&mut row).unwrap();
         let fields: Vec<(&str, &str)> = entry
             .fields
             .iter()
@@ -194,10 +208,44 @@ mod tests {
     }
 
     #[test]
+    fn a_column_named_twice_fills_both_fields_and_templates_see_moved_columns() {
+        // The values move into the entry: a second use of a column, and a template over a column
+        // that is also a field of its own, must still see it.
+        let columns: Vec<String> =
+            ["id", "event_id", "aggregate_type", "payload"].iter().map(|s| s.to_string()).collect();
+        let envelope = "stream = \"s\"\n[relay.envelope]\nid = \"{event_id}\"\nbody = \"{payload}\"\n\
+                        copy = \"{payload}\"\nkind = \"k-{aggregate_type}\"\n";
+        let builder = EntryBuilder::new(&relay(envelope), &columns).unwrap();
+        let mut claimed = row(&[Some("1"), Some("e-1"), Some("order"), Some("{\"a\":1}")]);
+        let entry = builder.build(&mut claimed).unwrap();
+        let values: Vec<&str> = entry.fields.iter().map(|(_, v)| std::str::from_utf8(v).unwrap()).collect();
+        assert_eq!(values, ["e-1", "{\"a\":1}", "{\"a\":1}", "k-order"]);
+
+        let builtin = EntryBuilder::new(&relay("fields = { kind = \"k-{aggregate_type}\" }"), &columns).unwrap();
+        let mut claimed = row(&[Some("1"), Some("e-1"), Some("order"), Some("{}")]);
+        let entry = builtin.build(&mut claimed).unwrap();
+        let fields: Vec<(&str, &str)> = entry
+            .fields
+            .iter()
+            .map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("event_id", "e-1"),
+                ("aggregate_type", "order"),
+                ("payload", "{}"),
+                ("owner", "auth"),
+                ("kind", "k-order")
+            ]
+        );
+    }
+
+    #[test]
     fn a_null_routing_column_is_a_row_error() {
         let columns: Vec<String> = ["id", "aggregate_type"].iter().map(|s| s.to_string()).collect();
         let builder = EntryBuilder::new(&relay(""), &columns).unwrap();
-        let err = builder.build(&row(&[Some("1"), None])).unwrap_err();
+        let err = builder.build(&mut row(&[Some("1"), None])).unwrap_err();
         assert!(err.contains("aggregate_type"), "{err}");
     }
 

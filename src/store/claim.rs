@@ -44,23 +44,22 @@ impl ClaimShape {
 
     /// One claimed row from its column values read as text (NULL as `None`).
     pub fn row(&self, values: Vec<Option<String>>) -> StoreResult<ClaimedRow> {
-        let required = |i: usize| {
+        let text = |i: usize| {
             values
                 .get(i)
-                .cloned()
-                .flatten()
+                .and_then(Option::as_deref)
                 .ok_or_else(|| StoreError::Contract(format!("column `{}` is NULL", self.columns[i])))
         };
         let number = |i: usize| -> StoreResult<f64> {
-            required(i)?
+            text(i)?
                 .parse::<f64>()
                 .map_err(|_| StoreError::Contract(format!("column `{}` is not a number", self.columns[i])))
         };
         let flag = self.reclaimed.and_then(|i| values[i].as_deref());
         Ok(ClaimedRow {
-            id: required(self.id)?,
+            id: text(self.id)?.to_owned(),
             token: number(self.token)? as i64,
-            event_id: required(self.event_id)?,
+            event_id: text(self.event_id)?.to_owned(),
             attempts: number(self.attempts)?.max(0.0) as u32,
             expired_claims: number(self.expired_claims)?.max(0.0) as u32,
             age: Duration::from_secs_f64(number(self.age_ms)?.max(0.0) / 1000.0),
