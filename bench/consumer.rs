@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::env::{BenchEnv, rate_after_first, stop, time_until};
+use crate::env::{BenchEnv, rate_after_first, resources, stop, time_until};
 use crate::relay::relay_config;
 use handoff::config::load_str;
 use handoff::fault::Faults;
@@ -34,8 +34,8 @@ fn event(i: usize) -> (String, String) {
 }
 
 /// Bridge: `n` valid entries already in the stream, one bridge process, from its first takeover
-/// until all are in the inbox.
-pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+/// until all are in the inbox. The rate, and the process's peak RSS in KiB.
+pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<(f64, u64)> {
     env.reset().await?;
     let config = load_str(&env.base_config())?;
     let (stream, _) = RedisStream::connect(&config.redis).await?;
@@ -64,8 +64,9 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64>
         env.scalar("SELECT count(*) FROM consumer_inbox").await
     })
     .await;
+    let (peak_rss_kb, _) = resources(child.id());
     stop(&mut child);
-    rate
+    Ok((rate?, peak_rss_kb))
 }
 
 /// The bridge's SQL limit: its batched insert-if-absent transaction alone.
@@ -118,9 +119,9 @@ async fn fill_inbox(env: &BenchEnv, n: usize) -> anyhow::Result<()> {
 }
 
 /// Worker: `n` inbox rows, one worker process with the seed's handler, from its first commit
-/// until all are applied.
+/// until all are applied. The rate, and the process's peak RSS in KiB.
 /// `claim`: the worker's `claim` setting.
-pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, claim: &str) -> anyhow::Result<f64> {
+pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, claim: &str) -> anyhow::Result<(f64, u64)> {
     env.reset().await?;
     fill_inbox(env, n).await?;
     let section = worker_section(batch)
@@ -130,8 +131,9 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
         env.scalar("SELECT count(*) FROM audit_logs").await
     })
     .await;
+    let (peak_rss_kb, _) = resources(child.id());
     stop(&mut child);
-    rate
+    Ok((rate?, peak_rss_kb))
 }
 
 /// `n` inbox rows, a worker store with `claim`, and the seed's handler statement, for the

@@ -240,10 +240,13 @@ async fn dwell(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow:
 async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let (c, r) = (args.consumer_events, args.repeat);
     let bridge_limit = median(repeat(r, || consumer::bridge_limit(env, c, 500)).await?);
-    let bridge = median(repeat(r, || consumer::bridge(env, c, 500)).await?);
+    let bridges = repeat(r, || consumer::bridge(env, c, 500)).await?;
+    let bridge = median(bridges.iter().map(|b| b.0).collect());
     report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
     report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
     report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
+    let rss = median(bridges.iter().map(|b| b.1 as f64 / 1024.0).collect());
+    report.add("resources", "bridge peak RSS, batch 500", rss, "MiB");
     let leased_limit = median(repeat(r, || consumer::worker_limit(env, c, 100)).await?);
     report.add("limit", "worker leased claim + handler + mark alone, batch 100", leased_limit, "rows/s");
     let locked_limit = median(repeat(r, || consumer::worker_locked_limit(env, c, 100)).await?);
@@ -251,11 +254,14 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
     // The default config is `claim = "auto"`, which is the locked claim for this SQL handler.
     for (claim, limit) in [("leased", leased_limit), ("locked", locked_limit)] {
         for concurrency in [1, 2] {
-            let worker = median(repeat(r, || consumer::worker(env, c, 100, concurrency, claim)).await?);
+            let workers = repeat(r, || consumer::worker(env, c, 100, concurrency, claim)).await?;
+            let worker = median(workers.iter().map(|w| w.0).collect());
             let name = format!("1 worker, batch 100, concurrency {concurrency}, claim {claim}");
             report.add("worker", name, worker, "rows/s");
             let ratio = worker / limit * 100.0;
             report.add("ratio", format!("worker ({claim}, concurrency {concurrency}) / its SQL limit"), ratio, "%");
+            let rss = median(workers.iter().map(|w| w.1 as f64 / 1024.0).collect());
+            report.add("resources", format!("worker peak RSS, concurrency {concurrency}, claim {claim}"), rss, "MiB");
         }
     }
     let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
