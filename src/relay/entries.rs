@@ -146,6 +146,15 @@ mod tests {
         load_str(&toml).unwrap().relays.remove(0)
     }
 
+    fn names(columns: &[&str]) -> Vec<String> {
+        columns.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// An entry's fields as text, names with values.
+    fn pairs(entry: &Entry) -> Vec<(&str, &str)> {
+        entry.fields.iter().map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap())).collect()
+    }
+
     fn row(values: &[Option<&str>]) -> ClaimedRow {
         ClaimedRow {
             id: "1".into(),
@@ -162,10 +171,7 @@ mod tests {
 
     #[test]
     fn fields_follow_the_documented_order_and_skip_nulls() {
-        let columns: Vec<String> = ["id", "event_id", "aggregate_type", "payload", "headers", "tenant"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let columns = names(&["id", "event_id", "aggregate_type", "payload", "headers", "tenant"]);
         let builder = EntryBuilder::new(&relay("fields = { tenant = \"t-{tenant}\" }"), &columns).unwrap();
         let entry =
             builder.build(&mut row(&[Some("1"), Some("e-1"), Some("order"), Some("{}"), None, Some("acme")])).unwrap();
@@ -178,21 +184,14 @@ mod tests {
 
     #[test]
     fn an_envelope_is_the_whole_entry_in_its_order() {
-        let columns: Vec<String> = ["id", "event_id", "event_type", "aggregate_id", "payload", "headers", "version"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let columns = names(&["id", "event_id", "event_type", "aggregate_id", "payload", "headers", "version"]);
         let toml = "stream = \"orders\"\n[relay.envelope]\neventId = \"{event_id}\"\neventType = \"{event_type}\"\n\
                     aggregateId = \"{aggregate_id}\"\naggregateVersion = \"{version}\"\nschemaVersion = \"2\"\n\
                     payload = \"{payload}\"\nheaders = \"{headers}\"\n";
         let builder = EntryBuilder::new(&relay(toml), &columns).unwrap();
         let mut row = row(&[Some("1"), Some("e-1"), Some("OrderPlaced"), Some("o-9"), Some("{}"), None, Some("3")]);
         let entry = builder.build(&mut row).unwrap();
-        let fields: Vec<(&str, &str)> = entry
-            .fields
-            .iter()
-            .map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap()))
-            .collect();
+        let fields = pairs(&entry);
         // headers is NULL: a one-column field is left out, as the built-in layout does.
         assert_eq!(
             fields,
@@ -211,24 +210,18 @@ mod tests {
     fn a_column_named_twice_fills_both_fields_and_templates_see_moved_columns() {
         // The values move into the entry: a second use of a column, and a template over a column
         // that is also a field of its own, must still see it.
-        let columns: Vec<String> =
-            ["id", "event_id", "aggregate_type", "payload"].iter().map(|s| s.to_string()).collect();
+        let columns = names(&["id", "event_id", "aggregate_type", "payload"]);
         let envelope = "stream = \"s\"\n[relay.envelope]\nid = \"{event_id}\"\nbody = \"{payload}\"\n\
                         copy = \"{payload}\"\nkind = \"k-{aggregate_type}\"\n";
         let builder = EntryBuilder::new(&relay(envelope), &columns).unwrap();
         let mut claimed = row(&[Some("1"), Some("e-1"), Some("order"), Some("{\"a\":1}")]);
         let entry = builder.build(&mut claimed).unwrap();
-        let values: Vec<&str> = entry.fields.iter().map(|(_, v)| std::str::from_utf8(v).unwrap()).collect();
-        assert_eq!(values, ["e-1", "{\"a\":1}", "{\"a\":1}", "k-order"]);
+        assert_eq!(pairs(&entry), [("id", "e-1"), ("body", "{\"a\":1}"), ("copy", "{\"a\":1}"), ("kind", "k-order")]);
 
         let builtin = EntryBuilder::new(&relay("fields = { kind = \"k-{aggregate_type}\" }"), &columns).unwrap();
         let mut claimed = row(&[Some("1"), Some("e-1"), Some("order"), Some("{}")]);
         let entry = builtin.build(&mut claimed).unwrap();
-        let fields: Vec<(&str, &str)> = entry
-            .fields
-            .iter()
-            .map(|(n, v)| (std::str::from_utf8(n).unwrap(), std::str::from_utf8(v).unwrap()))
-            .collect();
+        let fields = pairs(&entry);
         assert_eq!(
             fields,
             [
@@ -243,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_null_routing_column_is_a_row_error() {
-        let columns: Vec<String> = ["id", "aggregate_type"].iter().map(|s| s.to_string()).collect();
+        let columns = names(&["id", "aggregate_type"]);
         let builder = EntryBuilder::new(&relay(""), &columns).unwrap();
         let err = builder.build(&mut row(&[Some("1"), None])).unwrap_err();
         assert!(err.contains("aggregate_type"), "{err}");
