@@ -129,16 +129,40 @@ async fn main() -> anyhow::Result<()> {
         // history, and the three kinds of run take turns, so that the ratios differ in the
         // history alone and not in the machine's speed from one minute to the next.
         let (mut clean, mut bloat, mut history) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..r {
-            clean.push(relay::bloated(&env, n, 0, 500, true).await?.rows_per_sec);
-            bloat.push(relay::bloated(&env, n, args.history, 500, false).await?.rows_per_sec);
-            history.push(relay::bloated(&env, n, args.history, 500, true).await?.rows_per_sec);
-            let (c, b, h) = (clean[clean.len() - 1], bloat[bloat.len() - 1], history[history.len() - 1]);
+        // Postgres CPU per delivered row (µs) of the clean and the vacuumed history runs.
+        let (mut clean_cpu, mut history_cpu) = (Vec::new(), Vec::new());
+        let per_row = |run: &relay::Run| run.pg_cpu_seconds * 1e6 / n as f64;
+        let ms = |run: &relay::Run| run.startup.as_secs_f64() * 1e3;
+        for turn in 1..=r {
+            let c = relay::bloated(&env, n, 0, 500, true).await?;
+            let b = relay::bloated(&env, n, args.history, 500, false).await?;
+            let h = relay::bloated(&env, n, args.history, 500, true).await?;
             eprintln!(
-                "  bloat      turn {}: clean {c:.0}, bloated {b:.0}, vacuumed history {h:.0} rows/s",
-                clean.len()
+                "  bloat      turn {turn}: clean {:.0}, bloated {:.0}, vacuumed history {:.0} rows/s; Postgres CPU per row {:.1} / {:.1} / {:.1} µs; start-up {:.0} / {:.0} / {:.0} ms",
+                c.rows_per_sec,
+                b.rows_per_sec,
+                h.rows_per_sec,
+                per_row(&c),
+                per_row(&b),
+                per_row(&h),
+                ms(&c),
+                ms(&b),
+                ms(&h)
             );
+            clean.push(c.rows_per_sec);
+            clean_cpu.push(per_row(&c));
+            bloat.push(b.rows_per_sec);
+            history.push(h.rows_per_sec);
+            history_cpu.push(per_row(&h));
         }
+        report.add(
+            "resources",
+            "Postgres CPU per delivered row, clean table (history runs' steps)",
+            median(clean_cpu),
+            "µs",
+        );
+        let name = format!("Postgres CPU per delivered row, over {} delivered rows, vacuumed", args.history);
+        report.add("resources", name, median(history_cpu), "µs");
         let ratios = |runs: &[f64]| median(runs.iter().zip(&clean).map(|(run, clean)| run / clean * 100.0).collect());
         let (bloat_ratio, history_ratio) = (ratios(&bloat), ratios(&history));
         let (clean, bloat, history) = (median(clean), median(bloat), median(history));
@@ -226,6 +250,8 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
             report.add("resources", format!("relay CPU per 100k events, claim {claim}, batch 500"), cpu, "s");
             let redis = median(results.iter().map(|x| x.redis_cpu_seconds / n as f64 * 100_000.0).collect());
             report.add("resources", format!("Redis CPU per 100k events, claim {claim}, batch 500"), redis, "s");
+            let startup = median(results.iter().map(|x| x.startup.as_secs_f64() * 1e3).collect());
+            report.add("resources", format!("relay start-up to its first entry, claim {claim}"), startup, "ms");
         }
     }
     Ok(())

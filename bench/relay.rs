@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 
-use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop, time_until};
+use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use handoff::config::load_str;
 use handoff::store::postgres::{PgOutbox, pool};
 use handoff::store::{ClaimedRow, Delivered, OutboxStore};
@@ -15,13 +15,52 @@ use handoff::stream::{AppendOptions, Entry, EventStream};
 /// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Run {
+    /// Delivered rows per second from the first entry on.
     pub rows_per_sec: f64,
+    /// From the process's start to its first entry.
+    pub startup: Duration,
     pub peak_rss_kb: u64,
     pub cpu_seconds: f64,
     /// CPU seconds of the Postgres server over the run.
     pub pg_cpu_seconds: f64,
     /// CPU seconds of the Redis server over the run.
     pub redis_cpu_seconds: f64,
+}
+
+/// How long a relay took to deliver its first entry, and its rate from then on.
+struct Timed {
+    startup: Duration,
+    rows_per_sec: f64,
+}
+
+/// Waits until the stream holds `n` entries and no row is open. The rate is timed from the
+/// first entry seen in the stream (entries appended by then are not counted), as the SQL limits,
+/// the bridge and the worker are: the process's start (connecting, preparing, the first leased
+/// turn) is reported as its own figure instead of being spread over the events.
+async fn until_settled(env: &BenchEnv, stream: &str, n: usize) -> anyhow::Result<Timed> {
+    let started = Instant::now();
+    let limit = Duration::from_secs(600);
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let appended = env.xlen(stream).await?;
+        let now = Instant::now();
+        if first.is_none() && appended > 0 {
+            anyhow::ensure!(
+                appended < n as u64,
+                "all {n} entries appended before a first observation; use more events"
+            );
+            first = Some((now, appended));
+        }
+        if let Some((at, from)) = first
+            && appended >= n as u64
+            && env.open_rows().await? == 0
+        {
+            let elapsed = Instant::now() - at;
+            return Ok(Timed { startup: at - started, rows_per_sec: (n as u64 - from) as f64 / elapsed.as_secs_f64() });
+        }
+        anyhow::ensure!(started.elapsed() < limit, "not done within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 pub fn relay_config(env: &BenchEnv, batch: u32, extra: &str) -> String {
@@ -42,17 +81,15 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
     let redis_cpu = env.redis_cpu_seconds().await?;
     let mut children: Vec<_> =
         (0..instances).map(|i| env.spawn(&format!("relay-{batch}-{i}"), &config)).collect::<Result<_, _>>()?;
-    let elapsed = time_until(Duration::from_secs(600), || async {
-        Ok(env.xlen(&stream).await? >= n as u64
-            && env.scalar("SELECT count(*) FROM audit_outbox WHERE status <> 'DELIVERED'").await? == 0)
-    })
-    .await?;
+    let timed = until_settled(env, &stream, n).await?;
     let pg_cpu_seconds = postgres_cpu_seconds() - pg_cpu;
     let redis_cpu_seconds = env.redis_cpu_seconds().await? - redis_cpu;
     let usage: Vec<(u64, f64)> = children.iter().map(|c| resources(c.id())).collect();
     children.iter_mut().for_each(stop);
+    env.ensure_none_dead().await?;
     Ok(Run {
-        rows_per_sec: n as f64 / elapsed.as_secs_f64(),
+        rows_per_sec: timed.rows_per_sec,
+        startup: timed.startup,
         peak_rss_kb: usage.iter().map(|u| u.0).max().unwrap_or(0),
         cpu_seconds: usage.iter().map(|u| u.1).sum(),
         pg_cpu_seconds,
@@ -205,15 +242,22 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuu
         );
     }
     let stream = env.stream("user");
+    let pg_cpu = postgres_cpu_seconds();
     let mut child = env.spawn("relay-bloat", &relay_config(env, batch, "concurrency = 2"))?;
-    let elapsed = time_until(Duration::from_secs(600), || async {
-        Ok(env.xlen(&stream).await? >= n as u64
-            && env.scalar("SELECT count(*) FROM audit_outbox WHERE status IN ('PENDING', 'IN_FLIGHT')").await? == 0)
-    })
-    .await;
+    let timed = until_settled(env, &stream, n).await;
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
     stop(&mut child);
-    Ok(Run { rows_per_sec: n as f64 / elapsed?.as_secs_f64(), peak_rss_kb, cpu_seconds, ..Run::default() })
+    let pg_cpu_seconds = postgres_cpu_seconds() - pg_cpu;
+    let timed = timed?;
+    env.ensure_none_dead().await?;
+    Ok(Run {
+        rows_per_sec: timed.rows_per_sec,
+        startup: timed.startup,
+        peak_rss_kb,
+        cpu_seconds,
+        pg_cpu_seconds,
+        ..Run::default()
+    })
 }
 
 /// One sustained run: the delivered rate of each 30-second window, in order.
@@ -273,7 +317,7 @@ pub async fn sustained(env: &BenchEnv, duration: Duration, extra: &str) -> anyho
     let config = relay_config(env, 500, &format!("{extra}\n[relay.trim]\nmaxlen = 100000"));
     let mut child = env.spawn("relay-sustained", &config)?;
     let delivered = || async {
-        let open = env.scalar("SELECT count(*) FROM audit_outbox WHERE status IN ('PENDING', 'IN_FLIGHT')").await?;
+        let open = env.open_rows().await?;
         anyhow::Ok(inserted.load(std::sync::atomic::Ordering::Relaxed) - open)
     };
     let started = Instant::now();
