@@ -144,3 +144,32 @@ async fn a_row_that_keeps_killing_its_claimant_turns_dead() {
     let config = env.config("max_expired_claims = 2");
     env.kill_claimants_until_dead(&config, 2).await;
 }
+
+#[tokio::test]
+async fn appends_authenticate_and_go_to_the_database_the_url_names() {
+    let redis = common::redis_server::RedisServer::start_with(&[
+        "--requirepass",
+        "not-the-default",
+        "--user",
+        "relay",
+        "on",
+        ">s3cret-pass",
+        "~*",
+        "+@all",
+    ])
+    .await;
+    let url = format!("redis://relay:s3cret-pass@127.0.0.1:{}/3", redis.port);
+    let env = TestEnv::with_redis(&url).await;
+    env.insert_events("e", "user", 50).await;
+    let relay = Handoff::run(&env.config(""));
+    env.await_delivered(50).await;
+
+    let stream = env.stream("user");
+    let in_db = |db: &str| {
+        let auth = ["--user", "relay", "--pass", "s3cret-pass", "--no-auth-warning", "-n", db, "xlen", &stream];
+        common::redis_server::redis_cli(redis.port, &auth).trim().to_owned()
+    };
+    assert_eq!(in_db("3"), "50", "every entry is in database 3");
+    assert_eq!(in_db("0"), "0", "none in the default database");
+    assert!(!relay.logs().contains("s3cret-pass"), "the password is never logged");
+}

@@ -55,3 +55,21 @@ async fn dropped_database_connections_are_replaced() {
     assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
     drop(relay);
 }
+
+#[tokio::test]
+async fn dropped_redis_connections_are_replaced_without_releasing_rows() {
+    let redis = RedisServer::start().await;
+    let env = TestEnv::with_redis(&redis.url()).await;
+    env.insert_events("a", "user", 100).await;
+    let relay = Handoff::run(&env.config(""));
+    env.await_delivered(100).await;
+
+    // Every connection the relay holds, its idle append connections among them, cut by the
+    // server (as an idle timeout or a proxy would): the next batch must not count as an outage.
+    let killed = common::redis_server::redis_cli(redis.port, &["client", "kill", "type", "normal"]);
+    assert!(killed.trim().parse::<u32>().is_ok_and(|n| n > 0), "the relay's connections were cut: {killed}");
+    env.insert_events("b", "user", 100).await;
+    env.await_delivered(200).await;
+    assert!(!relay.logs().contains("stream unavailable"), "no batch was released: {}", relay.logs());
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 200);
+}

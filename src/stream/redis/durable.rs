@@ -1,38 +1,27 @@
-//! One batch's appends as one pipeline per node (in parallel, so a node that is down holds up
-//! only its own streams), and the durability gate in that same pipeline: after the appends, one
-//! `WAIT` (replicas) or `WAITAOF` (fsync) per node, on the connection that carried them. WAIT only vouches for the writes of
-//! its own connection, so the gated pipeline is never resent on another connection (a cut
-//! fails it; its rows are released): a WAIT on a fresh connection to a new primary would
-//! confirm appends that went to the old one.
+//! Appends through the append script, one pipeline per node (in parallel, so a node that is down
+//! holds up only its own streams), and the durability gate in that same pipeline: after the
+//! appends, one `WAIT` (replicas) or `WAITAOF` (fsync) per node, on the connection that carried
+//! them. WAIT only vouches for the writes of its own connection, so the gated pipeline is never
+//! resent on another connection (a cut fails it; its rows are released): a WAIT on a fresh
+//! connection to a new primary would confirm appends that went to the old one. Plain appends
+//! take the same gate over the relay's own links ([`super::plain`]).
 
 use std::ops::Range;
-use std::pin::Pin;
-use std::task::Poll;
 
-use bytes::Bytes;
 use fred::clients::Pipeline;
 use fred::prelude::*;
 use fred::types::config::{Options, Server};
-use fred::types::streams::XCap;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::RedisStream;
 use crate::stream::{AppendOutcome, Durability};
 
-/// One command of an append: the entries it covers and the slot its key hashes to.
+/// One script call of an append: the entries it covers and the slot its key hashes to.
 pub(super) struct Call {
     pub range: Range<usize>,
-    pub command: Command,
+    pub command: CustomCommand,
+    pub args: Vec<Value>,
     pub slot: u16,
-}
-
-pub(super) enum Command {
-    /// `XADD key [cap] * field value …` as fred's own command: fred flushes the socket after
-    /// every custom command, even inside a pipeline (a write system call per entry, on both
-    /// sides), but batches its own commands into a few writes per pipeline.
-    Append { key: Bytes, cap: XCap, fields: Vec<(Bytes, Bytes)> },
-    /// Anything else (the append script).
-    Custom { command: CustomCommand, args: Vec<Value> },
 }
 
 /// What came back for one call: its reply, and whether its node met the gate (`Err` says how
@@ -43,7 +32,7 @@ pub(super) struct Sent {
 }
 
 impl RedisStream {
-    /// Sends `calls`, one pipeline per node (in parallel), each followed by that node's gate.
+    /// Sends script `calls`, one pipeline per node (in parallel), each followed by that node's gate.
     /// A node that cannot be reached fails its own calls only.
     pub(super) async fn send(&self, calls: Vec<Call>, gate: Option<Durability>) -> Vec<Sent> {
         if calls.is_empty() {
@@ -125,32 +114,18 @@ impl RedisStream {
             options.max_attempts = Some(1);
             options.timeout = Some(self.command_timeout + gate.timeout * 2);
         }
-        let sender = client.with_options(&options);
-        let pipeline = Pipeline::from(sender.clone());
+        let pipeline = Pipeline::from(client.with_options(&options));
         let (count, first_slot) = (calls.len(), calls[0].slot);
         for call in calls {
             // Queuing only buffers the command locally; errors arrive with the results.
-            let _: Result<(), _> = match call.command {
-                Command::Append { key, cap, fields } => pipeline.xadd(key, false, cap, "*", fields).await,
-                Command::Custom { command, args } => pipeline.custom(command, args).await,
-            };
+            let _: Result<(), _> = pipeline.custom(call.command, call.args).await;
         }
         if let Some(gate) = gate {
-            let (command, args) = gate_command(gate, first_slot);
+            let (name, args) = gate_args(gate);
+            let command = CustomCommand::new_static(name, ClusterHash::Custom(first_slot), true);
             let _: Result<(), _> = pipeline.custom(command, args).await;
         }
-        // fred flushes the socket after each command of a pipeline when no other command waits
-        // in its queue: a write system call per entry, on both sides. A PING queued right behind
-        // the pipeline (same options: it fails as fast) keeps it from doing so, and the batch
-        // leaves in a few writes (measured: 0.65 writes per entry without, 0.07 with). Its reply
-        // is not needed.
-        let mut replies = std::pin::pin!(pipeline.try_all::<Value>());
-        let early = started(replies.as_mut()).await;
-        let _ = started(std::pin::pin!(sender.ping::<Value>(None))).await;
-        let mut results = match early {
-            Poll::Ready(results) => results,
-            Poll::Pending => replies.await,
-        };
+        let mut results = pipeline.try_all::<Value>().await;
         if results.len() != count + usize::from(gate.is_some()) {
             let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
             return Err(why.unwrap_or_else(|| "no reply from redis".into()));
@@ -163,38 +138,37 @@ impl RedisStream {
     }
 }
 
-/// Polls `future` once, which starts it (a fred command is queued on its first poll); its
-/// output if that already finished it.
-async fn started<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
-    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
-}
-
 /// The slot a stream key hashes to (routing of its appends, and of its node's gate).
 pub(super) fn slot(key: &str) -> u16 {
     fred::util::redis_keyslot(key.as_bytes())
 }
 
-fn gate_command(gate: Durability, slot: u16) -> (CustomCommand, Vec<Value>) {
-    let timeout_ms = gate.timeout.as_millis() as i64;
+/// The gate's command: `WAIT replicas timeout` or `WAITAOF 1 replicas timeout`.
+pub(super) fn gate_args(gate: Durability) -> (&'static str, Vec<String>) {
+    let timeout_ms = gate.timeout.as_millis().to_string();
     if gate.aof {
-        let args = vec![1.into(), i64::from(gate.replicas).into(), timeout_ms.into()];
-        (CustomCommand::new_static("WAITAOF", ClusterHash::Custom(slot), true), args)
+        ("WAITAOF", vec!["1".into(), gate.replicas.to_string(), timeout_ms])
     } else {
-        let args = vec![i64::from(gate.replicas).into(), timeout_ms.into()];
-        (CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), true), args)
+        ("WAIT", vec![gate.replicas.to_string(), timeout_ms])
     }
 }
 
-/// Whether a WAIT / WAITAOF reply meets the gate; `Err` says what was confirmed.
+/// Whether a WAIT / WAITAOF reply (through the Redis client) meets the gate.
 fn gate_met(gate: Durability, reply: Result<Value, Error>) -> Result<(), String> {
-    let name = if gate.aof { "WAITAOF" } else { "WAIT" };
-    let reply = reply.map_err(|e| format!("{name} failed: {}", e.details()))?;
-    let (local, replicas) = match &reply {
+    let counts = reply.map_err(|e| e.details().to_owned()).map(|reply| match &reply {
         Value::Array(counts) => {
             (counts.first().and_then(|v| v.as_u64()).unwrap_or(0), counts.get(1).and_then(|v| v.as_u64()).unwrap_or(0))
         }
         other => (1, other.as_u64().unwrap_or(0)),
-    };
+    });
+    gate_verdict(gate, counts)
+}
+
+/// Whether the gate's counts — (local fsyncs, replicas), or the error its command got — meet
+/// it; `Err` says what was confirmed.
+pub(super) fn gate_verdict(gate: Durability, counts: Result<(u64, u64), String>) -> Result<(), String> {
+    let name = if gate.aof { "WAITAOF" } else { "WAIT" };
+    let (local, replicas) = counts.map_err(|e| format!("{name} failed: {e}"))?;
     if (gate.aof && local < 1) || replicas < u64::from(gate.replicas) {
         let fsync = if gate.aof { format!("local fsync {local}, ") } else { String::new() };
         return Err(format!(

@@ -2,13 +2,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::config::{TlsConfig, TlsConnector, TlsHostMapping};
-use fred::types::streams::{XCap, XCapKind, XCapTrim};
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Trim, Unavailable};
+use super::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::config::{RedisConfig, TlsMode};
 
 #[derive(Clone)]
@@ -19,6 +17,8 @@ pub struct RedisStream {
     command_timeout: std::time::Duration,
     /// SHA of the loaded append script; cleared when Redis forgets it (restart, failover).
     script_sha: std::sync::Arc<tokio::sync::Mutex<Option<String>>>,
+    /// The relay's own connections for plain appends.
+    links: std::sync::Arc<link::Links>,
 }
 
 /// Why connecting failed: a bad URL or credentials (fatal), or an unreachable server.
@@ -44,13 +44,19 @@ impl RedisStream {
         let plain_url = if mode == TlsMode::Disable { url.to_owned() } else { plain_scheme(url) };
         let mut redis_config =
             Config::from_url(&plain_url).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
+        let mut tls = None;
         if mode != TlsMode::Disable {
             let client = crate::tls::client_config("redis.tls", mode, &config.tls).map_err(ConnectError::Config)?;
+            let client = std::sync::Arc::new(client);
+            tls = Some(client.clone());
             // Cluster nodes and a sentinel's primary are announced by IP address: they are
             // verified against the host name the URL names.
-            redis_config.tls =
-                Some(TlsConfig { connector: TlsConnector::from(client), hostnames: TlsHostMapping::DefaultHost });
+            redis_config.tls = Some(TlsConfig {
+                connector: TlsConnector::Rustls(client.into()),
+                hostnames: TlsHostMapping::DefaultHost,
+            });
         }
+        let links = std::sync::Arc::new(link::Links::new(&redis_config, tls, config.command_timeout));
         redis_config.fail_fast = false;
         let shards = shards::Shards::new(&redis_config, config.command_timeout).map(std::sync::Arc::new);
         let client =
@@ -69,7 +75,8 @@ impl RedisStream {
             shards.seed(&client);
             shards.primaries().await;
         }
-        let stream = Self { client, shards, command_timeout: config.command_timeout, script_sha: Default::default() };
+        let stream =
+            Self { client, shards, command_timeout: config.command_timeout, script_sha: Default::default(), links };
         Ok((stream, warning))
     }
 
@@ -190,42 +197,6 @@ impl EventStream for RedisStream {
     }
 }
 
-impl RedisStream {
-    /// One pipelined XADD per entry: the fast path when nothing needs a script.
-    async fn append_plain(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
-        // One cap for the batch (a MINID is read off the clock and formatted once, not per entry).
-        let cap = cap(options.trim);
-        let calls = entries
-            .iter()
-            .enumerate()
-            .map(|(i, entry)| durable::Call {
-                range: i..i + 1,
-                command: durable::Command::Append {
-                    key: Bytes::copy_from_slice(entry.stream.as_bytes()),
-                    cap: cap.clone(),
-                    fields: entry.fields.clone(),
-                },
-                slot: durable::slot(&entry.stream),
-            })
-            .collect();
-        self.send(calls, options.durability)
-            .await
-            .into_iter()
-            .map(|s| durable::gated(outcome(s.reply.map(|v| v.as_string().unwrap_or_default())), &s.gate))
-            .collect()
-    }
-}
-
-/// `MAXLEN ~ n`, `MINID ~ <id>` or nothing.
-fn cap(trim: Option<Trim>) -> XCap {
-    let cap = match trim {
-        None => return XCap::from(None::<()>),
-        Some(Trim::MaxLen(n)) => XCap::try_from((XCapKind::MaxLen, XCapTrim::AlmostExact, n as i64)),
-        Some(Trim::MinAge(age)) => XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, min_id(age))),
-    };
-    cap.expect("a cap built from its own kinds")
-}
-
 /// `rediss://…` → `redis://…` (likewise `-cluster`, `-sentinel`, and fred's `valkeys`).
 fn plain_scheme(url: &str) -> String {
     let url = url.trim_start();
@@ -246,7 +217,10 @@ pub(super) fn min_id(age: std::time::Duration) -> String {
 
 mod durable;
 pub mod group;
+mod link;
 mod loss;
+mod plain;
+mod resp;
 mod scripted;
 mod shards;
 pub mod trim;

@@ -29,11 +29,7 @@ impl RedisStream {
                     // EVALSHA sha numkeys key…: routed by the first key (the stream).
                     let command = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
                     let slot = durable::slot(&entries[range.start].stream);
-                    calls.push(durable::Call {
-                        range,
-                        command: durable::Command::Custom { command, args: call },
-                        slot,
-                    });
+                    calls.push(durable::Call { range, command, args: call, slot });
                 }
                 Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.clone()))),
             }

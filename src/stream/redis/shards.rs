@@ -132,16 +132,23 @@ impl Shards {
         }
     }
 
+    /// The name a node's certificate is verified against with TLS: the host name the URL
+    /// names, as the cluster client does (nodes are announced by IP address).
+    pub fn tls_name(&self, _server: &Server) -> Option<String> {
+        match &self.template.server {
+            ServerConfig::Clustered { hosts, .. } if self.template.tls.is_some() => {
+                hosts.first().map(|first| first.host.to_string())
+            }
+            _ => None,
+        }
+    }
+
     /// A standalone client to `server`, connecting in the background and reconnecting by itself.
     fn standalone(&self, server: &Server) -> Result<Client, Error> {
         let mut config = self.template.clone();
         let mut server = server.clone();
-        // Verified against the host name the URL names, as the cluster client does.
-        if config.tls.is_some()
-            && let ServerConfig::Clustered { hosts, .. } = &self.template.server
-            && let Some(first) = hosts.first()
-        {
-            server.tls_server_name = Some(first.host.clone());
+        if let Some(name) = self.tls_name(&server) {
+            server.tls_server_name = Some(name.into());
         }
         config.server = ServerConfig::Centralized { server };
         let client = super::build(config, self.command_timeout)?;

@@ -1,0 +1,201 @@
+//! The relay's own connections for plain appends: a batch's `XADD`s (and its durability gate)
+//! are written as one buffer on one connection and their replies read back in order (see
+//! [`super::resp`] for why not through the Redis client's commands).
+//!
+//! Connections are made on demand, one per append in flight to a node, and kept while they
+//! work: any failure closes the connection, and the caller's rows are released. Everything
+//! else — where the primaries are (standalone, sentinel, cluster slot map), reconnection
+//! events, operator commands — stays with the Redis client; links only carry appends, with the
+//! same credentials, database and TLS settings as the client.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::resp::{self, Reply};
+
+/// Idle links kept per node (about one per claim loop).
+const MAX_IDLE_PER_NODE: usize = 8;
+
+/// Where a batch's appends for one node go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Node {
+    pub host: String,
+    pub port: u16,
+    /// The name the node's certificate must carry (the host, unless the Redis client maps it).
+    pub tls_name: String,
+}
+
+pub(super) struct Links {
+    tls: Option<tokio_rustls::TlsConnector>,
+    username: Option<String>,
+    /// Never logged: links only ever send it.
+    password: Option<String>,
+    database: Option<u8>,
+    connect_timeout: Duration,
+    idle: Mutex<HashMap<Node, Vec<Link>>>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+struct Link {
+    io: Box<dyn Io>,
+    /// Bytes read but not yet parsed.
+    read: BytesMut,
+}
+
+impl Links {
+    pub fn new(
+        config: &fred::types::config::Config,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            tls: tls.map(tokio_rustls::TlsConnector::from),
+            username: config.username.clone(),
+            password: config.password.clone(),
+            database: config.database,
+            connect_timeout: timeout,
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `commands` (`count` of them, encoded) to `node` and returns their replies in order;
+    /// `Err` when the exchange failed as a whole (no reply can be trusted, the link is closed).
+    /// A link that sat idle and turns out to be closed (a server timeout, a proxy dropping idle
+    /// connections) is replaced and the batch sent once more on a new one, whole — so a gate's
+    /// `WAIT` still follows its own appends on its own connection.
+    pub async fn exchange(
+        &self,
+        node: &Node,
+        commands: &[u8],
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Reply>, String> {
+        let run = async {
+            if let Some(mut link) = self.take_idle(node) {
+                match link.exchange(commands, count).await {
+                    Ok(replies) => return Ok((link, replies)),
+                    Err(Failure { replied: true, why }) => return Err(why),
+                    Err(Failure { replied: false, .. }) => {}
+                }
+            }
+            let mut link = self.connect(node).await?;
+            let replies = link.exchange(commands, count).await.map_err(|f| f.why)?;
+            Ok((link, replies))
+        };
+        let (link, replies) = tokio::time::timeout(timeout, run)
+            .await
+            .map_err(|_| format!("no reply from redis at {}:{} within {timeout:?}", node.host, node.port))??;
+        self.put_idle(node, link);
+        Ok(replies)
+    }
+
+    fn take_idle(&self, node: &Node) -> Option<Link> {
+        self.idle.lock().expect("links lock").get_mut(node).and_then(Vec::pop)
+    }
+
+    fn put_idle(&self, node: &Node, link: Link) {
+        let mut idle = self.idle.lock().expect("links lock");
+        let links = idle.entry(node.clone()).or_default();
+        if links.len() < MAX_IDLE_PER_NODE {
+            links.push(link);
+        }
+    }
+
+    /// Drops every idle link to `node` (it stopped being a primary, or failed).
+    pub fn forget(&self, node: &Node) {
+        self.idle.lock().expect("links lock").remove(node);
+    }
+
+    async fn connect(&self, node: &Node) -> Result<Link, String> {
+        let at = format!("{}:{}", node.host, node.port);
+        let connecting = async {
+            let tcp = TcpStream::connect((node.host.as_str(), node.port))
+                .await
+                .map_err(|e| format!("connecting to redis at {at}: {e}"))?;
+            tcp.set_nodelay(true).map_err(|e| format!("connecting to redis at {at}: {e}"))?;
+            let io: Box<dyn Io> = match &self.tls {
+                None => Box::new(tcp),
+                Some(tls) => {
+                    let name = ServerName::try_from(node.tls_name.clone())
+                        .map_err(|e| format!("redis at {at}: `{}` is not a TLS server name: {e}", node.tls_name))?;
+                    Box::new(tls.connect(name, tcp).await.map_err(|e| format!("TLS to redis at {at}: {e}"))?)
+                }
+            };
+            Ok::<_, String>(io)
+        };
+        let io = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| format!("connecting to redis at {at}: no connection within {:?}", self.connect_timeout))??;
+        let mut link = Link { io, read: BytesMut::with_capacity(16 * 1024) };
+        self.hello(&mut link).await.map_err(|e| format!("redis at {at}: {e}"))?;
+        Ok(link)
+    }
+
+    /// Authenticates and selects the database, as the Redis client does on each connection.
+    async fn hello(&self, link: &mut Link) -> Result<(), String> {
+        let mut out = BytesMut::new();
+        let mut count = 0;
+        if let Some(password) = &self.password {
+            match &self.username {
+                Some(user) => resp::command(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()]),
+                None => resp::command(&mut out, &[b"AUTH", password.as_bytes()]),
+            }
+            count += 1;
+        }
+        if let Some(db) = self.database {
+            resp::command(&mut out, &[b"SELECT", db.to_string().as_bytes()]);
+            count += 1;
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        for reply in link.exchange(&out, count).await.map_err(|f| f.why)? {
+            if let Reply::Error(e) = reply {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an exchange failed, and whether any reply had come back by then (after one, the
+/// server has certainly run part of the batch: it is not sent again).
+struct Failure {
+    replied: bool,
+    why: String,
+}
+
+impl Link {
+    async fn exchange(&mut self, commands: &[u8], count: usize) -> Result<Vec<Reply>, Failure> {
+        let failed =
+            |replied: bool| move |e: std::io::Error| Failure { replied, why: format!("redis connection: {e}") };
+        self.io.write_all(commands).await.map_err(failed(false))?;
+        self.io.flush().await.map_err(failed(false))?;
+        let mut replies = Vec::with_capacity(count);
+        while replies.len() < count {
+            match resp::parse(&mut self.read) {
+                Ok(Some(reply)) => replies.push(reply),
+                Ok(None) => {
+                    if self.read.capacity() - self.read.len() < 4096 {
+                        self.read.reserve(16 * 1024);
+                    }
+                    let n = self.io.read_buf(&mut self.read).await.map_err(failed(!replies.is_empty()))?;
+                    if n == 0 {
+                        let why = "redis closed the connection".to_owned();
+                        return Err(Failure { replied: !replies.is_empty(), why });
+                    }
+                }
+                Err(e) => return Err(Failure { replied: true, why: e.to_string() }),
+            }
+        }
+        Ok(replies)
+    }
+}
