@@ -102,7 +102,10 @@ pub async fn lock(
         batch.client.take();
         return Ok((Vec::new(), None));
     }
-    let claimed = rows.iter().map(parse).collect::<StoreResult<Vec<_>>>()?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        claimed.push(parse(row)?);
+    }
     Ok((claimed, Some(Box::new(batch))))
 }
 

@@ -133,10 +133,12 @@ impl PgOutbox {
     }
 
     fn parse_row(&self, row: &Row) -> StoreResult<ClaimedRow> {
-        let values: Vec<Option<String>> = (0..row.len())
-            .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| c.map(|c| c.0)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| StoreError::Contract(e.to_string()))?;
+        // Sized once: collecting through `Result` would grow the vector a few times per row.
+        let mut values: Vec<Option<String>> = Vec::with_capacity(row.len());
+        for i in 0..row.len() {
+            let cell = row.try_get::<_, Option<Cell>>(i).map_err(|e| StoreError::Contract(e.to_string()))?;
+            values.push(cell.map(|c| c.0));
+        }
         self.prepared.shape.row(values)
     }
 }

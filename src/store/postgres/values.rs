@@ -126,9 +126,9 @@ pub struct Cell(pub String);
 impl<'a> FromSql<'a> for Cell {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
         let text = match *ty {
-            Type::INT2 => i16::from_sql(ty, raw)?.to_string(),
-            Type::INT4 => i32::from_sql(ty, raw)?.to_string(),
-            Type::INT8 => i64::from_sql(ty, raw)?.to_string(),
+            Type::INT2 => itoa::Buffer::new().format(i16::from_sql(ty, raw)?).to_owned(),
+            Type::INT4 => itoa::Buffer::new().format(i32::from_sql(ty, raw)?).to_owned(),
+            Type::INT8 => itoa::Buffer::new().format(i64::from_sql(ty, raw)?).to_owned(),
             Type::FLOAT4 => f32::from_sql(ty, raw)?.to_string(),
             Type::FLOAT8 => f64::from_sql(ty, raw)?.to_string(),
             Type::BOOL => bool::from_sql(ty, raw)?.to_string(),
