@@ -166,7 +166,7 @@ impl BenchEnv {
         let rows = self
             .db
             .query(
-                "SELECT name, setting || coalesce(unit, '') FROM pg_settings
+                "SELECT name, current_setting(name) FROM pg_settings
                  WHERE name IN ('server_version', 'autovacuum', 'autovacuum_naptime',
                                 'autovacuum_vacuum_scale_factor', 'shared_buffers', 'synchronous_commit',
                                 'fsync', 'max_wal_size', 'checkpoint_timeout', 'work_mem')
