@@ -259,10 +259,15 @@ async fn claims_under_stress_never_take_a_held_or_settled_row() {
     const KEYS: usize = 20;
     const PER_KEY: usize = 100;
     let env = MyEnv::new().await;
-    env.exec("CREATE TABLE reclaims (id BIGINT, old_status VARCHAR(16), lease_expired BOOLEAN)").await;
+    env.exec(
+        "CREATE TABLE reclaims (id BIGINT, old_status VARCHAR(16), old_owner VARCHAR(255), new_owner VARCHAR(255),
+                                old_token BIGINT, old_lease DATETIME(3), at DATETIME(3))",
+    )
+    .await;
     env.exec(
         "CREATE TRIGGER record_reclaim AFTER UPDATE ON audit_outbox FOR EACH ROW
-         INSERT INTO reclaims SELECT OLD.id, OLD.status, OLD.lease_expires_at <= NOW(3) FROM DUAL
+         INSERT INTO reclaims SELECT OLD.id, OLD.status, OLD.claimed_by, NEW.claimed_by, OLD.claim_token,
+                                     OLD.lease_expires_at, NOW(3) FROM DUAL
          WHERE NEW.claim_token <> OLD.claim_token AND OLD.status <> 'PENDING'",
     )
     .await;
@@ -293,7 +298,31 @@ async fn claims_under_stress_never_take_a_held_or_settled_row() {
     let _: i64 = env.redis.del(bad.as_str()).await.unwrap();
     env.await_delivered((KEYS * (PER_KEY + 1)) as i64).await;
 
-    assert_eq!(env.scalar("SELECT COUNT(*) FROM reclaims").await, 0, "rows claimed from another claim or settled");
+    type Reclaim = (i64, String, String, String, i64, Option<String>, String);
+    let reclaims: Vec<Reclaim> = env
+        .db
+        .get_conn()
+        .await
+        .unwrap()
+        .query("SELECT id, old_status, old_owner, new_owner, old_token, CAST(old_lease AS CHAR), CAST(at AS CHAR) FROM reclaims")
+        .await
+        .unwrap();
+    if !reclaims.is_empty() {
+        let lease_lines = |relay: &Handoff| {
+            relay
+                .logs()
+                .lines()
+                .filter(|l| l.contains("lease") || l.contains("WARN") || l.contains("ERROR"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        panic!(
+            "rows claimed from another claim or settled (id, old status, old owner, new owner, old token, old lease, at): \
+             {reclaims:?}\nrelay 1:\n{}\nrelay 2:\n{}",
+            lease_lines(&relays[0]),
+            lease_lines(&relays[1])
+        );
+    }
     for relay in &relays {
         let metrics = common::http::get(&relay.telemetry_address().await, "/metrics").1;
         let fenced = common::http::sample(&metrics, r#"handoff_relay_fenced_settles_total{relay="relay"}"#);

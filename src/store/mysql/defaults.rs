@@ -12,10 +12,8 @@ use crate::config::statements::StatementKind;
 /// versions and the rows stay locked to the end of the transaction, so the update cannot meet a
 /// row in another state; it still takes only claimable rows, and the read-back only what it took,
 /// so that no edit of the script can take a row another claim holds or one already settled.
-/// The update joins the ids by primary key: `WHERE id IN (SELECT … FROM JSON_TABLE …)` is not
-/// turned into a semi-join in an UPDATE, so MariaDB scanned, and locked its way through, the
-/// whole table (deadlocks and 50 s lock waits under two relays). `expired_claims` is assigned
-/// first, so it reads the old status.
+/// The update reaches the rows through their ids by primary key ([`ROWS`] says why it is
+/// written that way). `expired_claims` is assigned first, so it reads the old status.
 const CLAIM: &str = "\
 SELECT id FROM {table}
 WHERE status = 'IN_FLIGHT' AND lease_expires_at <= NOW(3)
@@ -25,7 +23,8 @@ SELECT id FROM {table}
 WHERE status = 'PENDING' AND next_attempt_at <= NOW(3) AND JSON_LENGTH(:ids) = 0
 ORDER BY next_attempt_at, id LIMIT :batch_size
 FOR UPDATE SKIP LOCKED;
-UPDATE {table} o JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON o.id = j.id
+UPDATE JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
+STRAIGHT_JOIN {table} o FORCE INDEX (PRIMARY) ON o.id = j.id
 SET o.expired_claims = o.expired_claims + IF(o.status = 'IN_FLIGHT', 1, 0),
     o.status = 'IN_FLIGHT', o.claimed_by = :claimant, o.claim_token = o.claim_token + 1,
     o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND
@@ -37,9 +36,18 @@ FROM {table}
 WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)
   AND status = 'IN_FLIGHT' AND claimed_by = :claimant";
 
-/// `JOIN`s that zip the `:ids` and `:tokens` arrays (by position) onto the table's rows.
+/// The table's rows named by the `:ids` array, with the `:tokens` array zipped on by position:
+/// the ids first, each row then fetched by primary key. Left to itself, MariaDB plans a table
+/// its statistics call small (a new or emptied outbox, whose statistics lag behind its inserts)
+/// as a scan joined to the ids; in an UPDATE that scan locks every row it passes, so a settle
+/// waited on rows other claims held, the claims on it, and under two relays settles and lease
+/// renewals deadlocked for as long as the table stayed "small" (leases lapsed, rows were
+/// reclaimed). `STRAIGHT_JOIN` fixes the order and `FORCE INDEX` the access, whatever the
+/// statistics say. (`WHERE id IN (SELECT … FROM JSON_TABLE …)` is no better: an UPDATE does
+/// not turn it into a semi-join.)
 const ROWS: &str = "\
-JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON o.id = i.id
+JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i
+STRAIGHT_JOIN {table} o FORCE INDEX (PRIMARY) ON o.id = i.id
 JOIN JSON_TABLE(:tokens, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
 
 const FENCE: &str = "o.claim_token = t.token AND o.claimed_by = :claimant AND o.lease_expires_at IS NOT NULL";
@@ -49,7 +57,7 @@ pub fn default_sql(kind: StatementKind, table: &str) -> String {
     let text = match kind {
         StatementKind::Claim => CLAIM.to_owned(),
         StatementKind::MarkDelivered => format!(
-            "UPDATE {{table}} o {ROWS}
+            "UPDATE {ROWS}
 JOIN JSON_TABLE(:entry_ids, '$[*]' COLUMNS (n FOR ORDINALITY, entry_id VARCHAR(64) PATH '$')) AS e ON e.n = i.n
 JOIN JSON_TABLE(:streams, '$[*]' COLUMNS (n FOR ORDINALITY, stream VARCHAR(255) PATH '$')) AS st ON st.n = i.n
 SET o.status = 'DELIVERED', o.delivered_at = NOW(3), o.stream_entry_id = e.entry_id, o.stream_key = st.stream,
@@ -63,19 +71,19 @@ WHERE status = 'DELIVERED' AND delivered_at > NOW(3) - INTERVAL :age_ms * 1000 M
 ORDER BY delivered_at"
             .to_owned(),
         StatementKind::Redrive => "\
-UPDATE {table} o
-JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON o.id = i.id
+UPDATE JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i
+STRAIGHT_JOIN {table} o FORCE INDEX (PRIMARY) ON o.id = i.id
 JOIN JSON_TABLE(:entry_ids, '$[*]' COLUMNS (n FOR ORDINALITY, entry_id VARCHAR(64) PATH '$')) AS e ON e.n = i.n
 SET o.status = 'PENDING', o.next_attempt_at = NOW(3), o.lease_expires_at = NULL,
     o.redrives = o.redrives + 1, o.redriven_at = NOW(3)
 WHERE o.status = 'DELIVERED' AND o.stream_entry_id = e.entry_id"
             .to_owned(),
-        StatementKind::Delete => format!("DELETE o FROM {{table}} o {ROWS} WHERE {FENCE}"),
+        StatementKind::Delete => format!("DELETE o FROM {ROWS} WHERE {FENCE}"),
         StatementKind::Release => {
-            format!("UPDATE {{table}} o {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL WHERE {FENCE}")
+            format!("UPDATE {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL WHERE {FENCE}")
         }
         StatementKind::Renew => format!(
-            "UPDATE {{table}} o {ROWS} SET o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND WHERE {FENCE}"
+            "UPDATE {ROWS} SET o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND WHERE {FENCE}"
         ),
         StatementKind::Retry => "\
 UPDATE {table}

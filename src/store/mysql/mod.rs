@@ -17,6 +17,7 @@ use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, PoolConstraints, Pool
 pub use inbox::MyInbox;
 pub use outbox::MyOutbox;
 pub use worker::MyWorker;
+pub use worker::reference as worker_default_sql;
 
 use super::{OutageKind, StoreError};
 use crate::config::{DatabaseConfig, TlsMode};

@@ -35,25 +35,32 @@ pub struct MyWorker {
     statements: HashMap<WorkerStatement, Vec<NamedSql>>,
 }
 
-/// `JOIN`s that zip the `:ids` and `:tokens` arrays (by position) onto the table's rows.
-const ROWS: &str = "JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i ON w.id = i.id
+/// The inbox rows named by the `:ids` array, with `:tokens` zipped on by position: the ids
+/// first, each row then fetched by primary key, whatever the table's statistics say (as the
+/// relay's statements, see `defaults::ROWS`: a table MariaDB thinks small is otherwise scanned,
+/// and an UPDATE's scan locks every row it passes).
+const ROWS: &str = "JSON_TABLE(:ids, '$[*]' COLUMNS (n FOR ORDINALITY, id BIGINT PATH '$')) AS i
+     STRAIGHT_JOIN {t} w FORCE INDEX (PRIMARY) ON w.id = i.id
      JOIN JSON_TABLE(:tokens, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$')) AS t ON t.n = i.n";
+
+/// The inbox rows named by the `:ids` array, by primary key.
+const IDS: &str = "JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j
+     STRAIGHT_JOIN {t} w FORCE INDEX (PRIMARY) ON w.id = j.id";
 
 const FENCE: &str = "w.lease_token = t.token AND w.lease_owner = :claimant AND w.status = 'PROCESSING'";
 
 /// The reference schema's statement for `statement` on table `t`.
-fn reference(statement: WorkerStatement, t: &str) -> String {
+pub fn reference(statement: WorkerStatement, t: &str) -> String {
     let text = match statement {
         // At most one lease-expired row, else a batch of due rows; claimed by primary key
-        // (`WHERE id IN (SELECT … JSON_TABLE …)` makes MariaDB scan, and lock its way through,
-        // the whole table); `expired_leases` is assigned first so it reads the old status.
+        // ([`IDS`]); `expired_leases` is assigned first so it reads the old status.
         WorkerStatement::Claim => "\
 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PROCESSING' AND lease_expires_at <= NOW(3)
 ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED;
 SELECT id FROM {t} WHERE consumer = :consumer AND status = 'PENDING' AND next_retry_at <= NOW(3)
   AND JSON_LENGTH(:ids) = 0
 ORDER BY next_retry_at, id LIMIT :batch_size FOR UPDATE SKIP LOCKED;
-UPDATE {t} w JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id
+UPDATE {IDS}
 SET w.expired_leases = w.expired_leases + IF(w.status = 'PROCESSING', 1, 0),
     w.status = 'PROCESSING', w.lease_owner = :claimant, w.lease_token = w.lease_token + 1,
     w.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND, w.claimed_at = NOW(3)
@@ -64,9 +71,9 @@ SELECT id, lease_token AS token, event_id, event_type, owner, aggregate_type, ag
 FROM {t}
 WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)
   AND status = 'PROCESSING' AND lease_owner = :claimant"
-            .to_owned(),
+            .replace("{IDS}", IDS),
         WorkerStatement::Processed => format!(
-            "UPDATE {{t}} w {ROWS}
+            "UPDATE {ROWS}
              SET w.status = 'PROCESSED', w.processed_at = NOW(3), w.lease_expires_at = NULL, w.last_error = NULL
              WHERE {FENCE}"
         ),
@@ -83,12 +90,12 @@ WHERE id = :id AND lease_owner = :claimant AND lease_token = :token AND status =
         // Locks what it can without waiting (the batch transaction holds the rest and is about
         // to settle them; waiting on it would deadlock with it), then extends those.
         WorkerStatement::Renew => format!(
-            "SELECT w.id FROM {{t}} w {ROWS} WHERE {FENCE} FOR UPDATE SKIP LOCKED;
-             UPDATE {{t}} w JOIN JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j ON w.id = j.id
+            "SELECT w.id FROM {ROWS} WHERE {FENCE} FOR UPDATE SKIP LOCKED;
+             UPDATE {IDS}
              SET w.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND"
         ),
         WorkerStatement::Release => {
-            format!("UPDATE {{t}} w {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL WHERE {FENCE}")
+            format!("UPDATE {ROWS} SET w.status = 'PENDING', w.lease_expires_at = NULL WHERE {FENCE}")
         }
         WorkerStatement::Stats => "\
 SELECT (SELECT COUNT(*) FROM {t} WHERE consumer = :consumer AND status = 'DEAD') AS dead,
