@@ -22,8 +22,15 @@ impl RedisServer {
         let port = spare_port();
         let extra = extra.iter().map(|s| s.to_string()).collect();
         let mut server = Self { port, child: None, dir: tempfile::tempdir().unwrap(), extra };
-        server.restart().await;
-        server
+        // A spare port is only free when it is picked: if something took it before the server
+        // bound it, the server exits, and another port is tried.
+        for _ in 0..5 {
+            if server.start_here().await {
+                return server;
+            }
+            server.port = spare_port();
+        }
+        panic!("redis-server exited at start on five ports in a row");
     }
 
     /// A replica of `primary`, once its replication link is up.
@@ -43,8 +50,14 @@ impl RedisServer {
 
     /// Starts (again) on the same port and waits until it answers.
     pub async fn restart(&mut self) {
+        let port = self.port;
+        assert!(self.start_here().await, "redis-server exited at start on port {port} (taken meanwhile?)");
+    }
+
+    /// Starts on `self.port`; `false` if the server exited before it answered.
+    async fn start_here(&mut self) -> bool {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new("redis-server")
+        let mut child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
             .arg("--dir")
@@ -53,12 +66,12 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (scripts/services installs it)");
-        self.child = Some(child);
-        let port = self.port;
-        eventually("own redis-server to answer", || async move {
-            std::net::TcpStream::connect(("127.0.0.1", port)).ok().map(drop)
-        })
-        .await;
+        if answers_or_exits(&mut child, self.port, "own redis-server to answer").await {
+            self.child = Some(child);
+            true
+        } else {
+            false
+        }
     }
 
     /// Kills the server (an outage, not a clean shutdown).
@@ -83,6 +96,19 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
 }
 
 /// A port the OS just handed out and released; good enough for a test server.
+/// Waits until the server `child` on `port` answers (`true`) or exits first (`false`: it could
+/// not bind its port).
+pub async fn answers_or_exits(child: &mut Child, port: u16, what: &str) -> bool {
+    eventually(what, || {
+        let state = match child.try_wait() {
+            Ok(Some(_)) | Err(_) => Some(false),
+            Ok(None) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok().then_some(true),
+        };
+        async move { state }
+    })
+    .await
+}
+
 pub fn spare_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
