@@ -6,12 +6,10 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::RedisStream;
+use super::sweep::Sweep;
 use super::trim::{EntryId, pairs};
 use crate::stream::read::text;
 use crate::stream::{ServerId, StreamState, Unavailable};
-
-/// Entries looked up per round trip.
-const LOOKUP_CHUNK: usize = 1000;
 
 fn unavailable(e: Error) -> Unavailable {
     Unavailable(e.details().to_owned())
@@ -63,36 +61,39 @@ impl RedisStream {
         })
     }
 
-    /// `XRANGE stream id id` per entry, pipelined in chunks (every command of one stream goes to
-    /// the same node, also in a cluster).
+    /// Reads the stream in ranges from the lowest id not yet answered ([`Sweep`]); one
+    /// answer per id, in the order given. An id that is not a stream id is an error, as the
+    /// server would say.
     pub(super) async fn exist(&self, stream: &str, entry_ids: &[String]) -> Result<Vec<bool>, Unavailable> {
+        let parsed: Vec<EntryId> = entry_ids
+            .iter()
+            .map(|id| EntryId::parse(id).ok_or_else(|| Unavailable(format!("`{id}` is not a stream entry id"))))
+            .collect::<Result<_, _>>()?;
         let xrange = || CustomCommand::new_static("XRANGE", ClusterHash::FirstKey, false);
-        let mut found = Vec::with_capacity(entry_ids.len());
-        for chunk in entry_ids.chunks(LOOKUP_CHUNK) {
-            let replies: Vec<Result<Value, Error>> = if self.client.is_clustered() {
-                let calls = chunk.iter().map(|id| {
-                    self.client.custom::<Value, _>(xrange(), vec![stream, id.as_str(), id.as_str(), "COUNT", "1"])
-                });
-                futures_util::future::join_all(calls).await
-            } else {
-                let pipeline = self.client.pipeline();
-                for id in chunk {
-                    let _: Result<(), _> =
-                        pipeline.custom(xrange(), vec![stream, id.as_str(), id.as_str(), "COUNT", "1"]).await;
-                }
-                pipeline.try_all().await
+        let mut sweep = Sweep::new(parsed.clone());
+        while let Some(read) = sweep.read() {
+            let (start, count) = (read.start.to_string(), read.count.to_string());
+            let reply: Value = self
+                .client
+                .custom(xrange(), vec![stream, start.as_str(), "+", "COUNT", count.as_str()])
+                .await
+                .map_err(unavailable)?;
+            let page: Vec<EntryId> = match reply {
+                Value::Array(entries) => entries.into_iter().filter_map(entry_id).collect(),
+                Value::Null => Vec::new(),
+                other => return Err(Unavailable(format!("XRANGE returned {other:?}"))),
             };
-            if replies.len() != chunk.len() {
-                return Err(Unavailable("no reply from redis".into()));
-            }
-            for reply in replies {
-                match reply.map_err(unavailable)? {
-                    Value::Array(items) => found.push(!items.is_empty()),
-                    _ => found.push(false),
-                }
-            }
+            sweep.take(read, &page);
         }
-        Ok(found)
+        Ok(parsed.into_iter().map(|id| sweep.holds(id)).collect())
+    }
+}
+
+/// The id of one `XRANGE` entry (`[id, [field, value, …]]`).
+fn entry_id(entry: Value) -> Option<EntryId> {
+    match entry {
+        Value::Array(parts) => parts.into_iter().next().and_then(text).and_then(|id| EntryId::parse(&id)),
+        _ => None,
     }
 }
 

@@ -223,6 +223,7 @@ mod plain;
 mod resp;
 mod scripted;
 mod shards;
+mod sweep;
 pub mod trim;
 
 /// Server replies that mean the broker, not the entry, is the problem.
