@@ -155,11 +155,13 @@ async fn a_flushed_stream_is_filled_again_with_what_no_consumer_had_read() {
     let _ = address;
 }
 
+/// `handoff verify` over rows read three at a time (`page_rows`): the counts add up across
+/// pages, and the lost rows of every page are re-driven.
 #[tokio::test]
 async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost() {
     let env = TestEnv::new().await;
     let config = format!(
-        "{}\n[[relay]]\nname = \"relay\"\n{}\n[relay.broker_loss]\nenabled = false\n",
+        "{}\n[[relay]]\nname = \"relay\"\n{}\n[relay.broker_loss]\nenabled = false\npage_rows = 3\n",
         env.base_config(),
         relay_defaults(&env.id, "")
     );

@@ -240,6 +240,10 @@ pub struct BrokerLossConfig {
     /// Default: true.
     #[serde(default = "defaults::yes")]
     pub repair: bool,
+    /// Delivered rows read from the database, and looked up, at a time: what a check holds in
+    /// memory (about 600 bytes a row), whatever the window. Default: 10000.
+    #[serde(default = "defaults::loss_page_rows")]
+    pub page_rows: usize,
 }
 
 impl Default for BrokerLossConfig {
@@ -250,6 +254,7 @@ impl Default for BrokerLossConfig {
             lookback: defaults::loss_lookback(),
             max_window: defaults::loss_max_window(),
             repair: true,
+            page_rows: defaults::loss_page_rows(),
         }
     }
 }
@@ -363,5 +368,8 @@ mod defaults {
     }
     pub fn loss_max_window() -> Duration {
         Duration::from_secs(3600)
+    }
+    pub fn loss_page_rows() -> usize {
+        10_000
     }
 }

@@ -39,9 +39,13 @@ pub async fn run(
     for relay in relays {
         let found = match &db {
             Database::Postgres(pool) => {
-                check(PgOutbox::prepare(pool.clone(), relay).await, &stream, since, repair).await
+                check(PgOutbox::prepare(pool.clone(), relay).await, &stream, since, repair, relay.broker_loss.page_rows)
+                    .await
             }
-            Database::Mysql(pool) => check(MyOutbox::prepare(pool.clone(), relay).await, &stream, since, repair).await,
+            Database::Mysql(pool) => {
+                check(MyOutbox::prepare(pool.clone(), relay).await, &stream, since, repair, relay.broker_loss.page_rows)
+                    .await
+            }
         }?;
         let note = found.is_none().then(|| {
             "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()
@@ -56,7 +60,8 @@ async fn check<S: OutboxStore>(
     stream: &RedisStream,
     since: Duration,
     repair: bool,
+    page: usize,
 ) -> Result<Option<Vec<StreamReport>>, String> {
     let store = prepared.map_err(|e| e.to_string())?;
-    loss::verify(&store, stream, since, repair).await
+    loss::verify(&store, stream, since, repair, page).await
 }

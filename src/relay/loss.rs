@@ -173,7 +173,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// is missing.
     pub async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, String> {
         let metrics = &self.deps.metrics;
-        let Some(reports) = verify(&self.deps.store, &self.deps.stream, window, repair).await? else {
+        let page = self.config.broker_loss.page_rows;
+        let Some(reports) = verify(&self.deps.store, &self.deps.stream, window, repair, page).await? else {
             warn!(relay = %self.config.name, "signs of broker data loss, but delivered rows are not kept (settle = \"delete\" or no delivered_since statement): lost entries cannot be found or re-driven");
             return Ok(Vec::new());
         };
@@ -199,35 +200,68 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     }
 }
 
-/// Looks up the entries of the rows delivered within `window` in their streams; those missing
-/// (and not trimmed) are reported and, with `repair`, re-driven. `None` when the store keeps no
-/// delivered rows to look at.
+/// Looks up the entries of the rows delivered within `window` in their streams, `page` rows
+/// at a time; those missing (and not trimmed) are reported and, with `repair`, re-driven once
+/// every page is read. `None` when the store keeps no delivered rows to look at.
 pub async fn verify<S: OutboxStore, P: EventStream>(
     store: &S,
     stream: &P,
     window: Duration,
     repair: bool,
+    page: usize,
 ) -> Result<Option<Vec<StreamReport>>, String> {
-    let Some(rows) = store.delivered_since(window).await.map_err(|e| error_chain(&e))? else { return Ok(None) };
-    let mut by_stream: HashMap<&str, Vec<&DeliveredRow>> = HashMap::new();
-    for row in &rows {
-        by_stream.entry(row.stream.as_str()).or_default().push(row);
+    let Some(mut pages) = store.delivered_since(window, page).await.map_err(|e| error_chain(&e))? else {
+        return Ok(None);
+    };
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    while let Some(rows) = pages.recv().await {
+        let rows = rows.map_err(|e| error_chain(&e))?;
+        let mut by_stream: HashMap<&str, Vec<&DeliveredRow>> = HashMap::new();
+        for row in &rows {
+            by_stream.entry(row.stream.as_str()).or_default().push(row);
+        }
+        for (key, rows) in by_stream {
+            let found = seen.entry(key.to_owned()).or_default();
+            look_up(stream, key, &rows, found).await?;
+        }
     }
     let mut reports = Vec::new();
-    for (key, rows) in by_stream {
-        reports.push(verify_stream(store, stream, key, &rows, repair).await?);
+    for (key, mut found) in seen {
+        found.missing.sort_by_key(|r| EntryId::parse(&r.entry_id));
+        let redriven = if repair && !found.missing.is_empty() {
+            store.redrive(&found.missing).await.map_err(|e| error_chain(&e))?
+        } else {
+            0
+        };
+        reports.push(StreamReport {
+            stream: key,
+            checked: found.checked,
+            trimmed: found.trimmed,
+            missing: found.missing.len(),
+            first_missing: found.missing.first().map(|r| r.entry_id.clone()),
+            last_missing: found.missing.last().map(|r| r.entry_id.clone()),
+            redriven,
+        });
     }
     reports.sort_by(|a, b| a.stream.cmp(&b.stream));
     Ok(Some(reports))
 }
 
-async fn verify_stream<S: OutboxStore, P: EventStream>(
-    store: &S,
+/// What the pages read so far found in one stream.
+#[derive(Default)]
+struct Seen {
+    checked: usize,
+    trimmed: usize,
+    missing: Vec<DeliveredRow>,
+}
+
+/// Looks up one page's rows of `stream`.
+async fn look_up<P: EventStream>(
     broker: &P,
     stream: &str,
     rows: &[&DeliveredRow],
-    repair: bool,
-) -> Result<StreamReport, String> {
+    seen: &mut Seen,
+) -> Result<(), String> {
     let state = broker.stream_state(stream).await.map_err(|e| e.to_string())?;
     let ids: Vec<String> = rows.iter().map(|r| r.entry_id.clone()).collect();
     let present = if state.exists {
@@ -235,31 +269,18 @@ async fn verify_stream<S: OutboxStore, P: EventStream>(
     } else {
         vec![false; ids.len()]
     };
+    seen.checked += rows.len();
     // An absent entry removed on purpose (trimmed or deleted: at or below the stream's newest
     // removed entry) is not a loss; every entry of a stream that is gone, or was lost and
     // recreated, is.
-    let (trimmed, mut missing): (Vec<&DeliveredRow>, Vec<&DeliveredRow>) = rows
-        .iter()
-        .zip(present)
-        .filter(|(_, here)| !here)
-        .map(|(r, _)| *r)
-        .partition(|r| EntryId::parse(&r.entry_id).is_some_and(|id| state.removed_on_purpose(id)));
-    missing.sort_by_key(|r| EntryId::parse(&r.entry_id));
-    let redriven = if repair && !missing.is_empty() {
-        let rows: Vec<DeliveredRow> = missing.iter().map(|r| (*r).clone()).collect();
-        store.redrive(&rows).await.map_err(|e| error_chain(&e))?
-    } else {
-        0
-    };
-    Ok(StreamReport {
-        stream: stream.to_owned(),
-        checked: rows.len(),
-        trimmed: trimmed.len(),
-        missing: missing.len(),
-        first_missing: missing.first().map(|r| r.entry_id.clone()),
-        last_missing: missing.last().map(|r| r.entry_id.clone()),
-        redriven,
-    })
+    for (row, _) in rows.iter().zip(present).filter(|(_, here)| !here) {
+        if EntryId::parse(&row.entry_id).is_some_and(|id| state.removed_on_purpose(id)) {
+            seen.trimmed += 1;
+        } else {
+            seen.missing.push((*row).clone());
+        }
+    }
+    Ok(())
 }
 
 fn unix_ms() -> u64 {

@@ -151,7 +151,7 @@ impl OutboxStore for FakeOutbox {
         Ok(0)
     }
 
-    async fn delivered_since(&self, _: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
+    async fn delivered_since(&self, _: Duration, _: usize) -> StoreResult<Option<crate::store::DeliveredPages>> {
         Ok(None)
     }
 

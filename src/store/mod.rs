@@ -238,6 +238,9 @@ pub trait LockedBatch: Send {
 /// none; the transaction is over then).
 pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
 
+/// Pages of delivered rows as a store reads them; a failed read ends them with its error.
+pub type DeliveredPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<DeliveredRow>>>;
+
 pub trait OutboxStore: Send + Sync + 'static {
     /// Names of the claim statement's result columns.
     fn columns(&self) -> Arc<[String]>;
@@ -272,9 +275,15 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// Retention: deletes up to `batch` delivered rows older than `age`; returns how many.
     fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
 
-    /// Rows delivered within `age`, with their streams and entry ids; `None` when the store has
-    /// no such statement (rows deleted on settle, or an adopted table without one).
-    fn delivered_since(&self, age: Duration) -> impl Future<Output = StoreResult<Option<Vec<DeliveredRow>>>> + Send;
+    /// Rows delivered within `age`, with their streams and entry ids, in pages of `page` rows
+    /// sent as they are read (the reader holds its connection until the last page, so memory
+    /// stays at a few pages whatever the window); `None` when the store has no such statement
+    /// (rows deleted on settle, or an adopted table without one).
+    fn delivered_since(
+        &self,
+        age: Duration,
+        page: usize,
+    ) -> impl Future<Output = StoreResult<Option<DeliveredPages>>> + Send;
 
     /// Moves delivered rows back to PENDING (their entries were lost by the broker), each only
     /// while it still points at that entry; returns how many moved.

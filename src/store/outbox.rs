@@ -10,7 +10,10 @@ use std::collections::HashSet;
 
 use super::bindings::{self, Param};
 use super::claim::ClaimShape;
-use super::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult};
+use super::{
+    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError,
+    StoreResult,
+};
 use crate::config::SettleMode;
 use crate::config::statements::StatementKind;
 
@@ -68,6 +71,36 @@ pub trait Statements: Send + Sync + 'static {
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,
     ) -> impl Future<Output = StoreResult<Vec<TextRow>>> + Send;
+
+    /// Runs one statement and sends its rows in pages of `page` as they are read. By default
+    /// all rows are read first and sent as one page (MySQL); Postgres reads page by page.
+    fn query_pages(
+        &self,
+        kind: StatementKind,
+        bind: impl Fn(&str) -> Param + Send + Sync,
+        page: usize,
+    ) -> impl Future<Output = StoreResult<TextPages>> + Send {
+        let _ = page;
+        async move {
+            let rows = self.query(kind, bind).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let _ = tx.try_send(Ok(rows));
+            Ok(rx)
+        }
+    }
+}
+
+/// Pages of result rows as they are read; a failed read ends them with its error.
+pub type TextPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<TextRow>>>;
+
+/// One row of `delivered_since`.
+fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
+    let text = |name: &str| -> StoreResult<String> {
+        column(row, name)
+            .map(str::to_owned)
+            .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
+    };
+    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
 }
 
 /// A named column of a result row, as text.
@@ -136,23 +169,22 @@ impl<S: Statements> OutboxStore for S {
         self.execute(StatementKind::Purge, bindings::purge(age, batch)).await
     }
 
-    async fn delivered_since(&self, age: Duration) -> StoreResult<Option<Vec<DeliveredRow>>> {
+    async fn delivered_since(&self, age: Duration, page: usize) -> StoreResult<Option<DeliveredPages>> {
         if !self.prepared().present.contains(&StatementKind::DeliveredSince) {
             return Ok(None);
         }
-        let rows = self.query(StatementKind::DeliveredSince, bindings::delivered_since(age)).await?;
-        let text = |row: &TextRow, name: &str| -> StoreResult<String> {
-            column(row, name)
-                .map(str::to_owned)
-                .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
-        };
-        let rows = rows
-            .iter()
-            .map(|r| {
-                Ok(DeliveredRow { id: text(r, "id")?, stream: text(r, "stream")?, entry_id: text(r, "entry_id")? })
-            })
-            .collect::<StoreResult<_>>()?;
-        Ok(Some(rows))
+        let mut pages = self.query_pages(StatementKind::DeliveredSince, bindings::delivered_since(age), page).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            while let Some(page) = pages.recv().await {
+                let rows = page.and_then(|rows| rows.iter().map(delivered_row).collect::<StoreResult<Vec<_>>>());
+                let failed = rows.is_err();
+                if tx.send(rows).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Some(rx))
     }
 
     async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {

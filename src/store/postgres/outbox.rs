@@ -17,7 +17,7 @@ use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextRow};
+use crate::store::outbox::{Prepared, Statements, TextPages, TextRow};
 use crate::store::{ClaimedRow, StoreError, StoreResult};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
@@ -205,19 +205,63 @@ impl Statements for PgOutbox {
         let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
         let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
         let rows = client.query(&stmt, &refs(&values)).await.map_err(|e| query_error(kind.name(), e))?;
-        rows.iter()
-            .map(|row| {
-                row.columns()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        let cell: Option<Cell> = row.try_get(i).map_err(|e| StoreError::Contract(e.to_string()))?;
-                        Ok((c.name().to_owned(), cell.map(|c| c.0)))
-                    })
-                    .collect()
-            })
-            .collect()
+        text_rows(&rows)
     }
+
+    /// Reads through a portal, `page` rows per fetch, in a read-only transaction on a
+    /// connection of its own that a task holds until the last page is taken (or the reader
+    /// drops the pages).
+    async fn query_pages(
+        &self,
+        kind: StatementKind,
+        bind: impl Fn(&str) -> Param + Send + Sync,
+        page: usize,
+    ) -> StoreResult<TextPages> {
+        let prepared = &self.statements[&kind];
+        let mut client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
+        let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
+        let sql = prepared.sql.clone();
+        let page = page.clamp(1, i32::MAX as usize);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            let name = kind.name();
+            let read = async {
+                let transaction =
+                    client.build_transaction().read_only(true).start().await.map_err(|e| query_error(name, e))?;
+                let stmt = transaction.prepare_cached(&sql).await.map_err(|e| query_error(name, e))?;
+                let portal = transaction.bind(&stmt, &refs(&values)).await.map_err(|e| query_error(name, e))?;
+                loop {
+                    let rows =
+                        transaction.query_portal(&portal, page as i32).await.map_err(|e| query_error(name, e))?;
+                    let last = rows.len() < page;
+                    if tx.send(text_rows(&rows)).await.is_err() || last {
+                        return Ok(());
+                    }
+                }
+            };
+            let result: StoreResult<()> = read.await;
+            if let Err(error) = result {
+                let _ = tx.send(Err(error)).await;
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// Result rows as text, each value with its column's name.
+fn text_rows(rows: &[Row]) -> StoreResult<Vec<TextRow>> {
+    rows.iter()
+        .map(|row| {
+            row.columns()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let cell: Option<Cell> = row.try_get(i).map_err(|e| StoreError::Contract(e.to_string()))?;
+                    Ok((c.name().to_owned(), cell.map(|c| c.0)))
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Parameters as the driver takes them.
