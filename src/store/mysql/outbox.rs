@@ -15,7 +15,7 @@ use crate::config::statements::{self, StatementKind};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextRow};
+use crate::store::outbox::{Prepared, Statements, TextPages, TextRow};
 use crate::store::{ClaimedRow, PrepareError, StoreResult};
 
 pub struct MyOutbox {
@@ -153,6 +153,47 @@ impl Statements for MyOutbox {
         let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
         let rows: Vec<Row> =
             conn.exec(named.sql.as_str(), bind(named, value)).await.map_err(|e| error(kind.name(), e))?;
-        Ok(rows.iter().map(|row| super::values::row_columns(row).into_iter().zip(row_texts(row)).collect()).collect())
+        Ok(rows.iter().map(text_row).collect())
     }
+
+    /// Reads the result row by row (the server streams it; the client takes rows off the socket
+    /// as it goes) on a connection a task holds until the last page is taken, sending a page
+    /// every `page` rows.
+    async fn query_pages(
+        &self,
+        kind: StatementKind,
+        value: impl Fn(&str) -> Param + Send + Sync,
+        page: usize,
+    ) -> StoreResult<TextPages> {
+        let named = &self.statements[&kind];
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
+        let (sql, values) = (named.sql.clone(), bind(named, value));
+        let page = page.max(1);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            let name = kind.name();
+            let read = async {
+                let mut result = conn.exec_iter(sql.as_str(), values).await.map_err(|e| error(name, e))?;
+                let mut rows = Vec::with_capacity(page);
+                while let Some(row) = result.next().await.map_err(|e| error(name, e))? {
+                    rows.push(text_row(&row));
+                    if rows.len() == page && tx.send(Ok(std::mem::take(&mut rows))).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                let _ = tx.send(Ok(rows)).await;
+                Ok(())
+            };
+            let result: StoreResult<()> = read.await;
+            if let Err(e) = result {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// A result row as text, each value with its column's name.
+fn text_row(row: &Row) -> TextRow {
+    super::values::row_columns(row).into_iter().zip(row_texts(row)).collect()
 }
