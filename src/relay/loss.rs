@@ -214,7 +214,7 @@ pub async fn verify<S: OutboxStore, P: EventStream>(
         return Ok(None);
     };
     let mut seen: HashMap<String, Seen> = HashMap::new();
-    while let Some(rows) = pages.recv().await {
+    while let Some(rows) = pages.next().await {
         let rows = rows.map_err(|e| error_chain(&e))?;
         let mut by_stream: HashMap<&str, Vec<&DeliveredRow>> = HashMap::new();
         for row in &rows {

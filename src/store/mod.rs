@@ -238,8 +238,7 @@ pub trait LockedBatch: Send {
 /// none; the transaction is over then).
 pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
 
-/// Pages of delivered rows as a store reads them; a failed read ends them with its error.
-pub type DeliveredPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<DeliveredRow>>>;
+pub use outbox::DeliveredPages;
 
 pub trait OutboxStore: Send + Sync + 'static {
     /// Names of the claim statement's result columns.

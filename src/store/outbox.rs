@@ -10,10 +10,7 @@ use std::collections::HashSet;
 
 use super::bindings::{self, Param};
 use super::claim::ClaimShape;
-use super::{
-    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError,
-    StoreResult,
-};
+use super::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult};
 use crate::config::SettleMode;
 use crate::config::statements::StatementKind;
 
@@ -72,26 +69,49 @@ pub trait Statements: Send + Sync + 'static {
         bind: impl Fn(&str) -> Param + Send + Sync,
     ) -> impl Future<Output = StoreResult<Vec<TextRow>>> + Send;
 
-    /// Runs one statement and sends its rows in pages of `page` as they are read. By default
-    /// all rows are read first and sent as one page (MySQL); Postgres reads page by page.
+    /// Runs one statement and hands its rows over in pages of `page` as they are read, from a
+    /// task that holds the connection until the last page is taken (see [`read_pages`]).
     fn query_pages(
         &self,
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,
         page: usize,
-    ) -> impl Future<Output = StoreResult<TextPages>> + Send {
-        let _ = page;
-        async move {
-            let rows = self.query(kind, bind).await?;
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
-            let _ = tx.try_send(Ok(rows));
-            Ok(rx)
-        }
-    }
+    ) -> impl Future<Output = StoreResult<TextPages>> + Send;
 }
 
 /// Pages of result rows as they are read; a failed read ends them with its error.
 pub type TextPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<TextRow>>>;
+
+/// Runs `read` in a task of its own, which sends pages on the sender it is given (a send fails
+/// once the reader dropped the pages: `read` should then stop); a failed read ends the pages
+/// with its error. At most one page waits to be taken.
+pub fn read_pages<F, Fut>(read: F) -> TextPages
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<StoreResult<Vec<TextRow>>>) -> Fut,
+    Fut: Future<Output = StoreResult<()>> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let failed = tx.clone();
+    let read = read(tx);
+    tokio::spawn(async move {
+        if let Err(error) = read.await {
+            let _ = failed.send(Err(error)).await;
+        }
+    });
+    rx
+}
+
+/// `delivered_since`'s rows, page by page as the store reads them.
+pub struct DeliveredPages(TextPages);
+
+impl DeliveredPages {
+    /// The next page; `None` after the last. A failed read, or a row without the contract's
+    /// columns, is an error.
+    pub async fn next(&mut self) -> Option<StoreResult<Vec<DeliveredRow>>> {
+        let page = self.0.recv().await?;
+        Some(page.and_then(|rows| rows.iter().map(delivered_row).collect()))
+    }
+}
 
 /// One row of `delivered_since`.
 fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
@@ -173,18 +193,8 @@ impl<S: Statements> OutboxStore for S {
         if !self.prepared().present.contains(&StatementKind::DeliveredSince) {
             return Ok(None);
         }
-        let mut pages = self.query_pages(StatementKind::DeliveredSince, bindings::delivered_since(age), page).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(async move {
-            while let Some(page) = pages.recv().await {
-                let rows = page.and_then(|rows| rows.iter().map(delivered_row).collect::<StoreResult<Vec<_>>>());
-                let failed = rows.is_err();
-                if tx.send(rows).await.is_err() || failed {
-                    return;
-                }
-            }
-        });
-        Ok(Some(rx))
+        let pages = self.query_pages(StatementKind::DeliveredSince, bindings::delivered_since(age), page).await?;
+        Ok(Some(DeliveredPages(pages)))
     }
 
     async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {

@@ -15,7 +15,7 @@ use crate::config::statements::{self, StatementKind};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextPages, TextRow};
+use crate::store::outbox::{Prepared, Statements, TextPages, TextRow, read_pages};
 use crate::store::{ClaimedRow, PrepareError, StoreResult};
 
 pub struct MyOutbox {
@@ -169,27 +169,19 @@ impl Statements for MyOutbox {
         let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
         let (sql, values) = (named.sql.clone(), bind(named, value));
         let page = page.max(1);
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(async move {
+        Ok(read_pages(move |tx| async move {
             let name = kind.name();
-            let read = async {
-                let mut result = conn.exec_iter(sql.as_str(), values).await.map_err(|e| error(name, e))?;
-                let mut rows = Vec::with_capacity(page);
-                while let Some(row) = result.next().await.map_err(|e| error(name, e))? {
-                    rows.push(text_row(&row));
-                    if rows.len() == page && tx.send(Ok(std::mem::take(&mut rows))).await.is_err() {
-                        return Ok(());
-                    }
+            let mut result = conn.exec_iter(sql.as_str(), values).await.map_err(|e| error(name, e))?;
+            let mut rows = Vec::with_capacity(page);
+            while let Some(row) = result.next().await.map_err(|e| error(name, e))? {
+                rows.push(text_row(&row));
+                if rows.len() == page && tx.send(Ok(std::mem::take(&mut rows))).await.is_err() {
+                    return Ok(());
                 }
-                let _ = tx.send(Ok(rows)).await;
-                Ok(())
-            };
-            let result: StoreResult<()> = read.await;
-            if let Err(e) = result {
-                let _ = tx.send(Err(e)).await;
             }
-        });
-        Ok(rx)
+            let _ = tx.send(Ok(rows)).await;
+            Ok(())
+        }))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::sql::params::{self, Placeholder};
 use crate::store::PrepareError;
 use crate::store::bindings;
 use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextPages, TextRow};
+use crate::store::outbox::{Prepared, Statements, TextPages, TextRow, read_pages};
 use crate::store::{ClaimedRow, StoreError, StoreResult};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
@@ -222,29 +222,20 @@ impl Statements for PgOutbox {
         let values: Vec<Param> = prepared.names.iter().map(|n| bind(n)).collect();
         let sql = prepared.sql.clone();
         let page = page.clamp(1, i32::MAX as usize);
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(async move {
+        Ok(read_pages(move |tx| async move {
             let name = kind.name();
-            let read = async {
-                let transaction =
-                    client.build_transaction().read_only(true).start().await.map_err(|e| query_error(name, e))?;
-                let stmt = transaction.prepare_cached(&sql).await.map_err(|e| query_error(name, e))?;
-                let portal = transaction.bind(&stmt, &refs(&values)).await.map_err(|e| query_error(name, e))?;
-                loop {
-                    let rows =
-                        transaction.query_portal(&portal, page as i32).await.map_err(|e| query_error(name, e))?;
-                    let last = rows.len() < page;
-                    if tx.send(text_rows(&rows)).await.is_err() || last {
-                        return Ok(());
-                    }
+            let transaction =
+                client.build_transaction().read_only(true).start().await.map_err(|e| query_error(name, e))?;
+            let stmt = transaction.prepare_cached(&sql).await.map_err(|e| query_error(name, e))?;
+            let portal = transaction.bind(&stmt, &refs(&values)).await.map_err(|e| query_error(name, e))?;
+            loop {
+                let rows = transaction.query_portal(&portal, page as i32).await.map_err(|e| query_error(name, e))?;
+                let last = rows.len() < page;
+                if tx.send(text_rows(&rows)).await.is_err() || last {
+                    return Ok(());
                 }
-            };
-            let result: StoreResult<()> = read.await;
-            if let Err(error) = result {
-                let _ = tx.send(Err(error)).await;
             }
-        });
-        Ok(rx)
+        }))
     }
 }
 
