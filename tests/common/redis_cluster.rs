@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 
 use super::eventually;
-use super::redis_server::{answers_or_exits, redis_cli, spare_port};
+use super::redis_server::{redis_cli, spare_port, start_on_spare_port};
 
 /// (port, is a primary, own id, its primary's id or `-`, slot ranges)
 type Node = (u16, bool, String, String, Vec<(u16, u16)>);
@@ -27,36 +27,32 @@ impl RedisCluster {
     pub async fn start_with(replicas: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // The cluster bus listens on port + 10000: ports whose bus port is free too, and no
-        // node's port another's bus port. A port taken between picking and binding makes the
-        // node exit at start: it is started again on another.
-        let mut ports: Vec<u16> = Vec::new();
-        let mut children = Vec::new();
-        let mut exited = 0;
+        // node's port another's bus port.
+        let (mut ports, mut children) = (Vec::new(), Vec::new());
         while ports.len() < 3 * (1 + replicas) {
-            assert!(exited < 10, "cluster nodes exited at start {exited} times");
-            let port = cluster_port();
-            let clashes = |p: u16| p == port || p == port + 10000 || p + 10000 == port;
-            if ports.iter().any(|&p| clashes(p)) {
-                continue;
-            }
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
-                .args(["--cluster-node-timeout", "1500"])
-                // Healthy shards keep serving while a failed one waits for its replica; with
-                // Redis's default (yes) the whole cluster answers CLUSTERDOWN meanwhile.
-                .args(["--cluster-require-full-coverage", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            if answers_or_exits(&mut child, port, "cluster node to answer").await {
-                ports.push(port);
-                children.push(Some(child));
-            } else {
-                exited += 1;
-            }
+            let pick = || loop {
+                let port = cluster_port();
+                if !ports.iter().any(|&p: &u16| p == port || p == port + 10000 || p + 10000 == port) {
+                    return port;
+                }
+            };
+            let spawn = |port: u16| {
+                Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
+                    .args(["--cluster-node-timeout", "1500"])
+                    // Healthy shards keep serving while a failed one waits for its replica; with
+                    // Redis's default (yes) the whole cluster answers CLUSTERDOWN meanwhile.
+                    .args(["--cluster-require-full-coverage", "no"])
+                    .arg("--dir")
+                    .arg(dir.path())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("redis-server")
+            };
+            let (port, child) = start_on_spare_port("cluster node to answer", pick, spawn).await;
+            ports.push(port);
+            children.push(Some(child));
         }
         let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let status = Command::new("redis-cli")

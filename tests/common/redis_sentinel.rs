@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 
 use super::eventually;
-use super::redis_server::{RedisServer, answers_or_exits, redis_cli, spare_port};
+use super::redis_server::{RedisServer, redis_cli, spare_port, start_on_spare_port};
 
 pub struct RedisSentinel {
     pub primary: RedisServer,
@@ -19,37 +19,31 @@ impl RedisSentinel {
         let primary = RedisServer::start().await;
         let replicas = vec![RedisServer::replica_of(primary.port).await, RedisServer::replica_of(primary.port).await];
         let dir = tempfile::tempdir().unwrap();
-        // Each sentinel on a spare port; one that exits at start (the port was taken meanwhile)
-        // is started again on another.
         let (mut sentinel_ports, mut sentinels) = (Vec::new(), Vec::new());
-        let mut exited = 0;
         while sentinels.len() < 3 {
-            assert!(exited < 10, "sentinels exited at start {exited} times");
-            let port = spare_port();
-            let path = dir.path().join(format!("sentinel-{port}.conf"));
-            std::fs::write(
-                &path,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {} 2\n\
-                     sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
-                    dir.path().display(),
-                    primary.port
-                ),
-            )
-            .unwrap();
-            let mut child = Command::new("redis-server")
-                .arg(&path)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel");
-            if answers_or_exits(&mut child, port, "a sentinel to answer").await {
-                sentinel_ports.push(port);
-                sentinels.push(child);
-            } else {
-                exited += 1;
-            }
+            let spawn = |port: u16| {
+                let path = dir.path().join(format!("sentinel-{port}.conf"));
+                std::fs::write(
+                    &path,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor mymaster 127.0.0.1 {} 2\n\
+                         sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
+                        dir.path().display(),
+                        primary.port
+                    ),
+                )
+                .unwrap();
+                Command::new("redis-server")
+                    .arg(&path)
+                    .arg("--sentinel")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server --sentinel")
+            };
+            let (port, child) = start_on_spare_port("a sentinel to answer", spare_port, spawn).await;
+            sentinel_ports.push(port);
+            sentinels.push(child);
         }
         let setup = Self { primary, replicas, sentinel_ports, sentinels, _dir: dir };
         // Every sentinel sees the primary, both replicas and the other two sentinels.

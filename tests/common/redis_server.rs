@@ -19,18 +19,12 @@ impl RedisServer {
 
     /// With extra `redis-server` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
     pub async fn start_with(extra: &[&str]) -> Self {
-        let port = spare_port();
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut server = Self { port, child: None, dir: tempfile::tempdir().unwrap(), extra };
-        // A spare port is only free when it is picked: if something took it before the server
-        // bound it, the server exits, and another port is tried.
-        for _ in 0..5 {
-            if server.start_here().await {
-                return server;
-            }
-            server.port = spare_port();
-        }
-        panic!("redis-server exited at start on five ports in a row");
+        let mut server = Self { port: 0, child: None, dir: tempfile::tempdir().unwrap(), extra };
+        let (port, child) =
+            start_on_spare_port("own redis-server to answer", spare_port, |port| server.spawn(port)).await;
+        (server.port, server.child) = (port, Some(child));
+        server
     }
 
     /// A replica of `primary`, once its replication link is up.
@@ -50,28 +44,23 @@ impl RedisServer {
 
     /// Starts (again) on the same port and waits until it answers.
     pub async fn restart(&mut self) {
-        let port = self.port;
-        assert!(self.start_here().await, "redis-server exited at start on port {port} (taken meanwhile?)");
+        assert!(self.child.is_none(), "already running");
+        let (port, mut child) = (self.port, self.spawn(self.port));
+        let answered = answers_or_exits(&mut child, port, "own redis-server to answer").await;
+        assert!(answered, "redis-server exited at start on port {port} (taken meanwhile?)");
+        self.child = Some(child);
     }
 
-    /// Starts on `self.port`; `false` if the server exited before it answered.
-    async fn start_here(&mut self) -> bool {
-        assert!(self.child.is_none(), "already running");
-        let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    fn spawn(&self, port: u16) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(&self.extra)
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/services installs it)");
-        if answers_or_exits(&mut child, self.port, "own redis-server to answer").await {
-            self.child = Some(child);
-            true
-        } else {
-            false
-        }
+            .expect("redis-server must be installed (scripts/services installs it)")
     }
 
     /// Kills the server (an outage, not a clean shutdown).
@@ -95,10 +84,27 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A port the OS just handed out and released; good enough for a test server.
+/// Starts a server with `spawn` on a port `pick` chooses and waits until it answers. A port is
+/// only free when it is picked: a server that exits first (something took the port before it
+/// bound it) is started again on another, up to ten times.
+pub async fn start_on_spare_port(
+    what: &str,
+    mut pick: impl FnMut() -> u16,
+    mut spawn: impl FnMut(u16) -> Child,
+) -> (u16, Child) {
+    for _ in 0..10 {
+        let port = pick();
+        let mut child = spawn(port);
+        if answers_or_exits(&mut child, port, what).await {
+            return (port, child);
+        }
+    }
+    panic!("{what}: the server exited at start on ten ports in a row");
+}
+
 /// Waits until the server `child` on `port` answers (`true`) or exits first (`false`: it could
 /// not bind its port).
-pub async fn answers_or_exits(child: &mut Child, port: u16, what: &str) -> bool {
+async fn answers_or_exits(child: &mut Child, port: u16, what: &str) -> bool {
     eventually(what, || {
         let state = match child.try_wait() {
             Ok(Some(_)) | Err(_) => Some(false),
@@ -109,6 +115,7 @@ pub async fn answers_or_exits(child: &mut Child, port: u16, what: &str) -> bool 
     .await
 }
 
+/// A port the OS just handed out and released; good enough for a test server.
 pub fn spare_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
