@@ -116,12 +116,7 @@ async fn malformed_entries_go_to_poison_with_their_reason() {
     })
     .await;
     await_acknowledged(&env).await;
-    let reasons: Vec<String> = env
-        .rows("SELECT reason FROM consumer_inbox_poison ORDER BY id")
-        .await
-        .into_iter()
-        .map(|r| r.get(0).unwrap())
-        .collect();
+    let reasons: Vec<String> = env.rows("SELECT reason FROM consumer_inbox_poison ORDER BY id").await;
     assert_eq!(reasons, ["missing_field", "invalid_payload", "id_mismatch", "owner_mismatch"]);
 }
 

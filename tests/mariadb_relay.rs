@@ -300,13 +300,8 @@ async fn claims_under_stress_never_take_a_held_or_settled_row() {
 
     type Reclaim = (i64, String, String, String, i64, Option<String>, String);
     let reclaims: Vec<Reclaim> = env
-        .db
-        .get_conn()
-        .await
-        .unwrap()
-        .query("SELECT id, old_status, old_owner, new_owner, old_token, CAST(old_lease AS CHAR), CAST(at AS CHAR) FROM reclaims")
-        .await
-        .unwrap();
+        .rows("SELECT id, old_status, old_owner, new_owner, old_token, CAST(old_lease AS CHAR), CAST(at AS CHAR) FROM reclaims")
+        .await;
     if !reclaims.is_empty() {
         let lease_lines = |relay: &Handoff| {
             relay

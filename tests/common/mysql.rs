@@ -2,8 +2,8 @@
 //! helpers written in MySQL's SQL. URL base from `HANDOFF_TEST_MYSQL_URL` (default: the local
 //! MariaDB, root without a password).
 
+use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row};
 
 use super::base_redis_url;
 
@@ -71,7 +71,8 @@ impl MyEnv {
         row.unwrap_or_default()
     }
 
-    pub async fn rows(&self, sql: &str) -> Vec<Row> {
+    /// The rows `sql` returns, each as `T` (a tuple of its columns, or one value).
+    pub async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(&self, sql: &str) -> Vec<T> {
         self.db.get_conn().await.unwrap().query(sql).await.unwrap()
     }
 
