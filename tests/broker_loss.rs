@@ -155,8 +155,9 @@ async fn a_flushed_stream_is_filled_again_with_what_no_consumer_had_read() {
     let _ = address;
 }
 
-/// `handoff verify` over rows read three at a time (`page_rows`): the counts add up across
-/// pages, and the lost rows of every page are re-driven.
+/// `handoff verify` over rows read three at a time (`page_rows`; the store does hand them over
+/// in pages of three): the counts add up across pages, and the lost rows of every page are
+/// re-driven.
 #[tokio::test]
 async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost() {
     let env = TestEnv::new().await;
@@ -168,6 +169,7 @@ async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost() {
     let relay = Handoff::run(&config);
     env.insert_events("v", "user", 20).await;
     env.await_delivered(20).await;
+    assert_eq!(common::delivered_page_sizes(&config, 3).await, [3, 3, 3, 3, 3, 3, 2], "read three rows at a time");
     let stream = env.stream("user");
     let _: i64 = env.redis.xtrim(&stream, ("MAXLEN", "=", 10)).await.unwrap();
 

@@ -372,7 +372,8 @@ async fn dead_rows_are_listed_re_driven_and_purged_by_the_operator_commands() {
     env.await_delivered(2).await;
 }
 
-/// `handoff verify` on MariaDB, reading the delivered rows three at a time (`page_rows`):
+/// `handoff verify` on MariaDB, reading the delivered rows three at a time (`page_rows`; the
+/// store does hand them over in pages of three):
 /// trimmed entries are told apart from lost ones, counts add up across pages, and `--repair`
 /// re-drives every lost row, which the relay then appends again.
 #[tokio::test]
@@ -382,6 +383,7 @@ async fn verify_reads_delivered_rows_in_pages_and_repairs_the_lost() {
     let _relay = Handoff::run(&config);
     env.insert_events("v", "user", 20).await;
     env.await_delivered(20).await;
+    assert_eq!(common::delivered_page_sizes(&config, 3).await, [3, 3, 3, 3, 3, 3, 2], "read three rows at a time");
     let stream = env.stream("user");
     let _: i64 = env.redis.xtrim(&stream, ("MAXLEN", "=", 10)).await.unwrap();
 
