@@ -1,17 +1,17 @@
 //! A Redis Cluster of the test's own, on spare ports: three primaries, with or without a
 //! replica each.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use super::eventually;
-use super::redis_server::{redis_cli, spare_port, start_on_spare_port};
+use super::redis_server::{Server, redis_cli, spare_port, start_on_spare_port};
 
 /// (port, is a primary, own id, its primary's id or `-`, slot ranges)
 type Node = (u16, bool, String, String, Vec<(u16, u16)>);
 
 pub struct RedisCluster {
     pub ports: Vec<u16>,
-    children: Vec<Option<Child>>,
+    children: Vec<Option<Server>>,
     _dir: tempfile::TempDir,
 }
 
@@ -151,19 +151,7 @@ impl RedisCluster {
     /// Kills the node on `port` (a crash, not a shutdown).
     pub fn kill(&mut self, port: u16) {
         let at = self.ports.iter().position(|p| *p == port).expect("a node of this cluster");
-        if let Some(mut child) = self.children[at].take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for RedisCluster {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.children[at].take();
     }
 }
 

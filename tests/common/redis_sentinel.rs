@@ -1,16 +1,16 @@
 //! A Sentinel setup of the test's own: one primary, two replicas, three sentinels watching
 //! `mymaster` (a primary that stops answering for 1 s is failed over).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use super::eventually;
-use super::redis_server::{RedisServer, redis_cli, spare_port, start_on_spare_port};
+use super::redis_server::{RedisServer, Server, redis_cli, spare_port, start_on_spare_port};
 
 pub struct RedisSentinel {
     pub primary: RedisServer,
     pub replicas: Vec<RedisServer>,
     pub sentinel_ports: Vec<u16>,
-    sentinels: Vec<Child>,
+    sentinels: Vec<Server>,
     _dir: tempfile::TempDir,
 }
 
@@ -73,14 +73,5 @@ impl RedisSentinel {
     pub fn primary_port(&self) -> u16 {
         let reply = redis_cli(self.sentinel_ports[0], &["sentinel", "get-master-addr-by-name", "mymaster"]);
         reply.lines().nth(1).and_then(|p| p.trim().parse().ok()).unwrap_or(0)
-    }
-}
-
-impl Drop for RedisSentinel {
-    fn drop(&mut self) {
-        for child in &mut self.sentinels {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

@@ -7,7 +7,7 @@ use super::eventually;
 
 pub struct RedisServer {
     pub port: u16,
-    child: Option<Child>,
+    child: Option<Server>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
@@ -45,10 +45,10 @@ impl RedisServer {
     /// Starts (again) on the same port and waits until it answers.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let (port, mut child) = (self.port, self.spawn(self.port));
-        let answered = answers_or_exits(&mut child, port, "own redis-server to answer").await;
+        let (port, mut server) = (self.port, Server(self.spawn(self.port)));
+        let answered = answers_or_exits(&mut server.0, port, "own redis-server to answer").await;
         assert!(answered, "redis-server exited at start on port {port} (taken meanwhile?)");
-        self.child = Some(child);
+        self.child = Some(server);
     }
 
     fn spawn(&self, port: u16) -> Child {
@@ -65,16 +65,18 @@ impl RedisServer {
 
     /// Kills the server (an outage, not a clean shutdown).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.take();
     }
 }
 
-impl Drop for RedisServer {
+/// A server process of the test's own, killed when dropped: a test, or a setup of several
+/// servers, that panics halfway leaves none of them running.
+pub struct Server(Child);
+
+impl Drop for Server {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -91,12 +93,12 @@ pub async fn start_on_spare_port(
     what: &str,
     mut pick: impl FnMut() -> u16,
     mut spawn: impl FnMut(u16) -> Child,
-) -> (u16, Child) {
+) -> (u16, Server) {
     for _ in 0..10 {
         let port = pick();
-        let mut child = spawn(port);
-        if answers_or_exits(&mut child, port, what).await {
-            return (port, child);
+        let mut server = Server(spawn(port));
+        if answers_or_exits(&mut server.0, port, what).await {
+            return (port, server);
         }
     }
     panic!("{what}: the server exited at start on ten ports in a row");
