@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::env::{BenchEnv, rate_after_first, resources, stop, time_until};
-use crate::relay::relay_config;
+use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
+use crate::relay::{Run, relay_config};
 use handoff::config::load_str;
 use handoff::fault::Faults;
 use handoff::store::inbox::{InboxEvent, InboxStore, Text};
@@ -34,8 +34,9 @@ fn event(i: usize) -> (String, String) {
 }
 
 /// Bridge: `n` valid entries already in the stream, one bridge process, from its first takeover
-/// until all are in the inbox. The rate, and the process's peak RSS in KiB.
-pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<(f64, u64)> {
+/// until all are in the inbox: the rate, the process's peak RSS and CPU, and the Postgres and
+/// Redis servers' CPU over the run.
+pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<Run> {
     env.reset().await?;
     let config = load_str(&env.base_config())?;
     let (stream, _) = RedisStream::connect(&config.redis).await?;
@@ -59,14 +60,16 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<(f64
             .collect();
         stream.append(&entries, &AppendOptions::default()).await;
     }
+    let (pg_cpu, redis_cpu) = (postgres_cpu_seconds(), env.redis_cpu_seconds().await?);
     let mut child = env.spawn("bridge", &format!("{}{}", env.base_config(), bridge_section(env, batch)))?;
-    let rate = rate_after_first(Duration::from_secs(600), n as i64, || async {
-        env.scalar("SELECT count(*) FROM consumer_inbox").await
-    })
-    .await;
-    let (peak_rss_kb, _) = resources(child.id());
+    // Entries are taken over in stream order, one transaction at a time: the last is last.
+    let last = format!("consumer = 'admin' AND event_id = 'c-{}'", n - 1);
+    let rate = env.written_rate(Duration::from_secs(600), n as i64, "consumer_inbox", "received_at", &last).await;
+    let (peak_rss_kb, cpu_seconds) = resources(child.id());
+    let (pg_cpu_seconds, redis_cpu_seconds) =
+        (postgres_cpu_seconds() - pg_cpu, env.redis_cpu_seconds().await? - redis_cpu);
     stop(&mut child);
-    Ok((rate?, peak_rss_kb))
+    Ok(Run { rows_per_sec: rate?, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds, ..Run::default() })
 }
 
 /// The bridge's SQL limit: its batched insert-if-absent transaction alone.
@@ -127,10 +130,9 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
     let section = worker_section(batch)
         .replace("poll_interval", &format!("concurrency = {concurrency}\nclaim = \"{claim}\"\npoll_interval"));
     let mut child = env.spawn("worker", &format!("{}{}", env.base_config(), section))?;
-    let rate = rate_after_first(Duration::from_secs(600), n as i64, || async {
-        env.scalar("SELECT count(*) FROM audit_logs").await
-    })
-    .await;
+    // Rows are claimed in id order: the last one's effect comes with the last batches.
+    let last = format!("audit_id = 'w-{n}'");
+    let rate = env.written_rate(Duration::from_secs(600), n as i64, "audit_logs", "recorded_at", &last).await;
     let (peak_rss_kb, _) = resources(child.id());
     stop(&mut child);
     Ok((rate?, peak_rss_kb))
@@ -206,10 +208,8 @@ pub async fn end_to_end(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
         worker_section(100).replace("poll_interval", "concurrency = 2\npoll_interval")
     );
     let mut child = env.spawn("end-to-end", &config)?;
-    let elapsed = time_until(Duration::from_secs(900), || async {
-        Ok(env.scalar("SELECT count(*) FROM audit_logs").await? >= n as i64)
-    })
-    .await;
+    let last = format!("audit_id = 'e-{n}'");
+    let elapsed = env.until_written(Duration::from_secs(900), n as i64, "audit_logs", &last).await;
     stop(&mut child);
     Ok(n as f64 / elapsed?.as_secs_f64())
 }

@@ -119,6 +119,44 @@ impl BenchEnv {
         Ok(self.db.query_one(sql, &[]).await?.get(0))
     }
 
+    /// Waits until the row `last` names exists and `table` holds `n` rows. Until then it probes
+    /// that one row by its unique key: counting the table every 10 ms instead (a scan of a table
+    /// that grows through the run, by parallel workers once past 8 MB) took CPU from the very
+    /// run it timed, on the two cores the run shares.
+    pub async fn until_written(&self, limit: Duration, n: i64, table: &str, last: &str) -> anyhow::Result<Duration> {
+        let probe = format!("SELECT count(*) FROM {table} WHERE {last}");
+        let count = format!("SELECT count(*) FROM {table}");
+        time_until(limit, || async { Ok(self.scalar(&probe).await? > 0 && self.scalar(&count).await? >= n) }).await
+    }
+
+    /// The rate at which a component wrote `table`'s `n` rows, by the database's clock: `column`
+    /// holds each writing transaction's `now()`, so this is the rows written after the first
+    /// transaction over the time from its start to the last one's. The process's start and its
+    /// first batch are left out, as they are from the SQL limits these runs are compared with.
+    pub async fn written_rate(
+        &self,
+        limit: Duration,
+        n: i64,
+        table: &str,
+        column: &str,
+        last: &str,
+    ) -> anyhow::Result<f64> {
+        self.until_written(limit, n, table, last).await?;
+        let row = self
+            .db
+            .query_one(
+                &format!(
+                    "SELECT count(*) FILTER (WHERE {column} > f.first), extract(epoch FROM max({column}) - f.first)::float8
+                     FROM {table}, (SELECT min({column}) AS first FROM {table}) f GROUP BY f.first"
+                ),
+                &[],
+            )
+            .await?;
+        let (after_first, seconds): (i64, f64) = (row.get(0), row.get(1));
+        anyhow::ensure!(seconds > 0.0, "all {n} rows of {table} came in one transaction; use more events");
+        Ok(after_first as f64 / seconds)
+    }
+
     /// Rows still PENDING or IN_FLIGHT, counted on the claim's partial indexes. A predicate the
     /// partial indexes cannot answer (`status <> 'DELIVERED'`, `status IN (…)`) scans the whole
     /// table: over 1M delivered rows that is a parallel scan of ~0.5 s per poll, charged to the
@@ -129,6 +167,22 @@ impl BenchEnv {
                   + (SELECT count(*) FROM audit_outbox WHERE status = 'IN_FLIGHT')",
         )
         .await
+    }
+
+    /// Autovacuum's passes over the outbox: how many it has finished (vacuums and analyzes), and
+    /// how many are under way now.
+    pub async fn autovacuum_passes(&self) -> anyhow::Result<(i64, i64)> {
+        let row = self
+            .db
+            .query_one(
+                "SELECT (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables
+                         WHERE relid = 'audit_outbox'::regclass)::bigint,
+                        (SELECT count(*) FROM pg_stat_progress_vacuum WHERE relid = 'audit_outbox'::regclass)
+                      + (SELECT count(*) FROM pg_stat_progress_analyze WHERE relid = 'audit_outbox'::regclass)",
+                &[],
+            )
+            .await?;
+        Ok((row.get(0), row.get(1)))
     }
 
     /// Fails when a run left rows DEAD (a run that did not deliver everything measured nothing).
@@ -235,33 +289,6 @@ pub fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// The rate at which `count` rises to `n`, measured from the first time it is seen above zero
-/// (so the process's start — connecting, preparing, creating groups — is not counted against
-/// its throughput, as it is not in the SQL limits it is compared with): (last − first seen) /
-/// elapsed between the two observations.
-pub async fn rate_after_first<F, Fut>(limit: Duration, n: i64, mut count: F) -> anyhow::Result<f64>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<i64>>,
-{
-    let started = Instant::now();
-    let mut first: Option<(Instant, i64)> = None;
-    loop {
-        let seen = count().await?;
-        let now = Instant::now();
-        match first {
-            None if seen > 0 && seen >= n => anyhow::bail!("all {n} done before a first observation; use more events"),
-            None if seen > 0 => first = Some((now, seen)),
-            Some((at, from)) if seen >= n => return Ok((seen - from) as f64 / (now - at).as_secs_f64()),
-            _ => {}
-        }
-        if started.elapsed() > limit {
-            anyhow::bail!("not done within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Polls `done` every 10 ms; returns the elapsed time, or fails after `limit`.

@@ -33,12 +33,21 @@ struct Args {
     /// Delivered rows already in the table for the bloat run.
     #[arg(long, default_value_t = 1_000_000)]
     history: usize,
+    /// Events per bloat run (clean, bloated and vacuumed history). More than `--events`: an
+    /// autovacuum pass over a table with a million rows costs the same whatever the run's length,
+    /// and in a two-second run it alone moved the ratio by 10-20 points.
+    #[arg(long, default_value_t = 300_000)]
+    history_events: usize,
     /// Events for the per-row baseline (it is slow).
     #[arg(long, default_value_t = 20_000)]
     baseline_events: usize,
-    /// Events for the bridge / worker / end-to-end runs.
+    /// Events for the worker and end-to-end runs.
     #[arg(long, default_value_t = 50_000)]
     consumer_events: usize,
+    /// Events per bridge run and per run of its SQL limit. At 50,000 either took about a second,
+    /// and the ratio of the two moved between 70% and 106% from one benchmark run to the next.
+    #[arg(long, default_value_t = 200_000)]
+    bridge_events: usize,
     /// Seconds per dwell-latency run.
     #[arg(long, default_value_t = 10)]
     latency_seconds: u64,
@@ -53,7 +62,8 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
-    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all); sustained only when named.
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all); sustained
+    /// only when named; bridge (the consumer part's bridge runs alone) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -125,55 +135,7 @@ async fn main() -> anyhow::Result<()> {
         dwell(&env, &args, &mut report).await?;
     }
     if args.wants("bloat") {
-        // The clean table goes through the same steps (vacuum, checkpoint, insert, run) with no
-        // history, and the three kinds of run take turns, so that the ratios differ in the
-        // history alone and not in the machine's speed from one minute to the next.
-        let (mut clean, mut bloat, mut history) = (Vec::new(), Vec::new(), Vec::new());
-        // Postgres CPU per delivered row (µs) of the clean and the vacuumed history runs.
-        let (mut clean_cpu, mut history_cpu) = (Vec::new(), Vec::new());
-        let per_row = |run: &relay::Run| run.pg_cpu_seconds * 1e6 / n as f64;
-        let ms = |run: &relay::Run| run.startup.as_secs_f64() * 1e3;
-        for turn in 1..=r {
-            let c = relay::bloated(&env, n, 0, 500, true).await?;
-            let b = relay::bloated(&env, n, args.history, 500, false).await?;
-            let h = relay::bloated(&env, n, args.history, 500, true).await?;
-            eprintln!(
-                "  bloat      turn {turn}: clean {:.0}, bloated {:.0}, vacuumed history {:.0} rows/s; Postgres CPU per row {:.1} / {:.1} / {:.1} µs; start-up {:.0} / {:.0} / {:.0} ms",
-                c.rows_per_sec,
-                b.rows_per_sec,
-                h.rows_per_sec,
-                per_row(&c),
-                per_row(&b),
-                per_row(&h),
-                ms(&c),
-                ms(&b),
-                ms(&h)
-            );
-            clean.push(c.rows_per_sec);
-            clean_cpu.push(per_row(&c));
-            bloat.push(b.rows_per_sec);
-            history.push(h.rows_per_sec);
-            history_cpu.push(per_row(&h));
-        }
-        report.add(
-            "resources",
-            "Postgres CPU per delivered row, clean table (history runs' steps)",
-            median(clean_cpu),
-            "µs",
-        );
-        let name = format!("Postgres CPU per delivered row, over {} delivered rows, vacuumed", args.history);
-        report.add("resources", name, median(history_cpu), "µs");
-        let ratios = |runs: &[f64]| median(runs.iter().zip(&clean).map(|(run, clean)| run / clean * 100.0).collect());
-        let (bloat_ratio, history_ratio) = (ratios(&bloat), ratios(&history));
-        let (clean, bloat, history) = (median(clean), median(bloat), median(history));
-        report.add("bloat", "1 relay, batch 500, clean table (the same steps, no history)", clean, "rows/s");
-        let name = format!("1 relay, batch 500, over {} delivered rows + dead tuples", args.history);
-        report.add("bloat", name, bloat, "rows/s");
-        let name = format!("1 relay, batch 500, over {} delivered rows, vacuumed", args.history);
-        report.add("bloat", name, history, "rows/s");
-        // Each run against the clean run of its own turn, then the median.
-        report.add("ratio", "bloated / clean table, batch 500 (median of each turn's)", bloat_ratio, "%");
-        report.add("ratio", "vacuumed history / clean table, batch 500 (median of each turn's)", history_ratio, "%");
+        history_part(&env, &args, &mut report).await?;
     }
     if args.only.iter().any(|p| p == "sustained") {
         let seconds = args.sustained_seconds;
@@ -190,6 +152,8 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.wants("consumer") {
         consumer_side(&env, &args, &mut report).await?;
+    } else if args.only.iter().any(|p| p == "bridge") {
+        bridge_part(&env, &args, &mut report).await?;
     }
 
     if args.wants("broker") {
@@ -257,6 +221,84 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
     Ok(())
 }
 
+/// The relay over a million delivered rows (with their dead tuples, and vacuumed) against a
+/// clean table. The clean table goes through the same steps (vacuum, insert, checkpoint, run)
+/// with no history, and the three kinds of run take turns, so that the ratios differ in the
+/// history alone and not in the machine's speed from one minute to the next.
+async fn history_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let n = args.history_events;
+    let (mut clean, mut bloat, mut history) = (Vec::new(), Vec::new(), Vec::new());
+    let per_row = |run: &relay::Run| run.pg_cpu_seconds * 1e6 / n as f64;
+    let ms = |run: &relay::Run| run.startup.as_secs_f64() * 1e3;
+    for turn in 1..=args.repeat {
+        let c = relay::bloated(env, n, 0, 500, true).await?;
+        let b = relay::bloated(env, n, args.history, 500, false).await?;
+        let h = relay::bloated(env, n, args.history, 500, true).await?;
+        eprintln!(
+            "  bloat      turn {turn}: clean {:.0}, bloated {:.0}, vacuumed history {:.0} rows/s; Postgres CPU per row {:.1} / {:.1} / {:.1} µs; autovacuum passes during the run {} / {} / {}; start-up {:.0} / {:.0} / {:.0} ms",
+            c.rows_per_sec,
+            b.rows_per_sec,
+            h.rows_per_sec,
+            per_row(&c),
+            per_row(&b),
+            per_row(&h),
+            c.autovacuum_passes,
+            b.autovacuum_passes,
+            h.autovacuum_passes,
+            ms(&c),
+            ms(&b),
+            ms(&h)
+        );
+        clean.push(c);
+        bloat.push(b);
+        history.push(h);
+    }
+    // Each run against the clean run of its own turn, then the median.
+    let ratio = |runs: &[relay::Run], f: &dyn Fn(&relay::Run) -> f64| {
+        median(runs.iter().zip(&clean).map(|(run, clean)| f(run) / f(clean) * 100.0).collect())
+    };
+    let rate = |run: &relay::Run| run.rows_per_sec;
+    let (bloat_ratio, history_ratio) = (ratio(&bloat, &rate), ratio(&history, &rate));
+    let history_cpu_ratio = ratio(&history, &per_row);
+    let rates = |runs: &[relay::Run]| median(runs.iter().map(rate).collect());
+    let cpu = |runs: &[relay::Run]| median(runs.iter().map(per_row).collect());
+    let h = args.history;
+    report.add("resources", "Postgres CPU per delivered row, clean table (history runs' steps)", cpu(&clean), "µs");
+    report.add(
+        "resources",
+        format!("Postgres CPU per delivered row, over {h} delivered rows, vacuumed"),
+        cpu(&history),
+        "µs",
+    );
+    report.add(
+        "bloat",
+        format!("1 relay, batch 500, {n} events, clean table (the same steps, no history)"),
+        rates(&clean),
+        "rows/s",
+    );
+    report.add(
+        "bloat",
+        format!("1 relay, batch 500, {n} events, over {h} delivered rows + dead tuples"),
+        rates(&bloat),
+        "rows/s",
+    );
+    report.add(
+        "bloat",
+        format!("1 relay, batch 500, {n} events, over {h} delivered rows, vacuumed"),
+        rates(&history),
+        "rows/s",
+    );
+    report.add("ratio", "bloated / clean table, batch 500 (median of each turn's)", bloat_ratio, "%");
+    report.add("ratio", "vacuumed history / clean table, batch 500 (median of each turn's)", history_ratio, "%");
+    report.add(
+        "ratio",
+        "Postgres CPU per row, vacuumed history / clean table (median of each turn's)",
+        history_cpu_ratio,
+        "%",
+    );
+    Ok(())
+}
+
 async fn dwell(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
     for (rate, notify) in [(1000, false), (1000, true), (5000, false), (5000, true)] {
         let runs = repeat(args.repeat, || latency::dwell(env, rate, args.latency_seconds, notify)).await?;
@@ -272,14 +314,7 @@ async fn dwell(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow:
 
 async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let (c, r) = (args.consumer_events, args.repeat);
-    let bridge_limit = median(repeat(r, || consumer::bridge_limit(env, c, 500)).await?);
-    let bridges = repeat(r, || consumer::bridge(env, c, 500)).await?;
-    let bridge = median(bridges.iter().map(|b| b.0).collect());
-    report.add("limit", "bridge insert-if-absent alone, batch 500", bridge_limit, "events/s");
-    report.add("bridge", "1 bridge, batch 500", bridge, "events/s");
-    report.add("ratio", "bridge / its SQL limit", bridge / bridge_limit * 100.0, "%");
-    let rss = median(bridges.iter().map(|b| b.1 as f64 / 1024.0).collect());
-    report.add("resources", "bridge peak RSS, batch 500", rss, "MiB");
+    bridge_part(env, args, report).await?;
     let leased_limit = median(repeat(r, || consumer::worker_limit(env, c, 100)).await?);
     report.add("limit", "worker leased claim + handler + mark alone, batch 100", leased_limit, "rows/s");
     let locked_limit = median(repeat(r, || consumer::worker_locked_limit(env, c, 100)).await?);
@@ -299,6 +334,36 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
     }
     let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
     report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
+    Ok(())
+}
+
+/// The bridge against its insert-if-absent statement alone, taking turns so that each ratio
+/// compares two runs a few seconds apart, and the median of those ratios.
+async fn bridge_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let n = args.bridge_events;
+    let (mut limits, mut bridges, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for turn in 1..=args.repeat {
+        let limit = consumer::bridge_limit(env, n, 500).await?;
+        let bridge = consumer::bridge(env, n, 500).await?;
+        let ratio = bridge.rows_per_sec / limit * 100.0;
+        eprintln!(
+            "  bridge     turn {turn}: insert-if-absent alone {limit:.0}, bridge {:.0} events/s ({ratio:.1}%)",
+            bridge.rows_per_sec
+        );
+        limits.push(limit);
+        bridges.push(bridge);
+        ratios.push(ratio);
+    }
+    let pick = |f: fn(&relay::Run) -> f64| median(bridges.iter().map(f).collect());
+    let per_100k = 100_000.0 / n as f64;
+    report.add("limit", format!("bridge insert-if-absent alone, batch 500, {n} events"), median(limits), "events/s");
+    report.add("bridge", format!("1 bridge, batch 500, {n} events"), pick(|b| b.rows_per_sec), "events/s");
+    report.add("ratio", "bridge / its SQL limit (median of each turn's)", median(ratios), "%");
+    report.add("resources", "bridge peak RSS, batch 500", pick(|b| b.peak_rss_kb as f64 / 1024.0), "MiB");
+    report.add("resources", "bridge CPU per 100k events", pick(|b| b.cpu_seconds) * per_100k, "s");
+    report.add("resources", "Redis CPU per 100k events, bridge", pick(|b| b.redis_cpu_seconds) * per_100k, "s");
+    let pg = pick(|b| b.pg_cpu_seconds) * 1e6 / n as f64;
+    report.add("resources", "Postgres CPU per event taken over, bridge", pg, "µs");
     Ok(())
 }
 

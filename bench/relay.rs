@@ -25,6 +25,10 @@ pub struct Run {
     pub pg_cpu_seconds: f64,
     /// CPU seconds of the Redis server over the run.
     pub redis_cpu_seconds: f64,
+    /// Autovacuum passes over the outbox that overlapped the run (finished during it or still
+    /// under way at its end). Each reads the whole table or every index once: a fixed cost that
+    /// the run's rows pay, more the shorter the run and the larger the table.
+    pub autovacuum_passes: i64,
 }
 
 /// How long a relay took to deliver its first entry, and its rate from then on.
@@ -94,6 +98,7 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
         cpu_seconds: usage.iter().map(|u| u.1).sum(),
         pg_cpu_seconds,
         redis_cpu_seconds,
+        ..Run::default()
     })
 }
 
@@ -242,6 +247,7 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuu
         );
     }
     let stream = env.stream("user");
+    let (finished_before, _) = env.autovacuum_passes().await?;
     let pg_cpu = postgres_cpu_seconds();
     let mut child = env.spawn("relay-bloat", &relay_config(env, batch, "concurrency = 2"))?;
     let timed = until_settled(env, &stream, n).await;
@@ -249,6 +255,7 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuu
     stop(&mut child);
     let pg_cpu_seconds = postgres_cpu_seconds() - pg_cpu;
     let timed = timed?;
+    let (finished_after, running) = env.autovacuum_passes().await?;
     env.ensure_none_dead().await?;
     Ok(Run {
         rows_per_sec: timed.rows_per_sec,
@@ -256,6 +263,7 @@ pub async fn bloated(env: &BenchEnv, n: usize, history: usize, batch: u32, vacuu
         peak_rss_kb,
         cpu_seconds,
         pg_cpu_seconds,
+        autovacuum_passes: finished_after - finished_before + running,
         ..Run::default()
     })
 }
