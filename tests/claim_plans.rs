@@ -4,7 +4,9 @@
 use crate::common;
 
 use common::TestEnv;
+use handoff::config::SettleMode;
 use handoff::sql::params::{Placeholder, rewrite};
+use handoff::store::postgres::LockedSql;
 use handoff::store::postgres::defaults::default_sql;
 use handoff::store::statements::StatementKind;
 
@@ -44,6 +46,60 @@ async fn claim_and_stats_read_only_the_partial_indexes_on_a_mostly_delivered_tab
     let stats = plan(&env, StatementKind::Stats).await;
     assert!(!stats.contains("Seq Scan"), "{stats}");
     assert!(stats.contains("audit_outbox_dead"), "{stats}");
+}
+
+/// Pages a locked claim of 50 rows reads (index and heap, shared buffers hit or read), run with
+/// `from` as the lower bound on `next_attempt_at` (seconds since the epoch), and the rows it
+/// took; rolled back.
+async fn locked_claim_reads(env: &TestEnv, from: f64) -> (i64, i64) {
+    let lock = LockedSql::new("audit_outbox", SettleMode::MarkDelivered).lock;
+    env.db.batch_execute("BEGIN").await.unwrap();
+    let explain = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", lock.replace("$1", "50").replace("$2", "$1"));
+    let plan: serde_json::Value = env.db.query_one(&explain, &[&from]).await.unwrap().get(0);
+    env.db.batch_execute("ROLLBACK").await.unwrap();
+    let top = &plan[0]["Plan"];
+    let blocks = top["Shared Hit Blocks"].as_i64().unwrap() + top["Shared Read Blocks"].as_i64().unwrap();
+    (blocks, top["Actual Rows"].as_i64().unwrap())
+}
+
+/// Rows the relay delivered leave their entries at the start of the due index until a vacuum
+/// removes them. The locked claim starts where the previous claim's first row was (less a
+/// second), so it does not read them again on every claim; one that reads from the start, as it
+/// does at least once a second to find rows that committed late, does.
+#[tokio::test]
+async fn a_locked_claim_that_starts_after_the_delivered_rows_does_not_read_their_entries() {
+    let env = TestEnv::new().await;
+    env.db
+        .batch_execute(
+            "ALTER TABLE audit_outbox SET (autovacuum_enabled = false);
+             INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, next_attempt_at)
+             SELECT 'old-' || g, 'user', 'a', 'user.changed', '{}', now() - interval '1 hour'
+             FROM generate_series(1, 100000) g;
+             UPDATE audit_outbox SET status = 'DELIVERED', delivered_at = now();",
+        )
+        .await
+        .unwrap();
+    env.insert_events("new", "user", 500).await;
+    let first_due: f64 = env
+        .db
+        .query_one(
+            "SELECT extract(epoch FROM min(next_attempt_at))::float8 FROM audit_outbox WHERE status = 'PENDING'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // The first claim from the start also marks the entries it finds dead; the second is what
+    // every later claim from the start pays.
+    locked_claim_reads(&env, f64::NEG_INFINITY).await;
+    let (from_start, taken) = locked_claim_reads(&env, f64::NEG_INFINITY).await;
+    assert_eq!(taken, 50);
+    let (bounded, taken) = locked_claim_reads(&env, first_due - 1.0).await;
+    assert_eq!(taken, 50, "the bounded claim takes the same rows");
+    assert!(
+        bounded * 3 < from_start,
+        "a claim from the start reads {from_start} pages, one after the delivered rows {bounded}"
+    );
 }
 
 /// On MariaDB every default statement that reaches rows through an `:ids` array reads the ids

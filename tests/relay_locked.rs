@@ -128,3 +128,49 @@ async fn the_rows_a_killed_leased_relay_held_come_back_one_after_another_not_one
     let counted = env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE expired_claims = 1").await;
     assert_eq!(counted, 20, "each row's expired lease was counted once");
 }
+
+/// A locked claim starts reading the due index a second before the previous claim's first row,
+/// not from the start. A row whose transaction began well before the rows the relay delivered
+/// but committed after them has an older `next_attempt_at` than the bound (its transaction's
+/// start): a claim that reads from the start finds it, and it is delivered.
+#[tokio::test]
+async fn a_row_committed_after_later_rows_were_delivered_is_still_delivered() {
+    let env = TestEnv::new().await;
+    // A lease longer than the test: the leased turn a locked relay takes once per lease (which
+    // reads the whole index) does not come round to find the row.
+    let config = env.config("claim = \"locked\"\nbatch_size = 50\nlease = \"10m\"");
+    let _relay = locked_relay(Handoff::run(&config)).await;
+    let (late, conn) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    late.batch_execute("BEGIN").await.unwrap();
+    let row = late
+        .query_one(
+            "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('late', 'user', 'agg-late', 'user.changed', '{}')
+             RETURNING extract(epoch FROM next_attempt_at)::float8",
+            &[],
+        )
+        .await
+        .unwrap();
+    let late_due: f64 = row.get(0);
+    // The database's clock moves more than the claim's lag past the late row's transaction start
+    // before the other rows are inserted.
+    eventually("the database clock to pass the late row by 1.5 s", || async {
+        let now: f64 =
+            env.db.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).await.unwrap().get(0);
+        (now > late_due + 1.5).then_some(())
+    })
+    .await;
+    env.insert_events("early", "user", 500).await;
+    env.await_delivered(500).await;
+    let first_early: f64 = env
+        .db
+        .query_one("SELECT extract(epoch FROM min(next_attempt_at))::float8 FROM audit_outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(late_due < first_early - 1.0, "the late row lies before where a bounded claim starts");
+    late.batch_execute("COMMIT").await.unwrap();
+    env.await_delivered(501).await;
+    assert!(env.stream_event_ids(&env.stream("user")).await.contains(&"late".to_owned()));
+}

@@ -13,14 +13,20 @@ use std::time::Duration;
 use deadpool_postgres::{Object, Pool};
 use tokio_postgres::types::ToSql;
 
+use super::scan_start::ScanStart;
 use super::{pool_error, query_error};
 use crate::config::SettleMode;
 use crate::store::{ClaimedRow, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
 
-/// The locked claim's statements for one table. The settles identify rows by id alone and do
-/// not re-check the status: the transaction holds every row it settles.
+/// The lock's last result column: the row's `next_attempt_at`, in seconds since the epoch.
+pub const SCAN_DUE: &str = "scan_due";
+
+/// The locked claim's statements for one table, and where its next claim starts reading. The
+/// settles identify rows by id alone and do not re-check the status: the transaction holds
+/// every row it settles.
 pub struct LockedSql {
     pub lock: String,
+    scan: ScanStart,
     settle: SettleMode,
     delivered: String,
     retry: String,
@@ -41,13 +47,16 @@ impl LockedSql {
         };
         Self {
             settle,
-            // The same result columns, in the same order, as the leased claim's.
+            scan: ScanStart::default(),
+            // The same result columns, in the same order, as the leased claim's, then the row's
+            // `next_attempt_at` for where the next claim starts ($2: see `scan_start`).
             lock: format!(
                 "SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id, payload,
                         headers, attempts, expired_claims,
-                        (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms, false AS reclaimed
+                        (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms, false AS reclaimed,
+                        extract(epoch FROM next_attempt_at)::float8 AS {SCAN_DUE}
                  FROM {table}
-                 WHERE status = 'PENDING' AND next_attempt_at <= now()
+                 WHERE status = 'PENDING' AND next_attempt_at <= now() AND next_attempt_at >= to_timestamp($2::float8)
                  ORDER BY next_attempt_at, id
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED"
@@ -96,7 +105,13 @@ pub async fn lock(
         .await
         .map_err(|e| query_error("lock", e))?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
-    let rows = client.query(&stmt, &[&i64::from(batch_size)]).await.map_err(|e| query_error("lock", e))?;
+    let from = sql.scan.bound(std::time::Instant::now());
+    let rows = client.query(&stmt, &[&i64::from(batch_size), &from]).await.map_err(|e| query_error("lock", e))?;
+    let first_due = match rows.first() {
+        Some(row) => Some(row.try_get::<_, f64>(SCAN_DUE).map_err(|e| query_error("lock", e))?),
+        None => None,
+    };
+    sql.scan.took(first_due);
     if rows.is_empty() {
         client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
         batch.client.take();

@@ -5,6 +5,7 @@ mod inbox;
 mod locked;
 mod locked_inbox;
 mod outbox;
+mod scan_start;
 pub mod values;
 mod worker;
 
@@ -17,6 +18,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use crate::store::PrepareError;
 pub use inbox::PgInbox;
+pub use locked::LockedSql;
 pub use outbox::PgOutbox;
 pub use worker::PgWorker;
 

@@ -8,7 +8,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::locked::LockedSql;
+use super::locked::{LockedSql, SCAN_DUE};
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
 use crate::config::statements::{self, StatementKind};
@@ -108,9 +108,12 @@ impl PgOutbox {
                         Err(e) => errors.push(super::prepare_refusal(&format!("{prefix} {name}"), e)?),
                         Ok(stmt) if name == "lock" => {
                             let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
-                            if names != columns {
+                            let matches = names.split_last().is_some_and(|(last, rest)| {
+                                *last == SCAN_DUE && rest.iter().copied().eq(columns.iter().map(String::as_str))
+                            });
+                            if !matches {
                                 errors.push(format!(
-                                    "{prefix} lock: returns columns {names:?}, the claim {columns:?}; claim = \"locked\" needs the reference claim"
+                                    "{prefix} lock: returns columns {names:?}, the claim {columns:?} and `{SCAN_DUE}`; claim = \"locked\" needs the reference claim"
                                 ));
                             }
                         }
@@ -134,8 +137,10 @@ impl PgOutbox {
 
     fn parse_row(&self, row: &Row) -> StoreResult<ClaimedRow> {
         // Sized once: collecting through `Result` would grow the vector a few times per row.
-        let mut values: Vec<Option<String>> = Vec::with_capacity(row.len());
-        for i in 0..row.len() {
+        // The claim's columns only: the locked claim's lock returns one more after them.
+        let columns = self.prepared.shape.columns.len().min(row.len());
+        let mut values: Vec<Option<String>> = Vec::with_capacity(columns);
+        for i in 0..columns {
             let cell = row.try_get::<_, Option<Cell>>(i).map_err(|e| StoreError::Contract(e.to_string()))?;
             values.push(cell.map(|c| c.0));
         }
