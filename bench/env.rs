@@ -16,6 +16,8 @@ pub struct BenchEnv {
     pub redis_tls: String,
     pub db: tokio_postgres::Client,
     pub redis: fred::prelude::Client,
+    /// The broker as handoff sees it (for what a stream has been sent).
+    pub broker: handoff::stream::redis::RedisStream,
     pub binary: PathBuf,
     pub dir: PathBuf,
 }
@@ -42,9 +44,10 @@ impl BenchEnv {
         ))?;
         let (stream, _) = handoff::stream::redis::RedisStream::connect(&redis_config.redis).await?;
         let redis = stream.client().clone();
+        let broker = stream;
         std::fs::create_dir_all(&dir)?;
         let redis_url = redis_url.to_owned();
-        let env = Self { schema, database_url, redis_url, redis_tls, db, redis, binary, dir };
+        let env = Self { schema, database_url, redis_url, redis_tls, db, redis, broker, binary, dir };
         let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
         handoff::migrate::postgres(&pool).await?;
         Ok(env)
@@ -185,6 +188,26 @@ impl BenchEnv {
         Ok((row.get(0), row.get(1)))
     }
 
+    /// What the Postgres server has done so far: CPU, WAL, checkpoints, autovacuum passes over
+    /// the outbox (for the sustained run's windows).
+    pub async fn server_activity(&self) -> anyhow::Result<ServerActivity> {
+        let row = self
+            .db
+            .query_one(
+                "SELECT (SELECT wal_bytes::bigint FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal),
+                        (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)",
+                &[],
+            )
+            .await?;
+        Ok(ServerActivity {
+            cpu_seconds: postgres_cpu_seconds(),
+            wal_bytes: row.get(0),
+            wal_fpi: row.get(1),
+            checkpoints: row.get(2),
+            autovacuum_passes: self.autovacuum_passes().await?.0,
+        })
+    }
+
     /// Fails when a run left rows DEAD (a run that did not deliver everything measured nothing).
     pub async fn ensure_none_dead(&self) -> anyhow::Result<()> {
         let dead = self.scalar("SELECT count(*) FROM audit_outbox WHERE status = 'DEAD'").await?;
@@ -198,6 +221,11 @@ impl BenchEnv {
 
     pub async fn xlen(&self, stream: &str) -> anyhow::Result<u64> {
         Ok(self.redis.xlen(stream).await?)
+    }
+
+    /// Entries ever appended to `stream`, trimmed ones included (`XINFO STREAM`'s entries-added).
+    pub async fn appended(&self, stream: &str) -> anyhow::Result<i64> {
+        appended(&self.broker, stream).await
     }
 
     /// Starts `handoff run` with `config` (written to a file); logs go to a file next to it.
@@ -237,6 +265,38 @@ impl BenchEnv {
             "[database]\nurl = \"{}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n{}[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
             self.database_url, self.redis_url, self.redis_tls
         )
+    }
+}
+
+/// Entries ever appended to `stream` (0 before the first). What a relay delivered, counted
+/// without reading the outbox: counting its PENDING rows walks every entry that delivered rows
+/// left in the partial index since the last vacuum, a scan that grows through a long run.
+pub async fn appended(broker: &handoff::stream::redis::RedisStream, stream: &str) -> anyhow::Result<i64> {
+    use handoff::stream::EventStream;
+    let state = broker.stream_state(stream).await.map_err(|e| anyhow::anyhow!("XINFO STREAM {stream}: {e}"))?;
+    Ok(state.entries_added.unwrap_or(0) as i64)
+}
+
+/// Counters of the Postgres server; see [`BenchEnv::server_activity`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerActivity {
+    pub cpu_seconds: f64,
+    pub wal_bytes: i64,
+    pub wal_fpi: i64,
+    pub checkpoints: i64,
+    pub autovacuum_passes: i64,
+}
+
+impl ServerActivity {
+    /// What happened between `earlier` and this.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            cpu_seconds: self.cpu_seconds - earlier.cpu_seconds,
+            wal_bytes: self.wal_bytes - earlier.wal_bytes,
+            wal_fpi: self.wal_fpi - earlier.wal_fpi,
+            checkpoints: self.checkpoints - earlier.checkpoints,
+            autovacuum_passes: self.autovacuum_passes - earlier.autovacuum_passes,
+        }
     }
 }
 
