@@ -191,3 +191,47 @@ async fn rows_at_fault_in_a_locked_batch_go_dead_alone_and_the_rest_commit() {
     assert!(dead[1].get::<_, String>(2).contains(":payload.actor"), "{}", dead[1].get::<_, String>(2));
     assert!(dead.iter().all(|r| r.get::<_, i32>(1) == 1), "deterministic refusals: DEAD at once");
 }
+
+/// A locked worker claim starts reading the due index a second before the previous claim's first
+/// row (rows processed since the last vacuum leave their entries there). A row whose takeover
+/// began well before rows the worker already processed, and committed after them, is older than
+/// that bound: a claim that reads from the start finds it, and it is applied.
+#[tokio::test]
+async fn a_row_committed_after_later_rows_were_processed_is_still_applied() {
+    let env = TestEnv::new().await;
+    // A lease longer than the test: the leased turn a locked worker takes once per lease (which
+    // reads the whole index) does not come round to find the row.
+    let config = config(&env, "lease = \"10m\"\nbatch_size = 50", &[SEED_HANDLER]);
+    let _worker = locked_worker(Handoff::run(&config)).await;
+    let (late, conn) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    late.batch_execute("BEGIN").await.unwrap();
+    let row = late
+        .query_one(
+            "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, content_hash, stream, stream_entry_id)
+             VALUES ('admin', 'late', 'auth.mfa_policy_changed', 'auth', '{\"actor\": \"admin\"}', 'hash', 's', '0-1')
+             RETURNING extract(epoch FROM next_retry_at)::float8",
+            &[],
+        )
+        .await
+        .unwrap();
+    let late_due: f64 = row.get(0);
+    eventually("the database clock to pass the late row by 1.5 s", || async {
+        let now: f64 =
+            env.db.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).await.unwrap().get(0);
+        (now > late_due + 1.5).then_some(())
+    })
+    .await;
+    insert_rows(&env, "early", 500).await;
+    await_status(&env, "PROCESSED", 500).await;
+    let first_early: f64 = env
+        .db
+        .query_one("SELECT extract(epoch FROM min(next_retry_at))::float8 FROM consumer_inbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(late_due < first_early - 1.0, "the late row lies before where a bounded claim starts");
+    late.batch_execute("COMMIT").await.unwrap();
+    await_status(&env, "PROCESSED", 501).await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs WHERE audit_id = 'late'").await, 1);
+}

@@ -7,21 +7,27 @@
 //! or drops the batch, the server rolls back and the rows are as they were. No mark needs a
 //! fencing token: the rows are ours until the commit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 
+use super::locked::SCAN_DUE;
+use super::scan_start::ScanStart;
 use super::worker::{run_handlers, text_rows};
 use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
 use crate::store::worker::{BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
 use crate::store::{StoreError, StoreResult};
 
-/// The locked claim's statements for one inbox table.
+/// The locked claim's statements for one inbox table, and where its next claim starts reading
+/// (shared by the worker's loops).
 #[derive(Debug, Clone)]
 pub struct LockedInboxSql {
-    /// `$1` consumer, `$2` batch size; the same result columns as the reference claim's.
+    /// `$1` consumer, `$2` batch size, `$3` the lower bound on `next_retry_at` (see
+    /// `scan_start`); the same result columns as the reference claim's, then `scan_due`.
     lock: String,
+    scan: Arc<ScanStart>,
     /// `$1` owner, `$2` ids. By id alone, without a status check: the transaction holds the rows.
     processed: String,
 }
@@ -29,11 +35,14 @@ pub struct LockedInboxSql {
 impl LockedInboxSql {
     pub fn new(table: &str) -> Self {
         Self {
+            scan: Arc::default(),
             lock: format!(
                 "SELECT id, lease_token AS token, event_id, event_type, owner, aggregate_type, aggregate_id,
-                        payload, headers, fields, attempts, expired_leases, false AS reclaimed
+                        payload, headers, fields, attempts, expired_leases, false AS reclaimed,
+                        extract(epoch FROM next_retry_at)::float8 AS {SCAN_DUE}
                  FROM {table}
                  WHERE consumer = $1 AND status = 'PENDING' AND next_retry_at <= now()
+                   AND next_retry_at >= to_timestamp($3::float8)
                  ORDER BY next_retry_at, id
                  LIMIT $2
                  FOR UPDATE SKIP LOCKED"
@@ -67,20 +76,29 @@ pub async fn lock(
     let client = batch.client()?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
     let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
+    let from = sql.scan.bound(std::time::Instant::now());
     // Sent together: BEGIN and the lock cost one round trip.
     let (begun, rows) = futures_util::future::join(
         client.batch_execute(&begin),
-        client.query(&stmt, &[&consumer, &i64::from(batch_size)]),
+        client.query(&stmt, &[&consumer, &i64::from(batch_size), &from]),
     )
     .await;
     begun.map_err(|e| query_error("lock", e))?;
     let rows = rows.map_err(|e| query_error("lock", e))?;
+    let first_due = match rows.first() {
+        Some(row) => Some(row.try_get::<_, f64>(SCAN_DUE).map_err(|e| query_error("lock", e))?),
+        None => None,
+    };
+    sql.scan.took(first_due);
     if rows.is_empty() {
         client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
         batch.client.take();
         return Ok((Vec::new(), None));
     }
-    let rows = text_rows(&stmt, &rows, "lock")?.iter().map(InboxRow::from_text).collect::<StoreResult<Vec<_>>>()?;
+    let mut rows = text_rows(&stmt, &rows, "lock")?;
+    // `scan_due` is the claim's own, not a field of the event for handlers.
+    rows.iter_mut().for_each(|row| row.retain(|(name, _)| name != SCAN_DUE));
+    let rows = rows.iter().map(InboxRow::from_text).collect::<StoreResult<Vec<_>>>()?;
     Ok((rows, Some(Box::new(batch))))
 }
 

@@ -1,11 +1,13 @@
-//! Where a locked claim starts reading the outbox's due index.
+//! Where a locked claim starts reading its due index: the relay's on the outbox
+//! (`next_attempt_at`), the worker's on the inbox (`next_retry_at`; the same reasoning, with
+//! the bridge's takeover as the inserting transaction).
 //!
 //! Every row the relay settles leaves its entry in the due index (`status = 'PENDING'`, ordered
 //! by `next_attempt_at, id`) until a vacuum removes it, and those entries sit at the index's
 //! start, where a claim begins. A claim that reads from the start walks every row delivered since
-//! the last vacuum: at 25k rows/s, with autovacuum visiting a database once a minute and taking
-//! minutes over a table that keeps its delivered history, that was 8,000 index pages and 30 ms a
-//! claim at two million delivered rows, and the relay's rate fell to a third within ten minutes.
+//! the last vacuum, and autovacuum visits a database about once a minute and takes minutes over a
+//! table that keeps its delivered history: two million such entries cost a claim 8,000 index pages
+//! and 30 ms, and in a 10-minute run the relay fell from 36k to 8k rows/s.
 //!
 //! So a claim starts a little before the first row the previous claim took ([`LAG`]): the rows
 //! before that were delivered, or are held by another claim. What can still be due before it is a
