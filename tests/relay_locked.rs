@@ -140,35 +140,16 @@ async fn a_row_committed_after_later_rows_were_delivered_is_still_delivered() {
     // reads the whole index) does not come round to find the row.
     let config = env.config("claim = \"locked\"\nbatch_size = 50\nlease = \"10m\"");
     let _relay = locked_relay(Handoff::run(&config)).await;
-    let (late, conn) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    late.batch_execute("BEGIN").await.unwrap();
-    let row = late
-        .query_one(
+    let (late, late_due) = env
+        .late_row(
             "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
              VALUES ('late', 'user', 'agg-late', 'user.changed', '{}')
              RETURNING extract(epoch FROM next_attempt_at)::float8",
-            &[],
         )
-        .await
-        .unwrap();
-    let late_due: f64 = row.get(0);
-    // The database's clock moves more than the claim's lag past the late row's transaction start
-    // before the other rows are inserted.
-    eventually("the database clock to pass the late row by 1.5 s", || async {
-        let now: f64 =
-            env.db.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).await.unwrap().get(0);
-        (now > late_due + 1.5).then_some(())
-    })
-    .await;
+        .await;
     env.insert_events("early", "user", 500).await;
     env.await_delivered(500).await;
-    let first_early: f64 = env
-        .db
-        .query_one("SELECT extract(epoch FROM min(next_attempt_at))::float8 FROM audit_outbox", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let first_early = env.earliest("audit_outbox", "next_attempt_at").await;
     assert!(late_due < first_early - 1.0, "the late row lies before where a bounded claim starts");
     late.batch_execute("COMMIT").await.unwrap();
     env.await_delivered(501).await;

@@ -203,33 +203,16 @@ async fn a_row_committed_after_later_rows_were_processed_is_still_applied() {
     // reads the whole index) does not come round to find the row.
     let config = config(&env, "lease = \"10m\"\nbatch_size = 50", &[SEED_HANDLER]);
     let _worker = locked_worker(Handoff::run(&config)).await;
-    let (late, conn) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    late.batch_execute("BEGIN").await.unwrap();
-    let row = late
-        .query_one(
+    let (late, late_due) = env
+        .late_row(
             "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, content_hash, stream, stream_entry_id)
              VALUES ('admin', 'late', 'auth.mfa_policy_changed', 'auth', '{\"actor\": \"admin\"}', 'hash', 's', '0-1')
              RETURNING extract(epoch FROM next_retry_at)::float8",
-            &[],
         )
-        .await
-        .unwrap();
-    let late_due: f64 = row.get(0);
-    eventually("the database clock to pass the late row by 1.5 s", || async {
-        let now: f64 =
-            env.db.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).await.unwrap().get(0);
-        (now > late_due + 1.5).then_some(())
-    })
-    .await;
+        .await;
     insert_rows(&env, "early", 500).await;
     await_status(&env, "PROCESSED", 500).await;
-    let first_early: f64 = env
-        .db
-        .query_one("SELECT extract(epoch FROM min(next_retry_at))::float8 FROM consumer_inbox", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let first_early = env.earliest("consumer_inbox", "next_retry_at").await;
     assert!(late_due < first_early - 1.0, "the late row lies before where a bounded claim starts");
     late.batch_execute("COMMIT").await.unwrap();
     await_status(&env, "PROCESSED", 501).await;

@@ -306,6 +306,31 @@ sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES 
         assert!(self.stream_event_ids(&self.stream("user")).await.is_empty());
     }
 
+    /// Inserts a row with `insert` (which returns its due time, seconds since the epoch) in a
+    /// transaction left open, and waits until the database's clock has passed that time by 1.5 s:
+    /// a locked claim starts a second before the previous claim's first row, so rows inserted
+    /// from now on and claimed before this one commits leave it behind that bound. Commit it with
+    /// the client returned. The row's due time is returned too.
+    pub async fn late_row(&self, insert: &str) -> (tokio_postgres::Client, f64) {
+        let (late, conn) = tokio_postgres::connect(&self.database_url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        late.batch_execute("BEGIN").await.unwrap();
+        let due: f64 = late.query_one(insert, &[]).await.unwrap().get(0);
+        eventually("the database clock to pass the late row by 1.5 s", || async {
+            let now: f64 =
+                self.db.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[]).await.unwrap().get(0);
+            (now > due + 1.5).then_some(())
+        })
+        .await;
+        (late, due)
+    }
+
+    /// The earliest value of `column` (a timestamp) in `table`, in seconds since the epoch.
+    pub async fn earliest(&self, table: &str, column: &str) -> f64 {
+        let sql = format!("SELECT extract(epoch FROM min({column}))::float8 FROM {table}");
+        self.db.query_one(&sql, &[]).await.unwrap().get(0)
+    }
+
     /// Number of rows in `status`.
     pub async fn count(&self, status: &str) -> i64 {
         self.db.query_one("SELECT count(*) FROM audit_outbox WHERE status = $1", &[&status]).await.unwrap().get(0)
