@@ -13,13 +13,10 @@ use std::time::Duration;
 use deadpool_postgres::{Object, Pool};
 use tokio_postgres::types::ToSql;
 
-use super::scan_start::ScanStart;
+use super::scan_start::{SCAN_DUE, ScanStart};
 use super::{pool_error, query_error};
 use crate::config::SettleMode;
 use crate::store::{ClaimedRow, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
-
-/// The lock's last result column: the row's `next_attempt_at`, in seconds since the epoch.
-pub const SCAN_DUE: &str = "scan_due";
 
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
@@ -107,11 +104,7 @@ pub async fn lock(
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
     let from = sql.scan.bound(std::time::Instant::now());
     let rows = client.query(&stmt, &[&i64::from(batch_size), &from]).await.map_err(|e| query_error("lock", e))?;
-    let first_due = match rows.first() {
-        Some(row) => Some(row.try_get::<_, f64>(SCAN_DUE).map_err(|e| query_error("lock", e))?),
-        None => None,
-    };
-    sql.scan.took(first_due);
+    sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
         batch.client.take();

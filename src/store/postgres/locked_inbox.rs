@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 
-use super::locked::SCAN_DUE;
-use super::scan_start::ScanStart;
+use super::scan_start::{SCAN_DUE, ScanStart};
 use super::worker::{run_handlers, text_rows};
 use super::{pool_error, query_error};
 use crate::fault::{Faults, Point};
@@ -85,11 +84,7 @@ pub async fn lock(
     .await;
     begun.map_err(|e| query_error("lock", e))?;
     let rows = rows.map_err(|e| query_error("lock", e))?;
-    let first_due = match rows.first() {
-        Some(row) => Some(row.try_get::<_, f64>(SCAN_DUE).map_err(|e| query_error("lock", e))?),
-        None => None,
-    };
-    sql.scan.took(first_due);
+    sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
         batch.client.take();

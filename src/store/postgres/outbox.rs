@@ -8,7 +8,8 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::locked::{LockedSql, SCAN_DUE};
+use super::locked::LockedSql;
+use super::scan_start::SCAN_DUE;
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{defaults, pool_error, query_error};
 use crate::config::statements::{self, StatementKind};

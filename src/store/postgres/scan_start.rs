@@ -21,13 +21,17 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The lock's last result column: the row's due time (`next_attempt_at` / `next_retry_at`), in
+/// seconds since the epoch.
+pub const SCAN_DUE: &str = "scan_due";
+
 /// How far before the previous claim's first row the next claim starts.
 pub const LAG: Duration = Duration::from_secs(1);
 
 /// The longest time between two claims that read the due index from its start.
 pub const RESCAN: Duration = Duration::from_secs(1);
 
-/// The shared start of one relay's locked claims (its loops take turns reading it).
+/// The shared start of one relay's or one worker's locked claims (its loops take turns reading it).
 #[derive(Debug, Default)]
 pub struct ScanStart {
     state: Mutex<State>,
@@ -54,6 +58,14 @@ impl ScanStart {
                 f64::NEG_INFINITY
             }
         }
+    }
+
+    /// What a lock returned: its first row's [`SCAN_DUE`] (the smallest, as the lock orders by
+    /// it), or nothing.
+    pub fn took_rows(&self, rows: &[tokio_postgres::Row]) -> Result<(), tokio_postgres::Error> {
+        let first_due = rows.first().map(|row| row.try_get::<_, f64>(SCAN_DUE)).transpose()?;
+        self.took(first_due);
+        Ok(())
     }
 
     /// What a claim took: the `next_attempt_at` of its first row (the smallest, as the claim
