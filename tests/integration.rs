@@ -23,6 +23,7 @@ mod relay_clock;
 mod relay_delivery;
 mod relay_failures;
 mod relay_foreign_layout;
+mod relay_hostile_rows;
 mod relay_locked;
 mod relay_ordering;
 mod relay_outages;

@@ -400,3 +400,26 @@ async fn verify_reads_delivered_rows_in_pages_and_repairs_the_lost() {
     .await;
     env.await_delivered(20).await;
 }
+
+/// A zero date in `created_at` (MariaDB stores it without strict NO_ZERO_DATE) and a payload
+/// over the relay's limit stop only their own rows: DEAD with the reason, the rest delivered.
+#[tokio::test]
+async fn a_zero_date_or_an_oversized_row_turns_only_that_row_dead() {
+    let env = MyEnv::new().await;
+    env.insert_events("a", "user", 30).await;
+    env.exec(
+        "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+         VALUES ('odd-zero-date', 'user', 'u', 'user.changed', '{}', '0000-00-00 00:00:00'),
+                ('odd-large', 'user', 'u', 'user.changed', JSON_OBJECT('blob', REPEAT('x', 5000)), NOW(3))",
+    )
+    .await;
+    env.insert_events("b", "user", 30).await;
+    let _relay = Handoff::run(&env.config("payload_max_bytes = 4096"));
+    env.await_delivered(60).await;
+    eventually("the odd rows to turn DEAD", || async { (env.count("DEAD").await == 2).then_some(()) }).await;
+    let dead: Vec<(String, String)> =
+        env.rows("SELECT event_id, last_error FROM audit_outbox WHERE status = 'DEAD' ORDER BY event_id").await;
+    assert!(dead[0].0 == "odd-large" && dead[0].1.contains("payload_max_bytes"), "{dead:?}");
+    assert!(dead[1].0 == "odd-zero-date" && dead[1].1.contains("age_ms"), "{dead:?}");
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 60);
+}

@@ -85,6 +85,15 @@ pub struct RelayConfig {
     /// field out when it is NULL. Must carry `{event_id}`. Default: the built-in layout.
     #[serde(default, deserialize_with = "super::ordered::map")]
     pub envelope: super::ordered::Fields,
+    /// Largest `payload` column the relay appends, in bytes; a larger row turns DEAD with reason
+    /// `too_large` and is never appended. Default: 262144 (the bridge's `payload_max_bytes`, so
+    /// a row a bridge would refuse never travels).
+    #[serde(default = "defaults::payload_max_bytes")]
+    pub payload_max_bytes: usize,
+    /// Largest entry the relay appends (the stream key and every field name and value), in
+    /// bytes; a larger row turns DEAD with reason `too_large`. Default: 1048576.
+    #[serde(default = "defaults::entry_max_bytes")]
+    pub entry_max_bytes: usize,
     /// Statement overrides; absent ones use the defaults for the reference schema.
     #[serde(default)]
     pub sql: SqlOverrides,
@@ -371,5 +380,11 @@ mod defaults {
     }
     pub fn loss_page_rows() -> usize {
         10_000
+    }
+    pub fn payload_max_bytes() -> usize {
+        256 * 1024
+    }
+    pub fn entry_max_bytes() -> usize {
+        1024 * 1024
     }
 }

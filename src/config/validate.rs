@@ -183,6 +183,12 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     check(relay.lease >= Duration::from_millis(100), "lease must be at least 100ms");
     check(relay.max_attempts >= 1, "max_attempts must be >= 1");
     check(relay.max_expired_claims >= 1, "max_expired_claims must be >= 1");
+    check(relay.payload_max_bytes >= 2, "payload_max_bytes must be >= 2");
+    // 512 MB is what one Redis bulk string may hold at most (proto-max-bulk-len's default).
+    check(
+        (relay.payload_max_bytes..=512 << 20).contains(&relay.entry_max_bytes),
+        "entry_max_bytes must be at least payload_max_bytes and at most 536870912",
+    );
     validate_backoff(&format!("{path}.backoff"), &relay.backoff, errors);
     validate_backoff(&format!("{path}.outage_backoff"), &relay.outage_backoff, errors);
     if let Some(trim) = &relay.trim {

@@ -141,11 +141,18 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 broken.push((row.order_key.clone(), position(&row)));
                 continue;
             }
+            if let Some(fault) = row.fault.take() {
+                metrics.failed(FailureReason::InvalidRow, 1);
+                settlement.dead(row.key(), format!("the row cannot be read: {fault}"), DeadReason::InvalidRow, metrics);
+                broken.push((row.order_key.clone(), position(&row)));
+                continue;
+            }
             match self.entries.build(&mut row) {
                 Ok(entry) => sendable.push((row, entry)),
-                Err(error) => {
+                Err(refusal) => {
+                    let reason = refusal.reason();
                     metrics.failed(FailureReason::InvalidRow, 1);
-                    settlement.dead(row.key(), error, DeadReason::InvalidRow, metrics);
+                    settlement.dead(row.key(), refusal.to_string(), reason, metrics);
                     broken.push((row.order_key.clone(), position(&row)));
                 }
             }

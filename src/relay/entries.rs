@@ -11,6 +11,7 @@ use crate::config::statements::ENTRY_COLUMNS;
 use crate::config::template::{BoundTemplate, Template};
 use crate::store::ClaimedRow;
 use crate::stream::Entry;
+use crate::telemetry::metrics::DeadReason;
 
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {
@@ -18,6 +19,32 @@ pub struct EntryBuilder {
     layout: Layout,
     /// The claim's `headers` column, where a producer's trace context is.
     headers: Option<usize>,
+    /// The claim's `payload` column and the most bytes it may hold (`relay.payload_max_bytes`).
+    payload: Option<(usize, usize)>,
+    /// The most bytes of field names and values one entry may carry (`relay.entry_max_bytes`).
+    entry_max_bytes: usize,
+}
+
+/// Why a row cannot become an entry (deterministic: retrying won't help; the row goes DEAD).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A template cannot be rendered (a column it names is NULL, …).
+    #[error("{0}")]
+    Invalid(String),
+    /// Larger than the relay appends: never sent, so it cannot fill the broker's memory or
+    /// stop a bridge.
+    #[error("{what} is {bytes} bytes, over relay.{limit_key} ({limit})")]
+    TooLarge { what: &'static str, bytes: usize, limit: usize, limit_key: &'static str },
+}
+
+impl Refusal {
+    /// The DEAD reason it is counted under.
+    pub fn reason(&self) -> DeadReason {
+        match self {
+            Refusal::Invalid(_) => DeadReason::InvalidRow,
+            Refusal::TooLarge { .. } => DeadReason::TooLarge,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -55,7 +82,9 @@ impl EntryBuilder {
                     Ok((Bytes::from(name.clone()), field))
                 })
                 .collect::<Result<_, String>>()?;
-            return Ok(Self { stream, layout: Layout::Envelope(fields), headers: headers_column(columns) });
+            let (headers, payload) = (headers_column(columns), payload_column(relay, columns));
+            let entry_max_bytes = relay.entry_max_bytes;
+            return Ok(Self { stream, layout: Layout::Envelope(fields), headers, payload, entry_max_bytes });
         }
         let extras = relay
             .fields
@@ -68,16 +97,26 @@ impl EntryBuilder {
             .collect();
         let headers = headers_column(columns);
         let owner = Bytes::from(relay.owner().to_owned());
-        Ok(Self { stream, layout: Layout::BuiltIn { columns: entry_columns, owner, extras }, headers })
+        let layout = Layout::BuiltIn { columns: entry_columns, owner, extras };
+        let (payload, entry_max_bytes) = (payload_column(relay, columns), relay.entry_max_bytes);
+        Ok(Self { stream, layout, headers, payload, entry_max_bytes })
     }
 
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
     /// The row's column values move into the entry (no copy of the payloads): templates render
     /// first, and `row.values` is empty afterwards.
-    pub fn build(&self, row: &mut ClaimedRow) -> Result<Entry, String> {
-        let stream = self.stream.render(&row.values).map_err(|e| format!("stream key: {e}"))?;
+    pub fn build(&self, row: &mut ClaimedRow) -> Result<Entry, Refusal> {
+        if let Some((index, limit)) = self.payload {
+            let bytes = row.values.get(index).and_then(Option::as_ref).map_or(0, String::len);
+            if bytes > limit {
+                return Err(Refusal::TooLarge { what: "the payload", bytes, limit, limit_key: "payload_max_bytes" });
+            }
+        }
+        let stream = self.stream.render(&row.values).map_err(|e| Refusal::Invalid(format!("stream key: {e}")))?;
         let render = |name: &Bytes, template: &BoundTemplate| {
-            template.render(&row.values).map_err(|e| format!("field {}: {e}", String::from_utf8_lossy(name)))
+            template
+                .render(&row.values)
+                .map_err(|e| Refusal::Invalid(format!("field {}: {e}", String::from_utf8_lossy(name))))
         };
         let trace = match self.headers {
             Some(index) if crate::telemetry::traces::enabled() => row.values.get(index).cloned().flatten(),
@@ -88,7 +127,7 @@ impl EntryBuilder {
                 let extras = extras
                     .iter()
                     .map(|(name, template)| Ok((name.clone(), Bytes::from(render(name, template)?))))
-                    .collect::<Result<Vec<_>, String>>()?;
+                    .collect::<Result<Vec<_>, Refusal>>()?;
                 let mut fields = Vec::with_capacity(2 + columns.len() + extras.len());
                 fields.push((Bytes::from_static(b"event_id"), Bytes::copy_from_slice(row.event_id.as_bytes())));
                 // Each entry column appears once in the built-in layout: its value can move.
@@ -127,8 +166,18 @@ impl EntryBuilder {
             }
         };
         row.values = Vec::new();
+        let bytes: usize = stream.len() + fields.iter().map(|(name, value)| name.len() + value.len()).sum::<usize>();
+        if bytes > self.entry_max_bytes {
+            let limit = self.entry_max_bytes;
+            return Err(Refusal::TooLarge { what: "the entry", bytes, limit, limit_key: "entry_max_bytes" });
+        }
         Ok(Entry { stream, fields, event_id: row.event_id.clone(), run: None, trace })
     }
+}
+
+/// The claim's `payload` column with its limit, if the claim returns one.
+fn payload_column(relay: &RelayConfig, columns: &[String]) -> Option<(usize, usize)> {
+    columns.iter().position(|c| c == "payload").map(|i| (i, relay.payload_max_bytes))
 }
 
 fn headers_column(columns: &[String]) -> Option<usize> {
@@ -165,6 +214,7 @@ mod tests {
             age: Duration::ZERO,
             reclaimed: false,
             order_key: None,
+            fault: None,
             values: values.iter().map(|v| v.map(str::to_owned)).collect(),
         }
     }
@@ -239,7 +289,8 @@ mod tests {
         let columns = names(&["id", "aggregate_type"]);
         let builder = EntryBuilder::new(&relay(""), &columns).unwrap();
         let err = builder.build(&mut row(&[Some("1"), None])).unwrap_err();
-        assert!(err.contains("aggregate_type"), "{err}");
+        assert_eq!(err.reason(), DeadReason::InvalidRow);
+        assert!(err.to_string().contains("aggregate_type"), "{err}");
     }
 
     #[test]

@@ -113,6 +113,7 @@ impl OutboxStore for FakeOutbox {
                 age: Duration::ZERO,
                 reclaimed: false,
                 order_key: Some(r.order_key.clone()),
+                fault: None,
                 values,
             });
         }

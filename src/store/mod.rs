@@ -36,6 +36,10 @@ pub struct ClaimedRow {
     pub reclaimed: bool,
     /// Ordered relaying: the key whose events must keep their order (`order_key` column).
     pub order_key: Option<String>,
+    /// Why the row cannot be relayed, naming the column (a value the relay cannot read: an
+    /// infinite or zero `created_at`, bytes that are not text, a count that is not a number).
+    /// Such a row is made DEAD with this as its error; its batch goes on.
+    pub fault: Option<String>,
     /// All claim columns as text, in the order of [`OutboxStore::columns`].
     pub values: Vec<Option<String>>,
 }

@@ -116,7 +116,13 @@ impl Statements for MyOutbox {
             }
         }
         tx.commit().await.map_err(|e| error("claim", e))?;
-        result.iter().map(|row| self.prepared.shape.row(row_texts(row))).collect()
+        result
+            .iter()
+            .map(|row| {
+                let (values, unreadable) = super::values::row_texts_strict(row);
+                self.prepared.shape.row(values, &unreadable)
+            })
+            .collect()
     }
 
     async fn execute(&self, kind: StatementKind, bind_value: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {

@@ -43,6 +43,25 @@ pub fn text(value: &Value) -> Option<String> {
     }
 }
 
+/// Every cell of `row` as text, and which cells hold bytes that are not UTF-8 (read as `None`):
+/// a claimed row's values travel as they are, never with replacement characters in them.
+pub fn row_texts_strict(row: &Row) -> (Vec<Option<String>>, Vec<usize>) {
+    let mut unreadable = Vec::new();
+    let values = (0..row.len())
+        .map(|i| match row.as_ref(i) {
+            Some(Value::Bytes(b)) => match std::str::from_utf8(b) {
+                Ok(text) => Some(text.to_owned()),
+                Err(_) => {
+                    unreadable.push(i);
+                    None
+                }
+            },
+            other => other.and_then(text),
+        })
+        .collect();
+    (values, unreadable)
+}
+
 /// Every cell of `row` as text.
 pub fn row_texts(row: &Row) -> Vec<Option<String>> {
     (0..row.len()).map(|i| row.as_ref(i).and_then(text)).collect()

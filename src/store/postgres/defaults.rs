@@ -11,7 +11,9 @@ use crate::config::statements::StatementKind;
 
 /// The end of every claim: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
 /// from the database clock (a lease-expired row counts one more expired claim), and come back
-/// with the claim's result columns. A row is taken only if it is still in the state the claim
+/// with the claim's result columns. `age_ms` subtracts epochs rather than timestamps: a
+/// `created_at` of `infinity` then gives an infinite age for that row (which the relay makes
+/// DEAD) instead of failing the whole statement with "cannot subtract infinite timestamps". A row is taken only if it is still in the state the claim
 /// saw (`picked.status`, `picked.claim_token`): when the update waits for another transaction's
 /// lock, Postgres re-evaluates this on the newest row version, so a row another claim took, or
 /// settled, in the meantime is left alone rather than taken from under it.
@@ -27,7 +29,8 @@ FROM picked
 WHERE o.id = picked.id AND o.status = picked.status AND o.claim_token = picked.claim_token
 RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
           o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
-          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms, picked.reclaimed"
+          ((extract(epoch FROM now()) - extract(epoch FROM o.created_at)) * 1000)::float8 AS age_ms,
+          picked.reclaimed"
     };
 }
 
@@ -118,7 +121,7 @@ WITH pending AS (
     SELECT count(*) AS n FROM {table} WHERE status = 'DEAD'
 )
 SELECT pending.n AS pending, in_flight.n AS in_flight, dead.n AS dead,
-       coalesce(extract(epoch FROM now() - least(pending.oldest, in_flight.oldest)), 0)::float8
+       coalesce(extract(epoch FROM now()) - extract(epoch FROM least(pending.oldest, in_flight.oldest)), 0)::float8
            AS oldest_pending_age_seconds
 FROM pending, in_flight, dead";
 

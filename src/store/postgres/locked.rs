@@ -50,7 +50,7 @@ impl LockedSql {
             lock: format!(
                 "SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id, payload,
                         headers, attempts, expired_claims,
-                        (extract(epoch FROM now() - created_at) * 1000)::float8 AS age_ms, false AS reclaimed,
+                        ((extract(epoch FROM now()) - extract(epoch FROM created_at)) * 1000)::float8 AS age_ms, false AS reclaimed,
                         extract(epoch FROM next_attempt_at)::float8 AS {SCAN_DUE}
                  FROM {table}
                  WHERE status = 'PENDING' AND next_attempt_at <= now() AND next_attempt_at >= to_timestamp($2::float8)

@@ -141,11 +141,19 @@ impl PgOutbox {
         // The claim's columns only: the locked claim's lock returns one more after them.
         let columns = self.prepared.shape.columns.len().min(row.len());
         let mut values: Vec<Option<String>> = Vec::with_capacity(columns);
+        let mut unreadable = Vec::new();
         for i in 0..columns {
-            let cell = row.try_get::<_, Option<Cell>>(i).map_err(|e| StoreError::Contract(e.to_string()))?;
-            values.push(cell.map(|c| c.0));
+            // A value that does not decode (bytes that are not UTF-8 in a SQL_ASCII database) is
+            // the row's fault, not the claim's: the shape decides what that means.
+            match row.try_get::<_, Option<Cell>>(i) {
+                Ok(cell) => values.push(cell.map(|c| c.0)),
+                Err(_) => {
+                    unreadable.push(i);
+                    values.push(None);
+                }
+            }
         }
-        self.prepared.shape.row(values)
+        self.prepared.shape.row(values, &unreadable)
     }
 }
 

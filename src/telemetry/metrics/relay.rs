@@ -43,14 +43,20 @@ pub enum DeadReason {
     InvalidRow,
     /// Its lease expired `max_expired_claims` times: it keeps killing its claimant.
     CrashLoop,
+    /// Over `payload_max_bytes` or `entry_max_bytes`: never appended.
+    TooLarge,
 }
 
 impl DeadReason {
+    pub const ALL: [DeadReason; 4] =
+        [DeadReason::AttemptsExhausted, DeadReason::InvalidRow, DeadReason::CrashLoop, DeadReason::TooLarge];
+
     pub fn label(self) -> &'static str {
         match self {
             DeadReason::AttemptsExhausted => "attempts_exhausted",
             DeadReason::InvalidRow => "invalid_row",
             DeadReason::CrashLoop => "crash_loop",
+            DeadReason::TooLarge => "too_large",
         }
     }
 }
@@ -150,7 +156,7 @@ impl RelayMetrics {
         for reason in [FailureReason::Rejected, FailureReason::Unavailable, FailureReason::InvalidRow] {
             self.publish_failures.with_label_values(&[relay, reason.label()]);
         }
-        for reason in [DeadReason::AttemptsExhausted, DeadReason::InvalidRow, DeadReason::CrashLoop] {
+        for reason in DeadReason::ALL {
             self.dead.with_label_values(&[relay, reason.label()]);
         }
         RelayHandles {

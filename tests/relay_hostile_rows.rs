@@ -1,0 +1,94 @@
+//! A row with a value the relay cannot read or should not send stops only itself (invariant
+//! 13): odd timestamps and oversized payloads among ordinary rows turn DEAD with a reason naming
+//! what is wrong, the ordinary rows are delivered, and the loop goes on delivering.
+
+use crate::common;
+
+use common::http::get;
+use common::process::Handoff;
+use common::{TestEnv, eventually};
+
+/// Rows whose `created_at` no SQL date type shares with every other, each named by its event id.
+const ODD_TIMES: &[(&str, &str)] =
+    &[("odd-infinity", "infinity"), ("odd-minus-infinity", "-infinity"), ("odd-year-10000", "10000-01-01 00:00:00+00")];
+
+async fn insert_odd_times(env: &TestEnv) {
+    for (event_id, created_at) in ODD_TIMES {
+        env.db
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+                 VALUES ($1, 'user', 'u', 'user.changed', '{}', $2::text::timestamptz)",
+                &[event_id, created_at],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The DEAD rows' event ids with their last errors.
+async fn dead_rows(env: &TestEnv) -> Vec<(String, String)> {
+    let rows = env
+        .db
+        .query("SELECT event_id, last_error FROM audit_outbox WHERE status = 'DEAD' ORDER BY event_id", &[])
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+async fn odd_timestamps_stop_only_their_own_rows(claim: &str) {
+    let env = TestEnv::new().await;
+    env.insert_events("a", "user", 50).await;
+    insert_odd_times(&env).await;
+    env.insert_events("b", "user", 50).await;
+    let relay = Handoff::run(&env.config(&format!("claim = \"{claim}\"")));
+    let address = relay.telemetry_address().await;
+    env.await_delivered(100).await;
+    eventually("the odd rows to turn DEAD", || async { (env.count("DEAD").await == 3).then_some(()) }).await;
+    for (event_id, error) in dead_rows(&env).await {
+        assert!(event_id.starts_with("odd-"), "{event_id} is an ordinary row");
+        assert!(error.contains("age_ms") && error.contains("created_at"), "{event_id}: {error}");
+    }
+    // The loop goes on: later rows are delivered too, and the process says it is alive.
+    env.insert_events("c", "user", 10).await;
+    env.await_delivered(110).await;
+    assert_eq!(get(&address, "/healthz").0, 200);
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 110, "no odd row was appended");
+}
+
+#[tokio::test]
+async fn odd_timestamps_among_ordinary_rows_turn_only_those_rows_dead_under_the_locked_claim() {
+    odd_timestamps_stop_only_their_own_rows("locked").await;
+}
+
+#[tokio::test]
+async fn odd_timestamps_among_ordinary_rows_turn_only_those_rows_dead_under_the_leased_claim() {
+    odd_timestamps_stop_only_their_own_rows("leased").await;
+}
+
+#[tokio::test]
+async fn a_row_over_the_size_limits_turns_dead_as_too_large_and_is_never_appended() {
+    let env = TestEnv::new().await;
+    env.insert_events("ok", "user", 20).await;
+    // A payload over payload_max_bytes, and headers that make an entry over entry_max_bytes.
+    env.db
+        .execute(
+            "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+             VALUES ('big-payload', 'user', 'u', 'user.changed', jsonb_build_object('blob', repeat('x', 5000)), '{}'),
+                    ('big-entry', 'user', 'u', 'user.changed', '{}', jsonb_build_object('h', repeat('y', 9000)))",
+            &[],
+        )
+        .await
+        .unwrap();
+    let relay = Handoff::run(&env.config("payload_max_bytes = 4096\nentry_max_bytes = 8192"));
+    let address = relay.telemetry_address().await;
+    env.await_delivered(20).await;
+    eventually("both large rows to turn DEAD", || async { (env.count("DEAD").await == 2).then_some(()) }).await;
+    let dead = dead_rows(&env).await;
+    assert!(dead[0].0 == "big-entry" && dead[0].1.contains("entry_max_bytes"), "{dead:?}");
+    assert!(dead[1].0 == "big-payload" && dead[1].1.contains("payload_max_bytes"), "{dead:?}");
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    assert!(ids.len() == 20 && !ids.iter().any(|id| id.starts_with("big")), "{ids:?}");
+    let metrics = get(&address, "/metrics").1;
+    let series = r#"handoff_relay_dead_total{reason="too_large",relay="relay"}"#;
+    assert_eq!(common::http::sample(&metrics, series), Some(2.0), "{metrics}");
+}
