@@ -52,7 +52,8 @@ pub struct Faults {
 impl Faults {
     /// `HANDOFF_FAULT_PAUSE=<point>` parks every batch at that point; `HANDOFF_FAULT_MARKER=<file>`
     /// gets a line `paused <point>` when it happens; `HANDOFF_FAULT_RESUME=<file>` lets parked
-    /// batches go on once that file exists (without it they stay parked forever). Without the
+    /// batches go on once that file exists (without it they stay parked forever).
+    /// `HANDOFF_FAULT_PANIC=<point>` panics there instead (a bug in a loop). Without the
     /// `fault-injection` feature this reads nothing.
     pub fn from_env() -> Self {
         Self {
@@ -78,6 +79,7 @@ mod hooks {
 
     #[derive(Debug, Clone, Default)]
     pub struct Hooks {
+        panic_at: Option<Point>,
         pause_at: Option<Point>,
         marker: Option<PathBuf>,
         resume: Option<PathBuf>,
@@ -86,6 +88,7 @@ mod hooks {
     impl Hooks {
         pub fn from_env() -> Self {
             Self {
+                panic_at: std::env::var("HANDOFF_FAULT_PANIC").ok().and_then(|p| Point::parse(&p)),
                 pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
                 marker: std::env::var_os("HANDOFF_FAULT_MARKER").map(PathBuf::from),
                 resume: std::env::var_os("HANDOFF_FAULT_RESUME").map(PathBuf::from),
@@ -93,6 +96,9 @@ mod hooks {
         }
 
         pub async fn reach(&self, point: Point) {
+            if self.panic_at == Some(point) {
+                panic!("fault injection: a panic at {}", point.name());
+            }
             if self.pause_at != Some(point) {
                 return;
             }

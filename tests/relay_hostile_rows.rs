@@ -92,3 +92,22 @@ async fn a_row_over_the_size_limits_turns_dead_as_too_large_and_is_never_appende
     let series = r#"handoff_relay_dead_total{reason="too_large",relay="relay"}"#;
     assert_eq!(common::http::sample(&metrics, series), Some(2.0), "{metrics}");
 }
+
+/// A loop that panics ends the process with an error naming it, after the other tasks drained;
+/// it never leaves a process that answers `/healthz` with 200 and relays nothing.
+#[tokio::test]
+async fn a_panicking_loop_ends_the_process_with_an_error_naming_it() {
+    let env = TestEnv::new().await;
+    env.insert_events("p", "user", 5).await;
+    let launch = common::process::Launch {
+        env: vec![("HANDOFF_FAULT_PANIC", "before_append".to_owned())],
+        ..Default::default()
+    };
+    let mut relay = Handoff::launch(&env.config("claim = \"leased\""), launch);
+    let status = relay.await_exit().await;
+    assert!(!status.success(), "a panic must not end in a clean exit: {status}");
+    let logs = relay.logs();
+    assert!(logs.contains("relay relay panicked: fault injection: a panic at before_append"), "{logs}");
+    assert!(logs.contains("handoff stopped with an error"), "{logs}");
+    assert_eq!(env.count("DELIVERED").await, 0);
+}

@@ -24,7 +24,7 @@ use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
-/// Spawns every relay, bridge and worker on `shared.tracker`. `Ok(false)` if shutdown came
+/// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
 /// while waiting for the database.
 pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: &RedisStream) -> anyhow::Result<bool> {
     crate::telemetry::metrics::process::register(&shared.registry)?;
@@ -119,21 +119,22 @@ fn start_relay<S: OutboxStore>(
     if let (Some(notify), Some(wake)) = (&relay.notify, &deps.wake) {
         let listener =
             wake::listen(config.database.clone(), notify.channel.clone(), wake.clone(), shared.shutdown.clone());
-        shared.tracker.spawn(listener);
+        shared.tasks.spawn(format!("relay {} listener", relay.name), listener);
     }
     let (claim, chosen) = relay.claim_choice();
     let relay = Arc::new(Relay::new(relay.clone(), deps).map_err(|e| anyhow!(e))?);
     info!(relay = relay.name(), claimant = %shared.claimant, claim, chosen, "relay started");
+    let name = format!("relay {}", relay.name());
     let sampler = relay.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
-    shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
     let (purger, stop) = (relay.clone(), shared.shutdown.clone());
-    shared.tracker.spawn(async move { purger.purge(stop).await });
+    shared.tasks.spawn(format!("{name} retention"), async move { purger.purge(stop).await });
     let (trimmer, stop) = (relay.clone(), shared.shutdown.clone());
-    shared.tracker.spawn(async move { trimmer.trim_acknowledged(stop).await });
+    shared.tasks.spawn(format!("{name} trimming"), async move { trimmer.trim_acknowledged(stop).await });
     let (watcher, stop) = (relay.clone(), shared.shutdown.clone());
-    shared.tracker.spawn(async move { watcher.watch_broker(stop).await });
-    shared.tracker.spawn(relay.run(shared.shutdown.clone()));
+    shared.tasks.spawn(format!("{name} broker-loss watch"), async move { watcher.watch_broker(stop).await });
+    shared.tasks.spawn(name, relay.run(shared.shutdown.clone()));
     Ok(())
 }
 
@@ -162,10 +163,11 @@ fn spawn_bridge<S: InboxStore>(
         };
         let stream_bridge =
             Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), &instance, deps));
+        let name = format!("bridge {} {}", bridge.name, source.key);
         let sampler = stream_bridge.clone();
         let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
-        shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
-        shared.tracker.spawn(stream_bridge.run(shared.shutdown.clone()));
+        shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
+        shared.tasks.spawn(name, stream_bridge.run(shared.shutdown.clone()));
     }
     Ok(())
 }
@@ -197,12 +199,13 @@ async fn spawn_worker<S: WorkerStore>(
     let worker = Arc::new(built);
     let (claim, chosen) = config_claim;
     info!(worker = %worker.name(), claim, chosen, "worker started");
+    let name = format!("worker {}", worker.name());
     let sampler = worker.clone();
     let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
-    shared.tracker.spawn(async move { sampler.sample(interval, stop).await });
+    shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
     let (purger, stop) = (worker.clone(), shared.shutdown.clone());
-    shared.tracker.spawn(async move { purger.purge(stop).await });
-    shared.tracker.spawn(worker.run(shared.shutdown.clone()));
+    shared.tasks.spawn(format!("{name} retention"), async move { purger.purge(stop).await });
+    shared.tasks.spawn(name, worker.run(shared.shutdown.clone()));
     Ok(true)
 }
 

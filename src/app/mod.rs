@@ -9,13 +9,13 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::store::database::Database;
 use crate::stream::redis::RedisStream;
+use crate::tasks::Supervisor;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
 
@@ -31,7 +31,8 @@ pub(crate) struct Shared {
     shutdown: CancellationToken,
     /// Abandon in-flight work (drain time over).
     abandon: CancellationToken,
-    tracker: TaskTracker,
+    /// Every long-running task, spawned by name; a panic in one stops the process.
+    tasks: Supervisor,
     faults: Faults,
     claimant: String,
 }
@@ -44,7 +45,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         health: Health::default(),
         shutdown: CancellationToken::new(),
         abandon: CancellationToken::new(),
-        tracker: TaskTracker::new(),
+        tasks: Supervisor::default(),
         faults,
         claimant: claimant_id(),
     };
@@ -73,11 +74,19 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         started = components::spawn_all(&config, &shared, &db, &stream) => started?,
         _ = &mut stop => false,
     };
-    shared.tracker.close();
+    shared.tasks.close();
     if started {
-        stop.await;
+        tokio::select! {
+            _ = &mut stop => {}
+            _ = shared.tasks.failed() => {}
+        }
     }
-    let result = drain(&shared, config.shutdown.grace_period).await;
+    let drained = drain(&shared, config.shutdown.grace_period).await;
+    // A panicked task outranks a clean drain: the process must not look as if it stopped well.
+    let result = match shared.tasks.failure() {
+        Some(failure) => Err(anyhow!(failure)),
+        None => drained,
+    };
     server_stop.cancel();
     let _ = server.await;
     // Blocks until the last spans are exported (on this runtime): off the async threads.
@@ -95,15 +104,15 @@ async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
         tokio::time::sleep(drain).await;
         abandon.cancel();
     });
-    match tokio::time::timeout(grace, shared.tracker.wait()).await {
+    match tokio::time::timeout(grace, shared.tasks.wait()).await {
         Ok(()) => {
             info!("drained; exiting");
             Ok(())
         }
         Err(_) => {
             let stuck = shared.health.stalled();
-            error!(tasks = shared.tracker.len(), ?stuck, "tasks did not stop within shutdown.grace_period");
-            Err(anyhow!("{} task(s) did not stop within shutdown.grace_period", shared.tracker.len()))
+            error!(tasks = shared.tasks.len(), ?stuck, "tasks did not stop within shutdown.grace_period");
+            Err(anyhow!("{} task(s) did not stop within shutdown.grace_period", shared.tasks.len()))
         }
     }
 }

@@ -99,7 +99,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             let span = info_span!("relay", relay = %self.config.name, loop_index = n);
             loops.spawn(async move { relay.claim_loop(n, shutdown).await }.instrument(span));
         }
-        while loops.join_next().await.is_some() {}
+        crate::tasks::join_loops(&mut loops).await;
         self.deps.health.stopped();
         info!(relay = %self.config.name, "relay stopped");
     }

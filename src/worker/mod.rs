@@ -88,7 +88,7 @@ impl<S: WorkerStore> Worker<S> {
             let span = info_span!("worker", worker = %self.config.name, loop_index = n);
             loops.spawn(async move { worker.claim_loop(n, shutdown).await }.instrument(span));
         }
-        while loops.join_next().await.is_some() {}
+        crate::tasks::join_loops(&mut loops).await;
         self.deps.health.stopped();
         info!(worker = %self.config.name, "worker stopped");
     }
