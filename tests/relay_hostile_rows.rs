@@ -111,3 +111,32 @@ async fn a_panicking_loop_ends_the_process_with_an_error_naming_it() {
     assert!(logs.contains("handoff stopped with an error"), "{logs}");
     assert_eq!(env.count("DELIVERED").await, 0);
 }
+
+/// A claim statement of the user's own that the database refuses for every batch (here: it
+/// subtracts timestamps, and one row's `created_at` is infinity) is an alert and a readiness
+/// failure naming refused work, not a quiet back-off behind a healthy-looking process.
+#[tokio::test]
+async fn a_claim_the_database_refuses_every_time_fails_readiness_and_is_counted_for_the_alert() {
+    let env = TestEnv::new().await;
+    env.insert_events("a", "user", 3).await;
+    insert_odd_times(&env).await;
+    let claim = "claim = \"\"\"
+UPDATE audit_outbox o SET status = 'IN_FLIGHT', claimed_by = :claimant, claim_token = o.claim_token + 1,
+       lease_expires_at = now() + :lease_ms::bigint * interval '1 millisecond'
+WHERE o.id IN (SELECT id FROM audit_outbox WHERE status = 'PENDING' ORDER BY id LIMIT :batch_size FOR UPDATE SKIP LOCKED)
+RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type, o.aggregate_id,
+          o.payload, o.headers, o.attempts, o.expired_claims,
+          (extract(epoch FROM now() - o.created_at) * 1000)::float8 AS age_ms\"\"\"";
+    let relay = Handoff::run(&env.config(&format!("claim = \"leased\"\n[relay.sql]\n{claim}")));
+    let address = relay.telemetry_address().await;
+    let series = r#"handoff_relay_statement_failures_total{kind="data",relay="relay",statement="claim"}"#;
+    eventually("the refused claim to be counted", || async {
+        let metrics = get(&address, "/metrics").1;
+        (common::http::sample(&metrics, series).unwrap_or(0.0) >= 2.0).then_some(())
+    })
+    .await;
+    let (status, body) = get(&address, "/readyz");
+    assert!(status == 503 && body.contains("database refuses the work"), "{status} {body}");
+    assert_eq!(get(&address, "/healthz").0, 200, "the loop is alive: liveness is not where this shows");
+    relay.await_log("the database refuses a relay statement").await;
+}

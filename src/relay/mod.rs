@@ -202,17 +202,35 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
+    /// A statement failed: readiness and `source_up` say so, and the failure is counted by
+    /// statement and kind. One the database will go on refusing (a statement that does not fit
+    /// the schema, a privilege, a value of some row the statement itself cannot handle) is
+    /// logged as an error and fails readiness as refused work, not as an unreachable database:
+    /// backing off will not end it, someone must (the HandoffRelayStatementRefused alert).
     fn source_down(&self, errors: &mut Throttle, error: &crate::store::StoreError) {
         self.deps.metrics.source_up.set(0);
-        self.deps.health.set_source_ok(false);
+        self.deps.metrics.statement_failed(error);
+        let refused = !error.passes_by_itself();
+        if refused {
+            self.deps.health.set_source_ok(true);
+            self.deps.health.set_work_ok(false);
+        } else {
+            self.deps.health.set_source_ok(false);
+        }
         if let Some(suppressed) = errors.allow() {
-            warn!(relay = %self.config.name, error = %error_chain(error), suppressed, "database statement failed; backing off");
+            let error = error_chain(error);
+            if refused {
+                tracing::error!(relay = %self.config.name, %error, suppressed, "the database refuses a relay statement; it will fail until the statement or the data is fixed");
+            } else {
+                warn!(relay = %self.config.name, %error, suppressed, "database statement failed; backing off");
+            }
         }
     }
 
     fn source_up(&self, errors: &mut Throttle) {
         self.deps.metrics.source_up.set(1);
         self.deps.health.set_source_ok(true);
+        self.deps.health.set_work_ok(true);
         errors.reset();
     }
 

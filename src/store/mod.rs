@@ -190,6 +190,30 @@ impl StoreError {
         matches!(self, StoreError::Unavailable { kind: OutageKind::Connection, .. })
     }
 
+    /// The statement that failed (a fixed name: a metric label).
+    pub fn statement(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable { statement, .. } | StoreError::Rejected { statement, .. } => statement,
+            StoreError::Contract(_) => "contract",
+        }
+    }
+
+    /// What kind of failure this is, as a metric label: an outage kind, `data` or `contract`.
+    pub fn kind_label(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable { kind, .. } => kind.label(),
+            StoreError::Rejected { .. } => "data",
+            StoreError::Contract(_) => "contract",
+        }
+    }
+
+    /// Whether the failure passes by itself (the server comes back, a lock conflict clears),
+    /// as opposed to a statement or row the database refuses until someone changes one: only
+    /// the latter is worth an alert of its own when it repeats.
+    pub fn passes_by_itself(&self) -> bool {
+        matches!(self, StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. })
+    }
+
     /// The outage's kind, for metrics; `None` for a data fault.
     pub fn outage_kind(&self) -> Option<OutageKind> {
         match self {

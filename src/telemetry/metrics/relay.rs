@@ -27,6 +27,7 @@ pub struct RelayMetrics {
     dead_rows: IntGaugeVec,
     in_flight_rows: IntGaugeVec,
     source_up: IntGaugeVec,
+    statement_failures: IntCounterVec,
     stream_up: IntGaugeVec,
     gate_misses: IntCounterVec,
     loss_events: IntCounterVec,
@@ -125,6 +126,11 @@ impl RelayMetrics {
             dead_rows: r.gauge("handoff_relay_dead_rows", "Rows in the DEAD state (sampled).", &["relay"])?,
             in_flight_rows: r.gauge("handoff_relay_in_flight_rows", "Rows claimed under a lease (sampled).", &["relay"])?,
             source_up: r.gauge("handoff_relay_source_up", "1 when the relay's last database statement succeeded.", &["relay"])?,
+            statement_failures: r.counter(
+                "handoff_relay_statement_failures_total",
+                "Database statements of the relay that failed, by statement and kind: connection, conflict (pass by themselves), schema, permission, read_only, data, contract, other (need someone).",
+                &["relay", "statement", "kind"],
+            )?,
             stream_up: r.gauge("handoff_relay_stream_up", "1 when the relay's last append or ping reached the broker.", &["relay"])?,
             gate_misses: r.counter(
                 "handoff_relay_durability_gate_misses_total",
@@ -216,6 +222,12 @@ pub struct RelayHandles {
 }
 
 impl RelayHandles {
+    /// A database statement failed (`error` says which and why).
+    pub fn statement_failed(&self, error: &crate::store::StoreError) {
+        let labels = [self.relay.as_str(), error.statement(), error.kind_label()];
+        self.families.statement_failures.with_label_values(&labels).inc();
+    }
+
     pub fn failed(&self, reason: FailureReason, n: u64) {
         self.families.publish_failures.with_label_values(&[&self.relay, reason.label()]).inc_by(n);
     }
