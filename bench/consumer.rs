@@ -101,7 +101,7 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
                 }
             })
             .collect();
-        inbox.take_over("admin", &events, &[]).await?;
+        inbox.take_over("admin", &events, &[], false).await?;
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }

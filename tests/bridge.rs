@@ -203,22 +203,73 @@ async fn two_instances_one_killed_mid_batch_still_yield_one_row_per_event() {
 }
 
 #[tokio::test]
-async fn an_entry_delivered_too_often_goes_to_poison() {
+async fn the_entry_a_bridge_keeps_dying_on_goes_to_poison_and_its_batch_neighbours_do_not() {
+    let env = TestEnv::new().await;
+    add_events(&env, "user", "n", 4).await;
+    let config = env.bridge_config("b1", &["user"], "max_deliveries = 3");
+    let counts = || env.scalar_i64("SELECT coalesce(sum(deliveries), 0) FROM consumer_inbox_deliveries");
+    // 1: the bridge dies with its first read in hand; a first delivery is never counted.
+    let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
+    victim.await_paused().await;
+    victim.kill();
+    assert_eq!(counts().await, 0);
+    // 2: the batch comes back from the pending list; it is counted, then the bridge dies.
+    let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
+    victim.await_paused().await;
+    victim.kill();
+    assert_eq!(counts().await, 4, "one counted redelivery per entry");
+    // 3: counted before, each entry is now taken over alone; the bridge dies on the first one.
+    let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
+    victim.await_paused().await;
+    victim.kill();
+    assert_eq!(counts().await, 5, "only the entry being handled was counted again");
+    // Next: the entry it died on twice, alone once, reaches the limit; the others go in.
+    let _bridge = Handoff::run(&config);
+    await_inbox(&env, 3).await;
+    eventually("the entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
+    assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("n-1".to_owned()))]);
+    await_acknowledged(&env, "user").await;
+    assert_eq!(counts().await, 0, "counts of entries with a verdict are forgotten");
+}
+
+#[tokio::test]
+async fn an_entry_whose_counted_redeliveries_reach_the_limit_goes_to_poison() {
     let env = TestEnv::new().await;
     let id = env.xadd_event("user", "hot", &payload("hot")).await;
     let key = env.stream("user");
     let _: Value = env.redis.xgroup_create(&key, "admin", "0", true).await.unwrap();
-    // A consumer that keeps taking the entry and never acknowledges it (it crashes on it):
-    // one read and five claims are six deliveries.
-    let _: Value = env.redis.xreadgroup("admin", "ghost", None, None, false, &key, ">").await.unwrap();
-    for _ in 0..5 {
-        let _: Value = env.redis.xclaim(&key, "admin", "ghost", 0, &id, None, None, None, false, false).await.unwrap();
-    }
+    let _: Value = env.redis.xreadgroup("admin", "b1", None, None, false, &key, ">").await.unwrap();
+    // Two earlier redeliveries of the entry reached the inbox and ended without a verdict.
+    env.db
+        .execute(
+            "INSERT INTO consumer_inbox_deliveries (consumer, stream, stream_entry_id, deliveries) VALUES ('admin', $1, $2, 2)",
+            &[&key, &id],
+        )
+        .await
+        .unwrap();
     let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], "max_deliveries = 3"));
     eventually("the hot entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
     assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("hot".to_owned()))]);
     await_acknowledged(&env, "user").await;
     assert_eq!(env.inbox_count("PENDING").await, 0);
+}
+
+#[tokio::test]
+async fn deliveries_that_never_reached_the_inbox_do_not_count_towards_the_limit() {
+    let env = TestEnv::new().await;
+    let id = env.xadd_event("user", "cold", &payload("cold")).await;
+    let key = env.stream("user");
+    let _: Value = env.redis.xgroup_create(&key, "admin", "0", true).await.unwrap();
+    // Six deliveries Redis counted (a read and five claims) by consumers that never got as far
+    // as the inbox: what restarts during an inbox outage leave behind.
+    let _: Value = env.redis.xreadgroup("admin", "ghost", None, None, false, &key, ">").await.unwrap();
+    for _ in 0..5 {
+        let _: Value = env.redis.xclaim(&key, "admin", "ghost", 0, &id, None, None, None, false, false).await.unwrap();
+    }
+    let _bridge = Handoff::run(&env.bridge_config("b1", &["user"], "max_deliveries = 3"));
+    await_inbox(&env, 1).await;
+    await_acknowledged(&env, "user").await;
+    assert!(env.poison().await.is_empty(), "a valid entry, never looked at, is not poison");
 }
 
 #[tokio::test]

@@ -255,9 +255,16 @@ fn receiver() -> (String, Arc<Mutex<Vec<Request>>>) {
             let status = match () {
                 _ if id.starts_with("reject") => "422 Unprocessable Entity",
                 _ if id.starts_with("retry") && earlier == 0 => "503 Service Unavailable",
+                _ if id.starts_with("nul") && earlier == 0 => "500 Internal Server Error",
                 _ => "200 OK",
             };
-            let _ = write!(stream, "HTTP/1.1 {status}\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            // An endpoint's error body may hold anything: a NUL byte cannot be stored as text.
+            let body = if status.starts_with("500") { "bad\0body" } else { "ok" };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
         }
     });
     (address, seen)
@@ -377,4 +384,24 @@ async fn dead_inbox_rows_are_listed_and_re_driven_by_the_operator_commands() {
     let redrives: i32 = env.db.query_one("SELECT redrives FROM consumer_inbox", &[]).await.unwrap().get(0);
     assert_eq!(redrives, 1);
     assert_eq!(audit_rows(&env).await, 1);
+}
+
+/// An error body with a NUL byte is stored escaped, so the failure is recorded and the row is
+/// retried (before, recording it failed and the row waited for its lease to lapse).
+#[tokio::test]
+async fn an_http_error_body_with_a_nul_byte_is_recorded_and_the_row_retried() {
+    let env = TestEnv::new().await;
+    let (url, seen) = receiver();
+    insert_inbox(&env, "nul-1", r#"{"actor": "admin"}"#).await;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nlease = \"1m\"\n\
+         backoff = {{ initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nevent_types = [\"*\"]\nhttp = {{ url = \"{url}\", timeout = \"2s\" }}\n",
+        env.base_config()
+    );
+    let _worker = Handoff::run(&config);
+    await_status(&env, "PROCESSED", 1).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "posted, refused with 500, posted again");
+    let row = env.db.query_one("SELECT attempts, expired_leases FROM consumer_inbox", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 0), "one failure recorded, no lease lapsed");
 }

@@ -34,17 +34,79 @@ pub(super) struct Sorted {
     events: Vec<InboxEvent>,
     poison: Vec<PoisonRecord>,
     repeats: Vec<String>,
+    /// The entries are redeliveries whose deliveries were counted: the takeover forgets them.
+    counted: bool,
 }
 
 impl<S: InboxStore> StreamBridge<S> {
-    pub(super) async fn handle(&self, entries: Vec<RawEntry>, deliveries: &HashMap<String, u64>) {
-        let sorted = self.sort(&entries, deliveries);
-        self.take_over_and_ack(entries, sorted).await;
+    /// Entries delivered before and never acknowledged: this consumer's own pending entries
+    /// after a restart, or entries claimed from a dead consumer. Each delivery is counted in
+    /// the inbox database before the entry is handled, in a transaction of its own, so only
+    /// deliveries that reached it count towards `max_deliveries` (invariant 12): while the inbox
+    /// is down nothing is counted (nor handled, nor acknowledged), however often the bridge is
+    /// restarted, and a bridge that dies handling an entry has counted that delivery.
+    ///
+    /// An entry already counted (an earlier delivery reached the database and still ended
+    /// without a verdict: it may be what killed the bridge) is a suspect: it is counted and
+    /// taken over alone, one after the other, so a bridge that dies again dies on that entry,
+    /// and only its count grows towards the limit, not its batch neighbours'.
+    pub(super) async fn redelivered(&self, entries: Vec<RawEntry>) {
+        let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
+        let Some(known) = self.deliveries(&ids, false).await else { return };
+        let (suspects, others): (Vec<RawEntry>, Vec<RawEntry>) =
+            entries.into_iter().partition(|e| known.contains_key(&e.id));
+        if !others.is_empty() {
+            let ids: Vec<String> = others.iter().map(|e| e.id.clone()).collect();
+            let Some(counts) = self.deliveries(&ids, true).await else { return };
+            let sorted = self.sort(&others, &counts);
+            self.take_over_and_ack(others, sorted).await;
+        }
+        for entry in suspects {
+            let Some(counts) = self.deliveries(std::slice::from_ref(&entry.id), true).await else { return };
+            let alone = vec![entry];
+            let sorted = self.sort(&alone, &counts);
+            self.take_over_and_ack(alone, sorted).await;
+        }
+    }
+
+    /// The entries' delivery counts — after counting one more delivery of each, with `count` —
+    /// waiting out an inbox outage (beating: waiting is not being stuck). `None` if the shutdown
+    /// drain ended first.
+    async fn deliveries(&self, ids: &[String], count: bool) -> Option<HashMap<String, u32>> {
+        let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
+        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
+        let (store, consumer, stream) = (&self.deps.store, &self.config.consumer, &self.source.key);
+        loop {
+            self.deps.health.beat();
+            let result = if count {
+                store.count_deliveries(consumer, stream, ids).await
+            } else {
+                store.deliveries(consumer, stream, ids).await
+            };
+            match result {
+                Ok(counts) => {
+                    self.deps.health.set_work_ok(true);
+                    return Some(counts);
+                }
+                Err(e) => {
+                    self.deps.health.set_work_ok(false);
+                    self.deps.metrics.unavailable(e.outage_kind().unwrap_or(OutageKind::Other));
+                    if let Some(suppressed) = errors.allow() {
+                        warn!(stream = %self.source.key, entries = ids.len(), error = %error_chain(&e), suppressed, "inbox unavailable; redelivered entries wait, their deliveries not counted");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.abandon.cancelled() => return None,
+                    }
+                }
+            }
+        }
     }
 
     /// Validates a batch (CPU only: the bridge runs it for the next batch while the current one
-    /// commits).
-    pub(super) fn sort(&self, entries: &[RawEntry], deliveries: &HashMap<String, u64>) -> Sorted {
+    /// commits). `deliveries`: the counts of redelivered entries (empty for first deliveries);
+    /// one at `max_deliveries` goes to the poison path.
+    pub(super) fn sort(&self, entries: &[RawEntry], deliveries: &HashMap<String, u32>) -> Sorted {
         let metrics = &self.deps.metrics;
         metrics.received.inc_by(entries.len() as u64);
         let mut events: Vec<InboxEvent> = Vec::new();
@@ -52,7 +114,7 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut repeats: Vec<String> = Vec::new();
         let mut first_seen: HashMap<String, String> = HashMap::new();
         for entry in entries {
-            if deliveries.get(&entry.id).is_some_and(|n| *n > u64::from(self.config.max_deliveries)) {
+            if deliveries.get(&entry.id).is_some_and(|n| *n >= self.config.max_deliveries) {
                 poison.push(self.over_delivered(entry, deliveries[&entry.id]));
                 continue;
             }
@@ -72,7 +134,7 @@ impl<S: InboxStore> StreamBridge<S> {
                 },
             }
         }
-        Sorted { events, poison, repeats }
+        Sorted { events, poison, repeats, counted: !deliveries.is_empty() }
     }
 
     /// Takes a sorted batch over in one transaction, then acknowledges it.
@@ -85,12 +147,12 @@ impl<S: InboxStore> StreamBridge<S> {
     /// dead-letter stream): what may be acknowledged now. Empty if the drain ended first.
     pub(super) async fn commit(&self, entries: Vec<RawEntry>, sorted: Sorted) -> Committed {
         let started = std::time::Instant::now();
-        let Sorted { events, poison, repeats } = sorted;
+        let Sorted { events, poison, repeats, counted } = sorted;
         // One span per event, a child of the producer's trace context; ends once acknowledged.
         let mut spans: Vec<EventSpan> =
             if traces::enabled() { events.iter().map(|e| self.takeover_span(e)).collect() } else { Vec::new() };
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
-        let Some((outcomes, poison)) = self.take_over(events, poison, &entries).await else {
+        let Some((outcomes, poison)) = self.take_over(events, poison, &entries, counted).await else {
             return Committed::default();
         };
         for (span, (_, outcome)) in spans.iter_mut().zip(&outcomes) {
@@ -129,14 +191,14 @@ impl<S: InboxStore> StreamBridge<S> {
         span
     }
 
-    fn over_delivered(&self, entry: &RawEntry, deliveries: u64) -> PoisonRecord {
+    fn over_delivered(&self, entry: &RawEntry, deliveries: u32) -> PoisonRecord {
         PoisonRecord {
             stream: self.source.key.clone(),
             entry_id: entry.id.clone(),
             event_id: self.validator.event_id_of(entry),
             reason: reason::DELIVERY_LIMIT,
             detail: format!(
-                "delivered {deliveries} times without being acknowledged (limit {})",
+                "redelivered {deliveries} times after reaching the inbox, each time without a verdict (the bridge died handling it?); limit {}",
                 self.config.max_deliveries
             ),
             fields: entry.fields_json(),
@@ -152,16 +214,20 @@ impl<S: InboxStore> StreamBridge<S> {
         events: Vec<InboxEvent>,
         poison: Vec<PoisonRecord>,
         entries: &[RawEntry],
+        counted: bool,
     ) -> Option<(Vec<(String, Takeover)>, Vec<PoisonRecord>)> {
         let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(std::time::Duration::from_secs(30));
         loop {
-            let attempt = match self.deps.store.take_over(&self.config.consumer, &events, &poison).await {
+            // Waiting out an outage is not being stuck: liveness must not restart the bridge
+            // for it (a restart would only deliver the entries again; invariant 12).
+            self.deps.health.beat();
+            let attempt = match self.deps.store.take_over(&self.config.consumer, &events, &poison, counted).await {
                 Ok(outcomes) => {
                     let ids = events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect();
                     Ok((ids, poison.clone()))
                 }
-                Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e).await,
+                Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e, counted).await,
                 Err(e) => Err(e),
             };
             match attempt {
@@ -193,6 +259,7 @@ impl<S: InboxStore> StreamBridge<S> {
         poison: &[PoisonRecord],
         entries: &[RawEntry],
         cause: &StoreError,
+        counted: bool,
     ) -> Result<(Vec<(String, Takeover)>, Vec<PoisonRecord>), StoreError> {
         warn!(stream = %self.source.key, error = %error_chain(cause), "the inbox refused a batch's data; taking it over entry by entry");
         let store = &self.deps.store;
@@ -200,7 +267,7 @@ impl<S: InboxStore> StreamBridge<S> {
         let mut outcomes = Vec::new();
         let mut refused = poison.to_vec();
         for event in events {
-            match store.take_over(consumer, std::slice::from_ref(event), &[]).await {
+            match store.take_over(consumer, std::slice::from_ref(event), &[], counted).await {
                 Ok(mut o) => outcomes.push((event.entry_id.clone(), o.remove(0))),
                 Err(e) if e.is_data_fault() => refused.push(PoisonRecord {
                     stream: event.stream.clone(),
@@ -219,13 +286,13 @@ impl<S: InboxStore> StreamBridge<S> {
         }
         let mut recorded = Vec::new();
         for record in refused {
-            match store.take_over(consumer, &[], std::slice::from_ref(&record)).await {
+            match store.take_over(consumer, &[], std::slice::from_ref(&record), counted).await {
                 Ok(_) => recorded.push(record),
                 // The poison table refuses even the record (its fields?): keep the record
                 // without them rather than lose the entry's trace.
                 Err(e) if e.is_data_fault() => {
                     let bare = PoisonRecord { fields: serde_json::json!({}), ..record };
-                    match store.take_over(consumer, &[], std::slice::from_ref(&bare)).await {
+                    match store.take_over(consumer, &[], std::slice::from_ref(&bare), counted).await {
                         Ok(_) => recorded.push(bare),
                         Err(e) if e.is_data_fault() => {
                             error!(stream = %self.source.key, entry = %bare.entry_id, "the poison table refuses this entry's record; it stays pending")

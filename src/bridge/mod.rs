@@ -48,6 +48,8 @@ pub struct StreamBridge<S> {
     validator: Arc<Validator>,
     group: Group,
     deps: BridgeDeps<S>,
+    /// When old delivery counts were last forgotten (see `recover`).
+    counts_forgotten_at: std::sync::Mutex<Option<Instant>>,
 }
 
 impl<S: InboxStore> StreamBridge<S> {
@@ -60,7 +62,7 @@ impl<S: InboxStore> StreamBridge<S> {
     ) -> Self {
         let client = deps.stream.dedicated(&source.key);
         let group = Group::new(client, &source.key, config.group(), consumer_name, deps.command_timeout);
-        Self { config, source, validator, group, deps }
+        Self { config, source, validator, group, deps, counts_forgotten_at: Default::default() }
     }
 
     /// Reads until `shutdown`: first this consumer's own pending entries (left by a previous
@@ -113,12 +115,14 @@ impl<S: InboxStore> StreamBridge<S> {
                     let large = entries.iter().map(RawEntry::size).sum::<usize>() > self.config.batch_bytes / 2;
                     let none = HashMap::new();
                     let previous = std::mem::take(&mut unacked);
-                    if own_backlog || large {
-                        // Reading "0" again would return this batch too: no read-ahead there; nor
-                        // for a batch of large entries (two of them at once would double the
+                    if own_backlog {
+                        // Reading "0" again would return this batch too: no read-ahead there.
+                        self.ack(previous).await;
+                        self.redelivered(entries).await;
+                    } else if large {
+                        // Nor for a batch of large entries (two of them at once would double the
                         // memory the read budget allows).
-                        let limits = if own_backlog { self.deliveries(&entries).await } else { none };
-                        let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &limits));
+                        let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &none));
                         let ((), committed) = tokio::join!(self.ack(previous), self.commit(entries, sorted));
                         unacked = committed;
                     } else {

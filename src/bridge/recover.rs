@@ -1,7 +1,6 @@
 //! What the bridge does besides reading: claim entries left pending by dead consumers, delete
 //! long-idle consumers, sample the group's lag and pending gauges.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -9,25 +8,9 @@ use tracing::{debug, info, warn};
 
 use super::StreamBridge;
 use crate::store::inbox::InboxStore;
-use crate::stream::read::RawEntry;
 use crate::stream::redis::group::GroupError;
 
 impl<S: InboxStore> StreamBridge<S> {
-    /// Deliveries so far of this consumer's own pending entries (re-read after a restart), so
-    /// an entry that keeps killing the bridge reaches the delivery limit.
-    pub(super) async fn deliveries(&self, entries: &[RawEntry]) -> HashMap<String, u64> {
-        let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return HashMap::new() };
-        let range = (first.id.as_str(), last.id.as_str());
-        let count = entries.len() as u32;
-        match self.group.pending(Duration::ZERO, range, count, Some(&self.group.consumer)).await {
-            Ok(pending) => pending.into_iter().map(|p| (p.id, p.deliveries)).collect(),
-            Err(e) => {
-                debug!(error = %e, "could not read delivery counts");
-                HashMap::new()
-            }
-        }
-    }
-
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes
     /// consumers idle for `delete_idle_consumers_after` with nothing pending.
     /// At most `count` entries are claimed at a time (the read budget: claimed entries come
@@ -47,16 +30,13 @@ impl<S: InboxStore> StreamBridge<S> {
                     return;
                 }
             };
-            let deliveries: HashMap<String, u64> = pending.iter().map(|p| (p.id.clone(), p.deliveries)).collect();
             let ids: Vec<String> = pending.iter().map(|p| p.id.clone()).collect();
             match self.group.claim(idle, &ids).await {
                 Ok(entries) if entries.is_empty() => break,
                 Ok(entries) => {
                     info!(stream = %self.source.key, entries = entries.len(), "claimed entries idle on other consumers");
                     self.deps.metrics.claimed.inc_by(entries.len() as u64);
-                    // XCLAIM counted one more delivery.
-                    let counted = deliveries.into_iter().map(|(id, n)| (id, n + 1)).collect();
-                    self.handle(entries, &counted).await;
+                    self.redelivered(entries).await;
                 }
                 Err(e) => {
                     debug!(error = %e, "claiming idle entries failed");
@@ -65,6 +45,26 @@ impl<S: InboxStore> StreamBridge<S> {
             }
         }
         self.delete_idle_consumers().await;
+        self.forget_old_counts().await;
+    }
+
+    /// Delivery counts not raised for `delete_idle_consumers_after` belong to entries that were
+    /// acknowledged some other way (an operator, another bridge's version): forgotten, at most
+    /// once every ten minutes.
+    async fn forget_old_counts(&self) {
+        {
+            let mut last = self.counts_forgotten_at.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|at| at.elapsed() < Duration::from_secs(600)) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let age = self.config.delete_idle_consumers_after;
+        match self.deps.store.forget_deliveries(&self.config.consumer, age).await {
+            Ok(0) => {}
+            Ok(n) => debug!(stream = %self.source.key, counts = n, "forgot old delivery counts"),
+            Err(e) => debug!(error = %crate::error::error_chain(&e), "forgetting old delivery counts failed"),
+        }
     }
 
     async fn delete_idle_consumers(&self) {

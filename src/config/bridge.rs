@@ -37,7 +37,9 @@ pub struct BridgeConfig {
     /// Entries pending this long on any consumer (a dead instance) are claimed. Default: "60s".
     #[serde(default = "defaults::claim_idle", with = "humantime_serde")]
     pub claim_idle: Duration,
-    /// An entry delivered more often than this goes to the poison path. Default: 5.
+    /// An entry redelivered this many times after reaching the inbox database without a verdict
+    /// (the bridge died handling it) goes to the poison path. Deliveries that never reached the
+    /// database (an inbox outage, a restart before it) do not count. Default: 5.
     #[serde(default = "defaults::max_deliveries")]
     pub max_deliveries: u32,
     /// Consumers of the group idle this long with nothing pending are deleted. Default: "24h".
@@ -49,6 +51,10 @@ pub struct BridgeConfig {
     /// Poison table (invalid entries and payload conflicts). Default: "consumer_inbox_poison".
     #[serde(default = "defaults::poison_table")]
     pub poison_table: String,
+    /// handoff's own table of redeliveries that reached the inbox database without a verdict
+    /// (what `max_deliveries` counts; see docs/consumer.md). Default: "consumer_inbox_deliveries".
+    #[serde(default = "defaults::deliveries_table")]
+    pub deliveries_table: String,
     /// Also append poison entries to this stream (with `reason`, `detail`, `source_stream`,
     /// `source_id` and the original fields). Default: none.
     pub dead_letter_stream: Option<String>,
@@ -215,6 +221,9 @@ mod defaults {
     }
     pub fn poison_table() -> String {
         "consumer_inbox_poison".into()
+    }
+    pub fn deliveries_table() -> String {
+        "consumer_inbox_deliveries".into()
     }
     pub fn event_id_max_len() -> usize {
         128

@@ -45,7 +45,9 @@ impl TakeoverStatement {
                 "entry_id",
                 "status",
             ],
-            Self::Existing => &["consumer", "event_id"],
+            // The content and its hash too: an inbox without a hash column can compare the
+            // payload it stored with this one and answer `:content_hash` when they match.
+            Self::Existing => &["consumer", "event_id", "event_type", "payload", "content_hash"],
             Self::Poison => &["consumer", "stream", "entry_id", "event_id", "reason", "detail", "fields"],
         }
     }

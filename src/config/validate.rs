@@ -342,6 +342,10 @@ fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String
         check(bridge.max_deliveries >= 1, "max_deliveries must be >= 1");
         check(is_identifier(&bridge.table), "table must be a plain or schema-qualified identifier");
         check(is_identifier(&bridge.poison_table), "poison_table must be a plain or schema-qualified identifier");
+        check(
+            is_identifier(&bridge.deliveries_table),
+            "deliveries_table must be a plain or schema-qualified identifier",
+        );
         check(bridge.validate.event_id_max_len >= 1, "validate.event_id_max_len must be >= 1");
         check(bridge.validate.payload_max_bytes >= 2, "validate.payload_max_bytes must be >= 2");
         let envelope = &bridge.envelope;

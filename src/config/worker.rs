@@ -102,6 +102,9 @@ pub enum Unhandled {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HandlerConfig {
+    /// The `handler` label of the worker's metrics. Default: the `event_types` patterns joined
+    /// with commas (metrics are never labelled by event type: producers choose those).
+    pub name: Option<String>,
     /// Event types this handler serves; `"*"` serves all, `"order.*"` a prefix.
     pub event_types: Vec<String>,
     /// Statements with named parameters bound from the event: `:event_id`, `:event_type`,

@@ -1,6 +1,7 @@
 //! The bridge's seam: a valid entry, a poison record, the takeover's one decision and the
 //! statements a dialect implements for it. (The worker's seam is in `worker`.)
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use super::StoreResult;
@@ -28,6 +29,8 @@ pub const INBOX_COLUMNS: &[&str] = &[
 ];
 pub const POISON_COLUMNS: &[&str] =
     &["consumer", "stream", "stream_entry_id", "event_id", "reason", "detail", "fields"];
+/// Columns of handoff's own table of redeliveries (`bridge.deliveries_table`).
+pub const DELIVERIES_COLUMNS: &[&str] = &["consumer", "stream", "stream_entry_id", "deliveries", "last_at"];
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
 /// (an event larger than that is a run of its own). A statement carrying a run is then never
@@ -80,6 +83,9 @@ impl Sql {
 pub struct TakeoverSql {
     pub table: String,
     pub poison_table: String,
+    /// handoff's own count of redeliveries that reached the database (never overridden: a
+    /// table of handoff's, like the schema's migrations create it).
+    pub deliveries_table: String,
     /// Insert-if-absent of a batch (reference) or of one event (named).
     pub insert: Sql,
     /// The content hash of events already in the inbox; `None` when a custom insert comes
@@ -135,6 +141,7 @@ impl TakeoverSql {
         Ok(Self {
             table: table.to_owned(),
             poison_table: poison_table.to_owned(),
+            deliveries_table: bridge.deliveries_table.clone(),
             existing,
             reference_insert: custom_insert.is_none(),
             reference_poison: custom_poison.is_none(),
@@ -151,6 +158,7 @@ impl TakeoverSql {
         let tables = [
             (&self.table, INBOX_COLUMNS, self.reference_insert),
             (&self.poison_table, POISON_COLUMNS, self.reference_poison),
+            (&self.deliveries_table, DELIVERIES_COLUMNS, true),
         ];
         for (table, required, check) in tables {
             if check {
@@ -379,14 +387,41 @@ impl Takeover {
 
 pub trait InboxStore: Send + Sync + 'static {
     /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
-    /// any payload conflicts. Returns one outcome per event, in order. Nothing is recorded if it
-    /// fails, so the caller must not acknowledge anything then.
+    /// any payload conflicts, and — when the entries' deliveries were `counted` — forgets their
+    /// counts (they have a verdict now). Returns one outcome per event, in order. Nothing is
+    /// recorded if it fails, so the caller must not acknowledge anything then.
     fn take_over(
         &self,
         consumer: &str,
         events: &[InboxEvent],
         poison: &[PoisonRecord],
+        counted: bool,
     ) -> impl Future<Output = StoreResult<Vec<Takeover>>> + Send;
+
+    /// Counts one more delivery that reached the database for each of `entry_ids` of `stream`,
+    /// in a transaction of its own that commits before the entries are handled (so a bridge
+    /// that dies handling them has still counted it): each entry's count so far.
+    fn count_deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> impl Future<Output = StoreResult<HashMap<String, u32>>> + Send;
+
+    /// The delivery counts of those of `entry_ids` counted before (the others are absent).
+    fn deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> impl Future<Output = StoreResult<HashMap<String, u32>>> + Send;
+
+    /// Forgets counts not raised for `age` (their entries were acknowledged some other way).
+    fn forget_deliveries(
+        &self,
+        consumer: &str,
+        age: std::time::Duration,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
 
     /// Whether the database answers.
     fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send;

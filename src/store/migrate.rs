@@ -16,6 +16,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0007_poison_redrive", include_str!("../../migrations/postgres/0007_poison_redrive.sql")),
     ("0008_outbox_stream_key", include_str!("../../migrations/postgres/0008_outbox_stream_key.sql")),
     ("0009_inbox_fields", include_str!("../../migrations/postgres/0009_inbox_fields.sql")),
+    ("0010_inbox_deliveries", include_str!("../../migrations/postgres/0010_inbox_deliveries.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
@@ -26,6 +27,7 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0004_poison_redrive", include_str!("../../migrations/mysql/0004_poison_redrive.sql")),
     ("0005_outbox_stream_key", include_str!("../../migrations/mysql/0005_outbox_stream_key.sql")),
     ("0006_inbox_fields", include_str!("../../migrations/mysql/0006_inbox_fields.sql")),
+    ("0007_inbox_deliveries", include_str!("../../migrations/mysql/0007_inbox_deliveries.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

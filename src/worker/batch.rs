@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::Worker;
 use super::handler::{Effect, MissingField};
 use super::http::Delivery;
-use super::{Worker, truncate};
 use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::retry::delay;
@@ -69,7 +69,9 @@ impl<S: WorkerStore> Worker<S> {
                 self.deps.health.set_work_ok(true);
                 for ((row, _), result) in items.iter().zip(results) {
                     match result {
-                        Ok(Applied::Processed) => self.deps.metrics.processed(&row.event_type, seconds),
+                        Ok(Applied::Processed) => {
+                            self.deps.metrics.processed(self.handler_label(&row.event_type), seconds)
+                        }
                         Ok(Applied::Fenced) => {
                             self.deps.metrics.fenced.inc();
                             warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
@@ -168,15 +170,15 @@ impl<S: WorkerStore> Worker<S> {
     async fn record(&self, owner: &str, row: &InboxRow, failure: Failure) {
         let (error, retry_in): (String, Option<Duration>) = match failure {
             Failure::Retry(error) if row.attempts + 1 < self.config.max_attempts => {
-                self.deps.metrics.failed(&row.event_type);
+                self.deps.metrics.failed(self.handler_label(&row.event_type));
                 (error, Some(delay(&self.config.backoff, row.attempts + 1)))
             }
             Failure::Retry(error) | Failure::Dead(error) => {
-                self.deps.metrics.dead(&row.event_type);
+                self.deps.metrics.dead(self.handler_label(&row.event_type));
                 (error, None)
             }
         };
-        let error = truncate(&error, self.config.error_max_len);
+        let error = crate::error::storable(&error, self.config.error_max_len);
         debug!(event_id = %row.event_id, error = %error, dead = retry_in.is_none(), "handler failed");
         self.persist_failure(owner, row, &error, retry_in).await;
     }

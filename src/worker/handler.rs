@@ -24,6 +24,9 @@ pub struct Statement {
 
 pub struct Handler {
     event_types: Vec<String>,
+    /// The `handler` label of its metrics: configured, or its event type patterns. Bounded by
+    /// the configuration, whatever types the producers write.
+    pub label: String,
     pub effect: Effect,
 }
 
@@ -62,7 +65,8 @@ impl Handler {
             }
             _ => return Err(format!("{path}: set exactly one of sql, http")),
         };
-        Ok(Self { event_types: config.event_types.clone(), effect })
+        let label = config.name.clone().unwrap_or_else(|| config.event_types.join(","));
+        Ok(Self { event_types: config.event_types.clone(), label, effect })
     }
 
     pub fn serves(&self, event_type: &str) -> bool {

@@ -66,7 +66,7 @@ impl<S: WorkerStore> Worker<S> {
                 self.deps.health.set_work_ok(true);
                 let seconds = started.elapsed().as_secs_f64() / rows.len().max(1) as f64;
                 for row in &rows {
-                    self.deps.metrics.processed(&row.event_type, seconds);
+                    self.deps.metrics.processed(self.handler_label(&row.event_type), seconds);
                 }
                 Outcome::Committed
             }

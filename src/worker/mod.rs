@@ -25,6 +25,9 @@ use crate::telemetry::throttle::Throttle;
 use crate::turns::LockedTurns;
 pub use handler::Handler;
 
+/// Times a settle the database refuses for its data is tried again before it is reported.
+const SETTLE_REFUSALS: u32 = 3;
+
 pub struct WorkerDeps<S> {
     pub store: S,
     pub metrics: WorkerHandles,
@@ -73,6 +76,11 @@ impl<S: WorkerStore> Worker<S> {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// The metrics label of the handler that serves `event_type` (`none` if none does).
+    fn handler_label(&self, event_type: &str) -> &str {
+        self.handlers.iter().find(|h| h.serves(event_type)).map_or("none", |h| h.label.as_str())
     }
 
     /// Prepares the inbox statements and every handler statement against the database.
@@ -191,21 +199,50 @@ impl<S: WorkerStore> Worker<S> {
         sleep_or(outage.failed(), shutdown).await;
     }
 
+    /// Records a row's failure, retrying through a database outage (beating: waiting it out is
+    /// not being stuck) until the shutdown drain ends; a row whose failure is never recorded
+    /// would have its lease lapse and count an expired lease it did not cause (invariant 12).
+    /// The database refusing the record itself (its error text, say) is retried a few times,
+    /// the last with a minimal text, then reported and counted, never retried for ever.
     async fn persist_failure(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) {
-        match self.deps.store.fail(owner, row, error, retry_in).await {
-            Ok(true) => {}
-            Ok(false) => warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row"),
-            Err(e) => {
-                warn!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure; the lease will lapse")
+        let mut retrier = Retrier::new(self.config.outage_backoff.clone());
+        let mut refusals = 0;
+        loop {
+            let text = if refusals < SETTLE_REFUSALS { error } else { "handler failed (its error text was refused)" };
+            match self.deps.store.fail(owner, row, text, retry_in).await {
+                Ok(true) => return,
+                Ok(false) => {
+                    warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row");
+                    return;
+                }
+                Err(e) if e.is_data_fault() && refusals >= SETTLE_REFUSALS => {
+                    self.deps.metrics.settle_refused.inc();
+                    tracing::error!(event_id = %row.event_id, error = %error_chain(&e), "the database refuses to record this row's failure; its lease will lapse");
+                    return;
+                }
+                Err(e) => {
+                    refusals += u32::from(e.is_data_fault());
+                    debug!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure yet");
+                    self.deps.health.beat();
+                    tokio::select! {
+                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.abandon.cancelled() => {
+                            warn!(event_id = %row.event_id, "could not record a failure before the drain ended; the lease will lapse");
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
 
     /// Hands rows back without counting an attempt, retrying through a database outage until
-    /// the shutdown drain ends (then their leases lapse).
+    /// the shutdown drain ends (then their leases lapse). Beats while it waits: a loop waiting
+    /// out an outage is alive, and a restart would leave these leases to lapse and count.
     async fn release(&self, owner: &str, rows: &[(String, i64)]) {
         let mut retrier = Retrier::new(self.config.outage_backoff.clone());
         loop {
+            self.deps.health.beat();
             match self.deps.store.release(owner, rows).await {
                 Ok(_) => return,
                 Err(e) => {
@@ -286,13 +323,5 @@ async fn sleep_or(duration: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = tokio::time::sleep(duration) => {}
         _ = shutdown.cancelled() => {}
-    }
-}
-
-/// At most `max` characters, on a character boundary.
-fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
     }
 }

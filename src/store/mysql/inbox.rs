@@ -4,6 +4,8 @@
 //! IGNORE`, which would turn data errors into silent truncation. The reference statements are
 //! written with named parameters, so an override from `[bridge.sql]` runs the same way.
 
+use std::collections::HashMap;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, TxOpts};
 
@@ -24,6 +26,8 @@ pub struct MyInbox {
     insert: NamedSql,
     existing: Option<NamedSql>,
     poison: NamedSql,
+    /// handoff's own count of redeliveries (`bridge.deliveries_table`).
+    deliveries: String,
 }
 
 impl MyInbox {
@@ -37,7 +41,8 @@ impl MyInbox {
         };
         let (insert, poison) = (named(&sql.insert)?, named(&sql.poison)?);
         let existing = sql.existing.as_ref().map(named).transpose()?;
-        Ok(Self { pool, sql, insert, existing, poison })
+        let deliveries = bridge.deliveries_table.clone();
+        Ok(Self { pool, sql, insert, existing, poison, deliveries })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -102,6 +107,7 @@ impl InboxStore for MyInbox {
         consumer: &str,
         events: &[InboxEvent],
         poison: &[PoisonRecord],
+        counted: bool,
     ) -> StoreResult<Vec<Takeover>> {
         let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
         let insert = &self.insert;
@@ -135,8 +141,76 @@ impl InboxStore for MyInbox {
                 .await
                 .map_err(|e| error("record poison entries", e))?;
         }
+        if counted {
+            let forget =
+                format!("DELETE FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?", self.deliveries);
+            let entries =
+                events.iter().map(|e| (&e.stream, &e.entry_id)).chain(records.iter().map(|p| (&p.stream, &p.entry_id)));
+            for (stream, entry_id) in entries {
+                tx.exec_drop(forget.as_str(), (consumer, stream, entry_id))
+                    .await
+                    .map_err(|e| error("forget delivery counts", e))?;
+            }
+        }
         tx.commit().await.map_err(|e| error("commit the takeover", e))?;
         Ok(outcomes)
+    }
+
+    /// An upsert per entry, then the counts read back, in one transaction.
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        let label = "count deliveries";
+        let table = &self.deliveries;
+        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error(label, e))?;
+        let upsert = format!(
+            "INSERT INTO {table} (consumer, stream, stream_entry_id) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, last_at = NOW(3)"
+        );
+        let read = format!("SELECT deliveries FROM {table} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?");
+        let mut counts = HashMap::with_capacity(entry_ids.len());
+        for entry_id in entry_ids {
+            tx.exec_drop(upsert.as_str(), (consumer, stream, entry_id)).await.map_err(|e| error(label, e))?;
+            let n: Option<i64> =
+                tx.exec_first(read.as_str(), (consumer, stream, entry_id)).await.map_err(|e| error(label, e))?;
+            counts.insert(entry_id.clone(), n.unwrap_or(1).clamp(0, i64::from(u32::MAX)) as u32);
+        }
+        tx.commit().await.map_err(|e| error(label, e))?;
+        Ok(counts)
+    }
+
+    async fn deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        let label = "read delivery counts";
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
+        let read = format!(
+            "SELECT stream_entry_id, deliveries FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id IN
+             (SELECT j.e FROM JSON_TABLE(?, '$[*]' COLUMNS (e VARCHAR(64) PATH '$')) AS j)",
+            self.deliveries
+        );
+        let ids = serde_json::to_string(entry_ids).unwrap_or_default();
+        let rows: Vec<(String, i64)> =
+            conn.exec(read.as_str(), (consumer, stream, ids)).await.map_err(|e| error(label, e))?;
+        Ok(rows.into_iter().map(|(id, n)| (id, n.clamp(0, i64::from(u32::MAX)) as u32)).collect())
+    }
+
+    async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
+        let label = "forget old delivery counts";
+        let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
+        let purge = format!(
+            "DELETE FROM {} WHERE consumer = ? AND last_at < NOW(3) - INTERVAL ? * 1000 MICROSECOND",
+            self.deliveries
+        );
+        let age_ms = crate::store::bindings::millis(age);
+        conn.exec_drop(purge.as_str(), (consumer, age_ms)).await.map_err(|e| error(label, e))?;
+        Ok(conn.affected_rows())
     }
 
     async fn ping(&self) -> StoreResult<()> {

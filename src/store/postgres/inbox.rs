@@ -27,12 +27,47 @@ const LARGE_BATCH_BYTES: usize = 1 << 20;
 pub struct PgInbox {
     pool: Pool,
     sql: TakeoverSql,
+    deliveries: DeliveriesSql,
+}
+
+/// The statements on handoff's own count of redeliveries (`bridge.deliveries_table`).
+struct DeliveriesSql {
+    read: String,
+    count: String,
+    forget: String,
+    purge: String,
+}
+
+impl DeliveriesSql {
+    fn new(table: &str) -> Self {
+        Self {
+            read: format!(
+                "SELECT stream_entry_id, deliveries FROM {table}
+                 WHERE consumer = $1 AND stream = $2 AND stream_entry_id = ANY($3::text[])"
+            ),
+            count: format!(
+                "INSERT INTO {table} AS d (consumer, stream, stream_entry_id)
+                 SELECT $1, $2, e FROM unnest($3::text[]) AS e
+                 ON CONFLICT (consumer, stream, stream_entry_id)
+                 DO UPDATE SET deliveries = d.deliveries + 1, last_at = now()
+                 RETURNING stream_entry_id, deliveries"
+            ),
+            forget: format!(
+                "DELETE FROM {table} d USING unnest($2::text[], $3::text[]) AS e(stream, entry_id)
+                 WHERE d.consumer = $1 AND d.stream = e.stream AND d.stream_entry_id = e.entry_id"
+            ),
+            purge: format!(
+                "DELETE FROM {table} WHERE consumer = $1 AND last_at < now() - $2::bigint * interval '1 millisecond'"
+            ),
+        }
+    }
 }
 
 impl PgInbox {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
-        Ok(Self { pool, sql: TakeoverSql::new(bridge, Placeholder::Numbered, statements)? })
+        let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
+        Ok(Self { pool, sql: TakeoverSql::new(bridge, Placeholder::Numbered, statements)?, deliveries })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -130,6 +165,7 @@ impl InboxStore for PgInbox {
         consumer: &str,
         events: &[InboxEvent],
         poison: &[PoisonRecord],
+        counted: bool,
     ) -> StoreResult<Vec<Takeover>> {
         let mut client = self.pool.get().await.map_err(|e| pool_error("take over", e))?;
         let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
@@ -162,6 +198,16 @@ impl InboxStore for PgInbox {
                 }
             }
         }
+        if counted {
+            let (streams, entries): (Vec<&str>, Vec<&str>) = events
+                .iter()
+                .map(|e| (e.stream.as_str(), e.entry_id.as_str()))
+                .chain(records.iter().map(|p| (p.stream.as_str(), p.entry_id.as_str())))
+                .unzip();
+            tx.execute(&self.deliveries.forget, &[&consumer, &streams, &entries])
+                .await
+                .map_err(|e| query_error("forget delivery counts", e))?;
+        }
         tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
         // A connection that carried a large batch keeps buffers of that size for its whole life:
         // close it rather than pool it, so the memory goes back.
@@ -172,12 +218,52 @@ impl InboxStore for PgInbox {
         Ok(outcomes)
     }
 
+    async fn count_deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        self.delivery_counts("count deliveries", &self.deliveries.count, consumer, stream, entry_ids).await
+    }
+
+    async fn deliveries(
+        &self,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        self.delivery_counts("read delivery counts", &self.deliveries.read, consumer, stream, entry_ids).await
+    }
+
+    async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
+        let label = "forget old delivery counts";
+        let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
+        let age_ms = crate::store::bindings::millis(age);
+        client.execute(&self.deliveries.purge, &[&consumer, &age_ms]).await.map_err(|e| query_error(label, e))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         super::probe(&self.pool).await
     }
 }
 
 impl PgInbox {
+    /// Runs `sql` ($1 consumer, $2 stream, $3 entry ids; rows of entry id and count).
+    async fn delivery_counts(
+        &self,
+        label: &'static str,
+        sql: &str,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
+        let stmt = client.prepare_cached(sql).await.map_err(|e| query_error(label, e))?;
+        let rows = client.query(&stmt, &[&consumer, &stream, &entry_ids]).await.map_err(|e| query_error(label, e))?;
+        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1).max(0) as u32)).collect())
+    }
+
     /// The content hash of each of `events` the inbox already holds, by event id.
     async fn existing(
         &self,

@@ -1,5 +1,7 @@
-//! Inbox worker metrics, labelled by worker (and event type where the issue asks for it; event
-//! types are a closed set chosen by the producers, not ids).
+//! Inbox worker metrics, labelled by worker and, for outcomes, by the handler that served the
+//! row (its configured name or event type patterns; `none` when no handler serves the row).
+//! Never by event type: producers choose those, and one writing ids into the type would grow
+//! a series per event.
 
 use prometheus::{Gauge, GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
@@ -15,6 +17,7 @@ pub struct WorkerMetrics {
     dead: IntCounterVec,
     fenced: IntCounterVec,
     reclaims: IntCounterVec,
+    settle_refused: IntCounterVec,
     handler: HistogramVec,
     dead_rows: IntGaugeVec,
     pending_rows: IntGaugeVec,
@@ -26,7 +29,7 @@ pub struct WorkerMetrics {
 impl WorkerMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
-        let by_type = &["worker", "event_type"];
+        let by_type = &["worker", "handler"];
         let w = &["worker"];
         Ok(Self {
             processed: r.counter(
@@ -42,6 +45,11 @@ impl WorkerMetrics {
                 w,
             )?,
             reclaims: r.counter("handoff_worker_lease_reclaims_total", "Rows taken over after a lease expired.", w)?,
+            settle_refused: r.counter(
+                "handoff_worker_settle_refused_total",
+                "Failure records the database refused for their data even with a minimal error text (the row's lease lapses).",
+                w,
+            )?,
             handler: r.histogram_by(
                 "handoff_worker_handler_seconds",
                 "Time to apply one row: handler plus the PROCESSED commit.",
@@ -78,6 +86,7 @@ impl WorkerMetrics {
             families: self.clone(),
             fenced: self.fenced.with_label_values(l),
             reclaims: self.reclaims.with_label_values(l),
+            settle_refused: self.settle_refused.with_label_values(l),
             dead_rows: self.dead_rows.with_label_values(l),
             pending_rows: self.pending_rows.with_label_values(l),
             oldest_lease: self.oldest_lease.with_label_values(l),
@@ -92,6 +101,7 @@ pub struct WorkerHandles {
     families: WorkerMetrics,
     pub fenced: prometheus::IntCounter,
     pub reclaims: prometheus::IntCounter,
+    pub settle_refused: prometheus::IntCounter,
     pub dead_rows: IntGauge,
     pub pending_rows: IntGauge,
     pub oldest_lease: Gauge,
@@ -99,17 +109,17 @@ pub struct WorkerHandles {
 }
 
 impl WorkerHandles {
-    pub fn processed(&self, event_type: &str, seconds: f64) {
-        self.families.processed.with_label_values(&[&self.worker, event_type]).inc();
-        self.families.handler.with_label_values(&[&self.worker, event_type]).observe(seconds);
+    pub fn processed(&self, handler: &str, seconds: f64) {
+        self.families.processed.with_label_values(&[&self.worker, handler]).inc();
+        self.families.handler.with_label_values(&[&self.worker, handler]).observe(seconds);
     }
 
-    pub fn failed(&self, event_type: &str) {
-        self.families.failed.with_label_values(&[&self.worker, event_type]).inc();
+    pub fn failed(&self, handler: &str) {
+        self.families.failed.with_label_values(&[&self.worker, handler]).inc();
     }
 
-    pub fn dead(&self, event_type: &str) {
-        self.families.dead.with_label_values(&[&self.worker, event_type]).inc();
+    pub fn dead(&self, handler: &str) {
+        self.families.dead.with_label_values(&[&self.worker, handler]).inc();
     }
 
     pub fn unavailable(&self, kind: OutageKind) {
