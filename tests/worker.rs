@@ -405,3 +405,69 @@ async fn an_http_error_body_with_a_nul_byte_is_recorded_and_the_row_retried() {
     let row = env.db.query_one("SELECT attempts, expired_leases FROM consumer_inbox", &[]).await.unwrap();
     assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 0), "one failure recorded, no lease lapsed");
 }
+
+/// A foreign key whose parent row has not arrived yet (events of two aggregates applied out of
+/// order) is retried with backoff, not DEAD at once; once the parent is there the row applies.
+#[tokio::test]
+async fn a_foreign_key_violation_is_retried_and_applies_once_its_parent_arrives() {
+    let env = TestEnv::new().await;
+    env.db
+        .batch_execute(
+            "CREATE TABLE parents (id text PRIMARY KEY);
+             CREATE TABLE children (id text PRIMARY KEY, parent text NOT NULL REFERENCES parents (id));",
+        )
+        .await
+        .unwrap();
+    insert_inbox(&env, "child-1", r#"{"parent": "p-1"}"#).await;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 20\n\
+         backoff = {{ initial = \"100ms\", max = \"500ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nname = \"children\"\nevent_types = [\"*\"]\n\
+         sql = [\"INSERT INTO children (id, parent) VALUES (:event_id, :payload.parent)\"]\n",
+        env.base_config()
+    );
+    let worker = Handoff::run(&config);
+    let error = eventually("the violation to be recorded as a retry", || async {
+        let row = env.db.query_one("SELECT status, attempts, last_error FROM consumer_inbox", &[]).await.unwrap();
+        let (status, attempts): (String, i32) = (row.get(0), row.get(1));
+        (status == "PENDING" && attempts >= 1).then(|| row.get::<_, String>(2))
+    })
+    .await;
+    assert!(error.contains("23503") || error.contains("foreign key"), "{error}");
+    env.db.execute("INSERT INTO parents (id) VALUES ('p-1')", &[]).await.unwrap();
+    await_status(&env, "PROCESSED", 1).await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM children").await, 1);
+    let address = worker.telemetry_address().await;
+    let metrics = common::http::get(&address, "/metrics").1;
+    let series = r#"handoff_worker_processed_total{handler="children",worker="worker"}"#;
+    assert_eq!(common::http::sample(&metrics, series), Some(1.0), "labelled by handler: {metrics}");
+}
+
+/// Producers choose event types, and one writing ids into them must not grow a metric series per
+/// event: 2,000 distinct types no handler serves settle, and `/metrics` grows by a fixed bound.
+#[tokio::test]
+async fn two_thousand_distinct_unhandled_event_types_add_no_series_per_type() {
+    let env = TestEnv::new().await;
+    insert_inbox(&env, "warm-1", r#"{"actor": "admin"}"#).await;
+    let worker = Handoff::run(&worker_config(&env, ""));
+    let address = worker.telemetry_address().await;
+    await_status(&env, "PROCESSED", 1).await;
+    let series = |metrics: &str| metrics.lines().filter(|l| !l.starts_with('#')).count();
+    let before = series(&common::http::get(&address, "/metrics").1);
+    env.db
+        .execute(
+            "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, content_hash, stream, stream_entry_id)
+             SELECT 'admin', 'odd-' || g, 'type.' || g, 'auth', '{}', 'hash', 's', '0-1' FROM generate_series(1, 2000) g",
+            &[],
+        )
+        .await
+        .unwrap();
+    // The reference handler serves every type: the other worker config serves none of these.
+    drop(worker);
+    let config = worker_config(&env, "").replace("event_types = [\"*\"]", "event_types = [\"auth.*\"]");
+    let worker = Handoff::run(&config);
+    let address = worker.telemetry_address().await;
+    await_status(&env, "DEAD", 2000).await;
+    let after = series(&common::http::get(&address, "/metrics").1);
+    assert!(after <= before + 20, "series grew from {before} to {after}");
+}

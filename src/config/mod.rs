@@ -33,8 +33,8 @@ pub use relay::{
 pub use secret::Secret;
 pub use tls::{TlsConfig, TlsMode};
 pub use worker::{
-    HandlerConfig, HttpHandlerConfig, InboxRetention, NEVER_FORWARDED, RESERVED_REQUEST_HEADERS, Unhandled,
-    WorkerConfig,
+    HandlerConfig, HandlerErrors, HandlerVerdict, HttpHandlerConfig, InboxRetention, NEVER_FORWARDED,
+    RESERVED_REQUEST_HEADERS, Unhandled, WorkerConfig,
 };
 
 /// The whole configuration file.

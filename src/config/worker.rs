@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     /// Handlers, tried in order; the first whose `event_types` matches applies.
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
+    /// What a handler statement's error means, by the server's error code.
+    #[serde(default)]
+    pub handler_errors: HandlerErrors,
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: super::consumer_sql::WorkerOverrides,
@@ -87,6 +90,58 @@ pub struct InboxRetention {
     /// Pause between purge passes. Default: "1m".
     #[serde(default = "defaults::purge_interval", with = "humantime_serde")]
     pub interval: Duration,
+}
+
+/// `[worker.handler_errors]`: what an error of a handler statement means, by the server's
+/// code: a Postgres SQLSTATE (`"23503"`, or a class by its first two characters, `"22"`) or a
+/// MySQL / MariaDB error number (`"1452"`). `retry` is looked at first, then `dead`; an error in
+/// neither is judged by the dialect (a data or constraint error: DEAD; anything else — the
+/// server unreachable, a missing table or privilege — an outage: the rows go back untouched).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HandlerErrors {
+    /// Retried with the worker's `backoff`, counting an attempt (DEAD after `max_attempts`):
+    /// failures about other rows or other transactions, which pass when they settle — a
+    /// foreign key whose parent row has not arrived yet, a serialization failure, a deadlock,
+    /// a lock not available. Default: ["23503", "40001", "40P01", "55P03", "1452", "1213", "1205"].
+    pub retry: Vec<String>,
+    /// DEAD at once: the row's data can never be applied. Default: ["22", "23", "44", "P0",
+    /// "1048", "1062", "1153", "1264", "1265", "1292", "1366", "1406", "1451", "3140", "4025"].
+    pub dead: Vec<String>,
+}
+
+impl Default for HandlerErrors {
+    fn default() -> Self {
+        let list = |codes: &[&str]| codes.iter().map(|c| (*c).to_owned()).collect();
+        Self {
+            retry: list(&["23503", "40001", "40P01", "55P03", "1452", "1213", "1205"]),
+            dead: list(&[
+                "22", "23", "44", "P0", "1048", "1062", "1153", "1264", "1265", "1292", "1366", "1406", "1451", "3140",
+                "4025",
+            ]),
+        }
+    }
+}
+
+/// What [`HandlerErrors`] says of an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandlerVerdict {
+    Retry,
+    Dead,
+}
+
+impl HandlerErrors {
+    /// The verdict for a server error `code`, if either list names it.
+    pub fn verdict(&self, code: &str) -> Option<HandlerVerdict> {
+        let names = |list: &[String]| list.iter().any(|c| c == code || (c.len() == 2 && code.len() == 5 && code.starts_with(c.as_str())));
+        if names(&self.retry) {
+            Some(HandlerVerdict::Retry)
+        } else if names(&self.dead) {
+            Some(HandlerVerdict::Dead)
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -236,5 +291,23 @@ mod defaults {
     }
     pub fn dead_statuses() -> Vec<u16> {
         vec![400, 404, 409, 410, 415, 422]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_is_looked_at_before_dead_and_a_class_matches_its_sqlstates() {
+        let errors = HandlerErrors::default();
+        assert_eq!(errors.verdict("23503"), Some(HandlerVerdict::Retry), "a foreign key waits for its parent");
+        assert_eq!(errors.verdict("23505"), Some(HandlerVerdict::Dead), "class 23 otherwise");
+        assert_eq!(errors.verdict("40P01"), Some(HandlerVerdict::Retry));
+        assert_eq!(errors.verdict("22P02"), Some(HandlerVerdict::Dead));
+        assert_eq!(errors.verdict("1452"), Some(HandlerVerdict::Retry));
+        assert_eq!(errors.verdict("1406"), Some(HandlerVerdict::Dead));
+        assert_eq!(errors.verdict("42P01"), None, "a missing table is the dialect's to judge: an outage");
+        assert_eq!(errors.verdict("2200"), None, "a class matches five-character SQLSTATEs only");
     }
 }

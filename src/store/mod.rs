@@ -190,6 +190,22 @@ impl StoreError {
         matches!(self, StoreError::Unavailable { kind: OutageKind::Connection, .. })
     }
 
+    /// The server's error code: the SQLSTATE on Postgres (`23503`), the error number on MySQL
+    /// (`1452`); `None` for a client-side failure.
+    pub fn code(&self) -> Option<String> {
+        let source = match self {
+            StoreError::Unavailable { source, .. } | StoreError::Rejected { source, .. } => source,
+            StoreError::Contract(_) => return None,
+        };
+        if let Some(pg) = source.downcast_ref::<tokio_postgres::Error>() {
+            return pg.code().map(|c| c.code().to_owned());
+        }
+        match source.downcast_ref::<mysql_async::Error>() {
+            Some(mysql_async::Error::Server(server)) => Some(server.code.to_string()),
+            _ => None,
+        }
+    }
+
     /// The statement that failed (a fixed name: a metric label).
     pub fn statement(&self) -> &'static str {
         match self {

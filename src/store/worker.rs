@@ -10,6 +10,7 @@ use super::bindings::{Param, millis};
 use super::outbox::TextRow;
 use super::{StoreError, StoreResult};
 use crate::config::consumer_sql::{CLAIM_COLUMNS, OPTIONAL_CLAIM_COLUMNS, WorkerStatement};
+use crate::config::{HandlerErrors, HandlerVerdict};
 
 /// A claimed inbox row for the worker.
 #[derive(Debug, Clone)]
@@ -179,23 +180,26 @@ pub enum Applied {
 /// Why applying failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// A handler statement refused the row's data (a constraint or data exception): retrying
-    /// cannot help, the row goes DEAD at once. Any other failure is an outage of the store.
-    #[error("handler statement {index} refused the row's data: {message}")]
-    Handler { index: usize, message: String },
+    /// A handler statement failed for this row: `retry` (a foreign key whose parent has not
+    /// arrived, a deadlock: an attempt, then again after the backoff) or not (the row's data
+    /// can never be applied: DEAD at once), as `[worker.handler_errors]` and the dialect judge.
+    /// Any other failure is an outage of the store.
+    #[error("handler statement {index} failed for this row: {message}")]
+    Handler { index: usize, message: String, retry: bool },
     #[error(transparent)]
     Store(#[from] super::StoreError),
 }
 
 impl ApplyError {
-    /// A handler statement's error, classified by the dialect: the row's data at fault (the
-    /// row goes DEAD) or an outage of the store.
-    pub fn from_handler(index: usize, error: super::StoreError) -> Self {
-        match error {
-            e @ super::StoreError::Rejected { .. } => {
-                ApplyError::Handler { index, message: crate::error::error_chain(&e) }
-            }
-            e => ApplyError::Store(e),
+    /// A handler statement's error: `errors` names codes to retry or to make DEAD; for the
+    /// rest, the dialect's judgement (a refusal of the data: DEAD; anything else: an outage).
+    pub fn from_handler(index: usize, error: super::StoreError, errors: &HandlerErrors) -> Self {
+        let verdict = error.code().and_then(|code| errors.verdict(&code));
+        let handler = |e: &super::StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };
+        match (verdict, error) {
+            (Some(verdict), e) => handler(&e, verdict == HandlerVerdict::Retry),
+            (None, e @ super::StoreError::Rejected { .. }) => handler(&e, false),
+            (None, e) => ApplyError::Store(e),
         }
     }
 }
@@ -214,6 +218,9 @@ pub trait RowTransaction: Send {
     ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
 
     fn commit(self) -> impl Future<Output = super::StoreResult<()>> + Send;
+
+    /// What the worker's handler errors mean (`[worker.handler_errors]`).
+    fn handler_errors(&self) -> &HandlerErrors;
 }
 
 /// Applies `items` in `tx`, each row in its own savepoint, for every dialect: a row whose data
@@ -236,9 +243,10 @@ pub async fn apply_row_by_row<T: RowTransaction>(
         tx.savepoint(end).await?;
         results.push(outcome);
     }
+    let errors = tx.handler_errors().clone();
     match tx.commit().await {
         Ok(()) => Ok(results),
-        Err(e) => commit_failed(items.len(), e),
+        Err(e) => commit_failed(items.len(), e, &errors),
     }
 }
 
@@ -252,8 +260,12 @@ fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
 /// What a failed commit of a handler batch means, for every dialect: with one row, that row's
 /// data (a deferred constraint, say), so it goes DEAD; with several the batch fails as a refusal
 /// and the worker retries the rows one by one to find it; anything else is an outage.
-pub fn commit_failed(rows: usize, error: super::StoreError) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
-    match ApplyError::from_handler(usize::MAX, error) {
+pub fn commit_failed(
+    rows: usize,
+    error: super::StoreError,
+    errors: &HandlerErrors,
+) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
+    match ApplyError::from_handler(usize::MAX, error, errors) {
         handler @ ApplyError::Handler { .. } if rows == 1 => Ok(vec![Err(handler)]),
         ApplyError::Handler { message, .. } => {
             Err(super::StoreError::Rejected { statement: "commit", source: message.into() })

@@ -76,7 +76,12 @@ impl<S: WorkerStore> Worker<S> {
                             self.deps.metrics.fenced.inc();
                             warn!(event_id = %row.event_id, "commit refused by the fence: another worker owns the row; effect rolled back");
                         }
-                        Err(ApplyError::Handler { message, .. }) => failures.push((row, Failure::Dead(message))),
+                        Err(ApplyError::Handler { message, retry: true, .. }) => {
+                            failures.push((row, Failure::Retry(message)))
+                        }
+                        Err(ApplyError::Handler { message, retry: false, .. }) => {
+                            failures.push((row, Failure::Dead(message)))
+                        }
                         // apply_batch fails as a whole on an outage; a row never carries one.
                         Err(ApplyError::Store(e)) => failures.push((row, Failure::Retry(e.to_string()))),
                     }

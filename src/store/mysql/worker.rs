@@ -14,7 +14,7 @@ use super::Pool;
 
 use super::error;
 use super::values::{Param, bind, row_columns, row_texts};
-use crate::config::WorkerConfig;
+use crate::config::{HandlerErrors, WorkerConfig};
 use crate::config::consumer_sql::WorkerStatement;
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
@@ -33,6 +33,8 @@ pub struct MyWorker {
     faults: Faults,
     /// Each statement's parts (more than one only for a claim or renew script).
     statements: HashMap<WorkerStatement, Vec<NamedSql>>,
+    /// What a handler statement's error means (`[worker.handler_errors]`).
+    errors: HandlerErrors,
 }
 
 /// The inbox rows named by the `:ids` array, with `:tokens` zipped on by position: the ids
@@ -133,7 +135,8 @@ impl MyWorker {
             statements.insert(statement, named);
         }
         let label = format!("worker `{}`", worker.name);
-        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements })
+        let errors = worker.handler_errors.clone();
+        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements, errors })
     }
 
     /// Runs a statement's parts in `conn`: each part after the first sees the ids the parts
@@ -175,8 +178,8 @@ fn to_value(v: &BindValue) -> Value {
 }
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-fn handler_error(index: usize, e: mysql_async::Error) -> ApplyError {
-    ApplyError::from_handler(index, error("handler", e))
+fn handler_error(index: usize, e: mysql_async::Error, errors: &HandlerErrors) -> ApplyError {
+    ApplyError::from_handler(index, error("handler", e), errors)
 }
 
 /// A batch's transaction on MySQL / MariaDB.
@@ -186,6 +189,10 @@ struct MyRows<'a> {
 }
 
 impl RowTransaction for MyRows<'_> {
+    fn handler_errors(&self) -> &HandlerErrors {
+        &self.worker.errors
+    }
+
     async fn savepoint(&mut self, sql: &'static str) -> StoreResult<()> {
         self.tx.query_drop(sql).await.map_err(|e| error("apply", e))
     }
@@ -199,7 +206,8 @@ impl RowTransaction for MyRows<'_> {
         let tx = &mut self.tx;
         for statement in statements {
             let values: Vec<Value> = statement.values.iter().map(to_value).collect();
-            tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e))?;
+            let errors = &self.worker.errors;
+            tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e, errors))?;
         }
         self.worker.faults.reach(Point::WorkerInHandler).await;
         let held = [row.held()];

@@ -15,6 +15,7 @@ use deadpool_postgres::{Object, Pool};
 use super::scan_start::{SCAN_DUE, ScanStart};
 use super::worker::{run_handlers, text_rows};
 use super::{pool_error, query_error};
+use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::worker::{BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
 use crate::store::{StoreError, StoreResult};
@@ -29,11 +30,13 @@ pub struct LockedInboxSql {
     scan: Arc<ScanStart>,
     /// `$1` owner, `$2` ids. By id alone, without a status check: the transaction holds the rows.
     processed: String,
+    errors: HandlerErrors,
 }
 
 impl LockedInboxSql {
-    pub fn new(table: &str) -> Self {
+    pub fn new(table: &str, errors: HandlerErrors) -> Self {
         Self {
+            errors,
             scan: Arc::default(),
             lock: format!(
                 "SELECT id, lease_token AS token, event_id, event_type, owner, aggregate_type, aggregate_id,
@@ -71,7 +74,12 @@ pub async fn lock(
 ) -> StoreResult<LockedRows> {
     let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
     // From here on an early return drops the batch, which closes the connection mid-transaction.
-    let mut batch = PgLockedInbox { client: Some(client), processed: sql.processed.clone(), faults: faults.clone() };
+    let mut batch = PgLockedInbox {
+        client: Some(client),
+        processed: sql.processed.clone(),
+        faults: faults.clone(),
+        errors: sql.errors.clone(),
+    };
     let client = batch.client()?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
     let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
@@ -103,6 +111,7 @@ struct PgLockedInbox {
     client: Option<Object>,
     processed: String,
     faults: Faults,
+    errors: HandlerErrors,
 }
 
 impl PgLockedInbox {
@@ -133,7 +142,7 @@ impl PgLockedInbox {
             .collect::<StoreResult<Vec<i64>>>()?;
         let mark = client.prepare_cached(&self.processed).await.map_err(|e| query_error("mark processed", e))?;
         // The mark is sent with the handler statements, in the same round trip.
-        let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids])).await? else {
+        let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids]), &self.errors).await? else {
             return self.roll_back().await;
         };
         let marked = marked.map_err(|e| query_error("mark processed", e))?;
@@ -149,7 +158,7 @@ impl PgLockedInbox {
                 Ok(true)
             }
             // A deferred constraint may refuse a row's data at commit; the transaction is over.
-            Err(e) => match commit_failed(items.len(), query_error("handler", e)) {
+            Err(e) => match commit_failed(items.len(), query_error("handler", e), &self.errors) {
                 Err(e) if !e.is_data_fault() => Err(e),
                 _ => {
                     self.client.take();

@@ -18,6 +18,7 @@ use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::outbox::TextRow;
+use crate::config::HandlerErrors;
 use crate::store::worker::{
     Applied, ApplyError, BindValue, BoundStatement, InboxRow, LockedRows, RowTransaction, WorkerSql, apply_row_by_row,
     binding, commit_failed, missing_result_columns, statement_texts,
@@ -33,6 +34,8 @@ pub struct PgWorker {
     statements: HashMap<WorkerStatement, NamedSql>,
     /// With `claim = "locked"`: the locked claim's statements.
     locked: Option<LockedInboxSql>,
+    /// What a handler statement's error means (`[worker.handler_errors]`).
+    errors: HandlerErrors,
 }
 
 /// The reference schema's statement for `statement` on table `t`.
@@ -124,8 +127,9 @@ impl PgWorker {
             statements.insert(statement, named);
         }
         let label = format!("worker `{}`", worker.name);
-        let locked = (worker.claim == ClaimMode::Locked).then(|| LockedInboxSql::new(&worker.table));
-        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements, locked })
+        let errors = worker.handler_errors.clone();
+        let locked = (worker.claim == ClaimMode::Locked).then(|| LockedInboxSql::new(&worker.table, errors.clone()));
+        Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements, locked, errors })
     }
 
     fn values(&self, statement: WorkerStatement, bind: impl Fn(&str) -> Param) -> StoreResult<(&NamedSql, Vec<Param>)> {
@@ -156,13 +160,13 @@ impl PgWorker {
         if marked != items.len() as u64 {
             return Ok(None);
         }
-        if run_handlers(&tx, items, std::future::ready(())).await?.is_none() {
+        if run_handlers(&tx, items, std::future::ready(()), &self.errors).await?.is_none() {
             return Ok(None);
         }
         match tx.commit().await {
             Ok(()) => Ok(Some(items.iter().map(|_| Ok(Applied::Processed)).collect())),
             // A deferred constraint may refuse one row's data at commit: isolate it.
-            Err(e) => match commit_failed(items.len(), query_error("handler", e)) {
+            Err(e) => match commit_failed(items.len(), query_error("handler", e), &self.errors) {
                 Ok(results) => Ok(Some(results)),
                 Err(e) if e.is_data_fault() => Ok(None),
                 Err(e) => Err(e),
@@ -179,11 +183,12 @@ pub(super) async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>
     client: &C,
     items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
     along: F,
+    errors: &HandlerErrors,
 ) -> StoreResult<Option<F::Output>> {
     let mut prepared = HashMap::new();
     for statement in items.iter().flat_map(|(_, statements)| statements) {
         if !prepared.contains_key(statement.sql) {
-            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e)) {
+            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors)) {
                 Ok(stmt) => prepared.insert(statement.sql, stmt),
                 Err(ApplyError::Store(e)) => return Err(e),
                 Err(ApplyError::Handler { .. }) => return Ok(None),
@@ -203,7 +208,7 @@ pub(super) async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>
     // transaction, so the first error is the one that matters.
     for outcome in outcomes {
         if let Err(e) = outcome {
-            return match handler_error(0, e) {
+            return match handler_error(0, e, errors) {
                 ApplyError::Handler { .. } => Ok(None),
                 ApplyError::Store(e) => Err(e),
             };
@@ -247,8 +252,8 @@ fn to_param(value: &BindValue) -> Param {
 }
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-fn handler_error(index: usize, error: tokio_postgres::Error) -> ApplyError {
-    ApplyError::from_handler(index, query_error("handler", error))
+fn handler_error(index: usize, error: tokio_postgres::Error, errors: &HandlerErrors) -> ApplyError {
+    ApplyError::from_handler(index, query_error("handler", error), errors)
 }
 
 /// A batch's transaction on Postgres, for applying it row by row.
@@ -270,9 +275,10 @@ impl RowTransaction for PgRows<'_> {
     ) -> Result<Applied, ApplyError> {
         let tx = &self.tx;
         for statement in statements {
-            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e))?;
+            let errors = &self.worker.errors;
+            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors))?;
             let values: Vec<Param> = statement.values.iter().map(to_param).collect();
-            tx.execute(&stmt, &refs(&values)).await.map_err(|e| handler_error(statement.index, e))?;
+            tx.execute(&stmt, &refs(&values)).await.map_err(|e| handler_error(statement.index, e, errors))?;
         }
         self.worker.faults.reach(Point::WorkerInHandler).await;
         let held = [row.held()];
@@ -285,6 +291,10 @@ impl RowTransaction for PgRows<'_> {
         let processed = tx.prepare_cached(&named.sql).await.map_err(mark)?;
         let marked = tx.execute(&processed, &refs(&values)).await.map_err(mark)?;
         Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
+    }
+
+    fn handler_errors(&self) -> &HandlerErrors {
+        &self.worker.errors
     }
 
     async fn commit(self) -> StoreResult<()> {
