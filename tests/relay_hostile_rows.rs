@@ -140,3 +140,23 @@ RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_ty
     assert_eq!(get(&address, "/healthz").0, 200, "the loop is alive: liveness is not where this shows");
     relay.await_log("the database refuses a relay statement").await;
 }
+
+/// A settle the database refuses for its data (here a mark statement that cannot take the entry
+/// id it is given) is given up after a few tries, reported and counted: never retried for ever.
+#[tokio::test]
+async fn a_settle_the_database_refuses_is_given_up_reported_and_counted() {
+    let env = TestEnv::new().await;
+    env.insert_events("s", "user", 2).await;
+    let mark = "mark_delivered = \"\"\"
+UPDATE audit_outbox o SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = (s.entry_id::bigint)::text,
+       lease_expires_at = NULL
+FROM unnest(:ids::bigint[], :tokens::bigint[], :entry_ids::text[]) AS s(id, token, entry_id)
+WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant\"\"\"";
+    let relay = Handoff::run(&env.config(&format!("claim = \"leased\"\n[relay.sql]\n{mark}")));
+    let address = relay.telemetry_address().await;
+    relay.await_log("the database refuses this settle's data").await;
+    let metrics = get(&address, "/metrics").1;
+    let refused = common::http::sample(&metrics, r#"handoff_relay_settle_refused_total{relay="relay"}"#);
+    assert!(refused.is_some_and(|n| n >= 1.0), "{metrics}");
+    assert_eq!(env.count("DELIVERED").await, 0);
+}

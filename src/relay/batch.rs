@@ -35,6 +35,21 @@ pub(super) struct Turn {
     pub gate_missed: bool,
 }
 
+/// Times a settle the database refuses for its data is tried before it is given up.
+const SETTLE_REFUSALS: u32 = 3;
+
+/// The longest error text a failed row keeps (`last_error`).
+const ERROR_MAX_CHARS: usize = 2000;
+
+/// How a settle ended.
+enum Persisted<T> {
+    Done(T),
+    /// The drain time ran out first.
+    Abandoned,
+    /// The database refused the settle's data, again and again.
+    Refused(crate::store::StoreError),
+}
+
 /// Rows sorted by what happens to them.
 #[derive(Default)]
 pub(super) struct Settlement {
@@ -208,7 +223,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                         let wait = delay(&self.config.backoff, row.attempts + 1);
                         settlement.failed.push(Failure {
                             row: row.key(),
-                            error,
+                            error: crate::error::storable(&error, ERROR_MAX_CHARS),
                             verdict: Verdict::Retry { delay: wait },
                         });
                     }
@@ -244,28 +259,54 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     }
 
     /// Writes every decision, retrying through database outages until the drain time after a
-    /// shutdown request is spent (then the leases lapse and another claimant takes over).
+    /// shutdown request is spent (then the leases lapse and another claimant takes over). A
+    /// settle the database refuses for its data is given up after a few tries (failures once
+    /// more with a minimal error text first): reported and counted, never retried for ever.
     async fn settle(&self, claimant: &str, held: &[RowRef], s: Settlement) {
         let metrics = &self.deps.metrics;
         let store = &self.deps.store;
         if !s.delivered.is_empty() {
             let expected = s.delivered.len() as u64;
-            if let Some(n) = self.persist(claimant, held, || store.settle_delivered(claimant, &s.delivered)).await {
+            let persisted = self.persist(claimant, held, || store.settle_delivered(claimant, &s.delivered)).await;
+            if let Some(n) = self.persisted("mark delivered", persisted) {
                 metrics.published.inc_by(n);
                 self.count_fenced("mark delivered", expected, n);
             }
         }
         if !s.failed.is_empty() {
             let expected = s.failed.len() as u64;
-            if let Some(n) = self.persist(claimant, held, || store.settle_failed(claimant, &s.failed)).await {
+            let mut persisted = self.persist(claimant, held, || store.settle_failed(claimant, &s.failed)).await;
+            if let Persisted::Refused(_) = persisted {
+                let minimal: Vec<Failure> = s
+                    .failed
+                    .iter()
+                    .map(|f| Failure { error: "the row failed (its error text was refused)".into(), ..f.clone() })
+                    .collect();
+                persisted = self.persist(claimant, held, || store.settle_failed(claimant, &minimal)).await;
+            }
+            if let Some(n) = self.persisted("record failure", persisted) {
                 self.count_fenced("record failure", expected, n);
             }
         }
         if !s.released.is_empty() {
             let expected = s.released.len() as u64;
-            if let Some(n) = self.persist(claimant, held, || store.release(claimant, &s.released)).await {
+            let persisted = self.persist(claimant, held, || store.release(claimant, &s.released)).await;
+            if let Some(n) = self.persisted("release", persisted) {
                 metrics.released.inc_by(n);
                 self.count_fenced("release", expected, n);
+            }
+        }
+    }
+
+    /// What a settle came to; a refused one is reported (its rows' leases will lapse).
+    fn persisted<T>(&self, step: &'static str, persisted: Persisted<T>) -> Option<T> {
+        match persisted {
+            Persisted::Done(value) => Some(value),
+            Persisted::Abandoned => None,
+            Persisted::Refused(error) => {
+                self.deps.metrics.settle_refused.inc();
+                tracing::error!(step, error = %error_chain(&error), "the database refuses this settle's data; its rows' leases will lapse and they are claimed again");
+                None
             }
         }
     }
@@ -278,8 +319,9 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
-    /// Runs a settle statement until it succeeds; `None` if the drain time ran out first.
-    async fn persist<T, F, Fut>(&self, claimant: &str, held: &[RowRef], op: F) -> Option<T>
+    /// Runs a settle statement until it succeeds, through outages; `Abandoned` if the drain
+    /// time ran out first, `Refused` once the database refused its data [`SETTLE_REFUSALS`] times.
+    async fn persist<T, F, Fut>(&self, claimant: &str, held: &[RowRef], op: F) -> Persisted<T>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = StoreResult<T>>,
@@ -287,21 +329,26 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let attempt = async {
             let mut retrier = Retrier::new(self.config.outage_backoff.clone());
             let mut errors = crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(30));
+            let mut refusals = 0;
             loop {
                 match op().await {
                     Ok(value) => {
                         self.source_up(&mut errors);
-                        return value;
+                        return Persisted::Done(value);
                     }
                     Err(error) => {
                         self.source_down(&mut errors, &error);
+                        refusals += u32::from(error.is_data_fault());
+                        if refusals >= SETTLE_REFUSALS {
+                            return Persisted::Refused(error);
+                        }
                         self.deps.health.beat();
                         tokio::time::sleep(retrier.failed()).await;
                     }
                 }
             }
         };
-        self.under_lease(claimant, held, attempt).await
+        self.under_lease(claimant, held, attempt).await.unwrap_or(Persisted::Abandoned)
     }
 
     /// One bounded attempt to hand rows back when the drain time is over; if it fails, their
@@ -343,6 +390,7 @@ impl Settlement {
         metrics: &crate::telemetry::metrics::RelayHandles,
     ) {
         metrics.dead(reason);
+        let error = crate::error::storable(&error, ERROR_MAX_CHARS);
         self.failed.push(Failure { row, error, verdict: Verdict::Dead });
     }
 }
