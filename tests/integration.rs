@@ -11,6 +11,7 @@ mod broker_loss;
 mod claim_plans;
 mod config_check;
 mod consumer_foreign_layout;
+mod consumer_outage;
 mod container_entrypoint;
 mod end_to_end;
 mod mariadb_consumer;

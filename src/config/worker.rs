@@ -133,7 +133,9 @@ pub enum HandlerVerdict {
 impl HandlerErrors {
     /// The verdict for a server error `code`, if either list names it.
     pub fn verdict(&self, code: &str) -> Option<HandlerVerdict> {
-        let names = |list: &[String]| list.iter().any(|c| c == code || (c.len() == 2 && code.len() == 5 && code.starts_with(c.as_str())));
+        let names = |list: &[String]| {
+            list.iter().any(|c| c == code || (c.len() == 2 && code.len() == 5 && code.starts_with(c.as_str())))
+        };
         if names(&self.retry) {
             Some(HandlerVerdict::Retry)
         } else if names(&self.dead) {

@@ -195,7 +195,8 @@ impl ApplyError {
     /// rest, the dialect's judgement (a refusal of the data: DEAD; anything else: an outage).
     pub fn from_handler(index: usize, error: super::StoreError, errors: &HandlerErrors) -> Self {
         let verdict = error.code().and_then(|code| errors.verdict(&code));
-        let handler = |e: &super::StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };
+        let handler =
+            |e: &super::StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };
         match (verdict, error) {
             (Some(verdict), e) => handler(&e, verdict == HandlerVerdict::Retry),
             (None, e @ super::StoreError::Rejected { .. }) => handler(&e, false),

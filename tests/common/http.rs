@@ -15,6 +15,22 @@ pub fn get(address: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Like [`get`], as a probe does it: `None` when the listener does not answer within a second
+/// (Kubernetes' default probe timeout), connecting included.
+pub fn try_get(address: &str, path: &str) -> Option<(u16, String)> {
+    let timeout = std::time::Duration::from_secs(1);
+    let addr: std::net::SocketAddr = address.parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok())?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Some((status, body))
+}
+
 /// The value of the sample whose line starts with `series` (name plus exact label set), if any.
 pub fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics

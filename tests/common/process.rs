@@ -124,14 +124,25 @@ impl Handoff {
 
     /// The address the telemetry listener bound (from the log), for `listen = "127.0.0.1:0"`.
     pub async fn telemetry_address(&self) -> String {
-        eventually("telemetry listener address in the log", || async {
+        let find = || {
             self.logs()
                 .lines()
                 .find(|l| l.contains("telemetry listener bound"))
                 .and_then(|l| l.split("address=").nth(1))
                 .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-        })
-        .await
+        };
+        let deadline = tokio::time::Instant::now() + super::WAIT;
+        loop {
+            if let Some(address) = find() {
+                return address;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no telemetry listener address in the log:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn config_path(&self) -> PathBuf {

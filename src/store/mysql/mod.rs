@@ -126,8 +126,7 @@ pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
 /// Server error codes of data the statement cannot store: retrying cannot help. 1153: a value
 /// larger than the server's `max_allowed_packet` (one entry's payload; the rest of its batch
 /// goes in without it).
-pub(crate) const DATA_ERRORS: &[u16] =
-    &[1048, 1062, 1153, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 3140, 4025];
+pub(crate) const DATA_ERRORS: &[u16] = &[1048, 1062, 1153, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 3140, 4025];
 
 /// The one place that decides, for MySQL / MariaDB, whether an error is an outage of the store
 /// (and which kind) or a refusal of the data: from the server's error code.
@@ -139,9 +138,7 @@ pub(crate) fn error(statement: &'static str, e: mysql_async::Error) -> StoreErro
             1290 | 1792 | 1836 => OutageKind::ReadOnly,
             // Too many connections (server, user, resources), lost or killed connections,
             // interrupted queries, a server shutting down or idle-disconnecting the client.
-            1040 | 1053 | 1152 | 1158 | 1159 | 1160 | 1161 | 1203 | 1226 | 1317 | 1927 | 4031 => {
-                OutageKind::Connection
-            }
+            1040 | 1053 | 1152 | 1158 | 1159 | 1160 | 1161 | 1203 | 1226 | 1317 | 1927 | 4031 => OutageKind::Connection,
             1044 | 1045 | 1142 | 1143 | 1227 | 1370 => OutageKind::Permission,
             // The statement does not fit the tables: an unknown database, column, table or
             // routine, a syntax error, a column count or a NOT NULL column without a default
@@ -162,7 +159,9 @@ pub(crate) fn error(statement: &'static str, e: mysql_async::Error) -> StoreErro
 
 fn packet_too_large(io: &std::io::Error) -> bool {
     use mysql_common::proto::codec::error::PacketCodecError;
-    io.get_ref().and_then(|e| e.downcast_ref::<PacketCodecError>()).is_some_and(|e| matches!(e, PacketCodecError::PacketTooLarge))
+    io.get_ref()
+        .and_then(|e| e.downcast_ref::<PacketCodecError>())
+        .is_some_and(|e| matches!(e, PacketCodecError::PacketTooLarge))
 }
 
 /// The server's message and code for a rejected statement; the plain text otherwise.

@@ -14,8 +14,8 @@ use super::Pool;
 
 use super::error;
 use super::values::{Param, bind, row_columns, row_texts};
-use crate::config::{HandlerErrors, WorkerConfig};
 use crate::config::consumer_sql::WorkerStatement;
+use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::outbox::TextRow;

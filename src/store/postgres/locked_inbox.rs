@@ -142,7 +142,8 @@ impl PgLockedInbox {
             .collect::<StoreResult<Vec<i64>>>()?;
         let mark = client.prepare_cached(&self.processed).await.map_err(|e| query_error("mark processed", e))?;
         // The mark is sent with the handler statements, in the same round trip.
-        let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids]), &self.errors).await? else {
+        let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids]), &self.errors).await?
+        else {
             return self.roll_back().await;
         };
         let marked = marked.map_err(|e| query_error("mark processed", e))?;

@@ -13,12 +13,12 @@ use tokio_postgres::types::ToSql;
 use super::locked_inbox::{self, LockedInboxSql};
 use super::values::{Cell, Param, column_type_supported, param_type_supported};
 use super::{pool_error, query_error};
+use crate::config::HandlerErrors;
 use crate::config::consumer_sql::WorkerStatement;
 use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::outbox::TextRow;
-use crate::config::HandlerErrors;
 use crate::store::worker::{
     Applied, ApplyError, BindValue, BoundStatement, InboxRow, LockedRows, RowTransaction, WorkerSql, apply_row_by_row,
     binding, commit_failed, missing_result_columns, statement_texts,
