@@ -122,11 +122,9 @@ async fn a_worker_holding_rows_through_an_outage_stays_alive_and_counts_no_expir
         .unwrap();
     // Leased, slow handlers: the worker is inside a batch when the database goes away; without
     // beats it would look stalled after 2 × (lease + outage_backoff.max + poll_interval) ≈ 6 s.
-    let worker = format!(
-        "\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\nclaim = \"leased\"\nbatch_size = 10\nlease = \"2s\"\n\
-         poll_interval = \"50ms\"\noutage_backoff = {{ initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }}\n\
-         [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT pg_sleep(0.2)\"]\n"
-    );
+    let worker = "\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\nclaim = \"leased\"\nbatch_size = 10\nlease = \"2s\"\n\
+         poll_interval = \"50ms\"\noutage_backoff = { initial = \"100ms\", max = \"1s\", multiplier = 2.0, jitter = 0.0 }\n\
+         [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT pg_sleep(0.2)\"]\n";
     let config = format!("{}{worker}", env.base_config())
         .replace(&env.database_url, &through(&env, &proxy))
         .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"");
