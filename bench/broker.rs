@@ -98,7 +98,8 @@ pub async fn bridge_large_entries(
     entries: usize,
     size: usize,
     batch_bytes: usize,
-) -> anyhow::Result<f64> {
+    poison: bool,
+) -> anyhow::Result<(f64, f64)> {
     let redis = PrivateRedis::start(dir, &["--appendonly", "no"]).await?;
     let env = BenchEnv::new(database_url, &redis.url(), binary.to_owned(), dir.to_owned()).await?;
     let config = load_str(&env.base_config())?;
@@ -120,19 +121,36 @@ pub async fn bridge_large_entries(
         };
         stream.append(&[entry], &AppendOptions::default()).await;
     }
+    // Valid entries (payload_max_bytes above their size), or poison ones (the default limit).
+    let limit =
+        if poison { String::new() } else { format!("[bridge.validate]\npayload_max_bytes = {}\n", size + (1 << 20)) };
     let section = format!(
-        "[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"{}\", owner = \"bench\" }}]\nbatch_bytes = {batch_bytes}\nblock = \"100ms\"\n[bridge.validate]\npayload_max_bytes = {}\n",
+        "[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"{}\", owner = \"bench\" }}]\nbatch_bytes = {batch_bytes}\nblock = \"100ms\"\n{limit}",
         env.stream("user"),
-        size + (1 << 20)
     );
     let mut child = env.spawn("bridge-large", &format!("{}{section}", env.base_config()))?;
+    let table = if poison { "consumer_inbox_poison" } else { "consumer_inbox" };
     let done = time_until(Duration::from_secs(600), || async {
-        Ok(env.scalar("SELECT count(*) FROM consumer_inbox").await? >= entries as i64)
+        Ok(env.scalar(&format!("SELECT count(*) FROM {table}")).await? >= entries as i64)
     })
     .await;
     let (peak_kb, _) = resources(child.id());
+    // What it keeps once the stream is quiet again (it reconnects a second after large entries).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let retained_kb = rss_kb(child.id());
     stop(&mut child);
     done?;
     env.drop_schema().await?;
-    Ok(peak_kb as f64 / 1024.0)
+    Ok((peak_kb as f64 / 1024.0, retained_kb as f64 / 1024.0))
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

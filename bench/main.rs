@@ -383,12 +383,15 @@ async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.add("gate", "relay CPU per 100k events, no gate", cpu(&plain), "s");
     report.add("gate", "relay CPU per 100k events, gate replicas = 1", cpu(&gated), "s");
     const MIB: usize = 1 << 20;
-    for batch_bytes in [8 * MIB, 32 * MIB, 64 * MIB] {
-        let peak = median(
-            repeat(args.repeat, || broker::bridge_large_entries(url, bin, dir, 200, 4 * MIB, batch_bytes)).await?,
-        );
-        let name = format!("bridge peak RSS, 200 entries of 4 MiB, batch_bytes {} MiB", batch_bytes / MIB);
-        report.add("memory", name, peak, "MiB");
+    for (batch_bytes, poison) in [(8 * MIB, false), (32 * MIB, false), (64 * MIB, false), (8 * MIB, true)] {
+        let runs =
+            repeat(args.repeat, || broker::bridge_large_entries(url, bin, dir, 200, 4 * MIB, batch_bytes, poison))
+                .await?;
+        let (peak, retained) = (median(runs.iter().map(|r| r.0).collect()), median(runs.iter().map(|r| r.1).collect()));
+        let what = if poison { "poison (over payload_max_bytes)" } else { "valid" };
+        let name = format!("bridge, 200 entries of 4 MiB, {what}, batch_bytes {} MiB", batch_bytes / MIB);
+        report.add("memory", format!("{name}: peak RSS"), peak, "MiB");
+        report.add("memory", format!("{name}: RSS 3 s after"), retained, "MiB");
         report.add(
             "memory",
             format!("bound 64 MiB + 3 × batch_bytes ({} MiB)", batch_bytes / MIB),

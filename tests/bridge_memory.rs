@@ -60,3 +60,54 @@ async fn large_entries_keep_the_bridge_within_its_memory_bound_and_it_gives_the_
     env.db.batch_execute("TRUNCATE consumer_inbox").await.unwrap();
     let _: () = env.redis.flushall(false).await.unwrap();
 }
+
+/// Entries over `payload_max_bytes` are poison, and what they carry does not set the size of
+/// their records or of the bridge: five rounds of 40 entries of 4 MiB, all refused, keep the
+/// bridge within the same bound, give the memory back after each round, and each record keeps
+/// a prefix and the length of the payload rather than the payload.
+#[tokio::test]
+async fn oversized_entries_are_poison_with_bounded_records_and_the_bridge_stays_within_its_bound() {
+    let redis = RedisServer::start().await;
+    let env = TestEnv::with_redis(&redis.url()).await;
+    let extra = format!("batch_bytes = {BATCH_BYTES}\n");
+    let launch = Launch { binary: std::env::var("HANDOFF_RELEASE_BIN").ok(), ..Launch::default() };
+    let bridge = Handoff::launch(&env.bridge_config("b1", &["user"], &extra), launch);
+    bridge.await_log("bridge started").await;
+    let (idle, _) = memory(bridge.pid());
+    let blob = "x".repeat(ENTRY - 100);
+    let mut retained = Vec::new();
+    for round in 1..=5 {
+        for i in 1..=40 {
+            let id = format!("big-{round}-{i}");
+            let payload = format!(r#"{{"auditId":"{id}","actor":"admin","blob":"{blob}"}}"#);
+            env.xadd_event("user", &id, &payload).await;
+        }
+        eventually("every oversized entry recorded as poison", || async {
+            (env.poison().await.len() == 40 * round).then_some(())
+        })
+        .await;
+        let now = eventually(&format!("the memory given back (idle {} MiB)", idle / MIB), || async {
+            let (now, _) = memory(bridge.pid());
+            (now <= idle + 16 * MIB).then_some(now)
+        })
+        .await;
+        retained.push(now / MIB);
+    }
+    let (_, peak) = memory(bridge.pid());
+    eprintln!(
+        "bridge memory, oversized poison: idle {} MiB, peak {} MiB, after each round {retained:?} MiB",
+        idle / MIB,
+        peak / MIB
+    );
+    let bound = 64 * MIB + 3 * BATCH_BYTES;
+    assert!(peak <= bound, "peak RSS {} MiB over the bound {} MiB", peak / MIB, bound / MIB);
+    let largest = env.scalar_i64("SELECT max(octet_length(fields::text))::bigint FROM consumer_inbox_poison").await;
+    assert!(largest < 4096, "a poison record keeps a prefix, not the payload: {largest} bytes");
+    let bytes = env
+        .scalar_i64("SELECT min((fields->'payload'->>'bytes')::bigint) FROM consumer_inbox_poison WHERE reason = 'payload_too_large'")
+        .await;
+    assert!(bytes > (ENTRY - 200) as i64, "the record says how long the payload was: {bytes}");
+    assert_eq!(env.group_pending("user").await, Some(0));
+    env.db.batch_execute("TRUNCATE consumer_inbox_poison").await.unwrap();
+    let _: () = env.redis.flushall(false).await.unwrap();
+}

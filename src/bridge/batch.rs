@@ -201,7 +201,7 @@ impl<S: InboxStore> StreamBridge<S> {
                 "redelivered {deliveries} times after reaching the inbox, each time without a verdict (the bridge died handling it?); limit {}",
                 self.config.max_deliveries
             ),
-            fields: entry.fields_json(),
+            fields: entry.fields_json(self.config.validate.payload_max_bytes),
         }
     }
 
@@ -278,7 +278,7 @@ impl<S: InboxStore> StreamBridge<S> {
                     fields: entries
                         .iter()
                         .find(|r| r.id == event.entry_id)
-                        .map(RawEntry::fields_json)
+                        .map(|r| r.fields_json(self.config.validate.payload_max_bytes))
                         .unwrap_or_default(),
                 }),
                 Err(e) => return Err(e),

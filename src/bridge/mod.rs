@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, trace, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
@@ -27,6 +27,11 @@ use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
 use validate::Validator;
+
+/// A read bringing more than this is large: its reply's buffer is worth giving back, once the
+/// stream has been quiet for [`QUIET`].
+const LARGE_READ_BYTES: usize = 1 << 20;
+const QUIET: Duration = Duration::from_secs(1);
 
 pub struct BridgeDeps<S> {
     pub store: S,
@@ -79,6 +84,10 @@ impl<S: InboxStore> StreamBridge<S> {
         // The last batch committed and not yet acknowledged: its XACK goes out while the next
         // batch commits, so the database never waits for Redis in between.
         let mut unacked = batch::Committed::default();
+        // A read of large entries since the stream was last quiet, and since when it has been
+        // (see `fresh_connection`).
+        let mut carried_large = false;
+        let mut quiet_since: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
             let recovery_due = last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2);
@@ -109,10 +118,23 @@ impl<S: InboxStore> StreamBridge<S> {
                     self.deps.health.set_stream_ok(true);
                     if entries.is_empty() {
                         own_backlog = false;
+                        // Quiet for a second after large entries: give their read buffer back.
+                        match quiet_since {
+                            _ if !carried_large => {}
+                            None => quiet_since = Some(Instant::now()),
+                            Some(at) if at.elapsed() >= QUIET => {
+                                (carried_large, quiet_since) = (false, None);
+                                self.fresh_connection();
+                            }
+                            Some(_) => {}
+                        }
                         continue;
                     }
+                    quiet_since = None;
                     trace!(entries = entries.len(), read_ms = reading.elapsed().as_secs_f64() * 1e3, "batch read");
-                    let large = entries.iter().map(RawEntry::size).sum::<usize>() > self.config.batch_bytes / 2;
+                    let bytes = entries.iter().map(RawEntry::size).sum::<usize>();
+                    carried_large |= bytes > LARGE_READ_BYTES;
+                    let large = bytes > self.config.batch_bytes / 2;
                     let none = HashMap::new();
                     let previous = std::mem::take(&mut unacked);
                     if own_backlog {
@@ -165,6 +187,15 @@ impl<S: InboxStore> StreamBridge<S> {
         info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
     }
 
+    /// Replaces this stream's connection once the stream is quiet after large entries: the
+    /// client's read buffer keeps the allocation of the largest reply it decoded for as long as
+    /// the connection lives (the entries' bytes were cut from it), so without this the memory
+    /// of one large read stayed with an idle bridge.
+    fn fresh_connection(&self) {
+        debug!(bridge = %self.config.name, stream = %self.source.key, "quiet after large entries; reconnecting to free the read buffer");
+        self.group.replace_client(self.deps.stream.dedicated(&self.source.key));
+    }
+
     async fn outage(
         &self,
         outage: &mut Retrier,
@@ -190,8 +221,12 @@ impl<S: InboxStore> StreamBridge<S> {
 
 /// How many entries one read may ask for: `batch_size`, fewer when entries are large, so that a
 /// read brings in about `batch_bytes` at most. The estimate is the largest entry of the last
-/// read, or half the previous estimate when entries got smaller; it starts at the largest valid
-/// payload, so even the first read is bounded.
+/// read, or half the previous estimate when entries got smaller. It starts at `batch_bytes`
+/// (one entry), so the reads after a start grow 1, 2, 4, … while entries are small: a bridge
+/// that was killed by a burst of huge entries (say, out of memory) reads them again one or two
+/// at a time and refuses them, instead of dying on them again for ever. Redis cannot bound a
+/// read by bytes, so a read after small entries can still bring `batch_size` entries of
+/// whatever size a producer wrote; the next reads adapt (docs/consumer.md, memory).
 #[derive(Debug, Clone)]
 struct ReadBudget {
     batch_size: u32,
@@ -201,11 +236,7 @@ struct ReadBudget {
 
 impl ReadBudget {
     fn new(config: &BridgeConfig) -> Self {
-        Self {
-            batch_size: config.batch_size,
-            batch_bytes: config.batch_bytes,
-            largest: config.validate.payload_max_bytes.saturating_add(1024),
-        }
+        Self { batch_size: config.batch_size, batch_bytes: config.batch_bytes, largest: config.batch_bytes.max(1) }
     }
 
     fn count(&self) -> u32 {
@@ -232,8 +263,14 @@ mod tests {
 
     #[test]
     fn large_entries_are_read_a_few_at_a_time_and_small_ones_a_whole_batch() {
-        let mut budget = ReadBudget { batch_size: 100, batch_bytes: 8 << 20, largest: (256 << 10) + 1024 };
-        assert_eq!(budget.count(), 31, "bounded before anything was seen");
+        let mut budget = ReadBudget { batch_size: 100, batch_bytes: 8 << 20, largest: 8 << 20 };
+        assert_eq!(budget.count(), 1, "one entry before anything was seen");
+        let mut reads = Vec::new();
+        for _ in 0..8 {
+            budget.observe(&[entry(300)]);
+            reads.push(budget.count());
+        }
+        assert_eq!(reads, [2, 4, 8, 16, 32, 64, 100, 100], "growing while entries are small");
         budget.observe(&[entry(4 << 20)]);
         assert_eq!(budget.count(), 2);
         budget.observe(&[entry(16 << 20)]);

@@ -51,7 +51,7 @@ impl Validator {
                 event_id: self.event_id_of(entry),
                 reason,
                 detail,
-                fields: entry.fields_json(),
+                fields: entry.fields_json(self.config.payload_max_bytes),
             }),
         }
     }

@@ -158,9 +158,16 @@ pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, String> {
             };
             let value = match value {
                 serde_json::Value::String(text) => text.as_bytes().to_vec(),
-                other => match other.get("base64").and_then(|v| v.as_str()) {
-                    Some(encoded) => decode_base64(encoded)?,
-                    None => other.to_string().into_bytes(),
+                other => match (other.get("base64").and_then(|v| v.as_str()), other.get("bytes")) {
+                    (Some(encoded), _) => decode_base64(encoded)?,
+                    (None, Some(bytes)) => {
+                        return Err(format!(
+                            "field `{}` was kept as a prefix of its {bytes} bytes (too large for the record): \
+                             the entry cannot be appended again from it; the original may still be in its stream",
+                            String::from_utf8_lossy(&name)
+                        ));
+                    }
+                    (None, None) => other.to_string().into_bytes(),
                 },
             };
             Ok((name, value))

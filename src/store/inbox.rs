@@ -29,6 +29,9 @@ pub const INBOX_COLUMNS: &[&str] = &[
 ];
 pub const POISON_COLUMNS: &[&str] =
     &["consumer", "stream", "stream_entry_id", "event_id", "reason", "detail", "fields"];
+/// The longest detail a poison record keeps (a database's error, say), in characters.
+pub const DETAIL_MAX_CHARS: usize = 2000;
+
 /// Columns of handoff's own table of redeliveries (`bridge.deliveries_table`).
 pub const DELIVERIES_COLUMNS: &[&str] = &["consumer", "stream", "stream_entry_id", "deliveries", "last_at"];
 
@@ -226,7 +229,7 @@ pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(
         "entry_id" => Param::Text(record.entry_id.clone()),
         "event_id" => record.event_id.clone().map_or(Param::Null, Param::Text),
         "reason" => Param::Text(record.reason.to_owned()),
-        "detail" => Param::Text(record.detail.clone()),
+        "detail" => Param::Text(crate::error::storable(&record.detail, DETAIL_MAX_CHARS)),
         _ => Param::Json(record.fields.to_string()),
     }
 }

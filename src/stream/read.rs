@@ -4,6 +4,12 @@
 use bytes::Bytes;
 use fred::types::Value;
 
+/// Bytes of a field name a poison record keeps.
+const NAME_MAX: usize = 256;
+
+/// Bytes of a value too large for a poison record that the record keeps, to recognise it by.
+const PREFIX_BYTES: usize = 1024;
+
 /// One entry; `fields` is `None` when the entry was deleted (trimmed) while pending. Names and
 /// values share the bytes of the reply they were read from (no copy of a payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,19 +31,35 @@ impl RawEntry {
 
     /// The fields as JSON for the poison record: UTF-8 values as strings, others as
     /// `{"base64": "…"}`; later duplicates of a name keep the first.
-    pub fn fields_json(&self) -> serde_json::Value {
+    ///
+    /// What an entry carries does not set the size of its record (invariant 14): a value over
+    /// `limit` bytes, or any value once the record holds `2 × limit`, is kept as
+    /// `{"prefix": "<its first bytes>", "bytes": <its length>}` — enough to recognise it, not
+    /// to append it again (`handoff poison retry` says so). Names are kept to 256 bytes.
+    pub fn fields_json(&self, limit: usize) -> serde_json::Value {
         let mut map = serde_json::Map::new();
+        let mut kept = 0usize;
         for (k, v) in self.fields.iter().flatten() {
+            let k = &k[..k.len().min(NAME_MAX)];
             // jsonb holds neither invalid UTF-8 nor NUL; such names and values travel as base64.
             let key = match std::str::from_utf8(k) {
                 Ok(text) if !text.contains('\0') => text.to_owned(),
                 _ => format!("base64:{}", base64(k)),
             };
-            let value = match std::str::from_utf8(v) {
-                Ok(text) if !text.contains('\0') => serde_json::Value::String(text.to_owned()),
-                _ => serde_json::json!({ "base64": base64(v) }),
+            if map.contains_key(&key) {
+                continue;
+            }
+            let value = if v.len() > limit || kept + v.len() > limit.saturating_mul(2) {
+                let prefix = String::from_utf8_lossy(&v[..v.len().min(PREFIX_BYTES)]).replace('\0', "\\0");
+                serde_json::json!({ "prefix": prefix, "bytes": v.len() })
+            } else {
+                kept += v.len();
+                match std::str::from_utf8(v) {
+                    Ok(text) if !text.contains('\0') => serde_json::Value::String(text.to_owned()),
+                    _ => serde_json::json!({ "base64": base64(v) }),
+                }
             };
-            map.entry(key).or_insert(value);
+            map.insert(key, value);
         }
         serde_json::Value::Object(map)
     }
@@ -157,7 +179,7 @@ mod tests {
             id: "1-0".into(),
             fields: Some(vec![(Bytes::from_static(b"payload"), Bytes::from_static(&[0xff, 0xfe, 0x00]))]),
         };
-        assert_eq!(entry.fields_json()["payload"]["base64"], "//4A");
+        assert_eq!(entry.fields_json(1 << 20)["payload"]["base64"], "//4A");
     }
 
     #[test]

@@ -211,7 +211,8 @@ impl InboxStore for PgInbox {
         tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
         // A connection that carried a large batch keeps buffers of that size for its whole life:
         // close it rather than pool it, so the memory goes back.
-        let carried: usize = events.iter().map(|e| e.payload.as_bytes().len()).sum();
+        let carried: usize = events.iter().map(|e| e.payload.as_bytes().len()).sum::<usize>()
+            + records.iter().map(|p| p.fields.to_string().len()).sum::<usize>();
         if carried > LARGE_BATCH_BYTES {
             drop(deadpool_postgres::Object::take(client));
         }
@@ -358,7 +359,7 @@ async fn poison_batch(tx: &Transaction<'_>, sql: &str, consumer: &str, records: 
             &get(|p| Some(p.entry_id.clone())),
             &get(|p| p.event_id.clone()),
             &get(|p| Some(p.reason.to_owned())),
-            &get(|p| Some(p.detail.clone())),
+            &get(|p| Some(crate::error::storable(&p.detail, crate::store::inbox::DETAIL_MAX_CHARS))),
             &get(|p| Some(p.fields.to_string())),
         ],
     )
