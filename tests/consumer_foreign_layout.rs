@@ -156,3 +156,33 @@ async fn an_existing_inbox_and_envelope_are_adopted_by_configuration_through_kil
         ["eventId", "eventType", "aggregateId", "aggregateVersion", "schemaVersion", "payload", "headers"]
     );
 }
+
+/// An adopted inbox without a content-hash column still tells a replay from a conflict: its
+/// `existing` statement is offered the entry's payload and hash, and compares the payload.
+#[tokio::test]
+async fn an_adopted_inbox_without_a_hash_column_detects_a_replay_with_other_content() {
+    let env = TestEnv::new().await;
+    env.db.batch_execute(TABLES).await.unwrap();
+    let bridge = example_part(&env, "bridge");
+    let (ok, out) = common::process::run_to_end(&bridge, &["check"]);
+    assert!(ok, "{out}");
+    let _bridge = Handoff::run(&bridge);
+    let entry = |payload: &str| -> Vec<(&str, Vec<u8>)> {
+        vec![
+            ("eventId", b"ord-x".to_vec()),
+            ("eventType", b"OrderPlaced".to_vec()),
+            ("aggregateId", b"o-1".to_vec()),
+            ("payload", payload.as_bytes().to_vec()),
+        ]
+    };
+    env.xadd_raw("orders", entry(r#"{"total": 10}"#)).await;
+    env.xadd_raw("orders", entry(r#"{"total": 10}"#)).await;
+    env.xadd_raw("orders", entry(r#"{"total": 99}"#)).await;
+    eventually("the conflicting replay to be recorded", || async {
+        (scalar(&env, "SELECT count(*) FROM consumer_inbox_poison").await == 1).then_some(())
+    })
+    .await;
+    let reason: String = env.db.query_one("SELECT reason FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
+    assert_eq!(reason, "payload_conflict", "the same payload again is a duplicate, another one a conflict");
+    assert_eq!(scalar(&env, "SELECT count(*) FROM app_inbox").await, 1);
+}
