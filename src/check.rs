@@ -26,6 +26,15 @@ use crate::worker::{Worker, WorkerDeps};
 pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     let mut ok = Vec::new();
     let mut problems = Vec::new();
+    match crate::telemetry::http::Limits::from_config(&config.telemetry) {
+        Ok(limits) => ok.push(format!(
+            "telemetry: {} on {}, /metrics {}",
+            if limits.tls.is_some() { "https" } else { "http" },
+            config.telemetry.listen,
+            if limits.auth.is_some() { "asks for credentials" } else { "open" }
+        )),
+        Err(e) => problems.push(e),
+    }
     match RedisStream::connect(&config.redis).await {
         Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
         Ok((stream, _)) => match stream.ping().await {
@@ -67,7 +76,10 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     for (path, url, tls) in https_handlers(config) {
         match https_tls(&path, &url, &tls).await {
             Ok(line) => ok.push(format!("{path}: {line}")),
-            Err(e) => problems.push(format!("{path}: {url}: {}", tls::explain(&format!("{path}.tls"), &e))),
+            Err(e) => {
+                let shown = crate::config::secret::redacted_url(&url);
+                problems.push(format!("{path}: {shown}: {}", tls::explain(&format!("{path}.tls"), &e)))
+            }
         }
     }
     for relay in &config.relays {
@@ -192,8 +204,8 @@ fn https_handlers(config: &Config) -> Vec<(String, String, crate::config::TlsCon
     let mut found = Vec::new();
     for (i, worker) in config.workers.iter().enumerate() {
         for (h, handler) in worker.handlers.iter().enumerate() {
-            if let Some(http) = handler.http.as_ref().filter(|http| http.url.starts_with("https://")) {
-                found.push((format!("worker[{i}].handler[{h}].http"), http.url.clone(), http.tls.clone()));
+            if let Some(http) = handler.http.as_ref().filter(|http| http.url().starts_with("https://")) {
+                found.push((format!("worker[{i}].handler[{h}].http"), http.url().to_owned(), http.tls.clone()));
             }
         }
     }

@@ -176,6 +176,22 @@ fn secrets_never_appear_in_errors() {
     assert!(out.contains("database"), "{out}");
 }
 
+/// An HTTP handler's URL may carry credentials: `check` names the handler and the host, never
+/// the user's password or the query's token.
+#[tokio::test]
+async fn a_handler_url_with_credentials_is_shown_redacted() {
+    let env = TestEnv::new().await;
+    let worker = format!(
+        "{}\n[[worker]]\nname = \"w\"\nconsumer = \"admin\"\n[[worker.handler]]\nevent_types = [\"*\"]\n\
+         http = {{ url = \"https://svc:hunter2@127.0.0.1:1/events?token=sekrit\" }}\n",
+        env.base_config()
+    );
+    let (ok, out) = run_to_end(&worker, &["check"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("https://***@127.0.0.1:1/events?***"), "{out}");
+    assert!(!out.contains("hunter2") && !out.contains("sekrit"), "{out}");
+}
+
 #[tokio::test]
 async fn check_names_the_statement_the_database_rejects() {
     let env = TestEnv::new().await;

@@ -83,8 +83,9 @@ async fn readiness_follows_redis_and_liveness_stays_up() {
     eventually("ready again after redis returns", || async { (get(&address, "/readyz").0 == 200).then_some(()) }).await;
 }
 
-/// A client that never finishes its request is cut off after `header_read_timeout`; clients
-/// beyond `max_connections` are closed on accept; the listener serves again afterwards.
+/// A client that never finishes its request is cut off after `header_read_timeout`, and one
+/// beyond `max_connections` makes room by closing the oldest connection without a request in
+/// progress: the new request is served.
 #[tokio::test]
 async fn slow_clients_cannot_hold_the_telemetry_listener() {
     use std::io::{Read, Write};
@@ -102,19 +103,100 @@ async fn slow_clients_cannot_hold_the_telemetry_listener() {
             stream
         })
         .collect();
-    // A whole request over the limit is not served: the connection is closed unanswered.
-    let mut extra = std::net::TcpStream::connect(&address).unwrap();
-    extra.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
-    let _ = extra.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut answer = Vec::new();
-    let _ = extra.read_to_end(&mut answer);
-    assert!(answer.is_empty(), "served over the limit: {}", String::from_utf8_lossy(&answer));
+    let (status, _) = common::http::try_get(&address, "/healthz").expect("a request over the limit makes room");
+    assert_eq!(status, 200);
     for mut stream in slow {
         stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
         let mut rest = Vec::new();
-        // Cut off by the server (perhaps after a 408): the read ends, it does not time out.
+        // Cut off by the server (to make room, or after a 408): the read ends, it does not time out.
         stream.read_to_end(&mut rest).expect("the server closes a connection whose headers never finish");
         assert!(!String::from_utf8_lossy(&rest).contains("200 OK"), "the unfinished request was not served");
     }
     eventually("the listener serving again", || async { (get(&address, "/metrics").0 == 200).then_some(()) }).await;
+}
+
+/// The kubelet's probes are answered within their timeout (1 s) whatever else is connected:
+/// 50 idle keep-alive scrapers and 200 clients that never finish their headers, against the
+/// default limits.
+#[tokio::test]
+async fn probes_are_answered_beside_fifty_idle_scrapers_and_two_hundred_slow_clients() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = TestEnv::new().await;
+    let relay = Handoff::run(&env.config(""));
+    let address = relay.telemetry_address().await;
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut status = String::new();
+        let _ = BufReader::new(stream.try_clone().unwrap()).read_line(&mut status);
+        idle.push(stream);
+    }
+    let slow: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&address).unwrap();
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+            stream
+        })
+        .collect();
+    for probe in 0..20 {
+        let path = if probe % 2 == 0 { "/healthz" } else { "/readyz" };
+        let answer = tokio::task::spawn_blocking({
+            let address = address.clone();
+            move || common::http::try_get(&address, path)
+        })
+        .await
+        .unwrap();
+        assert!(answer.is_some(), "probe {probe} ({path}) unanswered within 1 s");
+    }
+    drop((idle, slow));
+}
+
+/// `GET path` over TLS (trusting `ca`, server name `localhost`) with an optional
+/// `Authorization` header: the status code.
+async fn tls_get(address: &str, ca: &std::path::Path, path: &str, authorization: Option<&str>) -> u16 {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(handoff::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    let header = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{header}Connection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    let _ = tls.read_to_string(&mut response).await;
+    response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// `/metrics` over TLS with a bearer token from a file, as Prometheus exporters offer: without
+/// the token 401, with it 200; the probes need none; plain HTTP is not served.
+#[tokio::test]
+async fn metrics_can_ask_for_a_bearer_token_over_tls_and_the_probes_stay_open() {
+    let env = TestEnv::new().await;
+    let pki = common::pki::Pki::new();
+    let token = pki.dir.path().join("metrics-token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let telemetry = format!(
+        "sample_interval = \"100ms\"\n[telemetry.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\
+         [telemetry.auth]\nbearer_token_file = \"{}\"\n",
+        pki.server_cert.display(),
+        pki.server_key.display(),
+        token.display()
+    );
+    let relay = Handoff::run(&env.config("").replace("sample_interval = \"100ms\"\n", &telemetry));
+    let address = relay.telemetry_address().await;
+    assert_eq!(tls_get(&address, &pki.ca, "/metrics", None).await, 401);
+    assert_eq!(tls_get(&address, &pki.ca, "/metrics", Some("Bearer wrong")).await, 401);
+    assert_eq!(tls_get(&address, &pki.ca, "/metrics", Some("Bearer t0ken")).await, 200);
+    assert_eq!(tls_get(&address, &pki.ca, "/healthz", None).await, 200);
+    assert_eq!(common::http::try_get(&address, "/healthz").map(|(s, _)| s), None, "no plain HTTP on a TLS listener");
+    assert!(!relay.logs().contains("t0ken"), "the token is never logged");
 }

@@ -61,10 +61,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     }
     let server_stop = CancellationToken::new();
     let endpoints = Endpoints { registry: shared.registry.clone(), health: shared.health.clone() };
-    let limits = http::Limits {
-        header_read_timeout: config.telemetry.header_read_timeout,
-        max_connections: config.telemetry.max_connections,
-    };
+    let limits = http::Limits::from_config(&config.telemetry).map_err(|e| anyhow!(e))?;
     let (_, server) = http::bind(config.telemetry.listen, endpoints, limits, server_stop.clone())
         .await
         .with_context(|| format!("telemetry.listen {}", config.telemetry.listen))?;

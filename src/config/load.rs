@@ -95,6 +95,17 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
     }
     database_tls(&mut config.database, &mut errors);
+    if let Some(auth) = &mut config.telemetry.auth {
+        metrics_auth(auth, &mut errors);
+    }
+    for worker in &mut config.workers {
+        for (h, handler) in worker.handlers.iter_mut().enumerate() {
+            if let Some(http) = &mut handler.http {
+                let path = format!("worker `{}` handler[{h}].http", worker.name);
+                handler_url(&path, http, &mut errors);
+            }
+        }
+    }
     super::ordered::restore(&mut config, text);
     errors.extend(validate::validate(&config));
     if !errors.is_empty() {
@@ -282,6 +293,44 @@ fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) 
             database.url = Some(Secret::new(parsed.url));
         }
         Err(found) => errors.extend(found),
+    }
+}
+
+/// Reads `[telemetry.auth]`'s secret files: exactly one of a bearer token or a basic user with
+/// its password.
+fn metrics_auth(auth: &mut super::MetricsAuth, errors: &mut Vec<String>) {
+    let read = |key: &str, path: &PathBuf, errors: &mut Vec<String>| match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
+        Ok(_) => {
+            errors.push(format!("telemetry.auth.{key}: {} is empty", path.display()));
+            None
+        }
+        Err(e) => {
+            errors.push(format!("telemetry.auth.{key}: cannot read {}: {e}", path.display()));
+            None
+        }
+    };
+    match (&auth.bearer_token_file, &auth.basic_user, &auth.basic_password_file) {
+        (Some(path), None, None) => auth.bearer_token = read("bearer_token_file", path, errors),
+        (None, Some(_), Some(path)) => auth.basic_password = read("basic_password_file", path, errors),
+        _ => errors.push(
+            "telemetry.auth: set bearer_token_file, or basic_user with basic_password_file (one of the two)".into(),
+        ),
+    }
+}
+
+/// An HTTP handler's URL may carry credentials (`user:password@`, a token in the query): it
+/// may come from `url_file`, and is kept as a secret either way.
+fn handler_url(path: &str, http: &mut super::HttpHandlerConfig, errors: &mut Vec<String>) {
+    match (http.url.is_some(), http.url_file.take()) {
+        (true, Some(_)) => errors.push(format!("{path}.url and {path}.url_file are both set; keep one")),
+        (false, Some(file)) => match std::fs::read_to_string(&file) {
+            Ok(text) if !text.trim().is_empty() => http.url = Some(Secret::new(text.trim())),
+            Ok(_) => errors.push(format!("{path}.url_file: {} is empty", file.display())),
+            Err(e) => errors.push(format!("{path}.url_file: cannot read {}: {e}", file.display())),
+        },
+        (false, None) => errors.push(format!("{path}.url is required (or {path}.url_file)")),
+        (true, None) => {}
     }
 }
 

@@ -10,7 +10,7 @@ pub mod consumer_sql;
 mod load;
 pub mod ordered;
 mod relay;
-mod secret;
+pub mod secret;
 pub mod statements;
 pub mod template;
 pub mod tls;
@@ -155,11 +155,49 @@ pub struct TelemetryConfig {
     /// connection (a slow client cannot hold it). Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub header_read_timeout: Duration,
-    /// Connections served at once; more are closed on accept. Default: 32.
+    /// Connections open at once. A new one beyond it closes the connection that has been
+    /// open longest without a request in progress (an idle scraper, a client still sending
+    /// its headers), so the kubelet's probes are answered whatever else is connected.
+    /// Default: 32.
     #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
+    /// Serve the listener over TLS (`[telemetry.tls]`: `cert_file`, `key_file`, optionally
+    /// `client_ca_file` to require client certificates). Default: plain HTTP.
+    pub tls: Option<ListenerTls>,
+    /// Credentials `/metrics` asks for (`[telemetry.auth]`); the probes never do (the kubelet
+    /// would need them). Default: none.
+    pub auth: Option<MetricsAuth>,
     /// OpenTelemetry traces over OTLP/HTTP (`[telemetry.tracing]`). Default: off.
     pub tracing: Option<TracingConfig>,
+}
+
+/// `[telemetry.tls]`: the listener's own certificate, as Prometheus exporters take it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// PEM certificate (chain) the listener presents. Required.
+    pub cert_file: std::path::PathBuf,
+    /// PEM private key of `cert_file`. Required.
+    pub key_file: std::path::PathBuf,
+    /// PEM CA certificate(s): when set, clients must present a certificate it signed.
+    pub client_ca_file: Option<std::path::PathBuf>,
+}
+
+/// `[telemetry.auth]`: what a scrape of `/metrics` must carry, from mounted secret files.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsAuth {
+    /// A file holding the bearer token (`Authorization: Bearer <token>`).
+    pub bearer_token_file: Option<std::path::PathBuf>,
+    /// Basic authentication: the user name, with `basic_password_file`.
+    pub basic_user: Option<String>,
+    /// A file holding the basic-authentication password.
+    pub basic_password_file: Option<std::path::PathBuf>,
+    /// Read from the files when the configuration loads.
+    #[serde(skip)]
+    pub bearer_token: Option<Secret>,
+    #[serde(skip)]
+    pub basic_password: Option<Secret>,
 }
 
 /// `[telemetry.tracing]`: spans for each event's way through handoff, exported over OTLP/HTTP
@@ -273,6 +311,8 @@ impl Default for TelemetryConfig {
             sample_interval: defaults::sample_interval(),
             header_read_timeout: defaults::five_seconds(),
             max_connections: defaults::max_connections(),
+            tls: None,
+            auth: None,
             tracing: None,
         }
     }

@@ -30,9 +30,37 @@ impl fmt::Display for Secret {
     }
 }
 
+/// A URL as it may be shown: scheme, host, port and path, with credentials and the query
+/// replaced by `***` (`https://***@hooks.internal:8443/events?***`).
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return "***".into() };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((before, _)) => (before, "?***"),
+        None => (rest, ""),
+    };
+    let (authority, path) = before_query.split_once('/').map_or((before_query, ""), |(a, p)| (a, p));
+    let host = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_owned(),
+    };
+    let path = if path.is_empty() { String::new() } else { format!("/{path}") };
+    format!("{scheme}://{host}{path}{query}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_urls_keep_where_they_go_and_drop_credentials() {
+        assert_eq!(
+            redacted_url("https://u:hunter2@hooks.local:8443/events?token=abc"),
+            "https://***@hooks.local:8443/events?***"
+        );
+        assert_eq!(redacted_url("http://127.0.0.1:9000/x"), "http://127.0.0.1:9000/x");
+        assert_eq!(redacted_url("https://hooks.local?key=1"), "https://hooks.local?***");
+        assert_eq!(redacted_url("not a url with hunter2"), "***");
+    }
 
     #[test]
     fn formatting_hides_the_value() {

@@ -80,7 +80,7 @@ fn validate_http_headers(path: &str, http: &super::HttpHandlerConfig) -> Vec<Str
 }
 
 fn validate_http_tls(path: &str, http: &super::HttpHandlerConfig) -> Vec<String> {
-    let https = http.url.trim_start().to_ascii_lowercase().starts_with("https://");
+    let https = http.url().trim_start().to_ascii_lowercase().starts_with("https://");
     if !https {
         return if http.tls.is_set() {
             vec![format!("{path}.tls is set but {path}.url is not https://")]

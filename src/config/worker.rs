@@ -178,8 +178,11 @@ pub struct HandlerConfig {
 #[serde(deny_unknown_fields)]
 pub struct HttpHandlerConfig {
     /// `http://host:port/path`, or `https://…` (verified with `tls`, default `verify-full`
-    /// against the system roots).
-    pub url: String,
+    /// against the system roots). A secret: it may carry credentials, and is shown redacted
+    /// (`https://***@host:port/path?***`) in logs, errors and `check`.
+    pub url: Option<super::Secret>,
+    /// A file holding the URL instead (a mounted secret).
+    pub url_file: Option<std::path::PathBuf>,
     /// Per-request timeout. Default: "10s".
     #[serde(default = "defaults::http_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -202,6 +205,18 @@ pub struct HttpHandlerConfig {
     /// concurrently up to this bound (1: one after the other, in the batch's order). Default: 8.
     #[serde(default = "defaults::http_concurrency")]
     pub concurrency: u32,
+}
+
+impl HttpHandlerConfig {
+    /// The URL itself (set once the configuration is loaded), for the one place that connects.
+    pub fn url(&self) -> &str {
+        self.url.as_ref().map_or("", |u| u.expose())
+    }
+
+    /// The URL as logs, errors and `check` show it.
+    pub fn shown_url(&self) -> String {
+        super::secret::redacted_url(self.url())
+    }
 }
 
 /// Headers an event may never set, whatever `forward_headers` says: hop-by-hop and framing

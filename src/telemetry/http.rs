@@ -1,8 +1,16 @@
 //! The one small HTTP listener: `/metrics`, `/healthz` (liveness), `/readyz` (readiness).
+//!
+//! The probes must be answered within the kubelet's timeout whatever else is connected: a
+//! request's headers must arrive within `header_read_timeout` (keep-alive waits included), and
+//! when every slot is taken a new connection closes the one open longest without a request in
+//! progress ([`Connections`]). `/metrics` may ask for a bearer token or basic authentication,
+//! and the whole listener may speak TLS, as Prometheus exporters offer; the probes never ask
+//! for credentials.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -12,12 +20,14 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use super::connections::{Admitted, Connections};
 use super::health::Health;
+use crate::config::{MetricsAuth, TelemetryConfig};
 
 #[derive(Clone)]
 pub struct Endpoints {
@@ -25,13 +35,29 @@ pub struct Endpoints {
     pub health: Health,
 }
 
-/// Limits that keep a slow or flooding client from holding the listener.
-#[derive(Debug, Clone, Copy)]
+/// How the listener serves: limits against slow or flooding clients, TLS, credentials.
+#[derive(Clone)]
 pub struct Limits {
-    /// A request's headers must arrive within this time.
+    /// A request's headers must arrive within this time (and a TLS handshake, too).
     pub header_read_timeout: Duration,
-    /// Connections served at once; more are closed on accept.
+    /// Connections open at once (see [`Connections`]).
     pub max_connections: usize,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub auth: Option<MetricsAuth>,
+}
+
+impl Limits {
+    /// The listener's settings from `[telemetry]`; a TLS file that cannot be used is an error
+    /// naming its key.
+    pub fn from_config(telemetry: &TelemetryConfig) -> Result<Self, String> {
+        let tls = telemetry.tls.as_ref().map(crate::tls::server_config).transpose()?.map(Arc::new);
+        Ok(Self {
+            header_read_timeout: telemetry.header_read_timeout,
+            max_connections: telemetry.max_connections,
+            tls,
+            auth: telemetry.auth.clone(),
+        })
+    }
 }
 
 /// No connection lives longer than this, whatever it does (scrapers reconnect).
@@ -46,12 +72,15 @@ pub async fn bind(
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    info!(address = %local, "telemetry listener bound");
+    let scheme = if limits.tls.is_some() { "https" } else { "http" };
+    info!(address = %local, scheme, metrics_auth = limits.auth.is_some(), "telemetry listener bound");
     Ok((local, serve(listener, endpoints, limits, shutdown)))
 }
 
 async fn serve(listener: TcpListener, endpoints: Endpoints, limits: Limits, shutdown: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = Connections::new(limits.max_connections);
+    let tls = limits.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let limits = Arc::new(limits);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -60,34 +89,67 @@ async fn serve(listener: TcpListener, endpoints: Endpoints, limits: Limits, shut
             },
             _ = shutdown.cancelled() => return,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            debug!(%peer, limit = limits.max_connections, "telemetry connection limit reached; closing");
+        let Some(admitted) = connections.admit() else {
+            debug!(%peer, limit = limits.max_connections, "every telemetry connection is serving a request; closing");
             drop(stream);
             continue;
         };
-        let endpoints = endpoints.clone();
+        let (endpoints, limits, tls) = (endpoints.clone(), limits.clone(), tls.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |req| respond(req, endpoints.clone()));
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(CONNECTION_MAX_AGE, connection).await {
-                Ok(Err(error)) => debug!(%error, "telemetry connection ended with an error"),
-                Err(_) => debug!(%peer, "telemetry connection closed at its maximum age"),
-                Ok(Ok(())) => {}
+            let Some(tls) = tls else {
+                return connection(stream, admitted, endpoints, &limits).await;
+            };
+            let handshake = tokio::time::timeout(limits.header_read_timeout, tls.accept(stream));
+            tokio::select! {
+                accepted = handshake => match accepted {
+                    Ok(Ok(stream)) => connection(stream, admitted, endpoints, &limits).await,
+                    Ok(Err(error)) => debug!(%peer, %error, "telemetry TLS handshake failed"),
+                    Err(_) => debug!(%peer, "telemetry TLS handshake timed out"),
+                },
+                _ = admitted.closed.cancelled() => {}
             }
-            drop(slot);
         });
     }
 }
 
-async fn respond(req: Request<Incoming>, endpoints: Endpoints) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.method() != Method::GET {
-        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into()));
+/// Serves one connection until it ends, reaches its maximum age, or is closed to make room.
+async fn connection<S>(stream: S, admitted: Admitted, endpoints: Endpoints, limits: &Arc<Limits>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (busy, auth) = (admitted.busy.clone(), limits.auth.clone());
+    let service = service_fn(move |req| {
+        let (endpoints, busy, auth) = (endpoints.clone(), busy.clone(), auth.clone());
+        async move {
+            busy.store(true, Ordering::Relaxed);
+            let response = respond(req, &endpoints, auth.as_ref());
+            busy.store(false, Ordering::Relaxed);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let serving = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        ended = tokio::time::timeout(CONNECTION_MAX_AGE, serving) => match ended {
+            Ok(Err(error)) => debug!(%error, "telemetry connection ended with an error"),
+            Err(_) => debug!("telemetry connection closed at its maximum age"),
+            Ok(Ok(())) => {}
+        },
+        _ = admitted.closed.cancelled() => debug!("telemetry connection closed to make room for a new one"),
     }
-    Ok(match req.uri().path() {
-        "/metrics" => metrics(&endpoints.registry),
+}
+
+fn respond(req: Request<Incoming>, endpoints: &Endpoints, auth: Option<&MetricsAuth>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => match auth {
+            Some(auth) if !authorized(auth, req.headers().get(hyper::header::AUTHORIZATION)) => unauthorized(auth),
+            _ => metrics(&endpoints.registry),
+        },
         "/healthz" => match endpoints.health.stalled() {
             stalled if stalled.is_empty() => text(StatusCode::OK, "ok\n".into()),
             stalled => text(StatusCode::SERVICE_UNAVAILABLE, format!("stalled: {}\n", stalled.join(", "))),
@@ -97,7 +159,51 @@ async fn respond(req: Request<Incoming>, endpoints: Endpoints) -> Result<Respons
             reasons => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", reasons.join("; "))),
         },
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz, /readyz\n".into()),
-    })
+    }
+}
+
+/// Whether the request's `Authorization` header carries the configured credentials (compared
+/// in time that does not depend on where they differ).
+fn authorized(auth: &MetricsAuth, header: Option<&hyper::header::HeaderValue>) -> bool {
+    let Some(given) = header.and_then(|h| h.to_str().ok()) else { return false };
+    if let Some(token) = &auth.bearer_token {
+        return given.strip_prefix("Bearer ").is_some_and(|t| same(t.as_bytes(), token.expose().as_bytes()));
+    }
+    match (&auth.basic_user, &auth.basic_password) {
+        (Some(user), Some(password)) => {
+            let expected = base64(format!("{user}:{}", password.expose()).as_bytes());
+            given.strip_prefix("Basic ").is_some_and(|b| same(b.as_bytes(), expected.as_bytes()))
+        }
+        _ => false,
+    }
+}
+
+fn unauthorized(auth: &MetricsAuth) -> Response<Full<Bytes>> {
+    let mut response = text(StatusCode::UNAUTHORIZED, "credentials required\n".into());
+    let challenge = if auth.bearer_token.is_some() { "Bearer" } else { "Basic realm=\"handoff\"" };
+    response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static(challenge));
+    response
+}
+
+/// Equal bytes, compared without an early exit.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn metrics(registry: &Registry) -> Response<Full<Bytes>> {
@@ -116,4 +222,39 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_are_base64_of_user_colon_password() {
+        assert_eq!(base64(b"prometheus:s3cret"), "cHJvbWV0aGV1czpzM2NyZXQ=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+    }
+
+    #[test]
+    fn only_the_configured_credentials_are_accepted() {
+        let header = |v: &str| hyper::header::HeaderValue::from_str(v).unwrap();
+        let bearer = MetricsAuth {
+            bearer_token_file: None,
+            basic_user: None,
+            basic_password_file: None,
+            bearer_token: Some(crate::config::Secret::new("t0ken")),
+            basic_password: None,
+        };
+        assert!(authorized(&bearer, Some(&header("Bearer t0ken"))));
+        assert!(!authorized(&bearer, Some(&header("Bearer t0ke"))));
+        assert!(!authorized(&bearer, None));
+        let basic = MetricsAuth {
+            basic_user: Some("prometheus".into()),
+            bearer_token: None,
+            basic_password: Some(crate::config::Secret::new("s3cret")),
+            ..bearer
+        };
+        assert!(authorized(&basic, Some(&header("Basic cHJvbWV0aGV1czpzM2NyZXQ="))));
+        assert!(!authorized(&basic, Some(&header("Bearer t0ken"))));
+    }
 }

@@ -1,5 +1,6 @@
 //! Metrics, health, logs and the HTTP listener that serves them.
 
+mod connections;
 pub mod health;
 pub mod http;
 pub mod logging;

@@ -49,6 +49,34 @@ pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<Clien
     }
 }
 
+/// The telemetry listener's server configuration (`[telemetry.tls]`): its certificate, and the
+/// CA its clients' certificates must be signed by, when one is given.
+pub fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, String> {
+    let path = "telemetry.tls";
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("{path}: {e}"))?;
+    let builder = match &tls.client_ca_file {
+        Some(file) => {
+            let key = format!("{path}.client_ca_file");
+            let mut store = RootCertStore::empty();
+            let (added, _) = store.add_parsable_certificates(certificates(&key, file)?);
+            if added == 0 {
+                return Err(format!("{key}: no usable CA certificate in {}", file.display()));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider())
+                .build()
+                .map_err(|e| format!("{key}: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let chain = certificates(&format!("{path}.cert_file"), &tls.cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key_file)
+        .map_err(|e| format!("{path}.key_file: no usable private key in {}: {e}", tls.key_file.display()))?;
+    builder.with_single_cert(chain, key).map_err(|e| format!("{path}.key_file: {e}"))
+}
+
 /// The CA file's certificates, or the system's roots when none is given.
 fn roots(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();

@@ -50,7 +50,9 @@ pub enum Delivery {
 
 impl HttpHandler {
     pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, String> {
-        let uri: Uri = config.url.parse().map_err(|e| format!("{path}.url: {e}"))?;
+        // The parser's message would quote the URL: name the key only (it may hold credentials).
+        let uri: Uri =
+            config.url().parse().map_err(|_| format!("{path}.url is not a valid URL ({})", config.shown_url()))?;
         let https = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
