@@ -115,7 +115,9 @@ fn certificates(key: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, 
 pub fn describe(mode: TlsMode) -> &'static str {
     match mode {
         TlsMode::Disable => "not encrypted (tls mode disable)",
-        TlsMode::Prefer => "TLS if the server offers it, certificate not verified (mode prefer)",
+        TlsMode::Prefer => {
+            "plain text if the server offers no TLS, and the certificate NOT verified if it does (mode prefer, libpq's default)"
+        }
         TlsMode::Require => "encrypted, certificate NOT verified (mode require)",
         TlsMode::VerifyCa => "certificate chain verified, host name not checked (mode verify-ca)",
         TlsMode::VerifyFull => "certificate and host name verified (mode verify-full)",
@@ -147,7 +149,11 @@ pub fn host_port(url: &str) -> Option<(String, Option<u16>)> {
 /// unverified and leaves the machine.
 pub fn summary(host: &str, mode: TlsMode) -> (String, bool) {
     let warn = !mode.verifies() && !is_local(host);
-    let advice = if warn { " — the connection leaves this machine unverified; use verify-full" } else { "" };
+    let advice = if warn {
+        " — the connection leaves this machine unverified: anyone on the path can read or change it; set verify-full (sslmode=verify-full in a Postgres URL)"
+    } else {
+        ""
+    };
     (format!("{} (server `{host}`){advice}", describe(mode)), warn)
 }
 
@@ -223,6 +229,17 @@ mod tests {
         assert_eq!(host_port("rediss://:secret@cache/0"), Some(("cache".into(), None)));
         assert_eq!(host_port("redis-cluster://[::1]:7000?node=h:1"), Some(("::1".into(), Some(7000))));
         assert_eq!(host_port("https://hooks.local/x"), Some(("hooks.local".into(), None)));
+    }
+
+    #[test]
+    fn an_unverified_connection_off_the_machine_is_said_plainly() {
+        let (line, warn) = summary("db.internal", TlsMode::Prefer);
+        assert!(
+            warn && line.contains("plain text") && line.contains("NOT verified") && line.contains("verify-full"),
+            "{line}"
+        );
+        assert!(!summary("127.0.0.1", TlsMode::Prefer).1, "a sidecar's neighbour on loopback is not warned about");
+        assert!(!summary("db.internal", TlsMode::VerifyFull).1);
     }
 
     #[test]
