@@ -124,7 +124,7 @@ pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize, locke
                 if locked {
                     let (rows, batch) = store.lock(batch, Duration::from_secs(30)).await?;
                     let Some(batch) = batch else { return anyhow::Ok(done) };
-                    batch.commit(&name, &delivered(&rows), &[]).await?;
+                    batch.commit(&name, &delivered(&rows), &[], &Default::default()).await?;
                     done += rows.len();
                 } else {
                     let rows = store.claim(&name, batch, Duration::from_secs(30)).await?;

@@ -50,7 +50,14 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
         }
     }
     let names: Vec<String> = types.iter().map(|(t, _)| t.clone()).collect();
-    let handoff = Handoff::run(&chain(&env, &names));
+    // Small batches: the dead shard's rows soon outnumber a batch, and only rows that step
+    // aside keep them from filling every claim and stalling the healthy shards too.
+    let config = chain(&env, &names).replacen(
+        "[[relay]]\nname = \"relay\"\n",
+        "[[relay]]\nname = \"relay\"\nbatch_size = 5\n",
+        1,
+    );
+    let handoff = Handoff::run(&config);
     let address = handoff.telemetry_address().await;
 
     // A steady flow to every stream while the test watches.

@@ -74,7 +74,11 @@ impl StatementKind {
             Self::Claim => &["claimant", "batch_size", "lease_ms", "ids"],
             // `streams`: the stream each row's entry went to (kept for broker-loss repair).
             Self::MarkDelivered => &["claimant", "ids", "tokens", "entry_ids", "streams"],
-            Self::Delete | Self::Release => &["claimant", "ids", "tokens"],
+            Self::Delete => &["claimant", "ids", "tokens"],
+            // `delay_ms`: how long the rows wait before they are due again (0: due at once; more
+            // when part of the broker is down, so the rows of its streams do not crowd the
+            // claims of the others).
+            Self::Release => &["claimant", "ids", "tokens", "delay_ms"],
             Self::Renew => &["claimant", "ids", "tokens", "lease_ms"],
             Self::Stats => &[],
             Self::Purge => &["age_ms", "batch_size"],

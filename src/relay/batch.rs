@@ -16,7 +16,7 @@ use crate::config::OnFailure;
 use crate::error::error_chain;
 use crate::fault::Point;
 use crate::retry::{Retrier, delay};
-use crate::store::{ClaimedRow, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
+use crate::store::{ClaimedRow, Deferred, Delivered, Failure, OutboxStore, RowRef, StoreResult, Verdict};
 use crate::stream::{AppendOutcome, Entry, EventStream};
 use crate::tasks;
 use crate::telemetry::metrics::{DeadReason, FailureReason};
@@ -34,6 +34,10 @@ pub(super) struct Turn {
     /// The durability gate was not met for some rows (they were released).
     pub gate_missed: bool,
 }
+
+/// The longest the rows of a part of the broker that is down step aside (see
+/// [`Relay::partial_outage`]): after it comes back they wait at most this long.
+const DEFER_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Times a settle the database refuses for its data is tried before it is given up.
 const SETTLE_REFUSALS: u32 = 3;
@@ -56,6 +60,8 @@ pub(super) struct Settlement {
     pub delivered: Vec<Delivered>,
     pub failed: Vec<Failure>,
     pub released: Vec<RowRef>,
+    /// Rows whose part of the broker is down while the rest answered: due again only later.
+    pub deferred: Deferred,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -70,6 +76,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         match self.under_lease(claimant, &keys, self.append_entries(&entries, &span)).await {
             Some(outcomes) => {
                 turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+                self.step_aside(&mut turn, &mut settlement).await;
             }
             None => {
                 // Rows already judged DEAD are released too: the next claim judges them again.
@@ -197,6 +204,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut outage = false;
         let mut progress = false;
         let mut gate_missed = false;
+        let mut unavailable = Vec::new();
         let elapsed = started.elapsed();
         for ((row, entry), outcome) in sendable.iter().zip(entries).zip(outcomes) {
             match outcome {
@@ -234,7 +242,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                     }
                     outage = true;
                     metrics.failed(FailureReason::Unavailable, 1);
-                    settlement.released.push(row.key());
+                    unavailable.push(row.key());
                 }
                 // Appended, not yet durable: released untouched, appended again later.
                 AppendOutcome::Unconfirmed(error) => {
@@ -251,6 +259,9 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             // Perhaps a restart or failover that lost appends: the loss watch verifies.
             self.loss.suspect();
         }
+        // What happens to these rows is decided once it is known whether the rest of the
+        // broker answers (`step_aside`).
+        settlement.deferred = Deferred { rows: unavailable, delay: std::time::Duration::ZERO };
         if !outage || progress {
             self.stream_health(true);
         }
@@ -288,14 +299,54 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 self.count_fenced("record failure", expected, n);
             }
         }
-        if !s.released.is_empty() {
-            let expected = s.released.len() as u64;
-            let persisted = self.persist(claimant, held, || store.release(claimant, &s.released)).await;
+        let releases = [(&s.released, std::time::Duration::ZERO), (&s.deferred.rows, s.deferred.delay)];
+        for (rows, delay) in releases.into_iter().filter(|(rows, _)| !rows.is_empty()) {
+            let expected = rows.len() as u64;
+            let persisted = self.persist(claimant, held, || store.release(claimant, rows, delay)).await;
             if let Some(n) = self.persisted("release", persisted) {
                 metrics.released.inc_by(n);
                 self.count_fenced("release", expected, n);
             }
         }
+    }
+
+    /// Rows whose appends found the broker unavailable: when part of it answers (a batch went
+    /// partly through, or a cluster's other primaries answer a ping), the part that is down is
+    /// what failed, and its rows step aside for a while — due at once they would be the oldest
+    /// due rows of every claim and crowd out the streams that do flow. With the whole broker
+    /// down they are released as they are: the loop waits for it, and they go first when it is
+    /// back.
+    pub(super) async fn step_aside(&self, turn: &mut Turn, settlement: &mut Settlement) {
+        if settlement.deferred.rows.is_empty() {
+            self.partial_outage(false);
+            return;
+        }
+        let partial = turn.partial_outage || self.deps.stream.partly_up().await;
+        match self.partial_outage(partial) {
+            Some(delay) => {
+                settlement.deferred.delay = delay;
+                // Not an outage of the broker: the loop goes on claiming the other streams' rows.
+                if turn.stream_outage {
+                    (turn.stream_outage, turn.partial_outage) = (false, true);
+                }
+            }
+            None => settlement.released.append(&mut settlement.deferred.rows),
+        }
+    }
+
+    /// How long the rows of the part of the broker that is down step aside, when `partial`
+    /// (part of a batch went through, part did not): the time the partial outage has lasted,
+    /// from `outage_backoff.initial` up to [`DEFER_MAX`] (and `outage_backoff.max`); `None`
+    /// when it is over (the next rows of those streams are due at once).
+    fn partial_outage(&self, partial: bool) -> Option<std::time::Duration> {
+        let mut since = self.partial_since.lock().unwrap_or_else(|e| e.into_inner());
+        if !partial {
+            *since = None;
+            return None;
+        }
+        let lasted = since.get_or_insert_with(Instant::now).elapsed();
+        let backoff = &self.config.outage_backoff;
+        Some(lasted.clamp(backoff.initial, DEFER_MAX.min(backoff.max).max(backoff.initial)))
     }
 
     /// What a settle came to; a refused one is reported (its rows' leases will lapse).
@@ -357,7 +408,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         if rows.is_empty() {
             return;
         }
-        let attempt = self.deps.store.release(claimant, rows);
+        let attempt = self.deps.store.release(claimant, rows, std::time::Duration::ZERO);
         match tokio::time::timeout(self.deps.release_timeout, attempt).await {
             Ok(Ok(n)) => self.deps.metrics.released.inc_by(n),
             Ok(Err(error)) => warn!(error = %error_chain(&error), "could not release rows; their leases will lapse"),
@@ -402,6 +453,7 @@ fn keys_of(s: &Settlement) -> Vec<RowRef> {
         .map(|d| d.row.clone())
         .chain(s.failed.iter().map(|f| f.row.clone()))
         .chain(s.released.iter().cloned())
+        .chain(s.deferred.rows.iter().cloned())
         .collect()
 }
 

@@ -35,11 +35,13 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 return Turn::default();
             }
         };
-        let turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+        let mut turn = self.sort_outcomes(&sendable, &entries, outcomes, started, &mut settlement);
+        self.step_aside(&mut turn, &mut settlement).await;
         let appended = started.elapsed();
-        let (delivered, failed, released) = (&settlement.delivered, &settlement.failed, settlement.released.len());
+        let (delivered, failed, deferred) = (&settlement.delivered, &settlement.failed, &settlement.deferred);
+        let released = settlement.released.len() + deferred.rows.len();
         span.event("appended");
-        match batch.commit(claimant, delivered, failed).await {
+        match batch.commit(claimant, delivered, failed, deferred).await {
             Ok(()) => {
                 metrics.published.inc_by(delivered.len() as u64);
                 metrics.released.inc_by(released as u64);

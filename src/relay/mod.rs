@@ -62,6 +62,9 @@ pub struct Relay<S, P> {
     /// "Stream unavailable" warnings: a shard failing over fails part of every batch for
     /// seconds while the loop goes on, so they are throttled across batches.
     unavailable_log: std::sync::Mutex<Throttle>,
+    /// Since when part of the broker has been down while the rest answers (see
+    /// `batch::partial_outage`).
+    partial_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -82,7 +85,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             config.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
         let options = AppendOptions { trim, dedupe, durability };
         let unavailable_log = std::sync::Mutex::new(Throttle::new(Duration::from_secs(10)));
-        Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log })
+        let partial_since = Default::default();
+        Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log, partial_since })
     }
 
     pub fn name(&self) -> &str {

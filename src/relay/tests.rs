@@ -136,7 +136,7 @@ impl OutboxStore for FakeOutbox {
             .sum())
     }
 
-    async fn release(&self, _: &str, rows: &[RowRef]) -> StoreResult<u64> {
+    async fn release(&self, _: &str, rows: &[RowRef], _: Duration) -> StoreResult<u64> {
         Ok(rows.iter().map(|row| self.change(row, |r| r.status = Status::Pending)).sum())
     }
 

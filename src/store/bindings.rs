@@ -83,14 +83,15 @@ pub fn failure<'a>(claimant: &'a str, failure: &'a Failure) -> (StatementKind, i
     (kind, bind)
 }
 
-/// `release` / `renew`: the rows with their fencing tokens (and the new lease for `renew`).
-pub fn held<'a>(claimant: &'a str, rows: &[RowRef], lease: Duration) -> impl Fn(&str) -> Param + 'a {
+/// `release` / `renew`: the rows with their fencing tokens, and `duration`: the delay before
+/// released rows are due again (`delay_ms`), or the new lease (`lease_ms`).
+pub fn held<'a>(claimant: &'a str, rows: &[RowRef], duration: Duration) -> impl Fn(&str) -> Param + 'a {
     let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|r| (r.id.clone(), r.token)).unzip();
     move |name| match name {
         "claimant" => Param::Text(claimant.to_owned()),
         "ids" => Param::Texts(ids.clone()),
         "tokens" => Param::Ints(tokens.clone()),
-        _ => Param::Int(millis(lease)),
+        _ => Param::Int(millis(duration)),
     }
 }
 

@@ -57,6 +57,15 @@ pub struct RowRef {
     pub token: i64,
 }
 
+/// Rows handed back untouched but due again only after `delay`: the part of the broker their
+/// streams are on is down while the rest answers, and due at once they would crowd every
+/// claim and hold up the streams that do flow.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    pub rows: Vec<RowRef>,
+    pub delay: Duration,
+}
+
 /// A row the stream acknowledged, with the entry id it returned and the stream it went to.
 #[derive(Debug, Clone)]
 pub struct Delivered {
@@ -269,12 +278,14 @@ impl std::error::Error for PrepareError {}
 /// connection is closed, the server rolls the transaction back, and the rows are as they were.
 pub trait LockedBatch: Send {
     /// Settles in the transaction and commits: `delivered` rows are marked (or deleted, per the
-    /// relay's settle mode), `failed` ones retried or DEAD; every other row stays as it was.
+    /// relay's settle mode), `failed` ones retried or DEAD, `deferred` ones due again only after
+    /// their delay (their part of the broker is down); every other row stays as it was.
     fn commit<'a>(
         self: Box<Self>,
         claimant: &'a str,
         delivered: &'a [Delivered],
         failed: &'a [Failure],
+        deferred: &'a Deferred,
     ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>>;
 }
 
@@ -308,7 +319,13 @@ pub trait OutboxStore: Send + Sync + 'static {
 
     fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> impl Future<Output = StoreResult<u64>> + Send;
 
-    fn release(&self, claimant: &str, rows: &[RowRef]) -> impl Future<Output = StoreResult<u64>> + Send;
+    /// Hands rows back untouched, due again after `delay` (zero: at once).
+    fn release(
+        &self,
+        claimant: &str,
+        rows: &[RowRef],
+        delay: Duration,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
 
     fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> impl Future<Output = StoreResult<u64>> + Send;
 

@@ -156,11 +156,11 @@ impl<S: Statements> OutboxStore for S {
         self.execute_all("record failure", false, steps).await
     }
 
-    async fn release(&self, claimant: &str, rows: &[RowRef]) -> StoreResult<u64> {
+    async fn release(&self, claimant: &str, rows: &[RowRef], delay: Duration) -> StoreResult<u64> {
         if rows.is_empty() {
             return Ok(0);
         }
-        self.execute(StatementKind::Release, bindings::held(claimant, rows, Duration::ZERO)).await
+        self.execute(StatementKind::Release, bindings::held(claimant, rows, delay)).await
     }
 
     async fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> StoreResult<u64> {

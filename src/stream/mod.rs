@@ -127,8 +127,15 @@ pub trait EventStream: Send + Sync + 'static {
     /// Appends every entry (pipelined); returns one outcome per entry, in order.
     fn append(&self, entries: &[Entry], options: &AppendOptions) -> impl Future<Output = Vec<AppendOutcome>> + Send;
 
-    /// Whether the broker answers.
+    /// Whether the broker answers (a cluster: whether any of its primaries does).
     fn ping(&self) -> impl Future<Output = Result<(), Unavailable>> + Send;
+
+    /// After appends failed as unavailable: whether part of the broker still answers (a
+    /// cluster with one shard down), so the failure is of that part, not of the broker. A
+    /// broker of one server is up or down as a whole: `false`.
+    fn partly_up(&self) -> impl Future<Output = bool> + Send {
+        async { false }
+    }
 
     /// Trims `stream` below the oldest entry some consumer group has not both received and
     /// acknowledged; a stream without groups is left alone. Returns the entries removed.

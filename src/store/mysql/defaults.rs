@@ -80,7 +80,11 @@ WHERE o.status = 'DELIVERED' AND o.stream_entry_id = e.entry_id"
             .to_owned(),
         StatementKind::Delete => format!("DELETE o FROM {ROWS} WHERE {FENCE}"),
         StatementKind::Release => {
-            format!("UPDATE {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL WHERE {FENCE}")
+            format!(
+                "UPDATE {ROWS} SET o.status = 'PENDING', o.lease_expires_at = NULL,
+    o.next_attempt_at = IF(:delay_ms > 0, NOW(3) + INTERVAL :delay_ms * 1000 MICROSECOND, o.next_attempt_at)
+WHERE {FENCE}"
+            )
         }
         StatementKind::Renew => format!(
             "UPDATE {ROWS} SET o.lease_expires_at = NOW(3) + INTERVAL :lease_ms * 1000 MICROSECOND WHERE {FENCE}"

@@ -91,9 +91,13 @@ WHERE id = :id::bigint AND claim_token = :token AND claimed_by = :claimant
   AND lease_expires_at IS NOT NULL";
 
 /// Hands rows back untouched: an outage is not the row's fault, so attempts stay as they were.
+/// With a `delay_ms`, they are due again only then (a shard of the broker is down: its rows
+/// step aside for the others').
 const RELEASE: &str = "\
 UPDATE {table} o
-SET status = 'PENDING', lease_expires_at = NULL
+SET status = 'PENDING', lease_expires_at = NULL,
+    next_attempt_at = CASE WHEN :delay_ms::bigint > 0
+                           THEN now() + :delay_ms::bigint * interval '1 millisecond' ELSE o.next_attempt_at END
 FROM unnest(:ids::bigint[], :tokens::bigint[]) AS s(id, token)
 WHERE o.id = s.id AND o.claim_token = s.token AND o.claimed_by = :claimant
   AND o.lease_expires_at IS NOT NULL";

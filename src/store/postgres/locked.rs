@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 use super::scan_start::{SCAN_DUE, ScanStart};
 use super::{pool_error, query_error};
 use crate::config::SettleMode;
-use crate::store::{ClaimedRow, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
+use crate::store::{ClaimedRow, Deferred, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
 
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
@@ -28,6 +28,7 @@ pub struct LockedSql {
     delivered: String,
     retry: String,
     dead: String,
+    defer: String,
 }
 
 impl LockedSql {
@@ -70,16 +71,21 @@ impl LockedSql {
                  SET status = 'DEAD', attempts = attempts + 1, last_error = $2, claimed_by = $3, dead_at = now()
                  WHERE id = $1"
             ),
+            defer: format!(
+                "UPDATE {table} SET next_attempt_at = now() + $2::bigint * interval '1 millisecond'
+                 WHERE id = ANY($1::bigint[])"
+            ),
         }
     }
 
     /// Each statement with its name (for the startup check).
-    pub fn statements(&self) -> [(&'static str, &str); 4] {
+    pub fn statements(&self) -> [(&'static str, &str); 5] {
         [
             ("lock", &self.lock),
             ("locked delivered", &self.delivered),
             ("locked retry", &self.retry),
             ("locked dead", &self.dead),
+            ("locked defer", &self.defer),
         ]
     }
 }
@@ -150,6 +156,7 @@ impl LockedBatch for PgLocked {
         claimant: &'a str,
         delivered: &'a [Delivered],
         failed: &'a [Failure],
+        deferred: &'a Deferred,
     ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>> {
         Box::pin(async move {
             let client = self.client()?;
@@ -177,6 +184,11 @@ impl LockedBatch for PgLocked {
                     Verdict::Dead => (self.sql.dead.clone(), vec![Box::new(id), Box::new(error), Box::new(claimant)]),
                 };
                 steps.push(step);
+            }
+            if !deferred.rows.is_empty() {
+                let ids = deferred.rows.iter().map(|r| row_id(&r.id)).collect::<StoreResult<Vec<i64>>>()?;
+                let delay = crate::store::bindings::millis(deferred.delay);
+                steps.push((self.sql.defer.clone(), vec![Box::new(ids), Box::new(delay)]));
             }
             let mut prepared = Vec::with_capacity(steps.len());
             for (sql, _) in &steps {

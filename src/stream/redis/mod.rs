@@ -144,6 +144,27 @@ impl RedisStream {
     }
 }
 
+impl RedisStream {
+    /// Whether a cluster primary answers a PING, each asked through its own client: the
+    /// cluster client's router waits behind a node that is down (until the cluster promotes its
+    /// replica), so asking it would wait for the slowest shard. The first answer settles it.
+    async fn a_primary_answers(&self) -> bool {
+        let Some(shards) = &self.shards else { return false };
+        let clients = shards.primaries().await;
+        let pings = clients.into_iter().map(|client| {
+            let timeout = self.command_timeout;
+            Box::pin(async move {
+                match tokio::time::timeout(timeout, client.ping::<String>(None)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    _ => Err(()),
+                }
+            })
+        });
+        let pings: Vec<_> = pings.collect();
+        !pings.is_empty() && futures_util::future::select_ok(pings).await.is_ok()
+    }
+}
+
 /// A client with handoff's connection settings: connect and command timeouts, few resends (a
 /// command cut off by a dropped connection soon fails back to the caller, which does the long
 /// retrying itself), reconnection with exponential backoff, forever.
@@ -168,7 +189,17 @@ impl EventStream for RedisStream {
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
+        if self.shards.is_some() {
+            return match self.a_primary_answers().await {
+                false => Err(Unavailable("no cluster primary answers".into())),
+                true => Ok(()),
+            };
+        }
         self.client.ping::<String>(None).await.map(drop).map_err(|e| Unavailable(e.details().to_owned()))
+    }
+
+    async fn partly_up(&self) -> bool {
+        self.shards.is_some() && self.a_primary_answers().await
     }
 
     async fn trim_acknowledged(&self, stream: &str) -> Result<u64, Unavailable> {
