@@ -22,9 +22,9 @@ fn populated() -> Registry {
     let _relay = relays.for_relay("reference");
     let _bridge = bridges.for_stream("reference", "audit:user");
     let worker = workers.for_worker("reference");
-    worker.processed("user.changed", 0.01);
-    worker.failed("user.changed");
-    worker.dead("user.changed");
+    worker.processed("auth.*", 0.01);
+    worker.failed("auth.*");
+    worker.dead("auth.*");
     registry
 }
 
