@@ -135,8 +135,8 @@ pub async fn bridge_large_entries(
     })
     .await;
     let (peak_kb, _) = resources(child.id());
-    // What it keeps once the stream is quiet again (it reconnects a second after large entries).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // What it keeps once the stream is quiet again (it reconnects once the stream is quiet for 5 s after large entries).
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let retained_kb = rss_kb(child.id());
     stop(&mut child);
     done?;

@@ -391,7 +391,7 @@ async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         let what = if poison { "poison (over payload_max_bytes)" } else { "valid" };
         let name = format!("bridge, 200 entries of 4 MiB, {what}, batch_bytes {} MiB", batch_bytes / MIB);
         report.add("memory", format!("{name}: peak RSS"), peak, "MiB");
-        report.add("memory", format!("{name}: RSS 3 s after"), retained, "MiB");
+        report.add("memory", format!("{name}: RSS 8 s after"), retained, "MiB");
         report.add(
             "memory",
             format!("bound 64 MiB + 3 × batch_bytes ({} MiB)", batch_bytes / MIB),

@@ -58,7 +58,8 @@ async fn a_crash_before_the_insert_commits_redelivers_and_takes_over_once() {
     crashed.await_paused().await;
     crashed.kill();
     assert_eq!(env.inbox_count("PENDING").await, 0, "nothing committed");
-    assert_eq!(env.group_pending("user").await, Some(30), "nothing acknowledged");
+    // A bridge reads a few entries at first (one, then two, …): what it read is pending.
+    assert!(env.group_pending("user").await.is_some_and(|n| n >= 1), "nothing acknowledged");
 
     // The same instance restarts (a pod keeps its name) and reads its own pending entries.
     let _restarted = Handoff::run(&config);
@@ -74,8 +75,10 @@ async fn a_crash_after_commit_before_ack_is_recognised_as_a_duplicate() {
     let mut crashed = Handoff::run_paused(&config, "bridge_before_ack");
     crashed.await_paused().await;
     crashed.kill();
-    assert_eq!(env.inbox_count("PENDING").await, 25, "committed");
-    assert_eq!(env.group_pending("user").await, Some(25), "but not acknowledged");
+    // A bridge reads a few entries at first (one, then two, …): its first batch committed.
+    let committed = env.inbox_count("PENDING").await;
+    assert!(committed >= 1, "committed");
+    assert!(env.group_pending("user").await.is_some_and(|n| n as i64 >= committed), "but not acknowledged");
 
     let restarted = Handoff::run(&config);
     await_acknowledged(&env, "user").await;
@@ -84,11 +87,11 @@ async fn a_crash_after_commit_before_ack_is_recognised_as_a_duplicate() {
     let metrics = eventually("duplicates counted", || async {
         let body = get(&address, "/metrics").1;
         let series = format!(r#"handoff_bridge_duplicates_total{{bridge="bridge",stream="{}"}}"#, env.stream("user"));
-        (sample(&body, &series) == Some(25.0)).then_some(body)
+        (sample(&body, &series) == Some(committed as f64)).then_some(body)
     })
     .await;
     let inserted = format!(r#"handoff_bridge_inserted_total{{bridge="bridge",stream="{}"}}"#, env.stream("user"));
-    assert_eq!(sample(&metrics, &inserted), Some(0.0));
+    assert_eq!(sample(&metrics, &inserted), Some((25 - committed) as f64), "the rest taken over as new");
 }
 
 #[tokio::test]
@@ -213,17 +216,19 @@ async fn the_entry_a_bridge_keeps_dying_on_goes_to_poison_and_its_batch_neighbou
     victim.await_paused().await;
     victim.kill();
     assert_eq!(counts().await, 0);
-    // 2: the batch comes back from the pending list; it is counted, then the bridge dies.
+    // 2: the batch comes back from the pending list, read one entry first (a bridge killed by
+    // what it read must not die on all of it again); that one is counted, then the bridge dies.
     let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
     victim.await_paused().await;
     victim.kill();
-    assert_eq!(counts().await, 4, "one counted redelivery per entry");
-    // 3: counted before, each entry is now taken over alone; the bridge dies on the first one.
+    assert_eq!(counts().await, 1, "the delivery that reached the inbox is counted, the others were not read");
+    // 3: the same entry comes first again; counted before, it is a suspect, counted again and
+    // taken over alone; the bridge dies on it once more.
     let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
     victim.await_paused().await;
     victim.kill();
-    assert_eq!(counts().await, 5, "only the entry being handled was counted again");
-    // Next: the entry it died on twice, alone once, reaches the limit; the others go in.
+    assert_eq!(counts().await, 2, "only the entry being handled was counted again");
+    // Next: the entry it died on reaches the limit; the others go in.
     let _bridge = Handoff::run(&config);
     await_inbox(&env, 3).await;
     eventually("the entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;

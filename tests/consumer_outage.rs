@@ -41,12 +41,13 @@ struct Restarts {
     scheduled: u32,
 }
 
-/// Probes `/healthz` every second until `until`, restarting the process on a failed probe and
-/// every [`RESTART_EVERY`] regardless.
+/// Probes `/healthz` every second until `until`, as the kubelet does (a 1 s timeout, a restart
+/// after 3 failures in a row), and restarts the process every [`RESTART_EVERY`] regardless.
 async fn supervise(config: &str, handoff: &mut Handoff, until: Instant) -> Restarts {
     let mut restarts = Restarts::default();
     let mut address = handoff.telemetry_address().await;
     let mut started = Instant::now();
+    let mut failures = 0;
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let probe = address.clone();
@@ -54,16 +55,18 @@ async fn supervise(config: &str, handoff: &mut Handoff, until: Instant) -> Resta
             .await
             .unwrap()
             .is_some_and(|(status, _)| status == 200);
+        failures = if alive { 0 } else { failures + 1 };
         let scheduled = started.elapsed() >= RESTART_EVERY;
-        if alive && !scheduled {
+        if failures < 3 && !scheduled {
             continue;
         }
-        if alive {
-            restarts.scheduled += 1;
-        } else {
+        if failures >= 3 {
             restarts.failed_probes += 1;
-            eprintln!("supervisor: /healthz failed; restarting");
+            eprintln!("supervisor: /healthz failed three times; restarting");
+        } else {
+            restarts.scheduled += 1;
         }
+        failures = 0;
         handoff.kill();
         *handoff = Handoff::run(config);
         address = handoff.telemetry_address().await;

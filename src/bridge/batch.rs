@@ -95,7 +95,7 @@ impl<S: InboxStore> StreamBridge<S> {
                         warn!(stream = %self.source.key, entries = ids.len(), error = %error_chain(&e), suppressed, "inbox unavailable; redelivered entries wait, their deliveries not counted");
                     }
                     tokio::select! {
-                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.health.sleep(retrier.failed()) => {}
                         _ = self.deps.abandon.cancelled() => return None,
                     }
                 }
@@ -242,7 +242,7 @@ impl<S: InboxStore> StreamBridge<S> {
                         warn!(stream = %self.source.key, error = %error_chain(&e), suppressed, "inbox unavailable; nothing acknowledged, retrying");
                     }
                     tokio::select! {
-                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.health.sleep(retrier.failed()) => {}
                         _ = self.deps.abandon.cancelled() => return None,
                     }
                 }

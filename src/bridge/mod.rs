@@ -31,7 +31,7 @@ use validate::Validator;
 /// A read bringing more than this is large: its reply's buffer is worth giving back, once the
 /// stream has been quiet for [`QUIET`].
 const LARGE_READ_BYTES: usize = 1 << 20;
-const QUIET: Duration = Duration::from_secs(1);
+const QUIET: Duration = Duration::from_secs(5);
 
 pub struct BridgeDeps<S> {
     pub store: S,
@@ -118,7 +118,7 @@ impl<S: InboxStore> StreamBridge<S> {
                     self.deps.health.set_stream_ok(true);
                     if entries.is_empty() {
                         own_backlog = false;
-                        // Quiet for a second after large entries: give their read buffer back.
+                        // Quiet for a while after large entries: give their read buffer back.
                         match quiet_since {
                             _ if !carried_large => {}
                             None => quiet_since = Some(Instant::now()),
@@ -187,7 +187,7 @@ impl<S: InboxStore> StreamBridge<S> {
         info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
     }
 
-    /// Replaces this stream's connection once the stream is quiet after large entries: the
+    /// Replaces this stream's connection once the stream is quiet ([`QUIET`]) after large entries: the
     /// client's read buffer keeps the allocation of the largest reply it decoded for as long as
     /// the connection lives (the entries' bytes were cut from it), so without this the memory
     /// of one large read stayed with an idle bridge.
@@ -213,7 +213,7 @@ impl<S: InboxStore> StreamBridge<S> {
             self.group.replace_client(client);
         }
         tokio::select! {
-            _ = tokio::time::sleep(outage.failed()) => {}
+            _ = self.deps.health.sleep(outage.failed()) => {}
             _ = shutdown.cancelled() => {}
         }
     }
@@ -223,10 +223,11 @@ impl<S: InboxStore> StreamBridge<S> {
 /// read brings in about `batch_bytes` at most. The estimate is the largest entry of the last
 /// read, or half the previous estimate when entries got smaller. It starts at `batch_bytes`
 /// (one entry), so the reads after a start grow 1, 2, 4, … while entries are small: a bridge
-/// that was killed by a burst of huge entries (say, out of memory) reads them again one or two
-/// at a time and refuses them, instead of dying on them again for ever. Redis cannot bound a
-/// read by bytes, so a read after small entries can still bring `batch_size` entries of
-/// whatever size a producer wrote; the next reads adapt (docs/consumer.md, memory).
+/// killed by what it read (a burst of huge entries, out of memory) reads them again one or two
+/// at a time and refuses them, instead of dying on them again for ever — those reads come
+/// before anything could count the deliveries. Redis cannot bound a read by bytes, so a read
+/// after small entries can still bring `batch_size` entries of whatever size a producer wrote;
+/// the next reads adapt (docs/consumer.md, memory).
 #[derive(Debug, Clone)]
 struct ReadBudget {
     batch_size: u32,

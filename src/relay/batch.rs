@@ -394,7 +394,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                             return Persisted::Refused(error);
                         }
                         self.deps.health.beat();
-                        tokio::time::sleep(retrier.failed()).await;
+                        self.deps.health.sleep(retrier.failed()).await;
                     }
                 }
             }

@@ -223,6 +223,10 @@ impl StoreError {
         }
     }
 
+    /// Every value of [`kind_label`](Self::kind_label).
+    pub const KIND_LABELS: [&'static str; 8] =
+        ["connection", "schema", "permission", "read_only", "conflict", "other", "data", "contract"];
+
     /// What kind of failure this is, as a metric label: an outage kind, `data` or `contract`.
     pub fn kind_label(&self) -> &'static str {
         match self {

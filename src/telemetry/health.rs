@@ -91,6 +91,20 @@ impl Component {
         self.last_beat_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Sleeps `duration`, beating every second meanwhile: a loop waiting out an outage's
+    /// backoff (which grows to half a minute) is alive, whatever its `stall_after`.
+    pub async fn sleep(&self, duration: std::time::Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        loop {
+            self.beat();
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep((until - now).min(std::time::Duration::from_secs(1))).await;
+        }
+    }
+
     pub fn set_source_ok(&self, ok: bool) {
         self.source_ok.store(ok, Ordering::Relaxed);
     }

@@ -225,7 +225,7 @@ impl<S: WorkerStore> Worker<S> {
                     debug!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure yet");
                     self.deps.health.beat();
                     tokio::select! {
-                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.health.sleep(retrier.failed()) => {}
                         _ = self.deps.abandon.cancelled() => {
                             warn!(event_id = %row.event_id, "could not record a failure before the drain ended; the lease will lapse");
                             return;
@@ -248,7 +248,7 @@ impl<S: WorkerStore> Worker<S> {
                 Err(e) => {
                     debug!(rows = rows.len(), error = %error_chain(&e), "could not release rows yet");
                     tokio::select! {
-                        _ = tokio::time::sleep(retrier.failed()) => {}
+                        _ = self.deps.health.sleep(retrier.failed()) => {}
                         _ = self.deps.abandon.cancelled() => {
                             warn!(rows = rows.len(), "could not release rows; their leases will lapse");
                             return;

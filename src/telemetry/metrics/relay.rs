@@ -171,6 +171,9 @@ impl RelayMetrics {
         for reason in DeadReason::ALL {
             self.dead.with_label_values(&[relay, reason.label()]);
         }
+        for kind in crate::store::StoreError::KIND_LABELS {
+            self.statement_failures.with_label_values(&[relay, "claim", kind]);
+        }
         RelayHandles {
             relay: relay.to_owned(),
             families: self.clone(),
