@@ -209,3 +209,31 @@ async fn check_names_an_inbox_column_the_takeover_needs() {
     let (ok, out) = common::process::run_to_end(&bridge(&env, "b1"), &["check"]);
     assert!(!ok && out.contains("table consumer_inbox lacks column(s) headers"), "{out}");
 }
+
+/// A value larger than the server's `max_allowed_packet` (the client learns it when it connects
+/// and refuses to send more; here set lower in the URL) is that entry's data fault: the entry
+/// goes to poison and the rest of its batch goes in, instead of the stream waiting for ever.
+#[tokio::test]
+async fn a_payload_over_max_allowed_packet_is_poison_and_its_neighbours_go_in() {
+    let env = MyEnv::new().await;
+    add(&env, "small", 3).await;
+    let id = "big-1";
+    let blob = "x".repeat(2 << 20);
+    let fields: Vec<(&str, String)> = vec![
+        ("event_id", id.into()),
+        ("event_type", "user.changed".into()),
+        ("payload", format!(r#"{{"auditId":"{id}","blob":"{blob}"}}"#)),
+        ("owner", "relay".into()),
+    ];
+    let _: String = env.redis.xadd(env.stream("user"), false, None::<()>, "*", fields).await.unwrap();
+    add(&env, "after", 3).await;
+    let config = bridge(&env, "b1")
+        .replace(&env.database_url, &format!("{}?max_allowed_packet=1048576", env.database_url))
+        .replace("[bridge.validate]\n", "[bridge.validate]\npayload_max_bytes = 4194304\n");
+    let _bridge = Handoff::run(&config);
+    eventually("the neighbours taken over", || async { (inbox(&env, "PENDING").await == 6).then_some(()) }).await;
+    await_acknowledged(&env).await;
+    let poison: Vec<(String, Option<String>)> = env.rows("SELECT reason, event_id FROM consumer_inbox_poison").await;
+    assert_eq!(poison, vec![("rejected_by_database".to_owned(), Some(id.to_owned()))]);
+    let _: i64 = env.redis.del(env.stream("user")).await.unwrap();
+}
