@@ -7,9 +7,11 @@ use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::{Run, relay_config};
 use handoff::config::load_str;
 use handoff::fault::Faults;
-use handoff::store::inbox::{InboxEvent, InboxStore, Text};
-use handoff::store::postgres::{PgInbox, PgWorker, pool};
-use handoff::store::worker::{BindValue, BoundStatement, WorkerStore};
+use handoff::store::inbox::PgInbox;
+use handoff::store::inbox::{BindValue, BoundStatement, InboxStore};
+use handoff::store::postgres::pool;
+use handoff::store::takeover::PgTakeover;
+use handoff::store::takeover::{InboxEvent, TakeoverStore, Text};
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};
 
@@ -78,7 +80,7 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
     let config = handoff::config::load_str(
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{ key = \"s\" }]\n",
     )?;
-    let inbox = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, &config.bridges[0])
+    let inbox = PgTakeover::new(pool(&env.database_config(), "handoff-bench")?, &config.bridges[0])
         .map_err(|e| anyhow::anyhow!(e))?;
     let started = Instant::now();
     for start in (0..n).step_by(batch as usize) {
@@ -140,13 +142,13 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
 
 /// `n` inbox rows, a worker store with `claim`, and the seed's handler statement, for the
 /// worker's SQL limits.
-async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(PgWorker, String)> {
+async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(PgInbox, String)> {
     env.reset().await?;
     fill_inbox(env, n).await?;
     let config = handoff::config::load_str(&format!(
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"{claim}\"\n"
     ))?;
-    let store = PgWorker::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
+    let store = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok((store, handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql))
 }
@@ -186,7 +188,7 @@ pub async fn worker_locked_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow
 }
 
 /// The seed's handler statement bound for `row`, as the worker binds it.
-fn seed_statement<'a>(sql: &'a str, row: &handoff::store::worker::InboxRow) -> BoundStatement<'a> {
+fn seed_statement<'a>(sql: &'a str, row: &handoff::store::inbox::InboxRow) -> BoundStatement<'a> {
     let values = vec![
         BindValue::Text(row.event_id.clone()),
         BindValue::Text(row.owner.clone().unwrap_or_default()),

@@ -10,11 +10,12 @@ use crate::bridge::validate::Validator;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
 use crate::relay::entries::EntryBuilder;
-use crate::store::database::{Database, Dialect};
-use crate::store::mysql::{MyInbox, MyOutbox, MyWorker};
-use crate::store::postgres::{PgInbox, PgOutbox, PgWorker};
-use crate::store::worker::WorkerStore;
-use crate::store::{OutboxStore, PrepareError};
+use crate::store::PrepareError;
+use crate::store::inbox::InboxStore;
+use crate::store::outbox::OutboxStore;
+use crate::store::{Database, Dialect};
+use crate::store::{inbox::MyInbox, outbox::MyOutbox, takeover::MyTakeover};
+use crate::store::{inbox::PgInbox, outbox::PgOutbox, takeover::PgTakeover};
 use crate::stream::EventStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
@@ -106,11 +107,11 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(e) => problems.push(format!("bridge `{}` {e}", bridge.name)),
         }
         let checked = match &db {
-            Database::Postgres(pool) => match PgInbox::new(pool.clone(), bridge) {
+            Database::Postgres(pool) => match PgTakeover::new(pool.clone(), bridge) {
                 Ok(store) => store.check().await,
                 Err(e) => Err(PrepareError::Invalid(vec![e])),
             },
-            Database::Mysql(pool) => match MyInbox::new(pool.clone(), bridge) {
+            Database::Mysql(pool) => match MyTakeover::new(pool.clone(), bridge) {
                 Ok(store) => store.check().await,
                 Err(e) => Err(PrepareError::Invalid(vec![e])),
             },
@@ -125,11 +126,11 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     }
     for worker in &config.workers {
         let checked = match &db {
-            Database::Postgres(pool) => match PgWorker::new(pool.clone(), worker, Faults::default()) {
+            Database::Postgres(pool) => match PgInbox::new(pool.clone(), worker, Faults::default()) {
                 Ok(store) => check_worker(worker, store, Dialect::Postgres).await,
                 Err(e) => Err(e),
             },
-            Database::Mysql(pool) => match MyWorker::new(pool.clone(), worker, Faults::default()) {
+            Database::Mysql(pool) => match MyInbox::new(pool.clone(), worker, Faults::default()) {
                 Ok(store) => check_worker(worker, store, Dialect::Mysql).await,
                 Err(e) => Err(e),
             },
@@ -150,7 +151,7 @@ fn relay_columns<S: OutboxStore>(prepared: Result<S, PrepareError>) -> Result<st
     prepared.map(|store| store.columns())
 }
 
-async fn check_worker<S: WorkerStore>(worker: &WorkerConfig, store: S, dialect: Dialect) -> Result<(), String> {
+async fn check_worker<S: InboxStore>(worker: &WorkerConfig, store: S, dialect: Dialect) -> Result<(), String> {
     let deps = WorkerDeps {
         store,
         metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),

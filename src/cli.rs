@@ -198,7 +198,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {
-                let db = crate::store::database::Database::connect(&config.database, "handoff-migrate")?;
+                let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
                 db.migrate().await
             };
             match result.await {
@@ -220,7 +220,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
 }
 
 async fn status(config: &Config, json: bool) -> ExitCode {
-    let db = match crate::store::database::Database::connect(&config.database, "handoff-status") {
+    let db = match crate::store::Database::connect(&config.database, "handoff-status") {
         Ok(db) => db,
         Err(e) => {
             eprintln!("{e:#}");
@@ -251,7 +251,7 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         error_contains: args.error,
         limit: args.limit,
     };
-    let db = match crate::store::database::Database::connect(&config.database, "handoff-dead") {
+    let db = match crate::store::Database::connect(&config.database, "handoff-dead") {
         Ok(db) => db,
         Err(e) => {
             eprintln!("{e:#}");

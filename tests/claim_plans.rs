@@ -6,9 +6,9 @@ use crate::common;
 use common::TestEnv;
 use handoff::config::SettleMode;
 use handoff::sql::params::{Placeholder, rewrite};
-use handoff::store::postgres::LockedSql;
-use handoff::store::postgres::defaults::default_sql;
-use handoff::store::statements::StatementKind;
+use handoff::store::outbox::contract::StatementKind;
+use handoff::store::outbox::postgres_locked::LockedSql;
+use handoff::store::outbox::postgres_sql::default_sql;
 
 async fn plan(env: &TestEnv, kind: StatementKind) -> String {
     let named = rewrite(&default_sql(kind, "audit_outbox"), Placeholder::Numbered).unwrap();
@@ -108,8 +108,9 @@ async fn a_locked_claim_that_starts_after_the_delivered_rows_does_not_read_their
 /// settles, renewals and claims then deadlocked until leases lapsed.
 #[tokio::test]
 async fn mariadb_statements_on_id_arrays_fetch_rows_by_primary_key_on_an_empty_table() {
-    use handoff::config::consumer_sql::WorkerStatement;
-    use handoff::store::mysql::{defaults, worker_default_sql};
+    use handoff::store::inbox::contract::WorkerStatement;
+    use handoff::store::inbox::mysql::reference as worker_default_sql;
+    use handoff::store::outbox::mysql_sql as defaults;
     use mysql_async::prelude::Queryable;
 
     let env = common::mysql::MyEnv::new().await;

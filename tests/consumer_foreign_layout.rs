@@ -8,7 +8,7 @@ use crate::common;
 
 use common::process::Handoff;
 use common::{TestEnv, eventually};
-use handoff::config::statements::StatementKind;
+use handoff::store::outbox::contract::StatementKind;
 
 const ROUNDS: usize = 3;
 const PER_ROUND: usize = 300;
@@ -42,7 +42,7 @@ CREATE TABLE order_versions (
 /// The relay: the reference outbox, whose claim also returns the payload's version, written as
 /// a camelCase envelope in a fixed order.
 fn relay_config(env: &TestEnv) -> String {
-    let claim = handoff::store::postgres::defaults::default_sql(StatementKind::Claim, "audit_outbox")
+    let claim = handoff::store::outbox::postgres_sql::default_sql(StatementKind::Claim, "audit_outbox")
         .replace("o.headers, o.attempts", "o.headers, o.payload->>'version' AS aggregate_version, o.attempts");
     env.config(&format!(
         r#"stream = "{id}:orders"

@@ -8,7 +8,7 @@ use crate::common;
 use common::eventually;
 use common::mysql::MyEnv;
 use common::process::Handoff;
-use handoff::config::statements::StatementKind;
+use handoff::store::outbox::contract::StatementKind;
 
 const ROUNDS: usize = 3;
 const PER_ROUND: usize = 200;
@@ -41,7 +41,7 @@ const TABLES: &[&str] = &[
 ];
 
 fn relay_config(env: &MyEnv) -> String {
-    let claim = handoff::store::mysql::defaults::default_sql(StatementKind::Claim, "audit_outbox").replace(
+    let claim = handoff::store::outbox::mysql_sql::default_sql(StatementKind::Claim, "audit_outbox").replace(
         "payload, headers, attempts",
         "payload, headers, JSON_VALUE(payload, '$.version') AS aggregate_version, attempts",
     );

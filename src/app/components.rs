@@ -14,12 +14,13 @@ use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConf
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::retry::Retrier;
-use crate::store::database::{Database, Dialect};
+use crate::store::PrepareError;
 use crate::store::inbox::InboxStore;
-use crate::store::mysql::{MyInbox, MyOutbox, MyWorker};
-use crate::store::postgres::{PgInbox, PgOutbox, PgWorker};
-use crate::store::worker::WorkerStore;
-use crate::store::{OutboxStore, PrepareError};
+use crate::store::outbox::OutboxStore;
+use crate::store::takeover::TakeoverStore;
+use crate::store::{Database, Dialect};
+use crate::store::{inbox::MyInbox, outbox::MyOutbox, takeover::MyTakeover};
+use crate::store::{inbox::PgInbox, outbox::PgOutbox, takeover::PgTakeover};
 use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
@@ -39,21 +40,21 @@ pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: 
     for bridge in &config.bridges {
         match db {
             Database::Postgres(pool) => {
-                spawn_bridge(config, bridge, shared, || PgInbox::new(pool.clone(), bridge), stream, &bridge_metrics)?
+                spawn_bridge(config, bridge, shared, || PgTakeover::new(pool.clone(), bridge), stream, &bridge_metrics)?
             }
             Database::Mysql(pool) => {
-                spawn_bridge(config, bridge, shared, || MyInbox::new(pool.clone(), bridge), stream, &bridge_metrics)?
+                spawn_bridge(config, bridge, shared, || MyTakeover::new(pool.clone(), bridge), stream, &bridge_metrics)?
             }
         }
     }
     for worker in &config.workers {
         let started = match db {
             Database::Postgres(pool) => {
-                let store = PgWorker::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
+                let store = PgInbox::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
                 spawn_worker(config, worker, shared, store, Dialect::Postgres, &worker_metrics).await?
             }
             Database::Mysql(pool) => {
-                let store = MyWorker::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
+                let store = MyInbox::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
                 spawn_worker(config, worker, shared, store, Dialect::Mysql, &worker_metrics).await?
             }
         };
@@ -138,7 +139,7 @@ fn start_relay<S: OutboxStore>(
     Ok(())
 }
 
-fn spawn_bridge<S: InboxStore>(
+fn spawn_bridge<S: TakeoverStore>(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
@@ -172,7 +173,7 @@ fn spawn_bridge<S: InboxStore>(
     Ok(())
 }
 
-async fn spawn_worker<S: WorkerStore>(
+async fn spawn_worker<S: InboxStore>(
     config: &Config,
     worker: &WorkerConfig,
     shared: &Shared,

@@ -13,7 +13,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::store::database::Database;
+use crate::store::Database;
 use crate::stream::redis::RedisStream;
 use crate::tasks::Supervisor;
 use crate::telemetry::health::Health;

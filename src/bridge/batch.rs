@@ -13,7 +13,7 @@ use crate::error::error_chain;
 use crate::fault::Point;
 use crate::poison::reason;
 use crate::retry::Retrier;
-use crate::store::inbox::{InboxEvent, InboxStore, PoisonRecord, Takeover};
+use crate::store::takeover::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
 use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
@@ -38,7 +38,7 @@ pub(super) struct Sorted {
     counted: bool,
 }
 
-impl<S: InboxStore> StreamBridge<S> {
+impl<S: TakeoverStore> StreamBridge<S> {
     /// Entries delivered before and never acknowledged: this consumer's own pending entries
     /// after a restart, or entries claimed from a dead consumer. Each delivery is counted in
     /// the inbox database before the entry is handled, in a transaction of its own, so only

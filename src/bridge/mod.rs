@@ -19,7 +19,7 @@ use tracing::{debug, info, trace, warn};
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::retry::Retrier;
-use crate::store::inbox::InboxStore;
+use crate::store::takeover::TakeoverStore;
 use crate::stream::read::RawEntry;
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::{Group, GroupError, GroupResult};
@@ -57,7 +57,7 @@ pub struct StreamBridge<S> {
     counts_forgotten_at: std::sync::Mutex<Option<Instant>>,
 }
 
-impl<S: InboxStore> StreamBridge<S> {
+impl<S: TakeoverStore> StreamBridge<S> {
     pub fn new(
         config: BridgeConfig,
         source: StreamSource,

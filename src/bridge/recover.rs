@@ -7,10 +7,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::StreamBridge;
-use crate::store::inbox::InboxStore;
+use crate::store::takeover::TakeoverStore;
 use crate::stream::redis::group::GroupError;
 
-impl<S: InboxStore> StreamBridge<S> {
+impl<S: TakeoverStore> StreamBridge<S> {
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes
     /// consumers idle for `delete_idle_consumers_after` with nothing pending.
     /// At most `count` entries are claimed at a time (the read budget: claimed entries come

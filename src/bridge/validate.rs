@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
 use crate::poison::reason;
-use crate::store::inbox::{InboxEvent, PoisonRecord, Text};
+use crate::store::takeover::{InboxEvent, PoisonRecord, Text};
 use crate::stream::read::RawEntry;
 
 /// What becomes of one entry.

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{ClaimMode, Config, Dialect, RedisConfig, RelayConfig, WorkerConfig};
-use crate::config::consumer_sql::WorkerStatement;
-use crate::config::statements::StatementKind;
+use crate::store::inbox::contract::WorkerStatement;
+use crate::store::outbox::contract::StatementKind;
 
 /// One reason the locked claim cannot be used.
 #[derive(Clone)]

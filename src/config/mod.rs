@@ -11,7 +11,6 @@ mod load;
 pub mod ordered;
 mod relay;
 pub mod secret;
-pub mod statements;
 pub mod template;
 pub mod tls;
 mod validate;
@@ -25,6 +24,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use bridge::{BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
+pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub use load::{ConfigError, load, load_str};
 pub use relay::{
     BrokerLossConfig, ClaimMode, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,

@@ -299,8 +299,8 @@ impl RelayConfig {
 
 impl SqlOverrides {
     /// The configured replacement for `kind`, if any.
-    pub fn get(&self, kind: crate::config::statements::StatementKind) -> Option<&str> {
-        use crate::config::statements::StatementKind as K;
+    pub fn get(&self, kind: crate::store::outbox::contract::StatementKind) -> Option<&str> {
+        use crate::store::outbox::contract::StatementKind as K;
         let sql = match kind {
             K::Claim => &self.claim,
             K::MarkDelivered => &self.mark_delivered,

@@ -6,10 +6,11 @@ use std::time::Duration;
 use super::tls::{self, TlsMode};
 use super::{BackoffConfig, Config, RelayConfig};
 use crate::config::Dialect;
-use crate::config::consumer_sql::{self, TakeoverStatement, WorkerStatement};
-use crate::config::statements::{self, StatementKind};
 use crate::config::template::Template;
 use crate::sql::params::Placeholder;
+use crate::store::inbox::contract::WorkerStatement;
+use crate::store::outbox::contract::{self as outbox_contract, StatementKind};
+use crate::store::takeover::contract::{self as takeover_contract, TakeoverStatement};
 
 /// Entry fields handoff writes itself; `fields` may not redefine them.
 const RESERVED_FIELDS: &[&str] =
@@ -164,9 +165,9 @@ pub fn validate(config: &Config) -> Vec<String> {
 fn check_statement(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
     if style == Placeholder::Positional && kind == StatementKind::Claim {
         let parts = crate::sql::params::split_statements(sql, style).map_err(|e| e.to_string())?;
-        return parts.iter().try_for_each(|part| statements::check_params(kind, part, style));
+        return parts.iter().try_for_each(|part| outbox_contract::check_params(kind, part, style));
     }
-    statements::check_params(kind, sql, style)
+    outbox_contract::check_params(kind, sql, style)
 }
 
 fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &mut Vec<String>) {
@@ -365,7 +366,7 @@ fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String
         }
         for statement in TakeoverStatement::ALL {
             if let Some(sql) = bridge.sql.get(statement)
-                && let Err(e) = consumer_sql::check_takeover(statement, sql, style)
+                && let Err(e) = takeover_contract::check_takeover(statement, sql, style)
             {
                 errors.push(format!("{path}.sql.{}: {e}", statement.name()));
             }
@@ -402,7 +403,7 @@ fn validate_workers(config: &Config, style: Placeholder, errors: &mut Vec<String
         validate_backoff(&format!("{path}.outage_backoff"), &worker.outage_backoff, errors);
         for statement in WorkerStatement::ALL {
             if let Some(sql) = worker.sql.get(statement)
-                && let Err(e) = consumer_sql::check_offered(sql, style, statement.params(), &[])
+                && let Err(e) = crate::sql::params::check_offered(sql, style, statement.params(), &[])
             {
                 errors.push(format!("{path}.sql.{}: {e}", statement.name()));
             }

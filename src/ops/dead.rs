@@ -9,7 +9,7 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::store::database::Database;
+use crate::store::Database;
 
 /// Which rows a command touches.
 #[derive(Debug, Clone, Default)]

@@ -4,10 +4,11 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
 use crate::config::{Config, WorkerConfig};
-use crate::store::database::Database;
-use crate::store::mysql::MyOutbox;
-use crate::store::postgres::PgOutbox;
-use crate::store::{OutboxStats, OutboxStore, PrepareError, StoreResult};
+use crate::store::Database;
+use crate::store::outbox::MyOutbox;
+use crate::store::outbox::PgOutbox;
+use crate::store::outbox::{OutboxStats, OutboxStore};
+use crate::store::{PrepareError, StoreResult};
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::Group;
 

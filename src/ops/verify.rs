@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use crate::config::{Config, RelayConfig};
 use crate::relay::loss::{self, StreamReport};
-use crate::store::database::Database;
-use crate::store::mysql::MyOutbox;
-use crate::store::postgres::PgOutbox;
-use crate::store::{OutboxStore, PrepareError};
+use crate::store::Database;
+use crate::store::PrepareError;
+use crate::store::outbox::MyOutbox;
+use crate::store::outbox::OutboxStore;
+use crate::store::outbox::PgOutbox;
 use crate::stream::redis::RedisStream;
 
 #[derive(Debug, Clone, Serialize)]

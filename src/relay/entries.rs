@@ -7,9 +7,9 @@
 use bytes::Bytes;
 
 use crate::config::RelayConfig;
-use crate::config::statements::ENTRY_COLUMNS;
 use crate::config::template::{BoundTemplate, Template};
-use crate::store::ClaimedRow;
+use crate::store::outbox::ClaimedRow;
+use crate::store::outbox::contract::ENTRY_COLUMNS;
 use crate::stream::Entry;
 use crate::telemetry::metrics::DeadReason;
 

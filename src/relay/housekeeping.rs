@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 
 use super::Relay;
 use crate::error::error_chain;
-use crate::store::OutboxStore;
+use crate::store::outbox::OutboxStore;
 use crate::stream::EventStream;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {

@@ -10,7 +10,7 @@ use tracing::{trace, warn};
 use super::Relay;
 use super::batch::Turn;
 use crate::error::error_chain;
-use crate::store::{ClaimedRow, LockedBatch, OutboxStore};
+use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::stream::EventStream;
 use crate::telemetry::traces::EventSpan;
 

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::Relay;
 use crate::error::error_chain;
-use crate::store::{DeliveredRow, OutboxStore};
+use crate::store::outbox::{DeliveredRow, OutboxStore};
 use crate::stream::{EntryId, EventStream, ServerId};
 
 /// Streams a relay appended to, and what it last saw of them.

@@ -22,12 +22,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use entries::EntryBuilder;
 use wake::Wake;
 
-use crate::config::statements::ORDER_KEY_COLUMN;
 use crate::config::{ClaimMode, RelayConfig};
 use crate::error::error_chain;
 use crate::fault::Faults;
 use crate::retry::Retrier;
-use crate::store::OutboxStore;
+use crate::store::outbox::OutboxStore;
+use crate::store::outbox::contract::ORDER_KEY_COLUMN;
 use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
@@ -246,12 +246,12 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
 /// What a turn claimed: leased rows, or rows locked by an open transaction.
 enum Claimed {
-    Leased(Vec<crate::store::ClaimedRow>),
-    Locked(crate::store::Locked),
+    Leased(Vec<crate::store::outbox::ClaimedRow>),
+    Locked(crate::store::outbox::Locked),
 }
 
 impl Claimed {
-    fn rows(&self) -> &[crate::store::ClaimedRow] {
+    fn rows(&self) -> &[crate::store::outbox::ClaimedRow] {
         match self {
             Claimed::Leased(rows) | Claimed::Locked((rows, _)) => rows,
         }

@@ -11,9 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Relay, RelayDeps};
 use crate::config::load_str;
 use crate::fault::Faults;
-use crate::store::{
-    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreResult, Verdict,
-};
+use crate::store::StoreResult;
+use crate::store::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
 use crate::stream::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::RelayMetrics;
@@ -152,7 +151,11 @@ impl OutboxStore for FakeOutbox {
         Ok(0)
     }
 
-    async fn delivered_since(&self, _: Duration, _: usize) -> StoreResult<Option<crate::store::DeliveredPages>> {
+    async fn delivered_since(
+        &self,
+        _: Duration,
+        _: usize,
+    ) -> StoreResult<Option<crate::store::outbox::DeliveredPages>> {
         Ok(None)
     }
 

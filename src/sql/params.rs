@@ -189,6 +189,21 @@ fn utf8_len(first: u8) -> usize {
     }
 }
 
+/// Checks that `sql` scans and uses only the parameters `offered` (and `<root>.<name>` for a
+/// root in `dotted`); the error names the unknown one and lists the offered ones.
+pub fn check_offered(sql: &str, style: Placeholder, offered: &[&str], dotted: &[&str]) -> Result<(), String> {
+    let named = rewrite(sql, style).map_err(|e| e.to_string())?;
+    let known = |n: &str| offered.contains(&n) || n.split_once('.').is_some_and(|(root, _)| dotted.contains(&root));
+    match named.names.iter().find(|n| !known(n)) {
+        Some(unknown) => Err(format!(
+            "unknown parameter :{unknown} (this statement is offered: {}{})",
+            offered.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", "),
+            dotted.iter().map(|d| format!(", :{d}.<name>")).collect::<String>()
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

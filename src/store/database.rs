@@ -6,7 +6,7 @@ use crate::config::DatabaseConfig;
 #[derive(Clone)]
 pub enum Database {
     Postgres(deadpool_postgres::Pool),
-    Mysql(super::mysql::Pool),
+    Mysql(super::mysql::pool::Pool),
 }
 
 pub use crate::config::Dialect;
@@ -16,8 +16,10 @@ impl Database {
     pub fn connect(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Self> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
         match Dialect::of(url) {
-            Some(Dialect::Postgres) => Ok(Database::Postgres(super::postgres::pool(config, application_name)?)),
-            Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool(&mysql_url(config))?)),
+            Some(Dialect::Postgres) => {
+                Ok(Database::Postgres(super::postgres::connect::pool(config, application_name)?))
+            }
+            Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool::pool(&mysql_url(config))?)),
             None => anyhow::bail!("database.url: unsupported scheme"),
         }
     }
@@ -32,24 +34,24 @@ impl Database {
     /// Applies the reference schema; returns the versions applied now.
     pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
         match self {
-            Database::Postgres(pool) => crate::store::migrate::postgres(pool).await,
-            Database::Mysql(pool) => crate::store::migrate::mysql(pool).await,
+            Database::Postgres(pool) => super::migrate::postgres(pool).await,
+            Database::Mysql(pool) => super::migrate::mysql(pool).await,
         }
     }
 
     /// The TLS state of a connection as the server sees it: `Some((version, cipher))`, or
     /// `None` for a plain connection.
-    pub async fn tls_session(&self) -> Result<Option<(String, String)>, super::StoreError> {
+    pub async fn tls_session(&self) -> Result<Option<(String, String)>, super::error::StoreError> {
         match self {
-            Database::Postgres(pool) => super::postgres::tls_session(pool).await,
-            Database::Mysql(pool) => super::mysql::tls_session(pool).await,
+            Database::Postgres(pool) => super::postgres::connect::tls_session(pool).await,
+            Database::Mysql(pool) => super::mysql::pool::tls_session(pool).await,
         }
     }
 
-    pub async fn probe(&self) -> Result<(), super::StoreError> {
+    pub async fn probe(&self) -> Result<(), super::error::StoreError> {
         match self {
-            Database::Postgres(pool) => super::postgres::probe(pool).await,
-            Database::Mysql(pool) => super::mysql::probe(pool).await,
+            Database::Postgres(pool) => super::postgres::connect::probe(pool).await,
+            Database::Mysql(pool) => super::mysql::pool::probe(pool).await,
         }
     }
 }

@@ -32,7 +32,7 @@ pub const MYSQL: &[(&str, &str)] = &[
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is
 /// idempotent and a named lock (not a transaction) keeps replicas from running it together.
-pub async fn mysql(pool: &crate::store::mysql::Pool) -> anyhow::Result<Vec<&'static str>> {
+pub async fn mysql(pool: &crate::store::mysql::pool::Pool) -> anyhow::Result<Vec<&'static str>> {
     use mysql_async::prelude::Queryable;
     let mut conn = pool.get_conn().await.context("connecting to the database")?;
     let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('handoff_migrate', 60)").await?;

@@ -13,7 +13,7 @@ use super::http::Delivery;
 use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::retry::delay;
-use crate::store::worker::{Applied, ApplyError, BoundStatement, InboxRow, WorkerStore};
+use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore};
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 
@@ -23,7 +23,7 @@ pub(super) enum Failure {
     Dead(String),
 }
 
-impl<S: WorkerStore> Worker<S> {
+impl<S: InboxStore> Worker<S> {
     pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
         let started = Instant::now();
         let held: Vec<(String, i64)> = rows.iter().map(InboxRow::held).collect();

@@ -4,7 +4,7 @@
 use crate::config::type_matches;
 use crate::config::{HandlerConfig, WorkerConfig};
 use crate::sql::params::{self, Placeholder};
-use crate::store::worker::{BindValue, BoundStatement, InboxRow};
+use crate::store::inbox::{BindValue, BoundStatement, InboxRow};
 
 use super::http::HttpHandler;
 

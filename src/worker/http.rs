@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::{HttpHandlerConfig, NEVER_FORWARDED, TlsMode};
-use crate::store::worker::InboxRow;
+use crate::store::inbox::InboxRow;
 
 /// How much of an error response's body is read back into the row's last error.
 const ERROR_BODY_MAX: usize = 4096;

@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use super::Worker;
 use crate::error::error_chain;
-use crate::store::worker::{InboxRow, LockedInbox, WorkerStore};
+use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::traces::{self, EventSpan};
 
 /// How a locked turn ended.
@@ -27,7 +27,7 @@ pub(super) enum Outcome {
     Abandoned,
 }
 
-impl<S: WorkerStore> Worker<S> {
+impl<S: InboxStore> Worker<S> {
     pub(super) async fn process_locked(
         &self,
         owner: &str,

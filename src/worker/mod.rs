@@ -18,7 +18,7 @@ use crate::config::{ClaimMode, WorkerConfig};
 use crate::error::error_chain;
 use crate::retry::Retrier;
 use crate::sql::params::Placeholder;
-use crate::store::worker::{InboxRow, WorkerStore};
+use crate::store::inbox::{InboxRow, InboxStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::telemetry::throttle::Throttle;
@@ -46,7 +46,7 @@ pub struct Worker<S> {
     locked_since: std::sync::Mutex<Vec<Option<std::time::Instant>>>,
 }
 
-impl<S: WorkerStore> Worker<S> {
+impl<S: InboxStore> Worker<S> {
     pub fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, String> {
         let handlers = config
             .handlers

@@ -362,8 +362,8 @@ sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES 
 /// The sizes of the pages in which the first relay of `config` reads its rows delivered in the
 /// last hour, `page` rows a page (as a broker-loss check reads them).
 pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
-    use handoff::store::OutboxStore;
     use handoff::store::database::Database;
+    use handoff::store::outbox::OutboxStore;
 
     async fn sizes<S: OutboxStore>(store: S, page: usize) -> Vec<usize> {
         let mut pages = store.delivered_since(Duration::from_secs(3600), page).await.unwrap().expect("delivered_since");
@@ -377,10 +377,10 @@ pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
     let relay = &config.relays[0];
     match Database::connect(&config.database, "handoff-test").unwrap() {
         Database::Postgres(pool) => {
-            sizes(handoff::store::postgres::PgOutbox::prepare(pool, relay).await.unwrap(), page).await
+            sizes(handoff::store::outbox::PgOutbox::prepare(pool, relay).await.unwrap(), page).await
         }
         Database::Mysql(pool) => {
-            sizes(handoff::store::mysql::MyOutbox::prepare(pool, relay).await.unwrap(), page).await
+            sizes(handoff::store::outbox::MyOutbox::prepare(pool, relay).await.unwrap(), page).await
         }
     }
 }

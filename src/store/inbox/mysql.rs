@@ -10,22 +10,21 @@ use std::collections::HashMap;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, TxOpts, Value};
 
-use super::Pool;
-
-use super::error;
-use super::values::{Param, bind, row_columns, row_texts};
-use crate::config::consumer_sql::WorkerStatement;
+use super::apply::{RowTransaction, apply_row_by_row};
+use super::bindings as binding;
+use super::contract::{WorkerStatement, missing_result_columns};
+use super::seam::{Applied, ApplyError, BindValue, BoundStatement, InboxRow};
+use super::statements::{InboxSql, statement_texts};
 use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::outbox::TextRow;
-use crate::store::worker::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, RowTransaction, WorkerSql, apply_row_by_row, binding,
-    missing_result_columns, statement_texts,
-};
-use crate::store::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StoreResult};
+use crate::store::mysql::errors::{error, prepare_refusal};
+use crate::store::mysql::pool::{Pool, claim_tx};
+use crate::store::mysql::values::{Param, bind, row_columns, row_texts};
+use crate::store::rows::TextRow;
 
-pub struct MyWorker {
+pub struct MyInbox {
     pool: Pool,
     consumer: String,
     /// `worker `<name>``, for messages.
@@ -117,11 +116,13 @@ ORDER BY id LIMIT :batch_size"
     text.replace("{t}", t)
 }
 
-impl MyWorker {
+impl MyInbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
         let mut statements = HashMap::new();
-        for (statement, text) in statement_texts(worker, |s| reference(s, &worker.table)) {
+        for (statement, text) in
+            statement_texts(&worker.sql, worker.retention.is_some(), |s| reference(s, &worker.table))
+        {
             let context = format!("worker `{}` sql.{}", worker.name, statement.name());
             let parts =
                 params::split_statements(&text, Placeholder::Positional).map_err(|e| format!("{context}: {e}"))?;
@@ -185,7 +186,7 @@ fn handler_error(index: usize, e: mysql_async::Error, errors: &HandlerErrors) ->
 /// A batch's transaction on MySQL / MariaDB.
 struct MyRows<'a> {
     tx: mysql_async::Transaction<'a>,
-    worker: &'a MyWorker,
+    worker: &'a MyInbox,
 }
 
 impl RowTransaction for MyRows<'_> {
@@ -225,7 +226,7 @@ impl RowTransaction for MyRows<'_> {
     }
 }
 
-impl WorkerSql for MyWorker {
+impl InboxSql for MyInbox {
     fn consumer(&self) -> &str {
         &self.consumer
     }
@@ -242,7 +243,7 @@ impl WorkerSql for MyWorker {
             let context = format!("{} sql.{}", self.label, statement.name());
             for (i, named) in parts.iter().enumerate() {
                 match conn.prep(named.sql.as_str()).await {
-                    Err(e) => errors.push(super::prepare_refusal(&context, e)?),
+                    Err(e) => errors.push(prepare_refusal(&context, e)?),
                     Ok(stmt) if i + 1 == parts.len() => {
                         let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
                         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -254,7 +255,7 @@ impl WorkerSql for MyWorker {
         }
         for (context, sql) in handler_sql {
             if let Err(e) = conn.prep(sql.as_str()).await {
-                errors.push(super::prepare_refusal(context, e)?);
+                errors.push(prepare_refusal(context, e)?);
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
@@ -270,7 +271,7 @@ impl WorkerSql for MyWorker {
             let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
             return self.script(&mut conn, statement, &value).await.map_err(|e| error(label, e));
         }
-        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error(label, e))?;
+        let mut tx = self.pool.start_transaction(claim_tx()).await.map_err(|e| error(label, e))?;
         let result = self.script(&mut tx, statement, &value).await.map_err(|e| error(label, e))?;
         tx.commit().await.map_err(|e| error(label, e))?;
         Ok(result)

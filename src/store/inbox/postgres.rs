@@ -8,24 +8,24 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use tokio_postgres::types::ToSql;
 
-use super::locked_inbox::{self, LockedInboxSql};
-use super::values::{Cell, Param, column_type_supported, param_type_supported};
-use super::{pool_error, query_error};
+use super::apply::{RowTransaction, apply_row_by_row, commit_failed};
+use super::bindings as binding;
+use super::contract::{WorkerStatement, missing_result_columns};
+use super::postgres_handlers::{handler_error, refs, run_handlers, text_rows, to_param};
+use super::postgres_locked::{self, LockedInboxSql};
+use super::seam::{Applied, ApplyError, BoundStatement, InboxRow, LockedRows};
+use super::statements::{InboxSql, statement_texts};
 use crate::config::HandlerErrors;
-use crate::config::consumer_sql::WorkerStatement;
 use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::outbox::TextRow;
-use crate::store::worker::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, LockedRows, RowTransaction, WorkerSql, apply_row_by_row,
-    binding, commit_failed, missing_result_columns, statement_texts,
-};
-use crate::store::{PrepareError, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
+use crate::store::postgres::values::{Param, column_type_supported, param_type_supported};
+use crate::store::rows::TextRow;
 
-pub struct PgWorker {
+pub struct PgInbox {
     pool: Pool,
     consumer: String,
     /// `worker `<name>``, for messages.
@@ -117,11 +117,13 @@ fn reference(statement: WorkerStatement, t: &str) -> String {
     text.replace("{t}", t)
 }
 
-impl PgWorker {
+impl PgInbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
         let mut statements = HashMap::new();
-        for (statement, text) in statement_texts(worker, |s| reference(s, &worker.table)) {
+        for (statement, text) in
+            statement_texts(&worker.sql, worker.retention.is_some(), |s| reference(s, &worker.table))
+        {
             let named = params::rewrite(&text, Placeholder::Numbered)
                 .map_err(|e| format!("worker `{}` sql.{}: {e}", worker.name, statement.name()))?;
             statements.insert(statement, named);
@@ -175,91 +177,15 @@ impl PgWorker {
     }
 }
 
-/// Runs every handler statement of `items` in the transaction on `client`, all sent at once —
-/// tokio-postgres pipelines queries polled together on one connection — and then `along` (the
-/// locked claim's mark), polled after them so it is sent after them. `None`: a statement
-/// refused a row's data, and the transaction is aborted; an outage is an error.
-pub(super) async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
-    client: &C,
-    items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
-    along: F,
-    errors: &HandlerErrors,
-) -> StoreResult<Option<F::Output>> {
-    let mut prepared = HashMap::new();
-    for statement in items.iter().flat_map(|(_, statements)| statements) {
-        if !prepared.contains_key(statement.sql) {
-            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors)) {
-                Ok(stmt) => prepared.insert(statement.sql, stmt),
-                Err(ApplyError::Store(e)) => return Err(e),
-                Err(ApplyError::Handler { .. }) => return Ok(None),
-            };
-        }
-    }
-    let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
-        .iter()
-        .flat_map(|(_, statements)| statements)
-        .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
-        .collect();
-    let sent = futures_util::future::join_all(
-        calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
-    );
-    let (outcomes, along) = futures_util::future::join(sent, along).await;
-    // Replies come in order; after the first error the server refuses the rest of the
-    // transaction, so the first error is the one that matters.
-    for outcome in outcomes {
-        if let Err(e) = outcome {
-            return match handler_error(0, e, errors) {
-                ApplyError::Handler { .. } => Ok(None),
-                ApplyError::Store(e) => Err(e),
-            };
-        }
-    }
-    Ok(Some(along))
-}
-
-/// Result rows as text by column name (the claim's and stats' result contract).
-pub(super) fn text_rows(
-    stmt: &tokio_postgres::Statement,
-    rows: &[tokio_postgres::Row],
-    label: &str,
-) -> StoreResult<Vec<TextRow>> {
-    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
-    rows.iter()
-        .map(|row| {
-            (0..row.len())
-                .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| (names[i].to_owned(), c.map(|c| c.0))))
-                .collect::<Result<TextRow, _>>()
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))
-}
-
 /// A statement this worker was built without (`purge` without retention).
 fn missing(statement: WorkerStatement) -> StoreError {
     StoreError::Contract(format!("the worker has no {} statement", statement.name()))
 }
 
-fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
-    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
-}
-
-fn to_param(value: &BindValue) -> Param {
-    match value {
-        BindValue::Null => Param::Null,
-        BindValue::Text(s) => Param::Text(s.clone()),
-        BindValue::Json(s) => Param::Json(s.clone()),
-    }
-}
-
-/// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-fn handler_error(index: usize, error: tokio_postgres::Error, errors: &HandlerErrors) -> ApplyError {
-    ApplyError::from_handler(index, query_error("handler", error), errors)
-}
-
 /// A batch's transaction on Postgres, for applying it row by row.
 struct PgRows<'a> {
     tx: deadpool_postgres::Transaction<'a>,
-    worker: &'a PgWorker,
+    worker: &'a PgInbox,
 }
 
 impl RowTransaction for PgRows<'_> {
@@ -302,7 +228,7 @@ impl RowTransaction for PgRows<'_> {
     }
 }
 
-impl WorkerSql for PgWorker {
+impl InboxSql for PgInbox {
     fn consumer(&self) -> &str {
         &self.consumer
     }
@@ -322,7 +248,7 @@ impl WorkerSql for PgWorker {
             let stmt = match client.prepare(&named.sql).await {
                 Ok(stmt) => stmt,
                 Err(e) => {
-                    errors.push(super::prepare_refusal(&context, e)?);
+                    errors.push(prepare_refusal(&context, e)?);
                     continue;
                 }
             };
@@ -345,12 +271,12 @@ impl WorkerSql for PgWorker {
         }
         for (name, sql) in self.locked.iter().flat_map(LockedInboxSql::statements) {
             if let Err(e) = client.prepare(sql).await {
-                errors.push(super::prepare_refusal(&format!("{} (claim = \"locked\") {name}", self.label), e)?);
+                errors.push(prepare_refusal(&format!("{} (claim = \"locked\") {name}", self.label), e)?);
             }
         }
         for (context, sql) in handler_sql {
             match client.prepare(sql).await {
-                Err(e) => errors.push(super::prepare_refusal(context, e)?),
+                Err(e) => errors.push(prepare_refusal(context, e)?),
                 Ok(stmt) => {
                     for ty in stmt.params() {
                         if !param_type_supported(ty) {
@@ -401,6 +327,6 @@ impl WorkerSql for PgWorker {
         let Some(sql) = &self.locked else {
             return Err(StoreError::Contract(format!("{} is not configured for the locked claim", self.label)));
         };
-        locked_inbox::lock(&self.pool, sql, &self.consumer, batch_size, lease, &self.faults).await
+        postgres_locked::lock(&self.pool, sql, &self.consumer, batch_size, lease, &self.faults).await
     }
 }

@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 
-use super::scan_start::{SCAN_DUE, ScanStart};
-use super::worker::{run_handlers, text_rows};
-use super::{pool_error, query_error};
+use super::apply::commit_failed;
+use super::postgres_handlers::{run_handlers, text_rows};
+use super::seam::{BoundStatement, InboxRow, LockedInbox, LockedRows};
 use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
-use crate::store::worker::{BoundStatement, InboxRow, LockedInbox, LockedRows, commit_failed};
-use crate::store::{StoreError, StoreResult};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::postgres::errors::{pool_error, query_error};
+use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
 
 /// The locked claim's statements for one inbox table, and where its next claim starts reading
 /// (shared by the worker's loops).
@@ -63,7 +64,7 @@ impl LockedInboxSql {
     }
 }
 
-/// Locks a batch; see [`crate::store::worker::WorkerStore::lock`].
+/// Locks a batch; see [`InboxStore::lock`](super::seam::InboxStore::lock).
 pub async fn lock(
     pool: &Pool,
     sql: &LockedInboxSql,

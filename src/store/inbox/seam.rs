@@ -1,16 +1,15 @@
-//! The worker's seam: the inbox rows it claims, how a batch is applied, and the statements a
-//! dialect implements for it. The decisions above the SQL (what a claim row means, which
-//! savepoint to keep, what a failed commit means) are here once, for every dialect; a dialect
-//! ([`WorkerSql`]) runs the named statements of `[worker.sql]` and applies batches.
+//! The inbox seam: what the worker asks of the consumer's inbox — claim rows, apply a batch's
+//! effects and PROCESSED in one transaction, record failures — and the rows it speaks in. A
+//! dialect implements it through [`InboxSql`](super::statements::InboxSql); the worker sees
+//! only this.
 
 use std::future::Future;
 use std::time::Duration;
 
-use super::bindings::{Param, millis};
-use super::outbox::TextRow;
-use super::{StoreError, StoreResult};
-use crate::config::consumer_sql::{CLAIM_COLUMNS, OPTIONAL_CLAIM_COLUMNS, WorkerStatement};
+use super::contract::{CLAIM_COLUMNS, OPTIONAL_CLAIM_COLUMNS};
 use crate::config::{HandlerErrors, HandlerVerdict};
+use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::rows::TextRow;
 
 /// A claimed inbox row for the worker.
 #[derive(Debug, Clone)]
@@ -83,62 +82,6 @@ impl InboxRow {
     }
 }
 
-/// What each named parameter of the worker's statements is bound to.
-pub mod binding {
-    use super::*;
-
-    pub fn claim<'a>(
-        consumer: &'a str,
-        claimant: &'a str,
-        batch_size: u32,
-        lease: Duration,
-    ) -> impl Fn(&str) -> Param + 'a {
-        move |name| match name {
-            "consumer" => Param::Text(consumer.to_owned()),
-            "claimant" => Param::Text(claimant.to_owned()),
-            "batch_size" => Param::Int(batch_size.into()),
-            "ids" => Param::Texts(Vec::new()),
-            _ => Param::Int(millis(lease)),
-        }
-    }
-
-    /// `processed`, `renew`, `release`: the rows with their fencing tokens (and the new lease).
-    pub fn held<'a>(claimant: &'a str, rows: &[(String, i64)], lease: Duration) -> impl Fn(&str) -> Param + 'a {
-        let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().cloned().unzip();
-        move |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "ids" => Param::Texts(ids.clone()),
-            "tokens" => Param::Ints(tokens.clone()),
-            _ => Param::Int(millis(lease)),
-        }
-    }
-
-    /// `retry` / `dead` for one row.
-    pub fn failure<'a>(
-        claimant: &'a str,
-        row: &'a InboxRow,
-        error: &'a str,
-        delay: Duration,
-    ) -> impl Fn(&str) -> Param + 'a {
-        move |name| match name {
-            "claimant" => Param::Text(claimant.to_owned()),
-            "id" => Param::Text(row.id.clone()),
-            "token" => Param::Int(row.token),
-            "error" => Param::Text(error.to_owned()),
-            _ => Param::Int(millis(delay)),
-        }
-    }
-
-    /// `stats` and `purge`.
-    pub fn consumer<'a>(consumer: &'a str, age: Duration, batch_size: u32) -> impl Fn(&str) -> Param + 'a {
-        move |name| match name {
-            "consumer" => Param::Text(consumer.to_owned()),
-            "batch_size" => Param::Int(batch_size.into()),
-            _ => Param::Int(millis(age)),
-        }
-    }
-}
-
 /// Sampled worker gauges.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct InboxStats {
@@ -187,91 +130,21 @@ pub enum ApplyError {
     #[error("handler statement {index} failed for this row: {message}")]
     Handler { index: usize, message: String, retry: bool },
     #[error(transparent)]
-    Store(#[from] super::StoreError),
+    Store(#[from] StoreError),
 }
 
 impl ApplyError {
     /// A handler statement's error: `errors` names codes to retry or to make DEAD; for the
     /// rest, the dialect's judgement (a refusal of the data: DEAD; anything else: an outage).
-    pub fn from_handler(index: usize, error: super::StoreError, errors: &HandlerErrors) -> Self {
+    pub fn from_handler(index: usize, error: StoreError, errors: &HandlerErrors) -> Self {
         let verdict = error.code().and_then(|code| errors.verdict(&code));
         let handler =
-            |e: &super::StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };
+            |e: &StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };
         match (verdict, error) {
             (Some(verdict), e) => handler(&e, verdict == HandlerVerdict::Retry),
-            (None, e @ super::StoreError::Rejected { .. }) => handler(&e, false),
+            (None, e @ StoreError::Rejected { .. }) => handler(&e, false),
             (None, e) => ApplyError::Store(e),
         }
-    }
-}
-
-/// A dialect's open transaction for applying a batch row by row.
-pub trait RowTransaction: Send {
-    /// Runs a savepoint statement (`SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`).
-    fn savepoint(&mut self, sql: &'static str) -> impl Future<Output = super::StoreResult<()>> + Send;
-
-    /// A row's statements, then its fenced mark to PROCESSED.
-    fn apply(
-        &mut self,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
-
-    fn commit(self) -> impl Future<Output = super::StoreResult<()>> + Send;
-
-    /// What the worker's handler errors mean (`[worker.handler_errors]`).
-    fn handler_errors(&self) -> &HandlerErrors;
-}
-
-/// Applies `items` in `tx`, each row in its own savepoint, for every dialect: a row whose data
-/// is refused or whose fence refuses is rolled back alone, the others commit together; an
-/// outage fails the whole batch (nothing committed).
-pub async fn apply_row_by_row<T: RowTransaction>(
-    mut tx: T,
-    owner: &str,
-    items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
-) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
-    let mut results = Vec::with_capacity(items.len());
-    for (row, statements) in items {
-        tx.savepoint("SAVEPOINT handoff_row").await?;
-        let outcome = match tx.apply(owner, row, statements).await {
-            Err(ApplyError::Store(e)) => return Err(e),
-            other => other,
-        };
-        let end =
-            if keep_row(&outcome) { "RELEASE SAVEPOINT handoff_row" } else { "ROLLBACK TO SAVEPOINT handoff_row" };
-        tx.savepoint(end).await?;
-        results.push(outcome);
-    }
-    let errors = tx.handler_errors().clone();
-    match tx.commit().await {
-        Ok(()) => Ok(results),
-        Err(e) => commit_failed(items.len(), e, &errors),
-    }
-}
-
-/// Whether a row's savepoint is kept (its effect and PROCESSED commit with the batch) or rolled
-/// back (the fence refused, or a handler statement refused the row's data: undo this row only).
-/// An outage never gets here: it fails the whole batch.
-fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
-    matches!(outcome, Ok(Applied::Processed))
-}
-
-/// What a failed commit of a handler batch means, for every dialect: with one row, that row's
-/// data (a deferred constraint, say), so it goes DEAD; with several the batch fails as a refusal
-/// and the worker retries the rows one by one to find it; anything else is an outage.
-pub fn commit_failed(
-    rows: usize,
-    error: super::StoreError,
-    errors: &HandlerErrors,
-) -> super::StoreResult<Vec<Result<Applied, ApplyError>>> {
-    match ApplyError::from_handler(usize::MAX, error, errors) {
-        handler @ ApplyError::Handler { .. } if rows == 1 => Ok(vec![Err(handler)]),
-        ApplyError::Handler { message, .. } => {
-            Err(super::StoreError::Rejected { statement: "commit", source: message.into() })
-        }
-        ApplyError::Store(e) => Err(e),
     }
 }
 
@@ -293,41 +166,10 @@ pub trait LockedInbox: Send {
 /// The rows of a locked batch and its open transaction (`None` when no row was due: nothing held).
 pub type LockedRows = (Vec<InboxRow>, Option<Box<dyn LockedInbox>>);
 
-/// What a dialect provides: the worker's named statements, run with their bindings, and the
-/// batch transaction.
-pub trait WorkerSql: Send + Sync + 'static {
-    /// Whose inbox rows (`:consumer`).
-    fn consumer(&self) -> &str;
-
-    /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.
-    fn check(&self, handler_sql: &[(String, String)]) -> impl Future<Output = Result<(), super::PrepareError>> + Send;
-
-    /// Runs `statement` (on MySQL a claim or renew may be a script): the rows its last
-    /// statement returned, as text, and the rows it changed.
-    fn run(
-        &self,
-        statement: WorkerStatement,
-        bind: impl Fn(&str) -> Param + Send + Sync,
-    ) -> impl Future<Output = StoreResult<(Vec<TextRow>, u64)>> + Send;
-
-    /// See [`WorkerStore::apply_batch`].
-    fn apply_batch(
-        &self,
-        owner: &str,
-        items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
-    ) -> impl Future<Output = StoreResult<Vec<Result<Applied, ApplyError>>>> + Send;
-
-    /// See [`WorkerStore::lock`]. Only Postgres with the reference statements has it; the
-    /// configuration never asks another store for it.
-    fn lock(&self, _batch_size: u32, _lease: Duration) -> impl Future<Output = StoreResult<LockedRows>> + Send {
-        async { Err(StoreError::Contract("this inbox store has no locked claim".into())) }
-    }
-}
-
 /// The worker's statements; every transition is fenced by lease owner + token.
-pub trait WorkerStore: Send + Sync + 'static {
+pub trait InboxStore: Send + Sync + 'static {
     /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.
-    fn check(&self, handler_sql: &[(String, String)]) -> impl Future<Output = Result<(), super::PrepareError>> + Send;
+    fn check(&self, handler_sql: &[(String, String)]) -> impl Future<Output = Result<(), PrepareError>> + Send;
 
     fn claim(
         &self,
@@ -374,84 +216,4 @@ pub trait WorkerStore: Send + Sync + 'static {
 
     /// Retention: deletes up to `batch` PROCESSED / IGNORED rows older than `age`; returns how many.
     fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
-}
-
-impl<S: WorkerSql> WorkerStore for S {
-    async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), super::PrepareError> {
-        WorkerSql::check(self, handler_sql).await
-    }
-
-    async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
-        let (rows, _) =
-            self.run(WorkerStatement::Claim, binding::claim(self.consumer(), owner, batch_size, lease)).await?;
-        rows.iter().map(InboxRow::from_text).collect()
-    }
-
-    async fn apply_batch(
-        &self,
-        owner: &str,
-        items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
-    ) -> StoreResult<Vec<Result<Applied, ApplyError>>> {
-        WorkerSql::apply_batch(self, owner, items).await
-    }
-
-    async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {
-        let (statement, delay) = match retry_in {
-            Some(delay) => (WorkerStatement::Retry, delay),
-            None => (WorkerStatement::Dead, Duration::ZERO),
-        };
-        let (_, changed) = self.run(statement, binding::failure(owner, row, error, delay)).await?;
-        Ok(changed == 1)
-    }
-
-    async fn renew(&self, owner: &str, rows: &[(String, i64)], lease: Duration) -> StoreResult<u64> {
-        Ok(self.run(WorkerStatement::Renew, binding::held(owner, rows, lease)).await?.1)
-    }
-
-    async fn release(&self, owner: &str, rows: &[(String, i64)]) -> StoreResult<u64> {
-        Ok(self.run(WorkerStatement::Release, binding::held(owner, rows, Duration::ZERO)).await?.1)
-    }
-
-    async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
-        WorkerSql::lock(self, batch_size, lease).await
-    }
-
-    async fn stats(&self) -> StoreResult<InboxStats> {
-        let (rows, _) = self.run(WorkerStatement::Stats, binding::consumer(self.consumer(), Duration::ZERO, 0)).await?;
-        let row = rows.first().ok_or_else(|| StoreError::Contract("worker sql.stats returned no row".into()))?;
-        let number = |name: &str| -> f64 {
-            let value = row.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref());
-            value.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
-        };
-        Ok(InboxStats {
-            dead: number("dead") as i64,
-            pending: number("pending") as i64,
-            oldest_lease_age: number("oldest_lease_age_seconds"),
-            oldest_retry_age: number("oldest_retry_age_seconds"),
-        })
-    }
-
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
-        Ok(self.run(WorkerStatement::Purge, binding::consumer(self.consumer(), age, batch)).await?.1)
-    }
-}
-
-/// What a claim or stats result lacks of the columns `statement` must return, as the message
-/// to report; `None` when nothing is missing.
-pub fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Option<String> {
-    let missing: Vec<&str> = statement.columns().iter().copied().filter(|c| !names.contains(c)).collect();
-    (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
-}
-
-/// The texts of the statements `worker` runs: each `[worker.sql]` override, else
-/// `reference(statement)`; `purge` only with retention.
-pub fn statement_texts(
-    worker: &crate::config::WorkerConfig,
-    reference: impl Fn(WorkerStatement) -> String,
-) -> Vec<(WorkerStatement, String)> {
-    WorkerStatement::ALL
-        .iter()
-        .filter(|s| **s != WorkerStatement::Purge || worker.retention.is_some())
-        .map(|s| (*s, worker.sql.get(*s).map(str::to_owned).unwrap_or_else(|| reference(*s))))
-        .collect()
 }

@@ -6,7 +6,7 @@ use mysql_async::{Row, Value};
 use crate::sql::params::NamedSql;
 
 /// Text as text; arrays as JSON arrays, for `JSON_TABLE(:ids, '$[*]' …)`.
-pub use crate::store::bindings::Param;
+pub use crate::store::param::Param;
 
 impl From<&Param> for Value {
     fn from(p: &Param) -> Value {

@@ -4,24 +4,9 @@
 
 use std::time::Duration;
 
-use super::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
-use crate::config::statements::StatementKind;
-
-/// A parameter value, converted by the dialect when bound.
-#[derive(Debug, Clone)]
-pub enum Param {
-    Null,
-    /// JSON text: bound as json / jsonb where the database expects it, or as text.
-    Json(String),
-    Text(String),
-    Int(i64),
-    Texts(Vec<String>),
-    Ints(Vec<i64>),
-}
-
-pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
+use super::contract::StatementKind;
+use super::seam::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
+pub use crate::store::param::{Param, millis};
 
 /// `claim`: `:ids` holds the ids earlier statements of a multi-statement claim returned (MySQL),
 /// empty otherwise.

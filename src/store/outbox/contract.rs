@@ -1,4 +1,5 @@
-//! The relay's statements: what each one is for and which named parameters it is offered.
+//! The outbox's SQL contract: the statements `[relay.sql]` may replace, the named parameters
+//! each is offered and the result columns each must return.
 //!
 //! A configured statement may use any subset of its step's parameters; a name outside the set is
 //! a configuration error. The result-column contract of `claim` is in [`CLAIM_COLUMNS`].
@@ -21,14 +22,6 @@ pub enum StatementKind {
 }
 
 impl StatementKind {
-    /// The statement that settles a delivered row in `mode`.
-    pub fn settle(mode: crate::config::SettleMode) -> Self {
-        match mode {
-            crate::config::SettleMode::MarkDelivered => StatementKind::MarkDelivered,
-            crate::config::SettleMode::Delete => StatementKind::Delete,
-        }
-    }
-
     pub const ALL: [StatementKind; 11] = [
         Self::Claim,
         Self::MarkDelivered,
@@ -121,36 +114,9 @@ pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<Str
     (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
 }
 
-/// Whether a relay with this config runs `kind` at all (so whether it is prepared and checked).
-pub fn needed(kind: StatementKind, relay: &crate::config::RelayConfig) -> bool {
-    use crate::config::SettleMode;
-    // The reference schema's statements fit only the reference table: a replaced claim means
-    // another table, whose optional statements must be given to be used.
-    let reference_or_given = relay.sql.get(kind).is_some() || relay.sql.claim.is_none();
-    match kind {
-        StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
-        StatementKind::Delete => relay.settle == SettleMode::Delete,
-        StatementKind::Stats => reference_or_given,
-        StatementKind::Purge => relay.retention.is_some(),
-        // Also when the relay does not watch by itself: `handoff verify` uses them.
-        StatementKind::DeliveredSince | StatementKind::Redrive => {
-            relay.settle == SettleMode::MarkDelivered && reference_or_given
-        }
-        _ => true,
-    }
-}
-
 /// Checks that `sql` scans and only uses parameters offered to `kind`.
 pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
-    let named = params::rewrite(sql, style).map_err(|e| e.to_string())?;
-    let offered = kind.params();
-    match named.names.iter().find(|n| !offered.contains(&n.as_str())) {
-        Some(unknown) => Err(format!(
-            "unknown parameter :{unknown} (this statement is offered: {})",
-            offered.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", ")
-        )),
-        None => Ok(()),
-    }
+    params::check_offered(sql, style, kind.params(), &[])
 }
 
 #[cfg(test)]

@@ -6,17 +6,19 @@ use std::time::Duration;
 use mysql_async::Row;
 use mysql_async::prelude::Queryable;
 
-use super::Pool;
-
-use super::values::{Param, bind, row_texts};
-use super::{defaults, error};
+use super::bindings;
+use super::contract::{self, StatementKind};
+use super::mysql_sql as defaults;
+use super::seam::ClaimedRow;
+use super::shape::ClaimShape;
+use super::statements::{OutboxSql, Prepared, needed};
 use crate::config::RelayConfig;
-use crate::config::statements::{self, StatementKind};
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::bindings;
-use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextPages, TextRow, read_pages};
-use crate::store::{ClaimedRow, PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StoreResult};
+use crate::store::mysql::errors::{error, prepare_refusal};
+use crate::store::mysql::pool::{Pool, claim_tx};
+use crate::store::mysql::values::{self, Param, bind, row_texts};
+use crate::store::rows::{TextPages, TextRow, read_pages};
 
 pub struct MyOutbox {
     pool: Pool,
@@ -40,7 +42,7 @@ impl MyOutbox {
         let mut claim = Vec::new();
         let mut columns = Vec::new();
         for kind in StatementKind::ALL {
-            let needed = crate::config::statements::needed(kind, relay);
+            let needed = needed(kind, relay);
             if !needed {
                 continue;
             }
@@ -67,11 +69,11 @@ impl MyOutbox {
                     }
                 };
                 match conn.prep(named.sql.as_str()).await {
-                    Err(e) => errors.push(super::prepare_refusal(&context, e)?),
+                    Err(e) => errors.push(prepare_refusal(&context, e)?),
                     Ok(stmt) => {
                         let names: Vec<String> = stmt.columns().iter().map(|c| c.name_str().into_owned()).collect();
                         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                        if let Some(missing) = statements::missing_result_columns(kind, &refs) {
+                        if let Some(missing) = contract::missing_result_columns(kind, &refs) {
                             errors.push(format!("{context}: {missing}"));
                         }
                         if kind == StatementKind::Claim && i == parts.len() - 1 {
@@ -97,13 +99,13 @@ impl MyOutbox {
     }
 }
 
-impl Statements for MyOutbox {
+impl OutboxSql for MyOutbox {
     fn prepared(&self) -> &Prepared {
         &self.prepared
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
-        let mut tx = self.pool.start_transaction(super::claim_tx()).await.map_err(|e| error("claim", e))?;
+        let mut tx = self.pool.start_transaction(claim_tx()).await.map_err(|e| error("claim", e))?;
         let mut ids: Vec<String> = Vec::new();
         let mut result: Vec<Row> = Vec::new();
         for (i, named) in self.claim.iter().enumerate() {
@@ -119,7 +121,7 @@ impl Statements for MyOutbox {
         result
             .iter()
             .map(|row| {
-                let (values, unreadable) = super::values::row_texts_strict(row);
+                let (values, unreadable) = values::row_texts_strict(row);
                 self.prepared.shape.row(values, &unreadable)
             })
             .collect()
@@ -193,5 +195,5 @@ impl Statements for MyOutbox {
 
 /// A result row as text, each value with its column's name.
 fn text_row(row: &Row) -> TextRow {
-    super::values::row_columns(row).into_iter().zip(row_texts(row)).collect()
+    values::row_columns(row).into_iter().zip(row_texts(row)).collect()
 }

@@ -5,7 +5,7 @@
 //! statement's result is the claim result. Fencing, as in Postgres, is claimant + token +
 //! `lease_expires_at IS NOT NULL` (which holds exactly for IN_FLIGHT rows).
 
-use crate::config::statements::StatementKind;
+use super::contract::StatementKind;
 
 /// Reclaims at most one lease-expired row and, only when there is none, locks a batch of due
 /// rows; then claims them and reads them back. The locking reads see the newest committed row

@@ -8,18 +8,20 @@ use deadpool_postgres::Pool;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::locked::LockedSql;
-use super::scan_start::SCAN_DUE;
-use super::values::{Cell, Param, column_type_supported, param_type_supported};
-use super::{defaults, pool_error, query_error};
-use crate::config::statements::{self, StatementKind};
+use super::bindings;
+use super::contract::{self, StatementKind};
+use super::postgres_locked::{self, LockedSql};
+use super::postgres_sql as defaults;
+use super::seam::{ClaimedRow, Locked};
+use super::shape::ClaimShape;
+use super::statements::{OutboxSql, Prepared, needed};
 use crate::config::{ClaimMode, RelayConfig};
 use crate::sql::params::{self, Placeholder};
-use crate::store::PrepareError;
-use crate::store::bindings;
-use crate::store::claim::ClaimShape;
-use crate::store::outbox::{Prepared, Statements, TextPages, TextRow, read_pages};
-use crate::store::{ClaimedRow, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
+use crate::store::postgres::scan_start::SCAN_DUE;
+use crate::store::postgres::values::{Cell, Param, column_type_supported, param_type_supported};
+use crate::store::rows::{TextPages, TextRow, read_pages};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
 #[derive(Debug, Clone)]
@@ -66,12 +68,12 @@ impl PgOutbox {
                     continue;
                 }
             };
-            let needed = crate::config::statements::needed(kind, relay);
+            let needed = needed(kind, relay);
             if !needed {
                 continue;
             }
             match client.prepare(&named.sql).await {
-                Err(e) => errors.push(super::prepare_refusal(&context, e)?),
+                Err(e) => errors.push(prepare_refusal(&context, e)?),
                 Ok(stmt) => {
                     for (name, ty) in named.names.iter().zip(stmt.params()) {
                         if !param_type_supported(ty) {
@@ -93,7 +95,7 @@ impl PgOutbox {
                         columns = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
                     }
                     let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
-                    if let Some(missing) = statements::missing_result_columns(kind, &names) {
+                    if let Some(missing) = contract::missing_result_columns(kind, &names) {
                         errors.push(format!("{context}: {missing}"));
                     }
                     statements.insert(kind, Statement { kind, sql: named.sql, names: named.names });
@@ -106,7 +108,7 @@ impl PgOutbox {
                 let sql = LockedSql::new(&relay.table, relay.settle);
                 for (name, text) in sql.statements() {
                     match client.prepare(text).await {
-                        Err(e) => errors.push(super::prepare_refusal(&format!("{prefix} {name}"), e)?),
+                        Err(e) => errors.push(prepare_refusal(&format!("{prefix} {name}"), e)?),
                         Ok(stmt) if name == "lock" => {
                             let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
                             let matches = names.split_last().is_some_and(|(last, rest)| {
@@ -157,7 +159,7 @@ impl PgOutbox {
     }
 }
 
-impl Statements for PgOutbox {
+impl OutboxSql for PgOutbox {
     fn prepared(&self) -> &Prepared {
         &self.prepared
     }
@@ -172,11 +174,11 @@ impl Statements for PgOutbox {
         rows.iter().map(|row| self.parse_row(row)).collect()
     }
 
-    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<crate::store::Locked> {
+    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
         let Some(sql) = &self.locked else {
             return Err(StoreError::Contract("the relay is not configured with claim = \"locked\"".into()));
         };
-        super::locked::lock(&self.pool, sql, batch_size, idle_timeout, |row| self.parse_row(row)).await
+        postgres_locked::lock(&self.pool, sql, batch_size, idle_timeout, |row| self.parse_row(row)).await
     }
 
     async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {

@@ -13,10 +13,12 @@ use std::time::Duration;
 use deadpool_postgres::{Object, Pool};
 use tokio_postgres::types::ToSql;
 
-use super::scan_start::{SCAN_DUE, ScanStart};
-use super::{pool_error, query_error};
+use super::seam::{ClaimedRow, Deferred, Delivered, Failure, Locked, LockedBatch, Verdict};
 use crate::config::SettleMode;
-use crate::store::{ClaimedRow, Deferred, Delivered, Failure, LockedBatch, StoreError, StoreResult, Verdict};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::param::millis;
+use crate::store::postgres::errors::{pool_error, query_error};
+use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
 
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
@@ -90,14 +92,14 @@ impl LockedSql {
     }
 }
 
-/// Locks a batch; see [`crate::store::OutboxStore::lock`]. `parse` reads a result row as a claim's.
+/// Locks a batch; see [`OutboxStore::lock`](super::seam::OutboxStore::lock). `parse` reads a result row as a claim's.
 pub async fn lock(
     pool: &Pool,
     sql: &Arc<LockedSql>,
     batch_size: u32,
     idle_timeout: Duration,
     parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
-) -> StoreResult<crate::store::Locked> {
+) -> StoreResult<Locked> {
     let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
     // From here on an early return drops the batch, which closes the connection mid-transaction.
     let mut batch = PgLocked { client: Some(client), sql: sql.clone() };
@@ -187,7 +189,7 @@ impl LockedBatch for PgLocked {
             }
             if !deferred.rows.is_empty() {
                 let ids = deferred.rows.iter().map(|r| row_id(&r.id)).collect::<StoreResult<Vec<i64>>>()?;
-                let delay = crate::store::bindings::millis(deferred.delay);
+                let delay = millis(deferred.delay);
                 steps.push((self.sql.defer.clone(), vec![Box::new(ids), Box::new(delay)]));
             }
             let mut prepared = Vec::with_capacity(steps.len());

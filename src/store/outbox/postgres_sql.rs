@@ -6,8 +6,8 @@
 //! since the last vacuum — instead of probing the primary key once per row (measured: settle
 //! times growing from 8 ms to 150 ms per 500 rows within seconds under load).
 
+use super::contract::StatementKind;
 use crate::config::OnFailure;
-use crate::config::statements::StatementKind;
 
 /// The end of every claim: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
 /// from the database clock (a lease-expired row counts one more expired claim), and come back

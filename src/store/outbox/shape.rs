@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ClaimedRow, StoreError, StoreResult};
-use crate::config::statements::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
+use super::contract::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
+use super::seam::ClaimedRow;
+use crate::store::error::{StoreError, StoreResult};
 
 /// Positions of the contract columns in a claim result.
 #[derive(Debug, Clone)]

@@ -1,21 +1,21 @@
 //! The relay's outbox, written once for every dialect: which statement settles what, what an
-//! empty batch does, what a result row means. A dialect ([`Statements`]) only runs a named
+//! empty batch does, what a result row means. A dialect ([`OutboxSql`]) only runs a named
 //! statement with its bindings — that is all that truly differs between Postgres and MySQL.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::collections::HashSet;
-
 use super::bindings::{self, Param};
-use super::claim::ClaimShape;
-use super::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, StoreError, StoreResult};
-use crate::config::SettleMode;
-use crate::config::statements::StatementKind;
-
-/// A result row: each column's name and its value as text.
-pub type TextRow = Vec<(String, Option<String>)>;
+use super::contract::StatementKind;
+use super::seam::{
+    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, OutboxStats, OutboxStore, RowRef,
+};
+use super::shape::ClaimShape;
+use crate::config::{RelayConfig, SettleMode};
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{TextPages, TextRow, column};
 
 /// What every dialect's outbox knows once its statements are prepared.
 pub struct Prepared {
@@ -27,7 +27,7 @@ pub struct Prepared {
 }
 
 /// What a dialect provides: its prepared statements, run with bindings.
-pub trait Statements: Send + Sync + 'static {
+pub trait OutboxSql: Send + Sync + 'static {
     fn prepared(&self) -> &Prepared;
 
     /// The claim (a single statement on Postgres, a script on MySQL).
@@ -39,7 +39,7 @@ pub trait Statements: Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
 
     /// The locked claim, where the dialect has one.
-    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<super::Locked>> + Send {
+    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<Locked>> + Send {
         let _ = (batch_size, idle_timeout);
         async { Err(StoreError::no_locked_claim()) }
     }
@@ -70,7 +70,7 @@ pub trait Statements: Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<Vec<TextRow>>> + Send;
 
     /// Runs one statement and hands its rows over in pages of `page` as they are read, from a
-    /// task that holds the connection until the last page is taken (see [`read_pages`]).
+    /// task that holds the connection until the last page is taken (see [`read_pages`](crate::store::rows::read_pages)).
     fn query_pages(
         &self,
         kind: StatementKind,
@@ -79,73 +79,24 @@ pub trait Statements: Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<TextPages>> + Send;
 }
 
-/// Pages of result rows as they are read; a failed read ends them with its error.
-pub type TextPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<TextRow>>>;
-
-/// Runs `read` in a task of its own, which sends pages on the sender it is given (a send fails
-/// once the reader dropped the pages: `read` should then stop); a failed read ends the pages
-/// with its error. At most one page waits to be taken.
-pub fn read_pages<F, Fut>(read: F) -> TextPages
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<StoreResult<Vec<TextRow>>>) -> Fut,
-    Fut: Future<Output = StoreResult<()>> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let failed = tx.clone();
-    let read = read(tx);
-    tokio::spawn(async move {
-        if let Err(error) = read.await {
-            let _ = failed.send(Err(error)).await;
-        }
-    });
-    rx
-}
-
-/// `delivered_since`'s rows, page by page as the store reads them.
-pub struct DeliveredPages(TextPages);
-
-impl DeliveredPages {
-    /// The next page; `None` after the last. A failed read, or a row without the contract's
-    /// columns, is an error.
-    pub async fn next(&mut self) -> Option<StoreResult<Vec<DeliveredRow>>> {
-        let page = self.0.recv().await?;
-        Some(page.and_then(|rows| rows.iter().map(delivered_row).collect()))
-    }
-}
-
-/// One row of `delivered_since`.
-fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
-    let text = |name: &str| -> StoreResult<String> {
-        column(row, name)
-            .map(str::to_owned)
-            .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
-    };
-    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
-}
-
-/// A named column of a result row, as text.
-fn column<'a>(row: &'a TextRow, name: &str) -> Option<&'a str> {
-    row.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
-}
-
-impl<S: Statements> OutboxStore for S {
+impl<S: OutboxSql> OutboxStore for S {
     fn columns(&self) -> Arc<[String]> {
         self.prepared().shape.columns.clone()
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
-        Statements::claim(self, claimant, batch_size, lease).await
+        OutboxSql::claim(self, claimant, batch_size, lease).await
     }
 
-    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<super::Locked> {
-        Statements::lock(self, batch_size, idle_timeout).await
+    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
+        OutboxSql::lock(self, batch_size, idle_timeout).await
     }
 
     async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {
         if rows.is_empty() {
             return Ok(0);
         }
-        self.execute(StatementKind::settle(self.prepared().settle), bindings::delivered(claimant, rows)).await
+        self.execute(settle_statement(self.prepared().settle), bindings::delivered(claimant, rows)).await
     }
 
     async fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> StoreResult<u64> {
@@ -194,7 +145,7 @@ impl<S: Statements> OutboxStore for S {
             return Ok(None);
         }
         let pages = self.query_pages(StatementKind::DeliveredSince, bindings::delivered_since(age), page).await?;
-        Ok(Some(DeliveredPages(pages)))
+        Ok(Some(DeliveredPages::from(pages)))
     }
 
     async fn redrive(&self, rows: &[DeliveredRow]) -> StoreResult<u64> {
@@ -202,5 +153,31 @@ impl<S: Statements> OutboxStore for S {
             return Ok(0);
         }
         self.execute_all("redrive", true, vec![(StatementKind::Redrive, bindings::redrive(rows))]).await
+    }
+}
+
+/// The statement that settles a delivered row in `mode`.
+pub fn settle_statement(mode: SettleMode) -> StatementKind {
+    match mode {
+        SettleMode::MarkDelivered => StatementKind::MarkDelivered,
+        SettleMode::Delete => StatementKind::Delete,
+    }
+}
+
+/// Whether a relay with this config runs `kind` at all (so whether it is prepared and checked).
+pub fn needed(kind: StatementKind, relay: &RelayConfig) -> bool {
+    // The reference schema's statements fit only the reference table: a replaced claim means
+    // another table, whose optional statements must be given to be used.
+    let reference_or_given = relay.sql.get(kind).is_some() || relay.sql.claim.is_none();
+    match kind {
+        StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
+        StatementKind::Delete => relay.settle == SettleMode::Delete,
+        StatementKind::Stats => reference_or_given,
+        StatementKind::Purge => relay.retention.is_some(),
+        // Also when the relay does not watch by itself: `handoff verify` uses them.
+        StatementKind::DeliveredSince | StatementKind::Redrive => {
+            relay.settle == SettleMode::MarkDelivered && reference_or_given
+        }
+        _ => true,
     }
 }

@@ -12,7 +12,7 @@ use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 type BoxError = Box<dyn Error + Sync + Send>;
 
 /// Converted to the placeholder's type when bound.
-pub use crate::store::bindings::Param;
+pub use crate::store::param::Param;
 
 const SCALARS: &[Type] = &[
     Type::TEXT,

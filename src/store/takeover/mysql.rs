@@ -9,18 +9,17 @@ use std::collections::HashMap;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, TxOpts};
 
-use super::Pool;
-
-use super::error;
-use super::values::{bind, text};
+use super::seam::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
+use super::statements::{Catalog, Columns, Sql, TakeoverSql, event_param, poison_param};
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::inbox::{
-    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Sql, Takeover, TakeoverSql, event_param, poison_param,
-};
-use crate::store::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StoreResult};
+use crate::store::mysql::errors::{describe, error, prepare_refusal};
+use crate::store::mysql::pool::{Pool, probe};
+use crate::store::mysql::values::{bind, text};
+use crate::store::param::millis;
 
-pub struct MyInbox {
+pub struct MyTakeover {
     pool: Pool,
     sql: TakeoverSql,
     insert: NamedSql,
@@ -30,7 +29,7 @@ pub struct MyInbox {
     deliveries: String,
 }
 
-impl MyInbox {
+impl MyTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
         let sql = TakeoverSql::new(bridge, Placeholder::Positional, statements)?;
@@ -90,18 +89,18 @@ impl Catalog for MyCatalog<'_> {
                 (schema, name),
             )
             .await
-            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", super::describe(&e))))
+            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", describe(&e))))
     }
 
     async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
         match self.0.prep(sql).await {
             Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name_str().into_owned()).collect())),
-            Err(e) => super::prepare_refusal(context, e).map(Err),
+            Err(e) => prepare_refusal(context, e).map(Err),
         }
     }
 }
 
-impl InboxStore for MyInbox {
+impl TakeoverStore for MyTakeover {
     async fn take_over(
         &self,
         consumer: &str,
@@ -208,12 +207,12 @@ impl InboxStore for MyInbox {
             "DELETE FROM {} WHERE consumer = ? AND last_at < NOW(3) - INTERVAL ? * 1000 MICROSECOND",
             self.deliveries
         );
-        let age_ms = crate::store::bindings::millis(age);
+        let age_ms = millis(age);
         conn.exec_drop(purge.as_str(), (consumer, age_ms)).await.map_err(|e| error(label, e))?;
         Ok(conn.affected_rows())
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        super::probe(&self.pool).await
+        probe(&self.pool).await
     }
 }

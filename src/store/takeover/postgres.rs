@@ -10,21 +10,22 @@ use deadpool_postgres::{Pool, Transaction};
 use futures_util::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
-use super::values::{Cell, Param};
-use super::{pool_error, query_error};
+use super::contract::DETAIL_MAX_CHARS;
+use super::seam::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
+use super::statements::{Catalog, Columns, Sql, TakeoverSql, event_param, poison_param, runs_by_payload};
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::inbox::{
-    Catalog, Columns, InboxEvent, InboxStore, PoisonRecord, Sql, Takeover, TakeoverSql, event_param, poison_param,
-    runs_by_payload,
-};
-use crate::store::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::param::millis;
+use crate::store::postgres::connect::probe;
+use crate::store::postgres::errors::{describe, pool_error, prepare_refusal, query_error};
+use crate::store::postgres::values::{Cell, Param};
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
 /// the insert is sent in runs of at most this many payload bytes.
 const LARGE_BATCH_BYTES: usize = 1 << 20;
 
-pub struct PgInbox {
+pub struct PgTakeover {
     pool: Pool,
     sql: TakeoverSql,
     deliveries: DeliveriesSql,
@@ -63,7 +64,7 @@ impl DeliveriesSql {
     }
 }
 
-impl PgInbox {
+impl PgTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
@@ -147,19 +148,19 @@ impl Catalog for PgCatalog<'_> {
                 &[&table],
             )
             .await
-            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", super::describe(&e))))?;
+            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", describe(&e))))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
         match self.0.prepare(sql).await {
             Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name().to_owned()).collect())),
-            Err(e) => super::prepare_refusal(context, e).map(Err),
+            Err(e) => prepare_refusal(context, e).map(Err),
         }
     }
 }
 
-impl InboxStore for PgInbox {
+impl TakeoverStore for PgTakeover {
     async fn take_over(
         &self,
         consumer: &str,
@@ -240,16 +241,16 @@ impl InboxStore for PgInbox {
     async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
         let label = "forget old delivery counts";
         let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
-        let age_ms = crate::store::bindings::millis(age);
+        let age_ms = millis(age);
         client.execute(&self.deliveries.purge, &[&consumer, &age_ms]).await.map_err(|e| query_error(label, e))
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        super::probe(&self.pool).await
+        probe(&self.pool).await
     }
 }
 
-impl PgInbox {
+impl PgTakeover {
     /// Runs `sql` ($1 consumer, $2 stream, $3 entry ids; rows of entry id and count).
     async fn delivery_counts(
         &self,
@@ -295,7 +296,7 @@ impl PgInbox {
                     let hash = row
                         .map(|r| r.try_get::<_, Option<Cell>>("content_hash"))
                         .transpose()
-                        .map_err(|e| crate::store::StoreError::Contract(format!("bridge sql.existing: {e}")))?;
+                        .map_err(|e| StoreError::Contract(format!("bridge sql.existing: {e}")))?;
                     if let Some(Some(Cell(hash))) = hash {
                         found.insert(event.event_id.clone(), hash);
                     }
@@ -359,7 +360,7 @@ async fn poison_batch(tx: &Transaction<'_>, sql: &str, consumer: &str, records: 
             &get(|p| Some(p.entry_id.clone())),
             &get(|p| p.event_id.clone()),
             &get(|p| Some(p.reason.to_owned())),
-            &get(|p| Some(crate::error::storable(&p.detail, crate::store::inbox::DETAIL_MAX_CHARS))),
+            &get(|p| Some(crate::error::storable(&p.detail, DETAIL_MAX_CHARS))),
             &get(|p| Some(p.fields.to_string())),
         ],
     )

@@ -289,7 +289,7 @@ impl super::RedisStream {
     /// Appends poison records to a dead-letter stream, one entry each; true only if every
     /// append succeeded. Through the shared client: the dead-letter stream may live on another
     /// cluster node than the stream the records came from.
-    pub async fn append_dead_letters(&self, key: &str, records: &[crate::store::inbox::PoisonRecord]) -> bool {
+    pub async fn append_dead_letters(&self, key: &str, records: &[crate::store::takeover::PoisonRecord]) -> bool {
         let pipeline = self.client().pipeline();
         for p in records {
             let fields: Vec<(&str, String)> = vec![

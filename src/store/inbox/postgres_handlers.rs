@@ -1,0 +1,89 @@
+//! What the worker's leased and locked batches share on Postgres: handler statements sent all at
+//! once on the batch's connection, and result rows read by column name.
+
+use std::collections::HashMap;
+
+use tokio_postgres::types::ToSql;
+
+use super::seam::{ApplyError, BindValue, BoundStatement, InboxRow};
+use crate::config::HandlerErrors;
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::postgres::errors::query_error;
+use crate::store::postgres::values::{Cell, Param};
+use crate::store::rows::TextRow;
+
+/// Runs every handler statement of `items` in the transaction on `client`, all sent at once —
+/// tokio-postgres pipelines queries polled together on one connection — and then `along` (the
+/// locked claim's mark), polled after them so it is sent after them. `None`: a statement
+/// refused a row's data, and the transaction is aborted; an outage is an error.
+pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
+    client: &C,
+    items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
+    along: F,
+    errors: &HandlerErrors,
+) -> StoreResult<Option<F::Output>> {
+    let mut prepared = HashMap::new();
+    for statement in items.iter().flat_map(|(_, statements)| statements) {
+        if !prepared.contains_key(statement.sql) {
+            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors)) {
+                Ok(stmt) => prepared.insert(statement.sql, stmt),
+                Err(ApplyError::Store(e)) => return Err(e),
+                Err(ApplyError::Handler { .. }) => return Ok(None),
+            };
+        }
+    }
+    let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
+        .iter()
+        .flat_map(|(_, statements)| statements)
+        .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
+        .collect();
+    let sent = futures_util::future::join_all(
+        calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
+    );
+    let (outcomes, along) = futures_util::future::join(sent, along).await;
+    // Replies come in order; after the first error the server refuses the rest of the
+    // transaction, so the first error is the one that matters.
+    for outcome in outcomes {
+        if let Err(e) = outcome {
+            return match handler_error(0, e, errors) {
+                ApplyError::Handler { .. } => Ok(None),
+                ApplyError::Store(e) => Err(e),
+            };
+        }
+    }
+    Ok(Some(along))
+}
+
+/// Result rows as text by column name (the claim's and stats' result contract).
+pub fn text_rows(
+    stmt: &tokio_postgres::Statement,
+    rows: &[tokio_postgres::Row],
+    label: &str,
+) -> StoreResult<Vec<TextRow>> {
+    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+    rows.iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|i| row.try_get::<_, Option<Cell>>(i).map(|c| (names[i].to_owned(), c.map(|c| c.0))))
+                .collect::<Result<TextRow, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))
+}
+
+pub fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
+}
+
+pub fn to_param(value: &BindValue) -> Param {
+    match value {
+        BindValue::Null => Param::Null,
+        BindValue::Text(s) => Param::Text(s.clone()),
+        BindValue::Json(s) => Param::Json(s.clone()),
+    }
+}
+
+/// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
+pub fn handler_error(index: usize, error: tokio_postgres::Error, errors: &HandlerErrors) -> ApplyError {
+    ApplyError::from_handler(index, query_error("handler", error), errors)
+}

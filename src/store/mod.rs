@@ -1,0 +1,19 @@
+//! The databases handoff writes, cut by seam: the relay's outbox (`outbox`), the bridge's
+//! takeover into the inbox (`takeover`) and the worker's inbox state machine (`inbox`), each
+//! with one trait, its SQL contract and its Postgres and MySQL statements inside. Below them,
+//! what every seam shares: the connection of each dialect (`postgres`, `mysql`), error
+//! classification, parameter values and result rows.
+
+pub mod database;
+pub mod error;
+pub mod inbox;
+pub mod migrate;
+pub mod mysql;
+pub mod outbox;
+pub mod param;
+pub mod postgres;
+pub mod rows;
+pub mod takeover;
+
+pub use database::{Database, Dialect};
+pub use error::{OutageKind, PrepareError, StoreError, StoreResult};

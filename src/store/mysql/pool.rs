@@ -1,0 +1,111 @@
+//! Connections to MySQL 8 / MariaDB 10.6+ (mysql_async): the pool, TLS, the probe.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, SslOpts, TxOpts};
+
+use super::errors::error;
+use crate::config::{DatabaseConfig, TlsMode};
+use crate::store::error::StoreError;
+
+/// A mysql_async pool whose connections honour `database.connect_timeout` (the driver has no
+/// such setting: a server that never answers would hold a claim loop forever).
+#[derive(Clone)]
+pub struct Pool {
+    inner: mysql_async::Pool,
+    connect_timeout: Duration,
+}
+
+impl Pool {
+    pub async fn get_conn(&self) -> Result<Conn, mysql_async::Error> {
+        self.within(self.inner.get_conn()).await
+    }
+
+    pub async fn start_transaction(
+        &self,
+        options: TxOpts,
+    ) -> Result<mysql_async::Transaction<'static>, mysql_async::Error> {
+        self.within(self.inner.start_transaction(options)).await
+    }
+
+    async fn within<T>(
+        &self,
+        work: impl Future<Output = Result<T, mysql_async::Error>>,
+    ) -> Result<T, mysql_async::Error> {
+        match tokio::time::timeout(self.connect_timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within database.connect_timeout ({:?})", self.connect_timeout),
+            )
+            .into()),
+        }
+    }
+}
+
+/// Builds the pool; connections open lazily.
+pub fn pool(config: &DatabaseConfig) -> anyhow::Result<Pool> {
+    let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let opts = Opts::from_url(url).map_err(|e| anyhow::anyhow!("database.url is not a valid MySQL URL: {e}"))?;
+    let constraints = PoolConstraints::new(0, config.pool_size.max(1)).unwrap_or_default();
+    let mut builder = OptsBuilder::from_opts(opts)
+        .pool_opts(PoolOpts::default().with_constraints(constraints))
+        // Leases and retry times compare DATETIME(3) columns with NOW(3): keep the session in UTC
+        // so every instance reads the same clock the same way.
+        .init(vec!["SET time_zone = '+00:00'"]);
+    let mode = config.tls_mode();
+    if mode != TlsMode::Disable {
+        // Over a local socket the driver would skip TLS without a word: keep to TCP.
+        builder = builder.ssl_opts(ssl_opts(config, mode)?).prefer_socket(false);
+    }
+    Ok(Pool { inner: mysql_async::Pool::new(builder), connect_timeout: config.connect_timeout })
+}
+
+/// `require` accepts any certificate; `verify-full` checks chain and host name against
+/// `tls.ca_file` or the system roots (validation refused `prefer` and `verify-ca`).
+fn ssl_opts(config: &DatabaseConfig, mode: TlsMode) -> anyhow::Result<SslOpts> {
+    let tls = &config.tls;
+    let identity = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some(ClientIdentity::new(cert.clone().into(), key.clone().into())),
+        _ => None,
+    };
+    let ssl = match &tls.ca_file {
+        Some(file) => SslOpts::default().with_root_certs(vec![file.clone().into()]),
+        None => SslOpts::default().with_root_certs(
+            rustls_native_certs::load_native_certs().certs.into_iter().map(|c| c.to_vec().into()).collect(),
+        ),
+    };
+    Ok(ssl
+        .with_disable_built_in_roots(true)
+        .with_client_identity(identity)
+        .with_danger_accept_invalid_certs(mode == TlsMode::Require))
+}
+
+/// Options for a claim's transaction. READ COMMITTED, because under InnoDB's default REPEATABLE
+/// READ a locking read takes next-key (gap) locks over the index range it scans, and an owner's
+/// INSERT into that range then deadlocks with the claim (seen in the MariaDB chain test: the
+/// owner's transaction failed with 1213). SKIP LOCKED claims need only the locks of the rows they
+/// take, which READ COMMITTED still holds to commit.
+pub fn claim_tx() -> mysql_async::TxOpts {
+    let mut opts = mysql_async::TxOpts::default();
+    opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
+    opts
+}
+
+/// TLS version and cipher of a pooled connection, from the server's own view.
+pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
+    let mut conn = pool.get_conn().await.map_err(|e| error("tls state", e))?;
+    let rows: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        .await
+        .map_err(|e| error("tls state", e))?;
+    let value = |name: &str| rows.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap_or_default();
+    let version = value("Ssl_version");
+    Ok((!version.is_empty()).then(|| (version, value("Ssl_cipher"))))
+}
+
+pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
+    let mut conn = pool.get_conn().await.map_err(|e| error("probe", e))?;
+    conn.query_drop("SELECT 1").await.map_err(|e| error("probe", e))
+}

@@ -1,0 +1,205 @@
+//! The outbox seam: what the relay asks of the table it relays — claim a batch, settle each row
+//! one way, hand rows back — and the rows and outcomes it speaks in. A dialect implements it
+//! through [`OutboxSql`](super::statements::OutboxSql); the relay sees only this.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::rows::{TextPages, TextRow, column};
+
+/// One claimed outbox row.
+#[derive(Debug, Clone)]
+pub struct ClaimedRow {
+    /// The row's key, as text whatever its SQL type.
+    pub id: String,
+    /// Fencing token the claim set; every settle must present it.
+    pub token: i64,
+    pub event_id: String,
+    /// Row-attributable failures so far.
+    pub attempts: u32,
+    /// Claims of this row whose lease expired, including the one that just reclaimed it.
+    pub expired_claims: u32,
+    /// Age at claim time by the database clock (`now() - created_at`).
+    pub age: Duration,
+    /// Whether this claim took the row over from a claimant whose lease expired.
+    pub reclaimed: bool,
+    /// Ordered relaying: the key whose events must keep their order (`order_key` column).
+    pub order_key: Option<String>,
+    /// Why the row cannot be relayed, naming the column (a value the relay cannot read: an
+    /// infinite or zero `created_at`, bytes that are not text, a count that is not a number).
+    /// Such a row is made DEAD with this as its error; its batch goes on.
+    pub fault: Option<String>,
+    /// All claim columns as text, in the order of [`OutboxStore::columns`].
+    pub values: Vec<Option<String>>,
+}
+
+impl ClaimedRow {
+    pub fn key(&self) -> RowRef {
+        RowRef { id: self.id.clone(), token: self.token }
+    }
+}
+
+/// A claimed row as settles name it: key plus fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowRef {
+    pub id: String,
+    pub token: i64,
+}
+
+/// Rows handed back untouched but due again only after `delay`: the part of the broker their
+/// streams are on is down while the rest answers, and due at once they would crowd every
+/// claim and hold up the streams that do flow.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    pub rows: Vec<RowRef>,
+    pub delay: Duration,
+}
+
+/// A row the stream acknowledged, with the entry id it returned and the stream it went to.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub row: RowRef,
+    pub entry_id: String,
+    pub stream: String,
+}
+
+/// A delivered row as broker-loss repair sees it: which entry of which stream it became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredRow {
+    pub id: String,
+    pub stream: String,
+    pub entry_id: String,
+}
+
+/// What happens to a row whose append failed for a reason of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Back to PENDING, attempts + 1, due again after `delay` (by the database clock).
+    Retry { delay: Duration },
+    /// Terminal: kept for inspection and re-drive.
+    Dead,
+}
+
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub row: RowRef,
+    pub error: String,
+    pub verdict: Verdict,
+}
+
+/// Sampled gauges of an outbox.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxStats {
+    pub pending: i64,
+    pub in_flight: i64,
+    pub dead: i64,
+    /// Seconds since the oldest row not yet delivered (pending or in flight) was created; 0 if none.
+    pub oldest_pending_age: f64,
+}
+
+/// The statements a relay runs against its outbox. Settles return how many rows they changed;
+/// fewer than given means the fence refused the rest (another claimant owns them now).
+/// A batch whose rows an open transaction has locked (`claim = "locked"`): the row locks are the
+/// lease and the connection is the fence. Dropped without [`commit`](LockedBatch::commit), the
+/// connection is closed, the server rolls the transaction back, and the rows are as they were.
+pub trait LockedBatch: Send {
+    /// Settles in the transaction and commits: `delivered` rows are marked (or deleted, per the
+    /// relay's settle mode), `failed` ones retried or DEAD, `deferred` ones due again only after
+    /// their delay (their part of the broker is down); every other row stays as it was.
+    fn commit<'a>(
+        self: Box<Self>,
+        claimant: &'a str,
+        delivered: &'a [Delivered],
+        failed: &'a [Failure],
+        deferred: &'a Deferred,
+    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>>;
+}
+
+/// What a locked claim found: the rows, and the transaction holding them (`None` when there were
+/// none; the transaction is over then).
+pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
+
+pub trait OutboxStore: Send + Sync + 'static {
+    /// Names of the claim statement's result columns.
+    fn columns(&self) -> Arc<[String]>;
+
+    /// Locks up to `batch_size` due rows in a transaction that the server ends if it sits idle
+    /// longer than `idle_timeout` (a relay hung mid-batch). Only stores that support
+    /// `claim = "locked"` implement it; configuration refuses the others.
+    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<Locked>> + Send {
+        let _ = (batch_size, idle_timeout);
+        async { Err(StoreError::no_locked_claim()) }
+    }
+
+    fn claim(
+        &self,
+        claimant: &str,
+        batch_size: u32,
+        lease: Duration,
+    ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
+
+    /// Marks delivered (or deletes, per the relay's settle mode).
+    fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn settle_failed(&self, claimant: &str, failures: &[Failure]) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Hands rows back untouched, due again after `delay` (zero: at once).
+    fn release(
+        &self,
+        claimant: &str,
+        rows: &[RowRef],
+        delay: Duration,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    fn renew(&self, claimant: &str, rows: &[RowRef], lease: Duration) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Samples the gauges; `None` when no stats statement is configured.
+    fn stats(&self) -> impl Future<Output = StoreResult<Option<OutboxStats>>> + Send;
+
+    /// Retention: deletes up to `batch` delivered rows older than `age`; returns how many.
+    fn purge(&self, age: Duration, batch: u32) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// Rows delivered within `age`, with their streams and entry ids, in pages of `page` rows
+    /// sent as they are read (the reader holds its connection until the last page, so memory
+    /// stays at a few pages whatever the window); `None` when the store has no such statement
+    /// (rows deleted on settle, or an adopted table without one).
+    fn delivered_since(
+        &self,
+        age: Duration,
+        page: usize,
+    ) -> impl Future<Output = StoreResult<Option<DeliveredPages>>> + Send;
+
+    /// Moves delivered rows back to PENDING (their entries were lost by the broker), each only
+    /// while it still points at that entry; returns how many moved.
+    fn redrive(&self, rows: &[DeliveredRow]) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// `delivered_since`'s rows, page by page as the store reads them.
+pub struct DeliveredPages(TextPages);
+
+impl From<TextPages> for DeliveredPages {
+    fn from(pages: TextPages) -> Self {
+        Self(pages)
+    }
+}
+
+impl DeliveredPages {
+    /// The next page; `None` after the last. A failed read, or a row without the contract's
+    /// columns, is an error.
+    pub async fn next(&mut self) -> Option<StoreResult<Vec<DeliveredRow>>> {
+        let page = self.0.recv().await?;
+        Some(page.and_then(|rows| rows.iter().map(delivered_row).collect()))
+    }
+}
+
+/// One row of `delivered_since`.
+fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
+    let text = |name: &str| -> StoreResult<String> {
+        column(row, name)
+            .map(str::to_owned)
+            .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
+    };
+    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
+}

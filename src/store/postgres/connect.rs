@@ -1,0 +1,73 @@
+//! Connections to Postgres: the pool, TLS, the probe.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::errors::{pool_error, query_error};
+use crate::config::{DatabaseConfig, TlsMode};
+use crate::store::error::StoreError;
+
+/// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
+pub fn pool(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Pool> {
+    let (pg, tls) = connect_config(config, application_name)?;
+    let manager = Manager::from_config(pg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Ok(Pool::builder(manager)
+        .max_size(config.pool_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(config.connect_timeout))
+        .create_timeout(Some(config.connect_timeout))
+        .recycle_timeout(Some(config.connect_timeout))
+        .build()?)
+}
+
+/// The connection settings and TLS connector every Postgres connection uses (the pool's and the
+/// LISTEN connection). `database.url` no longer holds TLS words here: load moved them into
+/// `database.tls`. tokio-postgres knows `disable`, `prefer` and `require`; the verify modes are
+/// `require` on the wire with a verifying rustls configuration.
+pub fn connect_config(
+    config: &DatabaseConfig,
+    application_name: &str,
+) -> anyhow::Result<(tokio_postgres::Config, MakeRustlsConnect)> {
+    let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let mut pg: tokio_postgres::Config =
+        url.parse().map_err(|e| anyhow::anyhow!("database.url is not a valid Postgres URL: {e}"))?;
+    // An application_name in the URL wins: it tells an operator's pg_stat_activity which sidecar is which.
+    if pg.get_application_name().is_none() {
+        pg.application_name(application_name);
+    }
+    pg.connect_timeout(config.connect_timeout);
+    // Keepalives notice a silently dropped connection instead of waiting on it forever.
+    pg.keepalives(true).keepalives_idle(Duration::from_secs(30));
+    let mode = config.tls_mode();
+    pg.ssl_mode(match mode {
+        TlsMode::Disable => SslMode::Disable,
+        TlsMode::Prefer => SslMode::Prefer,
+        TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => SslMode::Require,
+    });
+    // With `disable` the connector is never used; it still needs a configuration.
+    let tls_mode = if mode == TlsMode::Disable { TlsMode::Require } else { mode };
+    let client = crate::tls::client_config("database.tls", tls_mode, &config.tls).map_err(|e| anyhow::anyhow!(e))?;
+    Ok((pg, MakeRustlsConnect::new(client)))
+}
+
+/// Runs `SELECT 1` on a pooled connection.
+pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
+    let client = pool.get().await.map_err(|e| pool_error("probe", e))?;
+    client.simple_query("SELECT 1").await.map_err(|e| query_error("probe", e))?;
+    Ok(())
+}
+
+/// TLS version and cipher of a pooled connection, from the server's own view (`pg_stat_ssl`).
+pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
+    let client = pool.get().await.map_err(|e| pool_error("tls state", e))?;
+    let row = client
+        .query_opt("SELECT version, cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
+        .await
+        .map_err(|e| query_error("tls state", e))?;
+    Ok(row.map(|r| {
+        (r.get::<_, Option<String>>(0).unwrap_or_default(), r.get::<_, Option<String>>(1).unwrap_or_default())
+    }))
+}

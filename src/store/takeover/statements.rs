@@ -1,0 +1,265 @@
+//! The takeover's statements in a dialect's SQL: the reference schema's, or `[bridge.sql]`'s,
+//! checked against the catalog, and the parameters each is bound with.
+
+use std::future::Future;
+
+use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, INBOX_COLUMNS, POISON_COLUMNS, TakeoverStatement};
+use super::seam::{InboxEvent, PoisonRecord};
+use crate::config::BridgeConfig;
+use crate::sql::params::{self, NamedSql, Placeholder};
+use crate::store::error::PrepareError;
+use crate::store::param::Param;
+
+/// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
+/// (an event larger than that is a run of its own). A statement carrying a run is then never
+/// much larger than `max_bytes`, however large the batch: the client library copies a
+/// statement's parameters into its send buffer, so one statement for a batch of large
+/// payloads would cost the batch's size twice more in memory.
+pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEvent]> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, event) in events.iter().enumerate() {
+        let size = event.payload.as_bytes().len();
+        if i > start && bytes + size > max_bytes {
+            runs.push(&events[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < events.len() {
+        runs.push(&events[start..]);
+    }
+    runs
+}
+
+/// One takeover statement in a dialect's SQL.
+#[derive(Debug, Clone)]
+pub enum Sql {
+    /// The dialect's own statement for the reference schema, bound positionally by the dialect
+    /// (on Postgres: a whole batch in one statement).
+    Reference(String),
+    /// Named parameters ([`event_param`], [`poison_param`]), run once per event or record: an
+    /// override from `[bridge.sql]`, or a dialect's default written that way.
+    Named(NamedSql),
+}
+
+impl Sql {
+    /// `text` with named parameters, rewritten to the dialect's placeholders.
+    pub fn named(text: &str, style: Placeholder) -> Result<Self, String> {
+        params::rewrite(text, style).map(Sql::Named).map_err(|e| e.to_string())
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            Sql::Reference(text) => text,
+            Sql::Named(named) => &named.sql,
+        }
+    }
+}
+
+/// A takeover's tables and statements, in a dialect's SQL.
+pub struct TakeoverSql {
+    pub table: String,
+    pub poison_table: String,
+    /// handoff's own count of redeliveries that reached the database (never overridden: a
+    /// table of handoff's, like the schema's migrations create it).
+    pub deliveries_table: String,
+    /// Insert-if-absent of a batch (reference) or of one event (named).
+    pub insert: Sql,
+    /// The content hash of events already in the inbox; `None` when a custom insert comes
+    /// without one (an event already there is then a duplicate, never a conflict).
+    pub existing: Option<Sql>,
+    pub poison: Sql,
+    /// The inbox insert and the poison insert are the reference schema's (so the tables'
+    /// columns can be checked in the catalog).
+    reference_insert: bool,
+    reference_poison: bool,
+}
+
+/// What checking a takeover asks of a dialect's connection.
+pub trait Catalog: Send {
+    /// The columns of `table` (none if it does not exist).
+    fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, PrepareError>> + Send;
+
+    /// Prepares `sql` (named `context`): its result columns, or why the database refuses it.
+    fn prepare(
+        &mut self,
+        context: &str,
+        sql: &str,
+    ) -> impl Future<Output = Result<Result<Vec<String>, String>, PrepareError>> + Send;
+}
+
+/// The three statements a dialect writes for the reference schema, given each table with the
+/// column list of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order).
+pub type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
+
+impl TakeoverSql {
+    /// The bridge's statements: each override from `[bridge.sql]` (named parameters), the
+    /// dialect's reference statements for the rest. A custom insert means a table of another
+    /// layout, so the reference `existing` is not used with it.
+    pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, String> {
+        let (table, poison_table) = (bridge.table.as_str(), bridge.poison_table.as_str());
+        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
+        let [insert, existing, poison] =
+            reference(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
+        let given = |statement: TakeoverStatement| -> Result<Option<Sql>, String> {
+            bridge
+                .sql
+                .get(statement)
+                .map(|text| Sql::named(text, style).map_err(|e| format!("sql.{}: {e}", statement.name())))
+                .transpose()
+        };
+        let custom_insert = given(TakeoverStatement::Insert)?;
+        let custom_poison = given(TakeoverStatement::Poison)?;
+        let existing = match (given(TakeoverStatement::Existing)?, &custom_insert) {
+            (Some(sql), _) => Some(sql),
+            (None, Some(_)) => None,
+            (None, None) => Some(existing),
+        };
+        Ok(Self {
+            table: table.to_owned(),
+            poison_table: poison_table.to_owned(),
+            deliveries_table: bridge.deliveries_table.clone(),
+            existing,
+            reference_insert: custom_insert.is_none(),
+            reference_poison: custom_poison.is_none(),
+            insert: custom_insert.unwrap_or(insert),
+            poison: custom_poison.unwrap_or(poison),
+        })
+    }
+
+    /// Checks the reference tables' columns in the catalog (MariaDB's PREPARE does not check an
+    /// `INSERT … SELECT` column list) and prepares every statement, checking what `existing`
+    /// returns; every problem at once, each naming its statement.
+    pub async fn check(&self, catalog: &mut impl Catalog) -> Result<(), PrepareError> {
+        let mut problems = Vec::new();
+        let tables = [
+            (&self.table, INBOX_COLUMNS, self.reference_insert),
+            (&self.poison_table, POISON_COLUMNS, self.reference_poison),
+            (&self.deliveries_table, DELIVERIES_COLUMNS, true),
+        ];
+        for (table, required, check) in tables {
+            if check {
+                let present = catalog.columns(table).await?;
+                let present = (!present.is_empty()).then_some(present.as_slice());
+                problems.extend(missing_columns(table, required, present));
+            }
+        }
+        let statements = [
+            (TakeoverStatement::Insert, Some(&self.insert)),
+            (TakeoverStatement::Existing, self.existing.as_ref()),
+            (TakeoverStatement::Poison, Some(&self.poison)),
+        ];
+        for (statement, sql) in statements {
+            let Some(sql) = sql else { continue };
+            let context = format!("sql.{}", statement.name());
+            match catalog.prepare(&context, sql.text()).await? {
+                Err(refusal) => problems.push(refusal),
+                Ok(columns) if statement == TakeoverStatement::Existing => {
+                    let found = |c: &&str| columns.iter().any(|p| p.eq_ignore_ascii_case(c));
+                    if let Some(missing) = EXISTING_COLUMNS.iter().find(|c| !found(c)) {
+                        problems.push(format!("{context}: result lacks required column {missing}"));
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(problems)) }
+    }
+}
+
+/// A named takeover statement's parameters for one event (`:fields.<name>`: an extra field).
+pub fn event_param<'a>(consumer: &'a str, event: &'a InboxEvent) -> impl Fn(&str) -> Param + 'a {
+    let extras: serde_json::Map<String, serde_json::Value> = match event.fields.as_str() {
+        "{}" => serde_json::Map::new(),
+        text => serde_json::from_str(text).unwrap_or_default(),
+    };
+    let maybe = |v: &Option<String>| v.clone().map_or(Param::Null, Param::Text);
+    move |name| match name {
+        "consumer" => Param::Text(consumer.to_owned()),
+        "event_id" => Param::Text(event.event_id.clone()),
+        "event_type" => Param::Text(event.event_type.clone()),
+        "owner" => maybe(&event.owner),
+        "aggregate_type" => maybe(&event.aggregate_type),
+        "aggregate_id" => maybe(&event.aggregate_id),
+        "payload" => Param::Json(event.payload.as_str().to_owned()),
+        "headers" => Param::Json(event.headers.as_str().to_owned()),
+        "fields" => Param::Json(event.fields.as_str().to_owned()),
+        "content_hash" => Param::Text(event.content_hash.clone()),
+        "stream" => Param::Text(event.stream.clone()),
+        "entry_id" => Param::Text(event.entry_id.clone()),
+        "status" => Param::Text(event.status().to_owned()),
+        other => match other.strip_prefix("fields.").and_then(|f| extras.get(f)) {
+            Some(serde_json::Value::String(text)) => Param::Text(text.clone()),
+            _ => Param::Null,
+        },
+    }
+}
+
+/// A named poison statement's parameters for one record.
+pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(&str) -> Param + 'a {
+    move |name| match name {
+        "consumer" => Param::Text(consumer.to_owned()),
+        "stream" => Param::Text(record.stream.clone()),
+        "entry_id" => Param::Text(record.entry_id.clone()),
+        "event_id" => record.event_id.clone().map_or(Param::Null, Param::Text),
+        "reason" => Param::Text(record.reason.to_owned()),
+        "detail" => Param::Text(crate::error::storable(&record.detail, super::contract::DETAIL_MAX_CHARS)),
+        _ => Param::Json(record.fields.to_string()),
+    }
+}
+
+/// A table and the column list of an insert into it (`a, b, c`).
+#[derive(Clone, Copy)]
+pub struct Columns<'a> {
+    pub table: &'a str,
+    pub list: &'a str,
+}
+
+fn column_list(columns: &[&str]) -> String {
+    columns.join(", ")
+}
+
+/// What a table lacks of `required`, as a message naming the table and the columns; `None`
+/// when nothing is missing. `present` is `None` when the table does not exist.
+pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {
+    let Some(present) = present else { return Some(format!("table {table} does not exist")) };
+    let missing: Vec<&str> =
+        required.iter().copied().filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c))).collect();
+    (!missing.is_empty()).then(|| format!("table {table} lacks column(s) {}", missing.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::takeover::seam::Text;
+
+    fn event(size: usize) -> InboxEvent {
+        InboxEvent {
+            event_id: "e".into(),
+            event_type: "t".into(),
+            owner: None,
+            aggregate_type: None,
+            aggregate_id: None,
+            payload: Text::new(bytes::Bytes::from("x".repeat(size))).unwrap(),
+            headers: Text::from_static("{}"),
+            fields: Text::from_static("{}"),
+            content_hash: String::new(),
+            stream: "s".into(),
+            entry_id: "0-1".into(),
+            ignored: false,
+        }
+    }
+
+    #[test]
+    fn runs_keep_every_event_in_order_and_stay_under_the_limit_unless_one_event_is_larger() {
+        let sizes = [10, 20, 30, 100, 5, 5, 200, 1];
+        let events: Vec<InboxEvent> = sizes.iter().map(|&s| event(s)).collect();
+        let runs = runs_by_payload(&events, 50);
+        let lens: Vec<Vec<usize>> =
+            runs.iter().map(|r| r.iter().map(|e| e.payload.as_bytes().len()).collect()).collect();
+        assert_eq!(lens, [vec![10, 20], vec![30], vec![100], vec![5, 5], vec![200], vec![1]]);
+        assert_eq!(runs_by_payload(&events, 1 << 20).len(), 1);
+        assert!(runs_by_payload(&[], 50).is_empty());
+    }
+}
