@@ -5,6 +5,7 @@ use std::future::Future;
 
 use super::seam::{Applied, ApplyError, BoundStatement, InboxRow};
 use crate::config::HandlerErrors;
+use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
 
 /// A dialect's open transaction for applying a batch row by row.
@@ -12,18 +13,35 @@ pub trait RowTransaction: Send {
     /// Runs a savepoint statement (`SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`).
     fn savepoint(&mut self, sql: &'static str) -> impl Future<Output = StoreResult<()>> + Send;
 
-    /// A row's statements, then its fenced mark to PROCESSED.
-    fn apply(
-        &mut self,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
+    /// Runs one handler statement; its error as the dialect classifies it.
+    fn execute(&mut self, statement: &BoundStatement<'_>) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// The row's fenced mark to PROCESSED: the rows it changed (none: the fence refused).
+    fn mark_processed(&mut self, owner: &str, row: &InboxRow) -> impl Future<Output = StoreResult<u64>> + Send;
 
     fn commit(self) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// What the worker's handler errors mean (`[worker.handler_errors]`).
     fn handler_errors(&self) -> &HandlerErrors;
+
+    /// Where the tests park a worker mid-batch.
+    fn faults(&self) -> &Faults;
+}
+
+/// A row's statements, then its fenced mark to PROCESSED.
+async fn apply_row<T: RowTransaction>(
+    tx: &mut T,
+    owner: &str,
+    row: &InboxRow,
+    statements: &[BoundStatement<'_>],
+) -> Result<Applied, ApplyError> {
+    for statement in statements {
+        let executed = tx.execute(statement).await;
+        executed.map_err(|e| ApplyError::from_handler(statement.index, e, tx.handler_errors()))?;
+    }
+    tx.faults().reach(Point::WorkerInHandler).await;
+    let marked = tx.mark_processed(owner, row).await.map_err(ApplyError::Store)?;
+    Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
 }
 
 /// Applies `items` in `tx`, each row in its own savepoint, for every dialect: a row whose data
@@ -37,7 +55,7 @@ pub async fn apply_row_by_row<T: RowTransaction>(
     let mut results = Vec::with_capacity(items.len());
     for (row, statements) in items {
         tx.savepoint("SAVEPOINT handoff_row").await?;
-        let outcome = match tx.apply(owner, row, statements).await {
+        let outcome = match apply_row(&mut tx, owner, row, statements).await {
             Err(ApplyError::Store(e)) => return Err(e),
             other => other,
         };

@@ -16,7 +16,7 @@ use super::contract::{WorkerStatement, missing_result_columns};
 use super::seam::{Applied, ApplyError, BindValue, BoundStatement, InboxRow};
 use super::statements::{InboxSql, statement_texts};
 use crate::config::{HandlerErrors, WorkerConfig};
-use crate::fault::{Faults, Point};
+use crate::fault::Faults;
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreResult};
 use crate::store::mysql::errors::{error, prepare_refusal};
@@ -178,11 +178,6 @@ fn to_value(v: &BindValue) -> Value {
     }
 }
 
-/// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-fn handler_error(index: usize, e: mysql_async::Error, errors: &HandlerErrors) -> ApplyError {
-    ApplyError::from_handler(index, error("handler", e), errors)
-}
-
 /// A batch's transaction on MySQL / MariaDB.
 struct MyRows<'a> {
     tx: mysql_async::Transaction<'a>,
@@ -198,27 +193,25 @@ impl RowTransaction for MyRows<'_> {
         self.tx.query_drop(sql).await.map_err(|e| error("apply", e))
     }
 
-    async fn apply(
-        &mut self,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> Result<Applied, ApplyError> {
-        let tx = &mut self.tx;
-        for statement in statements {
-            let values: Vec<Value> = statement.values.iter().map(to_value).collect();
-            let errors = &self.worker.errors;
-            tx.exec_drop(statement.sql, values).await.map_err(|e| handler_error(statement.index, e, errors))?;
-        }
-        self.worker.faults.reach(Point::WorkerInHandler).await;
+    async fn execute(&mut self, statement: &BoundStatement<'_>) -> StoreResult<u64> {
+        let values: Vec<Value> = statement.values.iter().map(to_value).collect();
+        self.tx.exec_drop(statement.sql, values).await.map_err(|e| error("handler", e))?;
+        Ok(self.tx.affected_rows())
+    }
+
+    async fn mark_processed(&mut self, owner: &str, row: &InboxRow) -> StoreResult<u64> {
         let held = [row.held()];
         let mark = binding::held(owner, &held, Default::default());
         let (_, changed) = self
             .worker
             .script(&mut self.tx, WorkerStatement::Processed, &mark)
             .await
-            .map_err(|e| ApplyError::Store(error("mark processed", e)))?;
-        Ok(if changed == 0 { Applied::Fenced } else { Applied::Processed })
+            .map_err(|e| error("mark processed", e))?;
+        Ok(changed)
+    }
+
+    fn faults(&self) -> &Faults {
+        &self.worker.faults
     }
 
     async fn commit(self) -> StoreResult<()> {

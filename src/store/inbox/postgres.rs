@@ -12,7 +12,7 @@ use deadpool_postgres::Pool;
 use super::apply::{RowTransaction, apply_row_by_row, commit_failed};
 use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
-use super::postgres_handlers::{handler_error, refs, run_handlers, text_rows, to_param};
+use super::postgres_handlers::{refs, run_handlers, text_rows, to_param};
 use super::postgres_locked::{self, LockedInboxSql};
 use super::seam::{Applied, ApplyError, BoundStatement, InboxRow, LockedRows};
 use super::statements::{InboxSql, statement_texts};
@@ -22,7 +22,7 @@ use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
-use crate::store::postgres::values::{Param, column_type_supported, param_type_supported};
+use crate::store::postgres::values::{Param, param_type_supported, type_problems};
 use crate::store::rows::TextRow;
 
 pub struct PgInbox {
@@ -193,34 +193,29 @@ impl RowTransaction for PgRows<'_> {
         self.tx.batch_execute(sql).await.map_err(|e| query_error("apply", e))
     }
 
-    async fn apply(
-        &mut self,
-        owner: &str,
-        row: &InboxRow,
-        statements: &[BoundStatement<'_>],
-    ) -> Result<Applied, ApplyError> {
-        let tx = &self.tx;
-        for statement in statements {
-            let errors = &self.worker.errors;
-            let stmt = tx.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors))?;
-            let values: Vec<Param> = statement.values.iter().map(to_param).collect();
-            tx.execute(&stmt, &refs(&values)).await.map_err(|e| handler_error(statement.index, e, errors))?;
-        }
-        self.worker.faults.reach(Point::WorkerInHandler).await;
+    async fn execute(&mut self, statement: &BoundStatement<'_>) -> StoreResult<u64> {
+        let handler = |e| query_error("handler", e);
+        let stmt = self.tx.prepare_cached(statement.sql).await.map_err(handler)?;
+        let values: Vec<Param> = statement.values.iter().map(to_param).collect();
+        self.tx.execute(&stmt, &refs(&values)).await.map_err(handler)
+    }
+
+    async fn mark_processed(&mut self, owner: &str, row: &InboxRow) -> StoreResult<u64> {
         let held = [row.held()];
-        let (named, values) = self
-            .worker
-            .values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()))
-            .map_err(ApplyError::Store)?;
-        let mark = |e| ApplyError::Store(query_error("mark processed", e));
+        let (named, values) =
+            self.worker.values(WorkerStatement::Processed, binding::held(owner, &held, Default::default()))?;
+        let mark = |e| query_error("mark processed", e);
         // Cached: this runs once per row, and an unprepared statement costs a second round trip.
-        let processed = tx.prepare_cached(&named.sql).await.map_err(mark)?;
-        let marked = tx.execute(&processed, &refs(&values)).await.map_err(mark)?;
-        Ok(if marked == 0 { Applied::Fenced } else { Applied::Processed })
+        let processed = self.tx.prepare_cached(&named.sql).await.map_err(mark)?;
+        self.tx.execute(&processed, &refs(&values)).await.map_err(mark)
     }
 
     fn handler_errors(&self) -> &HandlerErrors {
         &self.worker.errors
+    }
+
+    fn faults(&self) -> &Faults {
+        &self.worker.faults
     }
 
     async fn commit(self) -> StoreResult<()> {
@@ -252,20 +247,7 @@ impl InboxSql for PgInbox {
                     continue;
                 }
             };
-            for (name, ty) in named.names.iter().zip(stmt.params()) {
-                if !param_type_supported(ty) {
-                    errors.push(format!("{context}: parameter :{name} has type {ty}; cast it, e.g. :{name}::text"));
-                }
-            }
-            for column in stmt.columns() {
-                if !column_type_supported(column.type_()) {
-                    errors.push(format!(
-                        "{context}: result column `{}` has type {}; cast it to text",
-                        column.name(),
-                        column.type_()
-                    ));
-                }
-            }
+            errors.extend(type_problems(&context, &named.names, &stmt, true));
             let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
             errors.extend(missing_result_columns(statement, &names).map(|m| format!("{context}: {m}")));
         }

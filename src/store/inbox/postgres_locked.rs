@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::Pool;
 
 use super::apply::commit_failed;
 use super::postgres_handlers::{run_handlers, text_rows};
@@ -18,8 +18,9 @@ use super::seam::{BoundStatement, InboxRow, LockedInbox, LockedRows};
 use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
-use crate::store::postgres::errors::{pool_error, query_error};
+use crate::store::postgres::errors::query_error;
 use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
+use crate::store::postgres::tx::OpenTx;
 
 /// The locked claim's statements for one inbox table, and where its next claim starts reading
 /// (shared by the worker's loops).
@@ -73,15 +74,9 @@ pub async fn lock(
     idle_timeout: Duration,
     faults: &Faults,
 ) -> StoreResult<LockedRows> {
-    let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
-    // From here on an early return drops the batch, which closes the connection mid-transaction.
-    let mut batch = PgLockedInbox {
-        client: Some(client),
-        processed: sql.processed.clone(),
-        faults: faults.clone(),
-        errors: sql.errors.clone(),
-    };
-    let client = batch.client()?;
+    // From here on an early return drops the transaction, which closes the connection in it.
+    let tx = OpenTx::take(pool, "lock").await?;
+    let client = tx.client()?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
     let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
     let from = sql.scan.bound(std::time::Instant::now());
@@ -95,44 +90,33 @@ pub async fn lock(
     let rows = rows.map_err(|e| query_error("lock", e))?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
-        client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
-        batch.client.take();
+        tx.commit("lock", false).await?;
         return Ok((Vec::new(), None));
     }
     let mut rows = text_rows(&stmt, &rows, "lock")?;
     // `scan_due` is the claim's own, not a field of the event for handlers.
     rows.iter_mut().for_each(|row| row.retain(|(name, _)| name != SCAN_DUE));
     let rows = rows.iter().map(InboxRow::from_text).collect::<StoreResult<Vec<_>>>()?;
+    let batch =
+        PgLockedInbox { tx, processed: sql.processed.clone(), faults: faults.clone(), errors: sql.errors.clone() };
     Ok((rows, Some(Box::new(batch))))
 }
 
 /// The open transaction of a locked inbox batch.
 struct PgLockedInbox {
-    /// `None` once the transaction is over and the connection went back to the pool.
-    client: Option<Object>,
+    tx: OpenTx,
     processed: String,
     faults: Faults,
     errors: HandlerErrors,
 }
 
 impl PgLockedInbox {
-    fn client(&self) -> StoreResult<&Object> {
-        self.client.as_ref().ok_or_else(|| StoreError::Contract("the locked inbox batch is already over".into()))
-    }
-
-    /// Ends a transaction a row's data was refused in; the connection goes back to the pool
-    /// (or is closed, if even the rollback fails). Nothing it did stays.
-    async fn roll_back(&mut self) -> StoreResult<bool> {
-        if self.client()?.batch_execute("ROLLBACK").await.is_ok() {
-            self.client.take();
-        }
-        Ok(false)
-    }
-
-    async fn run(&mut self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
+    /// `Ok(false)`: a row's data was refused (or a mark missed a row), the transaction is rolled
+    /// back and nothing it did stays.
+    async fn run(self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
         // Parked here (tests), the worker holds the open transaction and the rows' locks.
         self.faults.reach(Point::WorkerInHandler).await;
-        let client = self.client()?;
+        let client = self.tx.client()?;
         let ids = items
             .iter()
             .map(|(row, _)| {
@@ -145,25 +129,26 @@ impl PgLockedInbox {
         // The mark is sent with the handler statements, in the same round trip.
         let Some(marked) = run_handlers(client, items, client.execute(&mark, &[&owner, &ids]), &self.errors).await?
         else {
-            return self.roll_back().await;
+            self.tx.roll_back().await;
+            return Ok(false);
         };
         let marked = marked.map_err(|e| query_error("mark processed", e))?;
         // The locks keep every row ours, so only a handler statement that changed the inbox row
         // itself could make this differ: leave such a batch to the leased claim's fence.
         if marked != ids.len() as u64 {
-            return self.roll_back().await;
+            self.tx.roll_back().await;
+            return Ok(false);
         }
         match client.batch_execute("COMMIT").await {
             Ok(()) => {
-                // Committed: the connection is clean and goes back to the pool.
-                self.client.take();
+                self.tx.finished();
                 Ok(true)
             }
             // A deferred constraint may refuse a row's data at commit; the transaction is over.
             Err(e) => match commit_failed(items.len(), query_error("handler", e), &self.errors) {
                 Err(e) if !e.is_data_fault() => Err(e),
                 _ => {
-                    self.client.take();
+                    self.tx.finished();
                     Ok(false)
                 }
             },
@@ -171,19 +156,9 @@ impl PgLockedInbox {
     }
 }
 
-impl Drop for PgLockedInbox {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            // Still inside the transaction: close the connection instead of pooling it; the
-            // server rolls the transaction back and the rows are unlocked, untouched.
-            drop(Object::take(client));
-        }
-    }
-}
-
 impl LockedInbox for PgLockedInbox {
     fn apply<'a>(
-        mut self: Box<Self>,
+        self: Box<Self>,
         owner: &'a str,
         items: &'a [(&'a InboxRow, Vec<BoundStatement<'a>>)],
     ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<bool>> + Send + 'a>> {

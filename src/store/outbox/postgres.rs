@@ -20,7 +20,7 @@ use crate::sql::params::{self, Placeholder};
 use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::scan_start::SCAN_DUE;
-use crate::store::postgres::values::{Cell, Param, column_type_supported, param_type_supported};
+use crate::store::postgres::values::{Cell, Param, type_problems};
 use crate::store::rows::{TextPages, TextRow, read_pages};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
@@ -75,23 +75,8 @@ impl PgOutbox {
             match client.prepare(&named.sql).await {
                 Err(e) => errors.push(prepare_refusal(&context, e)?),
                 Ok(stmt) => {
-                    for (name, ty) in named.names.iter().zip(stmt.params()) {
-                        if !param_type_supported(ty) {
-                            errors.push(format!(
-                                "{context}: parameter :{name} has type {ty}, which cannot be bound; cast it, e.g. :{name}::text"
-                            ));
-                        }
-                    }
+                    errors.extend(type_problems(&context, &named.names, &stmt, kind == StatementKind::Claim));
                     if kind == StatementKind::Claim {
-                        for column in stmt.columns() {
-                            if !column_type_supported(column.type_()) {
-                                errors.push(format!(
-                                    "{context}: result column `{}` has type {}; cast it to text",
-                                    column.name(),
-                                    column.type_()
-                                ));
-                            }
-                        }
                         columns = stmt.columns().iter().map(|c| c.name().to_owned()).collect();
                     }
                     let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();

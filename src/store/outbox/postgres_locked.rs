@@ -10,15 +10,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use super::seam::{ClaimedRow, Deferred, Delivered, Failure, Locked, LockedBatch, Verdict};
 use crate::config::SettleMode;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::param::millis;
-use crate::store::postgres::errors::{pool_error, query_error};
+use crate::store::postgres::errors::query_error;
 use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
+use crate::store::postgres::tx::OpenTx;
 
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
@@ -100,52 +101,30 @@ pub async fn lock(
     idle_timeout: Duration,
     parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
 ) -> StoreResult<Locked> {
-    let client = pool.get().await.map_err(|e| pool_error("lock", e))?;
     // From here on an early return drops the batch, which closes the connection mid-transaction.
-    let mut batch = PgLocked { client: Some(client), sql: sql.clone() };
-    let client = batch.client()?;
     let timeout_ms = idle_timeout.as_millis().max(1);
-    client
-        .batch_execute(&format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
-        .await
-        .map_err(|e| query_error("lock", e))?;
+    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}");
+    let tx = OpenTx::begin(pool, "lock", &begin).await?;
+    let client = tx.client()?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
     let from = sql.scan.bound(std::time::Instant::now());
     let rows = client.query(&stmt, &[&i64::from(batch_size), &from]).await.map_err(|e| query_error("lock", e))?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
-        client.batch_execute("COMMIT").await.map_err(|e| query_error("lock", e))?;
-        batch.client.take();
+        tx.commit("lock", false).await?;
         return Ok((Vec::new(), None));
     }
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         claimed.push(parse(row)?);
     }
-    Ok((claimed, Some(Box::new(batch))))
+    Ok((claimed, Some(Box::new(PgLocked { tx, sql: sql.clone() }))))
 }
 
 /// The open transaction of a locked batch.
 struct PgLocked {
-    /// `None` once the transaction is over and the connection went back to the pool.
-    client: Option<Object>,
+    tx: OpenTx,
     sql: Arc<LockedSql>,
-}
-
-impl PgLocked {
-    fn client(&self) -> StoreResult<&Object> {
-        self.client.as_ref().ok_or_else(|| StoreError::Contract("the locked batch is already settled".into()))
-    }
-}
-
-impl Drop for PgLocked {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            // Still inside the transaction: close the connection instead of pooling it; the
-            // server rolls the transaction back and the rows are unlocked, untouched.
-            drop(Object::take(client));
-        }
-    }
 }
 
 fn row_id(id: &str) -> StoreResult<i64> {
@@ -154,14 +133,14 @@ fn row_id(id: &str) -> StoreResult<i64> {
 
 impl LockedBatch for PgLocked {
     fn commit<'a>(
-        mut self: Box<Self>,
+        self: Box<Self>,
         claimant: &'a str,
         delivered: &'a [Delivered],
         failed: &'a [Failure],
         deferred: &'a Deferred,
     ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>> {
         Box::pin(async move {
-            let client = self.client()?;
+            let client = self.tx.client()?;
             let ids = delivered.iter().map(|d| row_id(&d.row.id)).collect::<StoreResult<Vec<i64>>>()?;
             let entry_ids: Vec<&str> = delivered.iter().map(|d| d.entry_id.as_str()).collect();
             let streams: Vec<&str> = delivered.iter().map(|d| d.stream.as_str()).collect();
@@ -204,10 +183,7 @@ impl LockedBatch for PgLocked {
             for outcome in futures_util::future::join_all(sent).await {
                 outcome.map_err(|e| query_error("settle a locked batch", e))?;
             }
-            client.batch_execute("COMMIT").await.map_err(|e| query_error("commit a locked batch", e))?;
-            // Committed: the connection is clean and goes back to the pool.
-            self.client.take();
-            Ok(())
+            self.tx.commit("commit a locked batch", false).await
         })
     }
 }

@@ -5,6 +5,7 @@
 pub mod connect;
 pub mod errors;
 pub mod scan_start;
+pub mod tx;
 pub mod values;
 
 pub use connect::{connect_config, pool, probe, tls_session};

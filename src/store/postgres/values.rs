@@ -150,6 +150,30 @@ pub fn column_type_supported(ty: &Type) -> bool {
     SCALARS.contains(ty)
 }
 
+/// What a prepared statement's types make impossible, each naming `context`: a parameter
+/// (named in `names`, in placeholder order) that cannot be bound, and, with `columns`, a result
+/// column that cannot be read as text.
+pub fn type_problems(context: &str, names: &[String], stmt: &tokio_postgres::Statement, columns: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, ty) in names.iter().zip(stmt.params()) {
+        if !param_type_supported(ty) {
+            problems.push(format!(
+                "{context}: parameter :{name} has type {ty}, which cannot be bound; cast it, e.g. :{name}::text"
+            ));
+        }
+    }
+    for column in stmt.columns().iter().filter(|_| columns) {
+        if !column_type_supported(column.type_()) {
+            problems.push(format!(
+                "{context}: result column `{}` has type {}; cast it to text",
+                column.name(),
+                column.type_()
+            ));
+        }
+    }
+    problems
+}
+
 /// A UUID carried as its 16 bytes, written and read in the canonical hyphenated form.
 #[derive(Debug, Clone, Copy)]
 struct Uuid([u8; 16]);

@@ -9,4 +9,4 @@ pub mod statements;
 
 pub use mysql::MyTakeover;
 pub use postgres::PgTakeover;
-pub use seam::{InboxEvent, PoisonRecord, Takeover, TakeoverStore, Text};
+pub use seam::{DeliveryCounts, InboxEvent, PoisonRecord, Takeover, TakeoverStore, Text};

@@ -5,12 +5,15 @@
 //! written with named parameters, so an override from `[bridge.sql]` runs the same way.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Row, TxOpts};
+use mysql_async::{Row, Transaction, TxOpts};
 
-use super::seam::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
-use super::statements::{Catalog, Columns, Sql, TakeoverSql, event_param, poison_param};
+use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
+use super::statements::{
+    Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param,
+};
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreResult};
@@ -21,7 +24,12 @@ use crate::store::param::millis;
 
 pub struct MyTakeover {
     pool: Pool,
-    sql: TakeoverSql,
+    sql: Arc<Statements>,
+}
+
+/// The takeover's statements, every one with named parameters (the reference ones too).
+struct Statements {
+    takeover: TakeoverStatements,
     insert: NamedSql,
     existing: Option<NamedSql>,
     poison: NamedSql,
@@ -32,16 +40,16 @@ pub struct MyTakeover {
 impl MyTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
-        let sql = TakeoverSql::new(bridge, Placeholder::Positional, statements)?;
+        let takeover = TakeoverStatements::new(bridge, Placeholder::Positional, statements)?;
         // Every statement here has named parameters, the reference ones too.
         let named = |sql: &Sql| match sql {
             Sql::Named(named) => Ok(named.clone()),
             Sql::Reference(text) => Err(format!("statement without named parameters: {text}")),
         };
-        let (insert, poison) = (named(&sql.insert)?, named(&sql.poison)?);
-        let existing = sql.existing.as_ref().map(named).transpose()?;
+        let (insert, poison) = (named(&takeover.insert)?, named(&takeover.poison)?);
+        let existing = takeover.existing.as_ref().map(named).transpose()?;
         let deliveries = bridge.deliveries_table.clone();
-        Ok(Self { pool, sql, insert, existing, poison, deliveries })
+        Ok(Self { pool, sql: Arc::new(Statements { takeover, insert, existing, poison, deliveries }) })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -51,7 +59,7 @@ impl MyTakeover {
             .get_conn()
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
-        self.sql.check(&mut MyCatalog(&mut conn)).await
+        self.sql.takeover.check(&mut MyCatalog(&mut conn)).await
     }
 }
 
@@ -100,61 +108,16 @@ impl Catalog for MyCatalog<'_> {
     }
 }
 
-impl TakeoverStore for MyTakeover {
-    async fn take_over(
-        &self,
-        consumer: &str,
-        events: &[InboxEvent],
-        poison: &[PoisonRecord],
-        counted: bool,
-    ) -> StoreResult<Vec<Takeover>> {
-        let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
-        let insert = &self.insert;
-        let prepared = tx.prep(insert.sql.as_str()).await.map_err(|e| error("take over", e))?;
-        let mut outcomes = Vec::with_capacity(events.len());
-        let mut records: Vec<PoisonRecord> = poison.to_vec();
-        for e in events {
-            tx.exec_drop(&prepared, bind(insert, event_param(consumer, e)))
-                .await
-                .map_err(|e| error("insert into the inbox", e))?;
-            let inserted = tx.affected_rows() > 0;
-            let existing: Option<String> = match (&self.existing, inserted) {
-                (_, true) => None,
-                // No way to compare content: an event already there counts as the same event.
-                (None, false) => Some(e.content_hash.clone()),
-                (Some(existing), false) => {
-                    let row: Option<Row> = tx
-                        .exec_first(existing.sql.as_str(), bind(existing, event_param(consumer, e)))
-                        .await
-                        .map_err(|e| error("read an existing inbox row", e))?;
-                    row.and_then(|r| r.get_opt::<mysql_async::Value, _>("content_hash").and_then(Result::ok))
-                        .as_ref()
-                        .and_then(text)
-                }
-            };
-            outcomes.push(Takeover::judge(e, inserted, existing.as_deref(), &mut records));
-        }
-        let poison = &self.poison;
-        for p in &records {
-            tx.exec_drop(poison.sql.as_str(), bind(poison, poison_param(consumer, p)))
-                .await
-                .map_err(|e| error("record poison entries", e))?;
-        }
-        if counted {
-            let forget =
-                format!("DELETE FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?", self.deliveries);
-            let entries =
-                events.iter().map(|e| (&e.stream, &e.entry_id)).chain(records.iter().map(|p| (&p.stream, &p.entry_id)));
-            for (stream, entry_id) in entries {
-                tx.exec_drop(forget.as_str(), (consumer, stream, entry_id))
-                    .await
-                    .map_err(|e| error("forget delivery counts", e))?;
-            }
-        }
-        tx.commit().await.map_err(|e| error("commit the takeover", e))?;
-        Ok(outcomes)
-    }
+impl TakeoverSql for MyTakeover {
+    type Tx = MyTakeoverTx;
 
+    async fn begin(&self) -> StoreResult<MyTakeoverTx> {
+        let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
+        Ok(MyTakeoverTx { tx, sql: self.sql.clone() })
+    }
+}
+
+impl DeliveryCounts for MyTakeover {
     /// An upsert per entry, then the counts read back, in one transaction.
     async fn count_deliveries(
         &self,
@@ -163,7 +126,7 @@ impl TakeoverStore for MyTakeover {
         entry_ids: &[String],
     ) -> StoreResult<HashMap<String, u32>> {
         let label = "count deliveries";
-        let table = &self.deliveries;
+        let table = &self.sql.deliveries;
         let mut tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error(label, e))?;
         let upsert = format!(
             "INSERT INTO {table} (consumer, stream, stream_entry_id) VALUES (?, ?, ?)
@@ -192,7 +155,7 @@ impl TakeoverStore for MyTakeover {
         let read = format!(
             "SELECT stream_entry_id, deliveries FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id IN
              (SELECT j.e FROM JSON_TABLE(?, '$[*]' COLUMNS (e VARCHAR(64) PATH '$')) AS j)",
-            self.deliveries
+            self.sql.deliveries
         );
         let ids = serde_json::to_string(entry_ids).unwrap_or_default();
         let rows: Vec<(String, i64)> =
@@ -205,7 +168,7 @@ impl TakeoverStore for MyTakeover {
         let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
         let purge = format!(
             "DELETE FROM {} WHERE consumer = ? AND last_at < NOW(3) - INTERVAL ? * 1000 MICROSECOND",
-            self.deliveries
+            self.sql.deliveries
         );
         let age_ms = millis(age);
         conn.exec_drop(purge.as_str(), (consumer, age_ms)).await.map_err(|e| error(label, e))?;
@@ -214,5 +177,81 @@ impl TakeoverStore for MyTakeover {
 
     async fn ping(&self) -> StoreResult<()> {
         probe(&self.pool).await
+    }
+}
+
+/// A takeover's transaction on MySQL / MariaDB: each statement once per event (no arrays here),
+/// an insert-if-absent whose affected-row count says whether it inserted.
+pub struct MyTakeoverTx {
+    tx: Transaction<'static>,
+    sql: Arc<Statements>,
+}
+
+impl TakeoverTx for MyTakeoverTx {
+    async fn insert(&mut self, consumer: &str, events: &[InboxEvent]) -> StoreResult<Vec<bool>> {
+        let insert = &self.sql.insert;
+        let prepared = self.tx.prep(insert.sql.as_str()).await.map_err(|e| error("take over", e))?;
+        let mut inserted = Vec::with_capacity(events.len());
+        for event in events {
+            self.tx
+                .exec_drop(&prepared, bind(insert, event_param(consumer, event)))
+                .await
+                .map_err(|e| error("insert into the inbox", e))?;
+            inserted.push(self.tx.affected_rows() > 0);
+        }
+        Ok(inserted)
+    }
+
+    async fn existing(
+        &mut self,
+        consumer: &str,
+        events: &[&InboxEvent],
+    ) -> StoreResult<Option<HashMap<String, String>>> {
+        // No way to compare content: an event already there counts as the same event.
+        let Some(existing) = &self.sql.existing else { return Ok(None) };
+        let mut found = HashMap::new();
+        for event in events {
+            let row: Option<Row> = self
+                .tx
+                .exec_first(existing.sql.as_str(), bind(existing, event_param(consumer, event)))
+                .await
+                .map_err(|e| error("read an existing inbox row", e))?;
+            let hash = row.and_then(|r| r.get_opt::<mysql_async::Value, _>("content_hash").and_then(Result::ok));
+            if let Some(hash) = hash.as_ref().and_then(text) {
+                found.insert(event.event_id.clone(), hash);
+            }
+        }
+        Ok(Some(found))
+    }
+
+    async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+        let poison = &self.sql.poison;
+        for record in records {
+            self.tx
+                .exec_drop(poison.sql.as_str(), bind(poison, poison_param(consumer, record)))
+                .await
+                .map_err(|e| error("record poison entries", e))?;
+        }
+        Ok(())
+    }
+
+    async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
+        let forget =
+            format!("DELETE FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?", self.sql.deliveries);
+        for (stream, entry_id) in entries {
+            self.tx
+                .exec_drop(forget.as_str(), (consumer, stream, entry_id))
+                .await
+                .map_err(|e| error("forget delivery counts", e))?;
+        }
+        Ok(())
+    }
+
+    async fn commit(self, _carried: usize) -> StoreResult<()> {
+        self.tx.commit().await.map_err(|e| error("commit the takeover", e))
+    }
+
+    async fn roll_back(self) {
+        let _ = self.tx.rollback().await;
     }
 }

@@ -1,24 +1,27 @@
-//! The bridge's takeover on Postgres: one transaction inserts the new events of a batch
-//! (`ON CONFLICT (consumer, event_id) DO NOTHING`), detects conflicting replays by content
-//! hash, and records poison entries. The caller acknowledges only after it commits. The
-//! reference schema's statements take a whole batch each; statements from `[bridge.sql]` run
-//! once per event, all sent at once (pipelined on the connection).
+//! The bridge's takeover on Postgres: the reference schema's statements take a whole batch each
+//! (`unnest` of one array per column; `ON CONFLICT (consumer, event_id) DO NOTHING`); statements
+//! from `[bridge.sql]` run once per event, all sent at once (pipelined on the connection). The
+//! takeover's decisions are made above, in `statements`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use deadpool_postgres::{Pool, Transaction};
+use deadpool_postgres::{Object, Pool};
 use futures_util::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
-use super::seam::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
-use super::statements::{Catalog, Columns, Sql, TakeoverSql, event_param, poison_param, runs_by_payload};
+use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
+use super::statements::{
+    Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param, runs_by_payload,
+};
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{describe, pool_error, prepare_refusal, query_error};
+use crate::store::postgres::tx::OpenTx;
 use crate::store::postgres::values::{Cell, Param};
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
@@ -27,8 +30,21 @@ const LARGE_BATCH_BYTES: usize = 1 << 20;
 
 pub struct PgTakeover {
     pool: Pool,
-    sql: TakeoverSql,
+    sql: Arc<Statements>,
+}
+
+/// The takeover's statements and those on handoff's own count of redeliveries.
+struct Statements {
+    takeover: TakeoverStatements,
     deliveries: DeliveriesSql,
+}
+
+impl std::ops::Deref for Statements {
+    type Target = TakeoverStatements;
+
+    fn deref(&self) -> &TakeoverStatements {
+        &self.takeover
+    }
 }
 
 /// The statements on handoff's own count of redeliveries (`bridge.deliveries_table`).
@@ -68,7 +84,8 @@ impl PgTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
-        Ok(Self { pool, sql: TakeoverSql::new(bridge, Placeholder::Numbered, statements)?, deliveries })
+        let takeover = TakeoverStatements::new(bridge, Placeholder::Numbered, statements)?;
+        Ok(Self { pool, sql: Arc::new(Statements { takeover, deliveries }) })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -79,6 +96,21 @@ impl PgTakeover {
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
         self.sql.check(&mut PgCatalog(&client)).await
+    }
+
+    /// Runs `sql` ($1 consumer, $2 stream, $3 entry ids; rows of entry id and count).
+    async fn delivery_counts(
+        &self,
+        label: &'static str,
+        sql: &str,
+        consumer: &str,
+        stream: &str,
+        entry_ids: &[String],
+    ) -> StoreResult<HashMap<String, u32>> {
+        let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
+        let stmt = client.prepare_cached(sql).await.map_err(|e| query_error(label, e))?;
+        let rows = client.query(&stmt, &[&consumer, &stream, &entry_ids]).await.map_err(|e| query_error(label, e))?;
+        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1).max(0) as u32)).collect())
     }
 }
 
@@ -122,7 +154,7 @@ fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
 
 /// Runs a named statement once per set of `values`, all sent at once; the rows each changed.
 async fn execute_each(
-    tx: &Transaction<'_>,
+    tx: &Object,
     named: &NamedSql,
     label: &'static str,
     values: &[Vec<Param>],
@@ -160,73 +192,23 @@ impl Catalog for PgCatalog<'_> {
     }
 }
 
-impl TakeoverStore for PgTakeover {
-    async fn take_over(
-        &self,
-        consumer: &str,
-        events: &[InboxEvent],
-        poison: &[PoisonRecord],
-        counted: bool,
-    ) -> StoreResult<Vec<Takeover>> {
-        let mut client = self.pool.get().await.map_err(|e| pool_error("take over", e))?;
-        let tx = client.transaction().await.map_err(|e| query_error("take over", e))?;
-        let inserted = match &self.sql.insert {
-            Sql::Reference(insert) => insert_batch(&tx, insert, consumer, events).await?,
-            Sql::Named(named) => {
-                let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
-                let changed = execute_each(&tx, named, "insert into the inbox", &values).await?;
-                events.iter().zip(changed).filter(|(_, n)| *n > 0).map(|(e, _)| e.event_id.clone()).collect()
-            }
-        };
-        let others: Vec<&InboxEvent> = events.iter().filter(|e| !inserted.contains(&e.event_id)).collect();
-        let existing = self.existing(&tx, consumer, &others).await?;
-        let mut outcomes = Vec::with_capacity(events.len());
-        let mut records: Vec<PoisonRecord> = poison.to_vec();
-        for event in events {
-            let existing_hash = match &self.sql.existing {
-                Some(_) => existing.get(&event.event_id).map(String::as_str),
-                // No way to compare content: an event already there counts as the same event.
-                None => Some(event.content_hash.as_str()),
-            };
-            outcomes.push(Takeover::judge(event, inserted.contains(&event.event_id), existing_hash, &mut records));
-        }
-        if !records.is_empty() {
-            match &self.sql.poison {
-                Sql::Reference(insert) => poison_batch(&tx, insert, consumer, &records).await?,
-                Sql::Named(named) => {
-                    let values: Vec<_> = records.iter().map(|r| bound(named, poison_param(consumer, r))).collect();
-                    execute_each(&tx, named, "record poison entries", &values).await?;
-                }
-            }
-        }
-        if counted {
-            let (streams, entries): (Vec<&str>, Vec<&str>) = events
-                .iter()
-                .map(|e| (e.stream.as_str(), e.entry_id.as_str()))
-                .chain(records.iter().map(|p| (p.stream.as_str(), p.entry_id.as_str())))
-                .unzip();
-            tx.execute(&self.deliveries.forget, &[&consumer, &streams, &entries])
-                .await
-                .map_err(|e| query_error("forget delivery counts", e))?;
-        }
-        tx.commit().await.map_err(|e| query_error("commit the takeover", e))?;
-        // A connection that carried a large batch keeps buffers of that size for its whole life:
-        // close it rather than pool it, so the memory goes back.
-        let carried: usize = events.iter().map(|e| e.payload.as_bytes().len()).sum::<usize>()
-            + records.iter().map(|p| p.fields.to_string().len()).sum::<usize>();
-        if carried > LARGE_BATCH_BYTES {
-            drop(deadpool_postgres::Object::take(client));
-        }
-        Ok(outcomes)
-    }
+impl TakeoverSql for PgTakeover {
+    type Tx = PgTakeoverTx;
 
+    async fn begin(&self) -> StoreResult<PgTakeoverTx> {
+        let tx = OpenTx::begin(&self.pool, "take over", "BEGIN").await?;
+        Ok(PgTakeoverTx { tx, sql: self.sql.clone() })
+    }
+}
+
+impl DeliveryCounts for PgTakeover {
     async fn count_deliveries(
         &self,
         consumer: &str,
         stream: &str,
         entry_ids: &[String],
     ) -> StoreResult<HashMap<String, u32>> {
-        self.delivery_counts("count deliveries", &self.deliveries.count, consumer, stream, entry_ids).await
+        self.delivery_counts("count deliveries", &self.sql.deliveries.count, consumer, stream, entry_ids).await
     }
 
     async fn deliveries(
@@ -235,14 +217,14 @@ impl TakeoverStore for PgTakeover {
         stream: &str,
         entry_ids: &[String],
     ) -> StoreResult<HashMap<String, u32>> {
-        self.delivery_counts("read delivery counts", &self.deliveries.read, consumer, stream, entry_ids).await
+        self.delivery_counts("read delivery counts", &self.sql.deliveries.read, consumer, stream, entry_ids).await
     }
 
     async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
         let label = "forget old delivery counts";
         let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
         let age_ms = millis(age);
-        client.execute(&self.deliveries.purge, &[&consumer, &age_ms]).await.map_err(|e| query_error(label, e))
+        client.execute(&self.sql.deliveries.purge, &[&consumer, &age_ms]).await.map_err(|e| query_error(label, e))
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -250,37 +232,43 @@ impl TakeoverStore for PgTakeover {
     }
 }
 
-impl PgTakeover {
-    /// Runs `sql` ($1 consumer, $2 stream, $3 entry ids; rows of entry id and count).
-    async fn delivery_counts(
-        &self,
-        label: &'static str,
-        sql: &str,
-        consumer: &str,
-        stream: &str,
-        entry_ids: &[String],
-    ) -> StoreResult<HashMap<String, u32>> {
-        let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
-        let stmt = client.prepare_cached(sql).await.map_err(|e| query_error(label, e))?;
-        let rows = client.query(&stmt, &[&consumer, &stream, &entry_ids]).await.map_err(|e| query_error(label, e))?;
-        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1).max(0) as u32)).collect())
+/// A takeover's transaction on Postgres.
+pub struct PgTakeoverTx {
+    tx: OpenTx,
+    sql: Arc<Statements>,
+}
+
+impl TakeoverTx for PgTakeoverTx {
+    async fn insert(&mut self, consumer: &str, events: &[InboxEvent]) -> StoreResult<Vec<bool>> {
+        let tx = self.tx.client()?;
+        match &self.sql.insert {
+            Sql::Reference(insert) => {
+                let inserted = insert_batch(tx, insert, consumer, events).await?;
+                Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
+            }
+            Sql::Named(named) => {
+                let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
+                let changed = execute_each(tx, named, "insert into the inbox", &values).await?;
+                Ok(changed.into_iter().map(|n| n > 0).collect())
+            }
+        }
     }
 
     /// The content hash of each of `events` the inbox already holds, by event id.
     async fn existing(
-        &self,
-        tx: &Transaction<'_>,
+        &mut self,
         consumer: &str,
         events: &[&InboxEvent],
-    ) -> StoreResult<HashMap<String, String>> {
+    ) -> StoreResult<Option<HashMap<String, String>>> {
         let label = "read existing inbox rows";
-        match &self.sql.existing {
-            _ if events.is_empty() => Ok(HashMap::new()),
-            None => Ok(HashMap::new()),
+        let tx = self.tx.client()?;
+        let found = match &self.sql.existing {
+            // No way to compare content: an event already there counts as the same event.
+            None => return Ok(None),
             Some(Sql::Reference(sql)) => {
                 let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
                 let rows = tx.query(sql, &[&consumer, &ids]).await.map_err(|e| query_error(label, e))?;
-                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+                rows.iter().map(|r| (r.get(0), r.get(1))).collect()
             }
             Some(Sql::Named(named)) => {
                 let stmt = tx.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
@@ -301,19 +289,46 @@ impl PgTakeover {
                         found.insert(event.event_id.clone(), hash);
                     }
                 }
-                Ok(found)
+                found
+            }
+        };
+        Ok(Some(found))
+    }
+
+    async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+        let tx = self.tx.client()?;
+        match &self.sql.poison {
+            Sql::Reference(insert) => poison_batch(tx, insert, consumer, records).await,
+            Sql::Named(named) => {
+                let values: Vec<_> = records.iter().map(|r| bound(named, poison_param(consumer, r))).collect();
+                execute_each(tx, named, "record poison entries", &values).await.map(drop)
             }
         }
+    }
+
+    async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
+        let (streams, entries): (Vec<&str>, Vec<&str>) = entries.iter().copied().unzip();
+        self.tx
+            .client()?
+            .execute(&self.sql.deliveries.forget, &[&consumer, &streams, &entries])
+            .await
+            .map_err(|e| query_error("forget delivery counts", e))?;
+        Ok(())
+    }
+
+    async fn commit(self, carried: usize) -> StoreResult<()> {
+        // A connection that carried a large batch keeps buffers of that size for its whole life:
+        // close it rather than pool it, so the memory goes back.
+        self.tx.commit("commit the takeover", carried > LARGE_BATCH_BYTES).await
+    }
+
+    async fn roll_back(self) {
+        self.tx.roll_back().await
     }
 }
 
 /// The reference insert of a batch, in runs of bounded payload bytes; the ids it inserted.
-async fn insert_batch(
-    tx: &Transaction<'_>,
-    sql: &str,
-    consumer: &str,
-    events: &[InboxEvent],
-) -> StoreResult<HashSet<String>> {
+async fn insert_batch(tx: &Object, sql: &str, consumer: &str, events: &[InboxEvent]) -> StoreResult<HashSet<String>> {
     let mut inserted = HashSet::new();
     if events.is_empty() {
         return Ok(inserted);
@@ -350,7 +365,7 @@ async fn insert_batch(
 }
 
 /// The reference poison insert of every record at once.
-async fn poison_batch(tx: &Transaction<'_>, sql: &str, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+async fn poison_batch(tx: &Object, sql: &str, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
     let get = |f: fn(&PoisonRecord) -> Option<String>| records.iter().map(f).collect::<Vec<_>>();
     tx.execute(
         sql,

@@ -141,7 +141,7 @@ impl Takeover {
     }
 }
 
-pub trait TakeoverStore: Send + Sync + 'static {
+pub trait TakeoverStore: DeliveryCounts {
     /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
     /// any payload conflicts, and — when the entries' deliveries were `counted` — forgets their
     /// counts (they have a verdict now). Returns one outcome per event, in order. Nothing is
@@ -153,7 +153,11 @@ pub trait TakeoverStore: Send + Sync + 'static {
         poison: &[PoisonRecord],
         counted: bool,
     ) -> impl Future<Output = StoreResult<Vec<Takeover>>> + Send;
+}
 
+/// handoff's own count of the redeliveries that reached the inbox database (invariant 12), and
+/// whether that database answers.
+pub trait DeliveryCounts: Send + Sync + 'static {
     /// Counts one more delivery that reached the database for each of `entry_ids` of `stream`,
     /// in a transaction of its own that commits before the entries are handled (so a bridge
     /// that dies handling them has still counted it): each entry's count so far.

@@ -1,13 +1,14 @@
 //! The takeover's statements in a dialect's SQL: the reference schema's, or `[bridge.sql]`'s,
 //! checked against the catalog, and the parameters each is bound with.
 
+use std::collections::HashMap;
 use std::future::Future;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, INBOX_COLUMNS, POISON_COLUMNS, TakeoverStatement};
-use super::seam::{InboxEvent, PoisonRecord};
+use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, Takeover, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::PrepareError;
+use crate::store::error::{PrepareError, StoreResult};
 use crate::store::param::Param;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
@@ -58,7 +59,7 @@ impl Sql {
 }
 
 /// A takeover's tables and statements, in a dialect's SQL.
-pub struct TakeoverSql {
+pub struct TakeoverStatements {
     pub table: String,
     pub poison_table: String,
     /// handoff's own count of redeliveries that reached the database (never overridden: a
@@ -93,7 +94,7 @@ pub trait Catalog: Send {
 /// column list of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order).
 pub type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
 
-impl TakeoverSql {
+impl TakeoverStatements {
     /// The bridge's statements: each override from `[bridge.sql]` (named parameters), the
     /// dialect's reference statements for the rest. A custom insert means a table of another
     /// layout, so the reference `existing` is not used with it.
@@ -227,6 +228,103 @@ pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]
     let missing: Vec<&str> =
         required.iter().copied().filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c))).collect();
     (!missing.is_empty()).then(|| format!("table {table} lacks column(s) {}", missing.join(", ")))
+}
+
+/// What a dialect provides: a transaction to take a batch over in (and handoff's own count of
+/// redeliveries). The takeover's decisions are made once, above it ([`TakeoverStore`] for
+/// every `TakeoverSql`).
+pub trait TakeoverSql: DeliveryCounts {
+    type Tx: TakeoverTx;
+
+    fn begin(&self) -> impl Future<Output = StoreResult<Self::Tx>> + Send;
+}
+
+/// A takeover's open transaction in a dialect: the statements, run as that dialect runs them
+/// (a batch per statement, or one event at a time).
+pub trait TakeoverTx: Send {
+    /// Inserts each event unless the inbox holds its id already: whether it was inserted, in order.
+    fn insert(&mut self, consumer: &str, events: &[InboxEvent]) -> impl Future<Output = StoreResult<Vec<bool>>> + Send;
+
+    /// The content hash of each of `events` the inbox already holds, by event id; `None` when
+    /// there is no `existing` statement to ask (a custom insert without one).
+    fn existing(
+        &mut self,
+        consumer: &str,
+        events: &[&InboxEvent],
+    ) -> impl Future<Output = StoreResult<Option<HashMap<String, String>>>> + Send;
+
+    fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Forgets the delivery counts of these (stream, entry id) pairs: they have a verdict now.
+    fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Commits; `carried`: the payload bytes the transaction carried.
+    fn commit(self, carried: usize) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Ends the transaction without committing anything.
+    fn roll_back(self) -> impl Future<Output = ()> + Send;
+}
+
+impl<D: TakeoverSql> TakeoverStore for D {
+    async fn take_over(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        poison: &[PoisonRecord],
+        counted: bool,
+    ) -> StoreResult<Vec<Takeover>> {
+        let mut tx = self.begin().await?;
+        match decide(&mut tx, consumer, events, poison, counted).await {
+            Ok((outcomes, carried)) => {
+                tx.commit(carried).await?;
+                Ok(outcomes)
+            }
+            Err(e) => {
+                tx.roll_back().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The takeover's one decision, in its transaction: the new events inserted, those already there
+/// judged against what the inbox holds (the same content: a duplicate; other content: a conflict,
+/// recorded as poison), the poison recorded, the counted deliveries forgotten. The outcome per
+/// event, and the bytes carried.
+async fn decide<T: TakeoverTx>(
+    tx: &mut T,
+    consumer: &str,
+    events: &[InboxEvent],
+    poison: &[PoisonRecord],
+    counted: bool,
+) -> StoreResult<(Vec<Takeover>, usize)> {
+    let inserted = if events.is_empty() { Vec::new() } else { tx.insert(consumer, events).await? };
+    let others: Vec<&InboxEvent> = events.iter().zip(&inserted).filter(|(_, new)| !**new).map(|(e, _)| e).collect();
+    let existing = if others.is_empty() { Some(HashMap::new()) } else { tx.existing(consumer, &others).await? };
+    let mut records: Vec<PoisonRecord> = poison.to_vec();
+    let mut outcomes = Vec::with_capacity(events.len());
+    for (event, inserted) in events.iter().zip(inserted) {
+        let existing_hash = match &existing {
+            Some(found) => found.get(&event.event_id).map(String::as_str),
+            // No way to compare content: an event already there counts as the same event.
+            None => Some(event.content_hash.as_str()),
+        };
+        outcomes.push(Takeover::judge(event, inserted, existing_hash, &mut records));
+    }
+    if !records.is_empty() {
+        tx.poison(consumer, &records).await?;
+    }
+    if counted {
+        let entries: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| (e.stream.as_str(), e.entry_id.as_str()))
+            .chain(records.iter().map(|p| (p.stream.as_str(), p.entry_id.as_str())))
+            .collect();
+        tx.forget(consumer, &entries).await?;
+    }
+    let carried = events.iter().map(|e| e.payload.as_bytes().len()).sum::<usize>()
+        + records.iter().map(|p| p.fields.to_string().len()).sum::<usize>();
+    Ok((outcomes, carried))
 }
 
 #[cfg(test)]
