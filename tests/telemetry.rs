@@ -108,8 +108,14 @@ async fn slow_clients_cannot_hold_the_telemetry_listener() {
     for mut stream in slow {
         stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
         let mut rest = Vec::new();
-        // Cut off by the server (to make room, or after a 408): the read ends, it does not time out.
-        stream.read_to_end(&mut rest).expect("the server closes a connection whose headers never finish");
+        // Cut off by the server (to make room, or after a 408): the read ends, it does not time
+        // out. A server that closes while part of the request is still unread in its socket
+        // resets the connection instead of closing it: cut off just the same.
+        match stream.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("the server closes a connection whose headers never finish: {e}"),
+        }
         assert!(!String::from_utf8_lossy(&rest).contains("200 OK"), "the unfinished request was not served");
     }
     eventually("the listener serving again", || async { (get(&address, "/metrics").0 == 200).then_some(()) }).await;
