@@ -10,12 +10,10 @@ use crate::bridge::validate::Validator;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
 use crate::relay::entries::EntryBuilder;
-use crate::store::PrepareError;
-use crate::store::inbox::InboxStore;
-use crate::store::outbox::OutboxStore;
-use crate::store::{Database, Dialect};
-use crate::store::{inbox::MyInbox, outbox::MyOutbox, takeover::MyTakeover};
-use crate::store::{inbox::PgInbox, outbox::PgOutbox, takeover::PgTakeover};
+use crate::store::inbox::Inbox;
+use crate::store::outbox::{Outbox, OutboxStore};
+use crate::store::takeover::Takeover;
+use crate::store::{Database, PrepareError};
 use crate::stream::EventStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
@@ -84,11 +82,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         }
     }
     for relay in &config.relays {
-        let prepared = match &db {
-            Database::Postgres(pool) => relay_columns(PgOutbox::prepare(pool.clone(), relay).await),
-            Database::Mysql(pool) => relay_columns(MyOutbox::prepare(pool.clone(), relay).await),
-        };
-        match prepared {
+        match Outbox::prepare(&db, relay).await.map(|outbox| outbox.columns()) {
             Err(PrepareError::Invalid(errors)) => problems.extend(errors),
             Err(e) => problems.push(e.to_string()),
             Ok(columns) => match EntryBuilder::new(relay, &columns) {
@@ -106,15 +100,9 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(_) => ok.push(format!("bridge `{}`: validation rules loaded", bridge.name)),
             Err(e) => problems.push(format!("bridge `{}` {e}", bridge.name)),
         }
-        let checked = match &db {
-            Database::Postgres(pool) => match PgTakeover::new(pool.clone(), bridge) {
-                Ok(store) => store.check().await,
-                Err(e) => Err(PrepareError::Invalid(vec![e])),
-            },
-            Database::Mysql(pool) => match MyTakeover::new(pool.clone(), bridge) {
-                Ok(store) => store.check().await,
-                Err(e) => Err(PrepareError::Invalid(vec![e])),
-            },
+        let checked = match Takeover::new(&db, bridge) {
+            Ok(store) => store.check().await,
+            Err(e) => Err(PrepareError::Invalid(vec![e])),
         };
         match checked {
             Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
@@ -125,15 +113,9 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         }
     }
     for worker in &config.workers {
-        let checked = match &db {
-            Database::Postgres(pool) => match PgInbox::new(pool.clone(), worker, Faults::default()) {
-                Ok(store) => check_worker(worker, store, Dialect::Postgres).await,
-                Err(e) => Err(e),
-            },
-            Database::Mysql(pool) => match MyInbox::new(pool.clone(), worker, Faults::default()) {
-                Ok(store) => check_worker(worker, store, Dialect::Mysql).await,
-                Err(e) => Err(e),
-            },
+        let checked = match Inbox::new(&db, worker, Faults::default()) {
+            Ok(store) => check_worker(worker, store).await,
+            Err(e) => Err(e),
         };
         match checked {
             Ok(()) => {
@@ -147,11 +129,8 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     if problems.is_empty() { Ok(ok) } else { Err(problems) }
 }
 
-fn relay_columns<S: OutboxStore>(prepared: Result<S, PrepareError>) -> Result<std::sync::Arc<[String]>, PrepareError> {
-    prepared.map(|store| store.columns())
-}
-
-async fn check_worker<S: InboxStore>(worker: &WorkerConfig, store: S, dialect: Dialect) -> Result<(), String> {
+async fn check_worker(worker: &WorkerConfig, store: Inbox) -> Result<(), String> {
+    let style = store.placeholder();
     let deps = WorkerDeps {
         store,
         metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),
@@ -159,7 +138,7 @@ async fn check_worker<S: InboxStore>(worker: &WorkerConfig, store: S, dialect: D
         owner: "check".into(),
         abandon: CancellationToken::new(),
     };
-    let built = Worker::new(worker.clone(), dialect.placeholder(), deps)?;
+    let built = Worker::new(worker.clone(), style, deps)?;
     // Every statement's message names its worker already; an unreachable database does not.
     built.check_statements(&built.handler_sql()).await.map_err(|e| match e {
         PrepareError::Invalid(found) => found.join("\n"),

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config};
 use crate::fault::Faults;
-use crate::{app, check, migrate, ops, shutdown, telemetry};
+use crate::{app, check, migrate, ops, shutdown, store, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "handoff", version, about = "Outbox → Redis Streams → inbox, without cross-database writes")]
@@ -199,7 +199,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Migrate { .. } => {
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
-                db.migrate().await
+                anyhow::Ok(db.migrate().await?)
             };
             match result.await {
                 Ok(applied) if applied.is_empty() => {
@@ -239,18 +239,17 @@ async fn status(config: &Config, json: bool) -> ExitCode {
 
 async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     let (kind, args) = match action {
-        DeadAction::List(a) => (ops::dead::Action::List, a),
-        DeadAction::Retry(a) => (ops::dead::Action::Retry, a),
-        DeadAction::Purge(a) => (ops::dead::Action::Purge, a),
+        DeadAction::List(a) => (store::dead::DeadAction::List, a),
+        DeadAction::Retry(a) => (store::dead::DeadAction::Retry, a),
+        DeadAction::Purge(a) => (store::dead::DeadAction::Purge, a),
     };
-    let filter = ops::dead::Filter {
-        relay: args.relay,
-        worker: args.worker,
+    let rows = store::dead::DeadFilter {
         event_id: args.event_id,
         older_than: args.older_than,
         error_contains: args.error,
         limit: args.limit,
     };
+    let filter = ops::dead::Filter { relay: args.relay, worker: args.worker, rows };
     let db = match crate::store::Database::connect(&config.database, "handoff-dead") {
         Ok(db) => db,
         Err(e) => {
@@ -266,11 +265,11 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         }
     };
     let verb = match (kind, args.dry_run) {
-        (ops::dead::Action::List, _) => "DEAD",
-        (ops::dead::Action::Retry, true) => "would re-drive",
-        (ops::dead::Action::Retry, false) => "re-driven",
-        (ops::dead::Action::Purge, true) => "would purge",
-        (ops::dead::Action::Purge, false) => "purged",
+        (store::dead::DeadAction::List, _) => "DEAD",
+        (store::dead::DeadAction::Retry, true) => "would re-drive",
+        (store::dead::DeadAction::Retry, false) => "re-driven",
+        (store::dead::DeadAction::Purge, true) => "would purge",
+        (store::dead::DeadAction::Purge, false) => "purged",
     };
     if args.json {
         let doc = serde_json::json!({ "action": verb, "dry_run": args.dry_run, "count": rows.len(), "rows": rows });
@@ -342,23 +341,19 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
         PoisonAction::List(a) => (false, a),
         PoisonAction::Retry(a) => (true, a),
     };
-    if let Some(e) = postgres_only(config) {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
-    let pool = match crate::store::postgres::pool(&config.database, "handoff-poison") {
-        Ok(pool) => pool,
+    let db = match crate::store::Database::connect(&config.database, "handoff-poison") {
+        Ok(db) => db,
         Err(e) => {
             eprintln!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let filter =
-        ops::poison::Filter { bridge: args.bridge, reason: args.reason, event_id: args.event_id, limit: args.limit };
+    let records = store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit };
+    let filter = ops::poison::Filter { bridge: args.bridge, records };
     let result = if retry {
-        ops::poison::retry(config, &pool, &filter, args.dry_run).await
+        ops::poison::retry(config, &db, &filter, args.dry_run).await
     } else {
-        ops::poison::list(config, &pool, &filter).await
+        ops::poison::list(config, &db, &filter).await
     };
     let rows = match result {
         Ok(rows) => rows,
@@ -402,11 +397,4 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
         );
     }
     if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-}
-
-/// `status` and `dead` read the Postgres reference schema; MySQL has its own statements to come.
-fn postgres_only(config: &Config) -> Option<&'static str> {
-    let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-    (crate::config::Dialect::of(url) != Some(crate::config::Dialect::Postgres))
-        .then_some("this command supports Postgres databases only for now (MySQL: query the poison table directly)")
 }

@@ -14,13 +14,10 @@ use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConf
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::retry::Retrier;
-use crate::store::PrepareError;
-use crate::store::inbox::InboxStore;
-use crate::store::outbox::OutboxStore;
-use crate::store::takeover::TakeoverStore;
-use crate::store::{Database, Dialect};
-use crate::store::{inbox::MyInbox, outbox::MyOutbox, takeover::MyTakeover};
-use crate::store::{inbox::PgInbox, outbox::PgOutbox, takeover::PgTakeover};
+use crate::store::inbox::Inbox;
+use crate::store::outbox::Outbox;
+use crate::store::takeover::Takeover;
+use crate::store::{Database, PrepareError};
 use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
@@ -38,27 +35,11 @@ pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: 
         }
     }
     for bridge in &config.bridges {
-        match db {
-            Database::Postgres(pool) => {
-                spawn_bridge(config, bridge, shared, || PgTakeover::new(pool.clone(), bridge), stream, &bridge_metrics)?
-            }
-            Database::Mysql(pool) => {
-                spawn_bridge(config, bridge, shared, || MyTakeover::new(pool.clone(), bridge), stream, &bridge_metrics)?
-            }
-        }
+        spawn_bridge(config, bridge, shared, || Takeover::new(db, bridge), stream, &bridge_metrics)?;
     }
     for worker in &config.workers {
-        let started = match db {
-            Database::Postgres(pool) => {
-                let store = PgInbox::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
-                spawn_worker(config, worker, shared, store, Dialect::Postgres, &worker_metrics).await?
-            }
-            Database::Mysql(pool) => {
-                let store = MyInbox::new(pool.clone(), worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
-                spawn_worker(config, worker, shared, store, Dialect::Mysql, &worker_metrics).await?
-            }
-        };
-        if !started {
+        let store = Inbox::new(db, worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
+        if !spawn_worker(config, worker, shared, store, &worker_metrics).await? {
             return Ok(false);
         }
     }
@@ -79,29 +60,15 @@ async fn spawn_relay(
     if let Ok(Err(e)) = stream.check_gate(relay).await {
         return Err(anyhow!(e));
     }
-    match db {
-        Database::Postgres(pool) => {
-            let prepared = with_retry(&context, backoff, shutdown, || PgOutbox::prepare(pool.clone(), relay)).await?;
-            prepared
-                .map(|store| start_relay(config, relay, shared, store, stream, metrics))
-                .transpose()
-                .map(|s| s.is_some())
-        }
-        Database::Mysql(pool) => {
-            let prepared = with_retry(&context, backoff, shutdown, || MyOutbox::prepare(pool.clone(), relay)).await?;
-            prepared
-                .map(|store| start_relay(config, relay, shared, store, stream, metrics))
-                .transpose()
-                .map(|s| s.is_some())
-        }
-    }
+    let prepared = with_retry(&context, backoff, shutdown, || Outbox::prepare(db, relay)).await?;
+    prepared.map(|store| start_relay(config, relay, shared, store, stream, metrics)).transpose().map(|s| s.is_some())
 }
 
-fn start_relay<S: OutboxStore>(
+fn start_relay(
     config: &Config,
     relay: &RelayConfig,
     shared: &Shared,
-    store: S,
+    store: Outbox,
     stream: &RedisStream,
     metrics: &RelayMetrics,
 ) -> anyhow::Result<()> {
@@ -139,11 +106,11 @@ fn start_relay<S: OutboxStore>(
     Ok(())
 }
 
-fn spawn_bridge<S: TakeoverStore>(
+fn spawn_bridge(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
-    store: impl Fn() -> Result<S, String>,
+    store: impl Fn() -> Result<Takeover, String>,
     stream: &RedisStream,
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
@@ -173,14 +140,14 @@ fn spawn_bridge<S: TakeoverStore>(
     Ok(())
 }
 
-async fn spawn_worker<S: InboxStore>(
+async fn spawn_worker(
     config: &Config,
     worker: &WorkerConfig,
     shared: &Shared,
-    store: S,
-    dialect: Dialect,
+    store: Inbox,
     metrics: &WorkerMetrics,
 ) -> anyhow::Result<bool> {
+    let style = store.placeholder();
     let stall_after = 2 * (worker.lease + worker.outage_backoff.max + worker.poll_interval);
     let deps = WorkerDeps {
         store,
@@ -190,7 +157,7 @@ async fn spawn_worker<S: InboxStore>(
         abandon: shared.abandon.clone(),
     };
     let config_claim = worker.claim_choice();
-    let built = Worker::new(worker.clone(), dialect.placeholder(), deps).map_err(|e| anyhow!(e))?;
+    let built = Worker::new(worker.clone(), style, deps).map_err(|e| anyhow!(e))?;
     let sql = built.handler_sql();
     let check = || built.check_statements(&sql);
     let context = format!("worker `{}`", worker.name);

@@ -13,7 +13,7 @@ use crate::error::error_chain;
 use crate::fault::Point;
 use crate::poison::reason;
 use crate::retry::Retrier;
-use crate::store::takeover::{InboxEvent, PoisonRecord, Takeover, TakeoverStore};
+use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
 use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
@@ -215,7 +215,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
         poison: Vec<PoisonRecord>,
         entries: &[RawEntry],
         counted: bool,
-    ) -> Option<(Vec<(String, Takeover)>, Vec<PoisonRecord>)> {
+    ) -> Option<(Vec<(String, TakenOver)>, Vec<PoisonRecord>)> {
         let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(std::time::Duration::from_secs(30));
         loop {
@@ -260,7 +260,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
         entries: &[RawEntry],
         cause: &StoreError,
         counted: bool,
-    ) -> Result<(Vec<(String, Takeover)>, Vec<PoisonRecord>), StoreError> {
+    ) -> Result<(Vec<(String, TakenOver)>, Vec<PoisonRecord>), StoreError> {
         warn!(stream = %self.source.key, error = %error_chain(cause), "the inbox refused a batch's data; taking it over entry by entry");
         let store = &self.deps.store;
         let consumer = &self.config.consumer;
@@ -306,13 +306,13 @@ impl<S: TakeoverStore> StreamBridge<S> {
         Ok((outcomes, recorded))
     }
 
-    fn count(&self, outcomes: &[(String, Takeover)], poison: &[PoisonRecord]) {
+    fn count(&self, outcomes: &[(String, TakenOver)], poison: &[PoisonRecord]) {
         let m = &self.deps.metrics;
         for (_, outcome) in outcomes {
             match outcome {
-                Takeover::Inserted => m.inserted.inc(),
-                Takeover::Duplicate => m.duplicates.inc(),
-                Takeover::Conflict => {
+                TakenOver::Inserted => m.inserted.inc(),
+                TakenOver::Duplicate => m.duplicates.inc(),
+                TakenOver::Conflict => {
                     m.conflicts.inc();
                     m.poison(reason::PAYLOAD_CONFLICT);
                 }

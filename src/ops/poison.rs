@@ -2,23 +2,22 @@
 //! way back after the cause is fixed. `retry` appends a record's original entry (every field,
 //! as it was read) to its source stream again, where the bridge reads, validates and takes it
 //! over like any new entry (an event already in the inbox is recognised as a duplicate); the
-//! record stays, counting the re-drive.
+//! record stays, counting the re-drive. The SQL is the store's (`store::takeover`).
 
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
-use fred::prelude::*;
 use serde::Serialize;
 
 use crate::config::{BridgeConfig, Config};
+use crate::error::error_chain;
+use crate::store::Database;
+use crate::store::takeover::{self, PoisonFilter, StoredPoison};
 use crate::stream::redis::RedisStream;
 
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub bridge: Option<String>,
-    pub reason: Option<String>,
-    pub event_id: Option<String>,
-    pub limit: u32,
+    pub records: PoisonFilter,
 }
 
 /// One poison record as shown to the operator.
@@ -33,43 +32,111 @@ pub struct PoisonRow {
     pub detail: String,
     pub age_seconds: f64,
     pub redrives: i32,
-    /// `retry`: the id of the entry appended again, or why nothing was.
+    /// `retry`: the id of the entry appended again, or why nothing was (as printed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub appended: Option<Result<String, String>>,
 }
 
-fn bridges<'a>(config: &'a Config, filter: &Filter) -> Result<Vec<&'a BridgeConfig>, String> {
+impl PoisonRow {
+    fn new(bridge: &str, record: &StoredPoison) -> Self {
+        Self {
+            bridge: bridge.to_owned(),
+            id: record.id,
+            stream: record.stream.clone(),
+            entry_id: record.entry_id.clone(),
+            event_id: record.event_id.clone(),
+            reason: record.reason.clone(),
+            detail: record.detail.clone(),
+            age_seconds: record.age_seconds,
+            redrives: record.redrives,
+            appended: None,
+        }
+    }
+}
+
+/// Why a `poison` command did nothing, or stopped part-way.
+#[derive(Debug, thiserror::Error)]
+pub enum PoisonError {
+    #[error("no bridge in the config matches the filter")]
+    NoMatch,
+    #[error("bridge {bridge}: {}", error_chain(.error))]
+    Store { bridge: String, error: crate::store::StoreError },
+    #[error("redis: {0}")]
+    Redis(String),
+}
+
+/// Why a record's entry was not appended again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReappendError {
+    #[error(transparent)]
+    Fields(#[from] FieldsError),
+    #[error("nothing to append: the entry was deleted from the stream before it was read")]
+    Deleted,
+    #[error("{0}")]
+    Refused(String),
+    #[error("redis did not answer")]
+    NoAnswer,
+}
+
+/// Why a record's fields cannot make an entry again.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldsError {
+    #[error("the record's fields are not an object")]
+    NotAnObject,
+    #[error("not base64: {0}")]
+    NotBase64(String),
+    #[error(
+        "field `{field}` was kept as a prefix of its {bytes} bytes (too large for the record): the entry cannot be appended again from it; the original may still be in its stream"
+    )]
+    KeptAsPrefix { field: String, bytes: serde_json::Value },
+}
+
+fn bridges<'a>(config: &'a Config, filter: &Filter) -> Result<Vec<&'a BridgeConfig>, PoisonError> {
     let found: Vec<&BridgeConfig> =
         config.bridges.iter().filter(|b| filter.bridge.as_ref().is_none_or(|n| *n == b.name)).collect();
     if found.is_empty() {
-        return Err("no bridge in the config matches the filter".into());
+        return Err(PoisonError::NoMatch);
     }
     Ok(found)
 }
 
-pub async fn list(config: &Config, pool: &Pool, filter: &Filter) -> Result<Vec<PoisonRow>, String> {
+async fn records(db: &Database, bridge: &BridgeConfig, filter: &Filter) -> Result<Vec<StoredPoison>, PoisonError> {
+    takeover::poison_records(db, &bridge.poison_table, &bridge.consumer, &filter.records)
+        .await
+        .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })
+}
+
+pub async fn list(config: &Config, db: &Database, filter: &Filter) -> Result<Vec<PoisonRow>, PoisonError> {
     let mut rows = Vec::new();
     for bridge in bridges(config, filter)? {
-        rows.extend(select(pool, bridge, filter).await?.into_iter().map(|(row, _)| row));
+        rows.extend(records(db, bridge, filter).await?.iter().map(|r| PoisonRow::new(&bridge.name, r)));
     }
     Ok(rows)
 }
 
 /// Appends each matching record's entry to its stream again and counts the re-drive.
-pub async fn retry(config: &Config, pool: &Pool, filter: &Filter, dry_run: bool) -> Result<Vec<PoisonRow>, String> {
+pub async fn retry(
+    config: &Config,
+    db: &Database,
+    filter: &Filter,
+    dry_run: bool,
+) -> Result<Vec<PoisonRow>, PoisonError> {
     let stream = if dry_run {
         None
     } else {
-        let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| e.to_string())?;
+        let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| PoisonError::Redis(e.to_string()))?;
         Some(stream)
     };
     let mut done = Vec::new();
     for bridge in bridges(config, filter)? {
-        for (mut row, fields) in select(pool, bridge, filter).await? {
+        for record in records(db, bridge, filter).await? {
+            let mut row = PoisonRow::new(&bridge.name, &record);
             if let Some(stream) = &stream {
-                let appended = append(stream, &row.stream, &fields).await;
+                let appended = append(stream, &row.stream, &record.fields).await.map_err(|e| e.to_string());
                 if appended.is_ok() {
-                    mark(pool, bridge, row.id).await?;
+                    takeover::mark_redriven(db, &bridge.poison_table, row.id)
+                        .await
+                        .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })?;
                     row.redrives += 1;
                 }
                 row.appended = Some(appended);
@@ -80,66 +147,17 @@ pub async fn retry(config: &Config, pool: &Pool, filter: &Filter, dry_run: bool)
     Ok(done)
 }
 
-async fn select(
-    pool: &Pool,
-    bridge: &BridgeConfig,
-    filter: &Filter,
-) -> Result<Vec<(PoisonRow, serde_json::Value)>, String> {
-    let sql = format!(
-        "SELECT id, stream, stream_entry_id, event_id, reason, detail,
-                extract(epoch FROM now() - received_at)::float8, redrives, fields
-         FROM {} WHERE consumer = $1
-           AND ($2::text IS NULL OR reason = $2) AND ($3::text IS NULL OR event_id = $3)
-         ORDER BY id LIMIT $4",
-        bridge.poison_table
-    );
-    let client = pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-    let rows = client
-        .query(&sql, &[&bridge.consumer, &filter.reason, &filter.event_id, &i64::from(filter.limit)])
-        .await
-        .map_err(|e| format!("bridge {}: {}", bridge.name, crate::store::postgres::describe(&e)))?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let row = PoisonRow {
-                bridge: bridge.name.clone(),
-                id: r.get(0),
-                stream: r.get(1),
-                entry_id: r.get(2),
-                event_id: r.get(3),
-                reason: r.get(4),
-                detail: r.get(5),
-                age_seconds: r.get::<_, Option<f64>>(6).unwrap_or(0.0),
-                redrives: r.get(7),
-                appended: None,
-            };
-            (row, r.get(8))
-        })
-        .collect())
-}
-
-async fn mark(pool: &Pool, bridge: &BridgeConfig, id: i64) -> Result<(), String> {
-    let sql = format!("UPDATE {} SET redrives = redrives + 1, redriven_at = now() WHERE id = $1", bridge.poison_table);
-    let client = pool.get().await.map_err(|e| format!("cannot connect to the database: {e}"))?;
-    client.execute(&sql, &[&id]).await.map_err(|e| crate::store::postgres::describe(&e))?;
-    Ok(())
-}
-
 /// XADD of the record's fields, binary values decoded again. (Their order is not kept: the
 /// record stores them as a JSON object; nothing reads entries by position.)
-async fn append(stream: &RedisStream, key: &str, fields: &serde_json::Value) -> Result<String, String> {
-    let fields: Vec<(fred::types::Key, fred::types::Value)> = entry_fields(fields)?
-        .into_iter()
-        .map(|(k, v)| (fred::types::Key::from(bytes::Bytes::from(k)), fred::types::Value::Bytes(v.into())))
-        .collect();
+async fn append(stream: &RedisStream, key: &str, fields: &serde_json::Value) -> Result<String, ReappendError> {
+    let fields = entry_fields(fields)?;
     if fields.is_empty() {
-        return Err("nothing to append: the entry was deleted from the stream before it was read".into());
+        return Err(ReappendError::Deleted);
     }
-    let appended = stream.client().xadd::<String, _, _, _, _>(key, false, None::<()>, "*", fields);
-    match tokio::time::timeout(Duration::from_secs(10), appended).await {
+    match tokio::time::timeout(Duration::from_secs(10), stream.reappend(key, fields)).await {
         Ok(Ok(id)) => Ok(id),
-        Ok(Err(e)) => Err(e.details().to_owned()),
-        Err(_) => Err("redis did not answer".into()),
+        Ok(Err(e)) => Err(ReappendError::Refused(e.details().to_owned())),
+        Err(_) => Err(ReappendError::NoAnswer),
     }
 }
 
@@ -148,8 +166,8 @@ pub type Field = (Vec<u8>, Vec<u8>);
 
 /// The stored `fields` object back as entry fields: strings as they are, `{"base64": …}` values
 /// and `base64:` names decoded.
-pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, String> {
-    let Some(map) = fields.as_object() else { return Err("the record's fields are not an object".into()) };
+pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
+    let Some(map) = fields.as_object() else { return Err(FieldsError::NotAnObject) };
     map.iter()
         .map(|(name, value)| {
             let name = match name.strip_prefix("base64:") {
@@ -161,11 +179,8 @@ pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, String> {
                 other => match (other.get("base64").and_then(|v| v.as_str()), other.get("bytes")) {
                     (Some(encoded), _) => decode_base64(encoded)?,
                     (None, Some(bytes)) => {
-                        return Err(format!(
-                            "field `{}` was kept as a prefix of its {bytes} bytes (too large for the record): \
-                             the entry cannot be appended again from it; the original may still be in its stream",
-                            String::from_utf8_lossy(&name)
-                        ));
+                        let field = String::from_utf8_lossy(&name).into_owned();
+                        return Err(FieldsError::KeptAsPrefix { field, bytes: bytes.clone() });
                     }
                     (None, None) => other.to_string().into_bytes(),
                 },
@@ -175,15 +190,15 @@ pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, String> {
         .collect()
 }
 
-fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
-    let value = |c: u8| -> Result<u32, String> {
+fn decode_base64(text: &str) -> Result<Vec<u8>, FieldsError> {
+    let value = |c: u8| -> Result<u32, FieldsError> {
         match c {
             b'A'..=b'Z' => Ok(u32::from(c - b'A')),
             b'a'..=b'z' => Ok(u32::from(c - b'a') + 26),
             b'0'..=b'9' => Ok(u32::from(c - b'0') + 52),
             b'+' => Ok(62),
             b'/' => Ok(63),
-            _ => Err(format!("not base64: {text}")),
+            _ => Err(FieldsError::NotBase64(text.to_owned())),
         }
     };
     let clean: Vec<u8> = text.bytes().filter(|b| *b != b'=').collect();

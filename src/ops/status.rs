@@ -1,14 +1,11 @@
 //! `handoff status`: per relay, worker and bridge stream, what is waiting, in flight and DEAD.
 
-use mysql_async::prelude::Queryable;
 use serde::Serialize;
 
-use crate::config::{Config, WorkerConfig};
-use crate::store::Database;
-use crate::store::outbox::MyOutbox;
-use crate::store::outbox::PgOutbox;
-use crate::store::outbox::{OutboxStats, OutboxStore};
-use crate::store::{PrepareError, StoreResult};
+use crate::config::Config;
+use crate::store::inbox;
+use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
+use crate::store::{Database, PrepareError, StoreResult};
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::Group;
 
@@ -44,15 +41,9 @@ pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream
     let mut lines = Vec::new();
     for relay in &config.relays {
         let mut line = Line::new(format!("relay {}", relay.name));
-        let stats: Result<StoreResult<Option<OutboxStats>>, PrepareError> = match db {
-            Database::Postgres(pool) => match PgOutbox::prepare(pool.clone(), relay).await {
-                Ok(store) => Ok(store.stats().await),
-                Err(e) => Err(e),
-            },
-            Database::Mysql(pool) => match MyOutbox::prepare(pool.clone(), relay).await {
-                Ok(store) => Ok(store.stats().await),
-                Err(e) => Err(e),
-            },
+        let stats: Result<StoreResult<Option<OutboxStats>>, PrepareError> = match Outbox::prepare(db, relay).await {
+            Ok(store) => Ok(store.stats().await),
+            Err(e) => Err(e),
         };
         match stats {
             Err(PrepareError::Invalid(e)) => line.error = Some(e.join("; ")),
@@ -70,14 +61,14 @@ pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream
     }
     for worker in &config.workers {
         let mut line = Line::new(format!("worker {}", worker.name));
-        match inbox_counts(db, worker).await {
-            Ok((pending, in_flight, dead, oldest)) => {
-                line.pending = Some(pending);
-                line.in_flight = Some(in_flight);
-                line.dead = Some(dead);
-                line.oldest_pending_age_seconds = Some(oldest);
+        match inbox::counts(db, &worker.table, &worker.consumer).await {
+            Ok(counts) => {
+                line.pending = Some(counts.pending);
+                line.in_flight = Some(counts.processing);
+                line.dead = Some(counts.dead);
+                line.oldest_pending_age_seconds = Some(counts.oldest_age_seconds);
             }
-            Err(e) => line.error = Some(e),
+            Err(e) => line.error = Some(crate::error::error_chain(&e)),
         }
         lines.push(line);
     }
@@ -110,40 +101,6 @@ pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream
         }
     }
     lines
-}
-
-/// A worker's inbox: pending, processing, DEAD, and the age of the oldest row not yet done.
-async fn inbox_counts(db: &Database, worker: &WorkerConfig) -> Result<(i64, i64, i64, f64), String> {
-    let t = &worker.table;
-    match db {
-        Database::Postgres(pool) => {
-            let sql = format!(
-                "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'PROCESSING'),
-                        count(*) FILTER (WHERE status = 'DEAD'),
-                        coalesce(extract(epoch FROM now() - min(received_at) FILTER (WHERE status IN ('PENDING', 'PROCESSING'))), 0)::float8
-                 FROM {t} WHERE consumer = $1 AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
-            );
-            let client = pool.get().await.map_err(|e| e.to_string())?;
-            let r =
-                client.query_one(&sql, &[&worker.consumer]).await.map_err(|e| crate::store::postgres::describe(&e))?;
-            Ok((r.get(0), r.get(1), r.get(2), r.get(3)))
-        }
-        Database::Mysql(pool) => {
-            let sql = format!(
-                "SELECT CAST(COALESCE(SUM(status = 'PENDING'), 0) AS SIGNED),
-                        CAST(COALESCE(SUM(status = 'PROCESSING'), 0) AS SIGNED),
-                        CAST(COALESCE(SUM(status = 'DEAD'), 0) AS SIGNED),
-                        CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND,
-                            MIN(CASE WHEN status IN ('PENDING', 'PROCESSING') THEN received_at END), NOW(3)) / 1e6, 0) AS DOUBLE)
-                 FROM {t} WHERE consumer = ? AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
-            );
-            let describe = |e: mysql_async::Error| crate::store::mysql::describe(&e);
-            let mut conn = pool.get_conn().await.map_err(describe)?;
-            let row: Option<(i64, i64, i64, f64)> =
-                conn.exec_first(sql, (worker.consumer.as_str(),)).await.map_err(describe)?;
-            Ok(row.unwrap_or((0, 0, 0, 0.0)))
-        }
-    }
 }
 
 /// A fixed-width table for humans.

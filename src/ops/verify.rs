@@ -10,10 +10,7 @@ use serde::Serialize;
 use crate::config::{Config, RelayConfig};
 use crate::relay::loss::{self, StreamReport};
 use crate::store::Database;
-use crate::store::PrepareError;
-use crate::store::outbox::MyOutbox;
-use crate::store::outbox::OutboxStore;
-use crate::store::outbox::PgOutbox;
+use crate::store::outbox::Outbox;
 use crate::stream::redis::RedisStream;
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,31 +35,12 @@ pub async fn run(
     let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| e.to_string())?;
     let mut reports = Vec::new();
     for relay in relays {
-        let found = match &db {
-            Database::Postgres(pool) => {
-                check(PgOutbox::prepare(pool.clone(), relay).await, &stream, since, repair, relay.broker_loss.page_rows)
-                    .await
-            }
-            Database::Mysql(pool) => {
-                check(MyOutbox::prepare(pool.clone(), relay).await, &stream, since, repair, relay.broker_loss.page_rows)
-                    .await
-            }
-        }?;
+        let store = Outbox::prepare(&db, relay).await.map_err(|e| e.to_string())?;
+        let found = loss::verify(&store, &stream, since, repair, relay.broker_loss.page_rows).await?;
         let note = found.is_none().then(|| {
             "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()
         });
         reports.push(RelayReport { relay: relay.name.clone(), streams: found.unwrap_or_default(), note });
     }
     Ok(reports)
-}
-
-async fn check<S: OutboxStore>(
-    prepared: Result<S, PrepareError>,
-    stream: &RedisStream,
-    since: Duration,
-    repair: bool,
-    page: usize,
-) -> Result<Option<Vec<StreamReport>>, String> {
-    let store = prepared.map_err(|e| e.to_string())?;
-    loss::verify(&store, stream, since, repair, page).await
 }

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{BackoffConfig, DatabaseConfig};
 use crate::retry::Retrier;
+use crate::store::outbox::notifications;
 use crate::telemetry::throttle::Throttle;
 
 /// Wakes one idle claim loop per ring: one claim picks up what the inserts brought (a full
@@ -43,11 +43,17 @@ pub async fn listen(
     let mut retrier = Retrier::new(BackoffConfig::outage_default());
     let mut errors = Throttle::new(Duration::from_secs(30));
     while !shutdown.is_cancelled() {
-        match session(&database, &channel, &wake, &shutdown).await {
+        let listening = || {
+            info!(%channel, "listening for outbox inserts");
+            // Rows inserted while no one listened: claim once after (re)connecting.
+            wake.ring();
+        };
+        match notifications(&database, &channel, listening, || wake.ring(), &shutdown).await {
             Ok(()) => retrier.succeeded(),
             Err(error) => {
                 if let Some(suppressed) = errors.allow() {
-                    warn!(%channel, error = %format!("{error:#}"), suppressed, "LISTEN connection lost; polling until it is back");
+                    let error = crate::error::error_chain(&error);
+                    warn!(%channel, %error, suppressed, "LISTEN connection lost; polling until it is back");
                 }
             }
         }
@@ -56,45 +62,6 @@ pub async fn listen(
             _ = shutdown.cancelled() => return,
         }
     }
-}
-
-/// One connection's life: LISTEN, then forward notifications until it ends.
-async fn session(
-    database: &DatabaseConfig,
-    channel: &str,
-    wake: &Wake,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    let (config, tls) = crate::store::postgres::connect_config(database, "handoff-listen")?;
-    let (client, mut connection) = config.connect(tls).await?;
-    let listen = async {
-        client.batch_execute(&format!("LISTEN {}", quote_identifier(channel))).await?;
-        info!(%channel, "listening for outbox inserts");
-        // Rows inserted while no one listened: claim once after (re)connecting.
-        wake.ring();
-        std::future::pending::<Result<(), tokio_postgres::Error>>().await
-    };
-    // Drives the connection (the LISTEN above needs it too) and forwards notifications.
-    let pump = async {
-        loop {
-            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notification(_))) => wake.ring(),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e),
-                None => return Ok(()),
-            }
-        }
-    };
-    tokio::select! {
-        result = listen => Ok(result?),
-        result = pump => Ok(result?),
-        _ = shutdown.cancelled() => Ok(()),
-    }
-}
-
-/// `"name"` with inner quotes doubled, so any configured channel name is one identifier.
-fn quote_identifier(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]
@@ -107,11 +74,5 @@ mod tests {
         wake.ring();
         // No waiter at the time of the ring, yet the wait returns at once.
         tokio::time::timeout(Duration::from_secs(5), wake.wait()).await.expect("wait returned");
-    }
-
-    #[test]
-    fn channel_names_are_quoted() {
-        assert_eq!(quote_identifier("handoff_outbox"), "\"handoff_outbox\"");
-        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
     }
 }

@@ -1,5 +1,6 @@
 //! Which database the config names, and its pool: the one place that picks the dialect.
 
+use super::error::{ConnectError, MigrateError};
 use crate::config::DatabaseConfig;
 
 /// A connection pool of one dialect.
@@ -13,14 +14,14 @@ pub use crate::config::Dialect;
 
 impl Database {
     /// Builds the pool for the dialect of `config.url` (validated before: the scheme is known).
-    pub fn connect(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Self> {
+    pub fn connect(config: &DatabaseConfig, application_name: &str) -> Result<Self, ConnectError> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
         match Dialect::of(url) {
             Some(Dialect::Postgres) => {
                 Ok(Database::Postgres(super::postgres::connect::pool(config, application_name)?))
             }
             Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool::pool(&mysql_url(config))?)),
-            None => anyhow::bail!("database.url: unsupported scheme"),
+            None => Err(ConnectError::Scheme),
         }
     }
 
@@ -32,7 +33,7 @@ impl Database {
     }
 
     /// Applies the reference schema; returns the versions applied now.
-    pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
+    pub async fn migrate(&self) -> Result<Vec<&'static str>, MigrateError> {
         match self {
             Database::Postgres(pool) => super::migrate::postgres(pool).await,
             Database::Mysql(pool) => super::migrate::mysql(pool).await,

@@ -168,3 +168,38 @@ impl std::fmt::Display for PrepareError {
 }
 
 impl std::error::Error for PrepareError {}
+
+/// Why a database's connection pool could not be built (nothing has been sent yet: the
+/// configuration is wrong, not the server).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("database.url is not a valid {dialect} URL: {detail}")]
+    Url { dialect: &'static str, detail: String },
+    #[error("database.url: unsupported scheme")]
+    Scheme,
+    #[error("{0}")]
+    Tls(String),
+    #[error("database connection pool")]
+    Pool(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Why `handoff migrate` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("another migration holds the lock")]
+    Locked,
+    #[error("migration {version} failed")]
+    Version {
+        version: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    #[error("migration {version} does not scan")]
+    Scan {
+        version: &'static str,
+        #[source]
+        source: crate::sql::params::ParseError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,9 +1,12 @@
 //! `handoff migrate`: applies the reference schema, once per version, under an advisory lock so
 //! replicas starting together do not race.
 
-use anyhow::Context;
 use deadpool_postgres::Pool;
 use tracing::info;
+
+use crate::store::error::MigrateError;
+use crate::store::mysql::errors::error;
+use crate::store::postgres::errors::{pool_error, query_error};
 
 /// The Postgres reference schema, in order. Each file is idempotent on its own as well.
 pub const POSTGRES: &[(&str, &str)] = &[
@@ -32,33 +35,42 @@ pub const MYSQL: &[(&str, &str)] = &[
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is
 /// idempotent and a named lock (not a transaction) keeps replicas from running it together.
-pub async fn mysql(pool: &crate::store::mysql::pool::Pool) -> anyhow::Result<Vec<&'static str>> {
+pub async fn mysql(pool: &crate::store::mysql::pool::Pool) -> Result<Vec<&'static str>, MigrateError> {
     use mysql_async::prelude::Queryable;
-    let mut conn = pool.get_conn().await.context("connecting to the database")?;
-    let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('handoff_migrate', 60)").await?;
-    anyhow::ensure!(locked == Some(1), "another migration holds the lock");
+    let e = |e| error("migrate", e);
+    let mut conn = pool.get_conn().await.map_err(e)?;
+    let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('handoff_migrate', 60)").await.map_err(e)?;
+    if locked != Some(1) {
+        return Err(MigrateError::Locked);
+    }
     conn.query_drop(
         "CREATE TABLE IF NOT EXISTS handoff_schema_migrations (
              version    VARCHAR(64) NOT NULL PRIMARY KEY,
              applied_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
          ) ENGINE = InnoDB",
     )
-    .await?;
+    .await
+    .map_err(e)?;
     let mut applied = Vec::new();
     for (version, sql) in MYSQL {
-        let done: Option<i64> =
-            conn.exec_first("SELECT 1 FROM handoff_schema_migrations WHERE version = ?", (version,)).await?;
+        let done: Option<i64> = conn
+            .exec_first("SELECT 1 FROM handoff_schema_migrations WHERE version = ?", (version,))
+            .await
+            .map_err(e)?;
         if done.is_some() {
             continue;
         }
-        for statement in crate::sql::params::split_statements(sql, crate::sql::params::Placeholder::Positional)? {
-            conn.query_drop(statement).await.with_context(|| format!("applying migration {version}"))?;
+        let statements = crate::sql::params::split_statements(sql, crate::sql::params::Placeholder::Positional)
+            .map_err(|source| MigrateError::Scan { version, source })?;
+        for statement in statements {
+            let applied = conn.query_drop(statement).await;
+            applied.map_err(|source| MigrateError::Version { version, source: e(source) })?;
         }
-        conn.exec_drop("INSERT INTO handoff_schema_migrations (version) VALUES (?)", (version,)).await?;
+        conn.exec_drop("INSERT INTO handoff_schema_migrations (version) VALUES (?)", (version,)).await.map_err(e)?;
         info!(version, "migration applied");
         applied.push(*version);
     }
-    conn.query_drop("DO RELEASE_LOCK('handoff_migrate')").await?;
+    conn.query_drop("DO RELEASE_LOCK('handoff_migrate')").await.map_err(e)?;
     Ok(applied)
 }
 
@@ -66,28 +78,31 @@ pub async fn mysql(pool: &crate::store::mysql::pool::Pool) -> anyhow::Result<Vec
 const LOCK_KEY: i64 = 0x68616e646f6666;
 
 /// Applies the versions not yet recorded; returns the ones applied now.
-pub async fn postgres(pool: &Pool) -> anyhow::Result<Vec<&'static str>> {
-    let mut client = pool.get().await.context("connecting to the database")?;
-    let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY]).await?;
+pub async fn postgres(pool: &Pool) -> Result<Vec<&'static str>, MigrateError> {
+    let e = |e| query_error("migrate", e);
+    let mut client = pool.get().await.map_err(|e| pool_error("migrate", e))?;
+    let tx = client.transaction().await.map_err(e)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY]).await.map_err(e)?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS handoff_schema_migrations (
              version    text PRIMARY KEY,
              applied_at timestamptz NOT NULL DEFAULT now()
          )",
     )
-    .await?;
+    .await
+    .map_err(e)?;
     let mut applied = Vec::new();
     for (version, sql) in POSTGRES {
-        let done = tx.query_opt("SELECT 1 FROM handoff_schema_migrations WHERE version = $1", &[version]).await?;
+        let done =
+            tx.query_opt("SELECT 1 FROM handoff_schema_migrations WHERE version = $1", &[version]).await.map_err(e)?;
         if done.is_some() {
             continue;
         }
-        tx.batch_execute(sql).await.with_context(|| format!("applying migration {version}"))?;
-        tx.execute("INSERT INTO handoff_schema_migrations (version) VALUES ($1)", &[version]).await?;
+        tx.batch_execute(sql).await.map_err(|source| MigrateError::Version { version, source: e(source) })?;
+        tx.execute("INSERT INTO handoff_schema_migrations (version) VALUES ($1)", &[version]).await.map_err(e)?;
         info!(version, "migration applied");
         applied.push(*version);
     }
-    tx.commit().await?;
+    tx.commit().await.map_err(e)?;
     Ok(applied)
 }

@@ -5,6 +5,7 @@
 //! classification, parameter values and result rows.
 
 pub mod database;
+pub mod dead;
 pub mod error;
 pub mod inbox;
 pub mod migrate;

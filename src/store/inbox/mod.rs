@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod bindings;
 pub mod contract;
+pub mod dialect;
 pub mod mysql;
 pub mod postgres;
 mod postgres_handlers;
@@ -11,8 +12,10 @@ mod postgres_locked;
 pub mod seam;
 pub mod statements;
 
+pub use dialect::{Inbox, counts};
 pub use mysql::MyInbox;
 pub use postgres::PgInbox;
 pub use seam::{
-    Applied, ApplyError, BindValue, BoundStatement, InboxRow, InboxStats, InboxStore, LockedInbox, LockedRows,
+    Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow, InboxStats, InboxStore, LockedInbox,
+    LockedRows,
 };

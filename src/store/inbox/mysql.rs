@@ -13,7 +13,7 @@ use mysql_async::{Row, TxOpts, Value};
 use super::apply::{RowTransaction, apply_row_by_row};
 use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
-use super::seam::{Applied, ApplyError, BindValue, BoundStatement, InboxRow};
+use super::seam::{Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow};
 use super::statements::{InboxSql, statement_texts};
 use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::Faults;
@@ -278,4 +278,21 @@ impl InboxSql for MyInbox {
         let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("apply", e))?;
         apply_row_by_row(MyRows { tx, worker: self }, owner, items).await
     }
+}
+
+/// `consumer`'s rows of `table`: pending, processing, DEAD, and the age of the oldest not yet done.
+pub async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
+    let sql = format!(
+                "SELECT CAST(COALESCE(SUM(status = 'PENDING'), 0) AS SIGNED),
+                        CAST(COALESCE(SUM(status = 'PROCESSING'), 0) AS SIGNED),
+                        CAST(COALESCE(SUM(status = 'DEAD'), 0) AS SIGNED),
+                        CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND,
+                            MIN(CASE WHEN status IN ('PENDING', 'PROCESSING') THEN received_at END), NOW(3)) / 1e6, 0) AS DOUBLE)
+                 FROM {table} WHERE consumer = ? AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
+            );
+    let label = "count inbox rows";
+    let mut conn = pool.get_conn().await.map_err(|e| error(label, e))?;
+    let row: Option<(i64, i64, i64, f64)> = conn.exec_first(sql, (consumer,)).await.map_err(|e| error(label, e))?;
+    let (pending, processing, dead, oldest_age_seconds) = row.unwrap_or((0, 0, 0, 0.0));
+    Ok(InboxCounts { pending, processing, dead, oldest_age_seconds })
 }

@@ -14,7 +14,7 @@ use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
 use super::postgres_handlers::{refs, run_handlers, text_rows, to_param};
 use super::postgres_locked::{self, LockedInboxSql};
-use super::seam::{Applied, ApplyError, BoundStatement, InboxRow, LockedRows};
+use super::seam::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow, LockedRows};
 use super::statements::{InboxSql, statement_texts};
 use crate::config::HandlerErrors;
 use crate::config::{ClaimMode, WorkerConfig};
@@ -311,4 +311,18 @@ impl InboxSql for PgInbox {
         };
         postgres_locked::lock(&self.pool, sql, &self.consumer, batch_size, lease, &self.faults).await
     }
+}
+
+/// `consumer`'s rows of `table`: pending, processing, DEAD, and the age of the oldest not yet done.
+pub async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
+    let sql = format!(
+                "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'PROCESSING'),
+                        count(*) FILTER (WHERE status = 'DEAD'),
+                        coalesce(extract(epoch FROM now() - min(received_at) FILTER (WHERE status IN ('PENDING', 'PROCESSING'))), 0)::float8
+                 FROM {table} WHERE consumer = $1 AND status IN ('PENDING', 'PROCESSING', 'DEAD')"
+            );
+    let label = "count inbox rows";
+    let client = pool.get().await.map_err(|e| pool_error(label, e))?;
+    let r = client.query_one(&sql, &[&consumer]).await.map_err(|e| query_error(label, e))?;
+    Ok(InboxCounts { pending: r.get(0), processing: r.get(1), dead: r.get(2), oldest_age_seconds: r.get(3) })
 }

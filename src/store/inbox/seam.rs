@@ -93,6 +93,16 @@ pub struct InboxStats {
     pub oldest_retry_age: f64,
 }
 
+/// A consumer's inbox as `handoff status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InboxCounts {
+    pub pending: i64,
+    pub processing: i64,
+    pub dead: i64,
+    /// Seconds since the oldest row not yet done (pending or processing) was received; 0 if none.
+    pub oldest_age_seconds: f64,
+}
+
 /// A value bound to a handler statement's parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BindValue {

@@ -7,7 +7,7 @@ use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, PoolConstraints, Pool
 
 use super::errors::error;
 use crate::config::{DatabaseConfig, TlsMode};
-use crate::store::error::StoreError;
+use crate::store::error::{ConnectError, StoreError};
 
 /// A mysql_async pool whose connections honour `database.connect_timeout` (the driver has no
 /// such setting: a server that never answers would hold a claim loop forever).
@@ -45,9 +45,9 @@ impl Pool {
 }
 
 /// Builds the pool; connections open lazily.
-pub fn pool(config: &DatabaseConfig) -> anyhow::Result<Pool> {
+pub fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
     let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-    let opts = Opts::from_url(url).map_err(|e| anyhow::anyhow!("database.url is not a valid MySQL URL: {e}"))?;
+    let opts = Opts::from_url(url).map_err(|e| ConnectError::Url { dialect: "MySQL", detail: format!("{e}") })?;
     let constraints = PoolConstraints::new(0, config.pool_size.max(1)).unwrap_or_default();
     let mut builder = OptsBuilder::from_opts(opts)
         .pool_opts(PoolOpts::default().with_constraints(constraints))
@@ -64,7 +64,7 @@ pub fn pool(config: &DatabaseConfig) -> anyhow::Result<Pool> {
 
 /// `require` accepts any certificate; `verify-full` checks chain and host name against
 /// `tls.ca_file` or the system roots (validation refused `prefer` and `verify-ca`).
-fn ssl_opts(config: &DatabaseConfig, mode: TlsMode) -> anyhow::Result<SslOpts> {
+fn ssl_opts(config: &DatabaseConfig, mode: TlsMode) -> Result<SslOpts, ConnectError> {
     let tls = &config.tls;
     let identity = match (&tls.cert_file, &tls.key_file) {
         (Some(cert), Some(key)) => Some(ClientIdentity::new(cert.clone().into(), key.clone().into())),

@@ -8,19 +8,21 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::errors::{pool_error, query_error};
 use crate::config::{DatabaseConfig, TlsMode};
+pub use crate::store::error::ConnectError;
 use crate::store::error::StoreError;
 
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
-pub fn pool(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<Pool> {
+pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, ConnectError> {
     let (pg, tls) = connect_config(config, application_name)?;
     let manager = Manager::from_config(pg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-    Ok(Pool::builder(manager)
+    Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(config.connect_timeout))
         .create_timeout(Some(config.connect_timeout))
         .recycle_timeout(Some(config.connect_timeout))
-        .build()?)
+        .build()
+        .map_err(|e| ConnectError::Pool(Box::new(e)))
 }
 
 /// The connection settings and TLS connector every Postgres connection uses (the pool's and the
@@ -30,10 +32,10 @@ pub fn pool(config: &DatabaseConfig, application_name: &str) -> anyhow::Result<P
 pub fn connect_config(
     config: &DatabaseConfig,
     application_name: &str,
-) -> anyhow::Result<(tokio_postgres::Config, MakeRustlsConnect)> {
+) -> Result<(tokio_postgres::Config, MakeRustlsConnect), ConnectError> {
     let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let mut pg: tokio_postgres::Config =
-        url.parse().map_err(|e| anyhow::anyhow!("database.url is not a valid Postgres URL: {e}"))?;
+        url.parse().map_err(|e| ConnectError::Url { dialect: "Postgres", detail: format!("{e}") })?;
     // An application_name in the URL wins: it tells an operator's pg_stat_activity which sidecar is which.
     if pg.get_application_name().is_none() {
         pg.application_name(application_name);
@@ -49,7 +51,7 @@ pub fn connect_config(
     });
     // With `disable` the connector is never used; it still needs a configuration.
     let tls_mode = if mode == TlsMode::Disable { TlsMode::Require } else { mode };
-    let client = crate::tls::client_config("database.tls", tls_mode, &config.tls).map_err(|e| anyhow::anyhow!(e))?;
+    let client = crate::tls::client_config("database.tls", tls_mode, &config.tls).map_err(ConnectError::Tls)?;
     Ok((pg, MakeRustlsConnect::new(client)))
 }
 

@@ -2,11 +2,15 @@
 //! event_id)`) or a poison record, in one transaction, before the entry is acknowledged.
 
 pub mod contract;
+pub mod dialect;
 pub mod mysql;
 pub mod postgres;
+pub mod records;
 pub mod seam;
 pub mod statements;
 
+pub use dialect::{Takeover, mark_redriven, poison_records};
 pub use mysql::MyTakeover;
 pub use postgres::PgTakeover;
-pub use seam::{DeliveryCounts, InboxEvent, PoisonRecord, Takeover, TakeoverStore, Text};
+pub use records::{PoisonFilter, StoredPoison};
+pub use seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore, Text};

@@ -112,7 +112,7 @@ impl PoisonRecord {
 
 /// What the takeover made of one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Takeover {
+pub enum TakenOver {
     Inserted,
     /// Already in the inbox with the same content (a redelivery or a republish).
     Duplicate,
@@ -120,7 +120,7 @@ pub enum Takeover {
     Conflict,
 }
 
-impl Takeover {
+impl TakenOver {
     /// The one decision of a takeover, for every dialect: the insert took the event
     /// (`inserted`), or the inbox already holds it with `existing_hash` — the same content (a
     /// redelivery, a republish) or other content, which is recorded in `poison` as a conflict.
@@ -131,12 +131,12 @@ impl Takeover {
         poison: &mut Vec<PoisonRecord>,
     ) -> Self {
         if inserted {
-            Takeover::Inserted
+            TakenOver::Inserted
         } else if existing_hash == Some(event.content_hash.as_str()) {
-            Takeover::Duplicate
+            TakenOver::Duplicate
         } else {
             poison.push(PoisonRecord::taken_over_with_other_content(event, existing_hash));
-            Takeover::Conflict
+            TakenOver::Conflict
         }
     }
 }
@@ -152,7 +152,7 @@ pub trait TakeoverStore: DeliveryCounts {
         events: &[InboxEvent],
         poison: &[PoisonRecord],
         counted: bool,
-    ) -> impl Future<Output = StoreResult<Vec<Takeover>>> + Send;
+    ) -> impl Future<Output = StoreResult<Vec<TakenOver>>> + Send;
 }
 
 /// handoff's own count of the redeliveries that reached the inbox database (invariant 12), and

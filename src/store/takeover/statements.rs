@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, INBOX_COLUMNS, POISON_COLUMNS, TakeoverStatement};
-use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, Takeover, TakeoverStore};
+use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreResult};
@@ -272,7 +272,7 @@ impl<D: TakeoverSql> TakeoverStore for D {
         events: &[InboxEvent],
         poison: &[PoisonRecord],
         counted: bool,
-    ) -> StoreResult<Vec<Takeover>> {
+    ) -> StoreResult<Vec<TakenOver>> {
         let mut tx = self.begin().await?;
         match decide(&mut tx, consumer, events, poison, counted).await {
             Ok((outcomes, carried)) => {
@@ -297,7 +297,7 @@ async fn decide<T: TakeoverTx>(
     events: &[InboxEvent],
     poison: &[PoisonRecord],
     counted: bool,
-) -> StoreResult<(Vec<Takeover>, usize)> {
+) -> StoreResult<(Vec<TakenOver>, usize)> {
     let inserted = if events.is_empty() { Vec::new() } else { tx.insert(consumer, events).await? };
     let others: Vec<&InboxEvent> = events.iter().zip(&inserted).filter(|(_, new)| !**new).map(|(e, _)| e).collect();
     let existing = if others.is_empty() { Some(HashMap::new()) } else { tx.existing(consumer, &others).await? };
@@ -309,7 +309,7 @@ async fn decide<T: TakeoverTx>(
             // No way to compare content: an event already there counts as the same event.
             None => Some(event.content_hash.as_str()),
         };
-        outcomes.push(Takeover::judge(event, inserted, existing_hash, &mut records));
+        outcomes.push(TakenOver::judge(event, inserted, existing_hash, &mut records));
     }
     if !records.is_empty() {
         tx.poison(consumer, &records).await?;

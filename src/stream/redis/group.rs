@@ -305,4 +305,14 @@ impl super::RedisStream {
         let results: Vec<Result<String, Error>> = pipeline.try_all().await;
         results.len() == records.len() && results.iter().all(Result::is_ok)
     }
+
+    /// Appends one entry of raw fields to `key` again (`handoff poison retry`): its new id, or
+    /// what Redis said.
+    pub async fn reappend(&self, key: &str, fields: Vec<(Vec<u8>, Vec<u8>)>) -> Result<String, Error> {
+        let fields: Vec<(fred::types::Key, fred::types::Value)> = fields
+            .into_iter()
+            .map(|(k, v)| (fred::types::Key::from(bytes::Bytes::from(k)), fred::types::Value::Bytes(v.into())))
+            .collect();
+        self.client().xadd::<String, _, _, _, _>(key, false, None::<()>, "*", fields).await
+    }
 }

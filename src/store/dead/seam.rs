@@ -1,0 +1,66 @@
+//! The tables `handoff dead` works on, what it selects, and the rows it shows.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Which DEAD rows an operation touches.
+#[derive(Debug, Clone, Default)]
+pub struct DeadFilter {
+    pub event_id: Option<String>,
+    pub older_than: Option<Duration>,
+    pub error_contains: Option<String>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadAction {
+    List,
+    /// Back to PENDING with the row's counters reset; its last error stays and `redrives` counts
+    /// the re-drive.
+    Retry,
+    Purge,
+}
+
+/// A table holding DEAD rows: a relay's outbox or a worker's inbox.
+#[derive(Debug, Clone)]
+pub struct DeadTable {
+    /// `relay <name>` or `worker <name>`: what the rows are shown as.
+    pub source: String,
+    pub table: String,
+    /// An inbox's consumer (its rows are scoped by it); `None` for an outbox.
+    pub consumer: Option<String>,
+}
+
+impl DeadTable {
+    pub fn outbox(relay: &str, table: &str) -> Self {
+        Self { source: format!("relay {relay}"), table: table.to_owned(), consumer: None }
+    }
+
+    pub fn inbox(worker: &str, table: &str, consumer: &str) -> Self {
+        Self { source: format!("worker {worker}"), table: table.to_owned(), consumer: Some(consumer.to_owned()) }
+    }
+
+    /// What a re-drive resets besides the status, by the database clock (`now` is the
+    /// dialect's): every counter that could make the row DEAD again at once.
+    pub(super) fn reset(&self, now: &str) -> String {
+        match self.consumer {
+            None => format!("attempts = 0, expired_claims = 0, next_attempt_at = {now}"),
+            Some(_) => format!("attempts = 0, expired_leases = 0, next_retry_at = {now}"),
+        }
+    }
+}
+
+/// One DEAD row as shown to the operator.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadRow {
+    /// `relay <name>` or `worker <name>`.
+    pub source: String,
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub attempts: i32,
+    pub dead_for_seconds: f64,
+    pub redrives: i32,
+    pub last_error: Option<String>,
+}
