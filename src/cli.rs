@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config};
 use crate::fault::Faults;
-use crate::{app, check, migrate, ops, shutdown, store, telemetry};
+use crate::{app, check, migrate, ops, runtime, store, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "handoff", version, about = "Outbox → Redis Streams → inbox, without cross-database writes")]
@@ -175,7 +175,7 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(command: Command, config: Config) -> ExitCode {
     match command {
-        Command::Run => match app::run(config, Faults::from_env(), shutdown::first_signal()).await {
+        Command::Run => match app::run(config, Faults::from_env(), runtime::signal::first_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = format!("{e:#}"), "handoff stopped with an error");

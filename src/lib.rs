@@ -12,15 +12,12 @@ pub mod fault;
 pub mod ops;
 pub mod poison;
 pub mod relay;
-pub mod retry;
-pub mod shutdown;
+pub mod runtime;
 pub mod sql;
 pub mod store;
 pub mod stream;
-pub mod tasks;
 pub mod telemetry;
 pub mod tls;
-pub mod turns;
 pub mod worker;
 
 /// The reference schema's migrations (they belong to the store; kept at this path for the CLI).

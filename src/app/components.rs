@@ -13,7 +13,7 @@ use crate::bridge::{BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
-use crate::retry::Retrier;
+use crate::runtime::backoff::Retrier;
 use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;

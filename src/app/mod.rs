@@ -13,9 +13,9 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::fault::Faults;
+use crate::runtime::supervisor::Supervisor;
 use crate::store::Database;
 use crate::stream::redis::RedisStream;
-use crate::tasks::Supervisor;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
 

@@ -12,13 +12,17 @@ use super::validate::Verdict;
 use crate::error::error_chain;
 use crate::fault::Point;
 use crate::poison::reason;
-use crate::retry::Retrier;
+use crate::runtime::outage::{Failed, retry_through};
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
 use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
+
+/// How the bridge backs off while the inbox is down (the backoff grows to 30 s).
+static OUTAGE: std::sync::LazyLock<crate::config::BackoffConfig> =
+    std::sync::LazyLock::new(crate::config::BackoffConfig::outage_default);
 
 /// Entries whose takeover committed, waiting for their XACK (the bridge sends it while the next
 /// batch commits), with the spans that end once they are acknowledged.
@@ -73,34 +77,32 @@ impl<S: TakeoverStore> StreamBridge<S> {
     /// waiting out an inbox outage (beating: waiting is not being stuck). `None` if the shutdown
     /// drain ended first.
     async fn deliveries(&self, ids: &[String], count: bool) -> Option<HashMap<String, u32>> {
-        let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
-        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
         let (store, consumer, stream) = (&self.deps.store, &self.config.consumer, &self.source.key);
-        loop {
-            self.deps.health.beat();
-            let result = if count {
+        let read = || async {
+            if count {
                 store.count_deliveries(consumer, stream, ids).await
             } else {
                 store.deliveries(consumer, stream, ids).await
-            };
-            match result {
-                Ok(counts) => {
-                    self.deps.health.set_work_ok(true);
-                    return Some(counts);
-                }
-                Err(e) => {
-                    self.deps.health.set_work_ok(false);
-                    self.deps.metrics.unavailable(e.outage_kind().unwrap_or(OutageKind::Other));
-                    if let Some(suppressed) = errors.allow() {
-                        warn!(stream = %self.source.key, entries = ids.len(), error = %error_chain(&e), suppressed, "inbox unavailable; redelivered entries wait, their deliveries not counted");
-                    }
-                    tokio::select! {
-                        _ = self.deps.health.sleep(retrier.failed()) => {}
-                        _ = self.deps.abandon.cancelled() => return None,
-                    }
-                }
             }
-        }
+        };
+        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
+        let failed = |e: StoreError| {
+            self.inbox_down(&e);
+            if let Some(suppressed) = errors.allow() {
+                warn!(stream = %self.source.key, entries = ids.len(), error = %error_chain(&e), suppressed, "inbox unavailable; redelivered entries wait, their deliveries not counted");
+            }
+            Failed::Retry
+        };
+        let counts = retry_through(&self.deps.health, &self.deps.abandon, &OUTAGE, read, failed).await?;
+        self.deps.health.set_work_ok(true);
+        Some(counts)
+    }
+
+    /// The inbox failed a piece of work (not the entries' fault): readiness and the outage
+    /// counter say so.
+    fn inbox_down(&self, error: &StoreError) {
+        self.deps.health.set_work_ok(false);
+        self.deps.metrics.unavailable(error.outage_kind().unwrap_or(OutageKind::Other));
     }
 
     /// Validates a batch (CPU only: the bridge runs it for the next batch while the current one
@@ -216,38 +218,26 @@ impl<S: TakeoverStore> StreamBridge<S> {
         entries: &[RawEntry],
         counted: bool,
     ) -> Option<(Vec<(String, TakenOver)>, Vec<PoisonRecord>)> {
-        let mut retrier = Retrier::new(crate::config::BackoffConfig::outage_default());
-        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
-        loop {
-            // Waiting out an outage is not being stuck: liveness must not restart the bridge
-            // for it (a restart would only deliver the entries again; invariant 12).
-            self.deps.health.beat();
-            let attempt = match self.deps.store.take_over(&self.config.consumer, &events, &poison, counted).await {
-                Ok(outcomes) => {
-                    let ids = events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect();
-                    Ok((ids, poison.clone()))
-                }
+        // Waiting out an outage is not being stuck: liveness must not restart the bridge for it
+        // (a restart would only deliver the entries again; invariant 12).
+        let attempt = || async {
+            match self.deps.store.take_over(&self.config.consumer, &events, &poison, counted).await {
+                Ok(outcomes) => Ok((events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect(), poison.clone())),
                 Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e, counted).await,
                 Err(e) => Err(e),
-            };
-            match attempt {
-                Ok(taken) => {
-                    self.deps.health.set_work_ok(true);
-                    return Some(taken);
-                }
-                Err(e) => {
-                    self.deps.health.set_work_ok(false);
-                    self.deps.metrics.unavailable(e.outage_kind().unwrap_or(OutageKind::Other));
-                    if let Some(suppressed) = errors.allow() {
-                        warn!(stream = %self.source.key, error = %error_chain(&e), suppressed, "inbox unavailable; nothing acknowledged, retrying");
-                    }
-                    tokio::select! {
-                        _ = self.deps.health.sleep(retrier.failed()) => {}
-                        _ = self.deps.abandon.cancelled() => return None,
-                    }
-                }
             }
-        }
+        };
+        let mut errors = Throttle::new(std::time::Duration::from_secs(30));
+        let failed = |e: StoreError| {
+            self.inbox_down(&e);
+            if let Some(suppressed) = errors.allow() {
+                warn!(stream = %self.source.key, error = %error_chain(&e), suppressed, "inbox unavailable; nothing acknowledged, retrying");
+            }
+            Failed::Retry
+        };
+        let taken = retry_through(&self.deps.health, &self.deps.abandon, &OUTAGE, attempt, failed).await?;
+        self.deps.health.set_work_ok(true);
+        Some(taken)
     }
 
     /// The database refused the batch's data: take the entries over one at a time so the one it

@@ -18,7 +18,7 @@ use tracing::{debug, info, trace, warn};
 
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
-use crate::retry::Retrier;
+use crate::runtime::backoff::Retrier;
 use crate::store::takeover::TakeoverStore;
 use crate::stream::read::RawEntry;
 use crate::stream::redis::RedisStream;

@@ -82,7 +82,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
     /// Samples lag, pending count and the oldest pending entry's idle time; probes the
     /// database so `/readyz` notices an outage while the stream is quiet.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        crate::tasks::every(interval, &shutdown, || self.sample_once()).await
+        crate::runtime::periodic::every(interval, &shutdown, || self.sample_once()).await
     }
 
     async fn sample_once(&self) {

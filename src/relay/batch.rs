@@ -15,12 +15,14 @@ use super::Relay;
 use crate::config::OnFailure;
 use crate::error::error_chain;
 use crate::fault::Point;
-use crate::retry::{Retrier, delay};
-use crate::store::StoreResult;
+use crate::runtime::backoff::delay;
+use crate::runtime::lease;
+use crate::runtime::outage::{Failed, retry_through};
 use crate::store::outbox::{ClaimedRow, Deferred, Delivered, Failure, OutboxStore, RowRef, Verdict};
+use crate::store::{StoreError, StoreResult};
 use crate::stream::{AppendOutcome, Entry, EventStream};
-use crate::tasks;
 use crate::telemetry::metrics::{DeadReason, FailureReason};
+use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 
@@ -52,7 +54,7 @@ enum Persisted<T> {
     /// The drain time ran out first.
     Abandoned,
     /// The database refused the settle's data, again and again.
-    Refused(crate::store::StoreError),
+    Refused(StoreError),
 }
 
 /// Rows sorted by what happens to them.
@@ -379,26 +381,20 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         Fut: Future<Output = StoreResult<T>>,
     {
         let attempt = async {
-            let mut retrier = Retrier::new(self.config.outage_backoff.clone());
-            let mut errors = crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(30));
+            let mut errors = Throttle::new(std::time::Duration::from_secs(30));
             let mut refusals = 0;
-            loop {
-                match op().await {
-                    Ok(value) => {
-                        self.source_up(&mut errors);
-                        return Persisted::Done(value);
-                    }
-                    Err(error) => {
-                        self.source_down(&mut errors, &error);
-                        refusals += u32::from(error.is_data_fault());
-                        if refusals >= SETTLE_REFUSALS {
-                            return Persisted::Refused(error);
-                        }
-                        self.deps.health.beat();
-                        self.deps.health.sleep(retrier.failed()).await;
-                    }
-                }
+            let settled = || async { op().await.map(Persisted::Done) };
+            let failed = |error: StoreError| {
+                self.source_down(&error, errors.allow());
+                refusals += u32::from(error.is_data_fault());
+                if refusals >= SETTLE_REFUSALS { Failed::GiveUp(Persisted::Refused(error)) } else { Failed::Retry }
+            };
+            let (health, abandon) = (&self.deps.health, &self.deps.abandon);
+            let outcome = retry_through(health, abandon, &self.config.outage_backoff, settled, failed).await;
+            if let Some(Persisted::Done(_)) = outcome {
+                self.source_up();
             }
+            outcome.unwrap_or(Persisted::Abandoned)
         };
         self.under_lease(claimant, held, attempt).await.unwrap_or(Persisted::Abandoned)
     }
@@ -429,7 +425,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 Err(error) => debug!(error = %error_chain(&error), "lease renewal failed"),
             }
         };
-        tasks::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
+        lease::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
     }
 }
 

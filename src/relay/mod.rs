@@ -17,22 +17,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
 use entries::EntryBuilder;
 use wake::Wake;
 
-use crate::config::{ClaimMode, RelayConfig};
+use crate::config::RelayConfig;
 use crate::error::error_chain;
 use crate::fault::Faults;
-use crate::retry::Retrier;
-use crate::store::outbox::OutboxStore;
+use crate::runtime::claim_loop::{self, ClaimLoop, ClaimTurns, Claimed, LoopId, Next};
+use crate::store::StoreError;
 use crate::store::outbox::contract::ORDER_KEY_COLUMN;
+use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
-use crate::turns::LockedTurns;
 
 /// What a relay needs besides its config; built by the app, shared by its loops.
 pub struct RelayDeps<S, P> {
@@ -65,6 +65,7 @@ pub struct Relay<S, P> {
     /// Since when part of the broker has been down while the rest answers (see
     /// `batch::partial_outage`).
     partial_since: std::sync::Mutex<Option<std::time::Instant>>,
+    claim_loop: ClaimLoop,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -86,7 +87,17 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let options = AppendOptions { trim, dedupe, durability };
         let unavailable_log = std::sync::Mutex::new(Throttle::new(Duration::from_secs(10)));
         let partial_since = Default::default();
-        Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log, partial_since })
+        let claim_loop = ClaimLoop::from(&config);
+        Ok(Self {
+            config,
+            entries,
+            options,
+            deps,
+            loss: Default::default(),
+            unavailable_log,
+            partial_since,
+            claim_loop,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -96,81 +107,113 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs the claim loops until `shutdown`; returns once every in-flight batch has been settled
     /// or released.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut loops = tokio::task::JoinSet::new();
-        for n in 0..self.config.concurrency {
-            let relay = self.clone();
-            let shutdown = shutdown.clone();
-            let span = info_span!("relay", relay = %self.config.name, loop_index = n);
-            loops.spawn(async move { relay.claim_loop(n, shutdown).await }.instrument(span));
-        }
-        crate::tasks::join_loops(&mut loops).await;
-        self.deps.health.stopped();
-        info!(relay = %self.config.name, "relay stopped");
+        let claimant = self.deps.claimant.clone();
+        claim_loop::run(self, &claimant, shutdown).await
     }
 
-    async fn claim_loop(&self, n: u32, shutdown: CancellationToken) {
-        let claimant = format!("{}#{n}", self.deps.claimant);
-        let mut outage = Retrier::new(self.config.outage_backoff.clone());
-        let mut errors = Throttle::new(Duration::from_secs(30));
-        let mut turns = LockedTurns::default();
-        while !shutdown.is_cancelled() {
-            self.deps.health.beat();
-            let locked = self.locked_turn(&mut turns);
-            let claimed = if locked {
-                self.deps.store.lock(self.config.batch_size, self.config.lease).await.map(Claimed::Locked)
+    /// A statement failed: readiness and `source_up` say so, and the failure is counted by
+    /// statement and kind. One the database will go on refusing (a statement that does not fit
+    /// the schema, a privilege, a value of some row the statement itself cannot handle) is
+    /// logged as an error and fails readiness as refused work, not as an unreachable database:
+    /// backing off will not end it, someone must (the HandoffRelayStatementRefused alert).
+    fn source_down(&self, error: &StoreError, log: Option<u64>) {
+        self.deps.metrics.source_up.set(0);
+        self.deps.metrics.statement_failed(error);
+        let refused = !error.passes_by_itself();
+        if refused {
+            self.deps.health.set_source_ok(true);
+            self.deps.health.set_work_ok(false);
+        } else {
+            self.deps.health.set_source_ok(false);
+        }
+        if let Some(suppressed) = log {
+            let error = error_chain(error);
+            if refused {
+                tracing::error!(relay = %self.config.name, %error, suppressed, "the database refuses a relay statement; it will fail until the statement or the data is fixed");
             } else {
-                self.deps.store.claim(&claimant, self.config.batch_size, self.config.lease).await.map(Claimed::Leased)
-            };
-            let claimed = match claimed {
-                Ok(claimed) => claimed,
-                Err(error) => {
-                    self.source_down(&mut errors, &error);
-                    sleep_or_shutdown(outage.failed(), &shutdown).await;
-                    continue;
-                }
-            };
-            self.source_up(&mut errors);
-            if !locked {
-                turns.reclaimed(claimed.rows().iter().any(|r| r.reclaimed));
-            }
-            let rows = claimed.rows();
-            debug!(rows = rows.len(), locked, "claimed");
-            if rows.is_empty() {
-                self.idle(&shutdown).await;
-                continue;
-            }
-            // A full batch means more is waiting; a reclaimed row is claimed alone, so its
-            // neighbours from the dead claimant's batch are waiting too.
-            let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
-            let turn = match claimed {
-                Claimed::Leased(rows) => self.process(&claimant, rows).await,
-                Claimed::Locked((rows, Some(batch))) => self.process_locked(&claimant, rows, batch).await,
-                Claimed::Locked((_, None)) => continue,
-            };
-            if turn.stream_outage {
-                self.wait_for_stream(&mut outage, &shutdown).await;
-            } else if turn.gate_missed {
-                // Replicas or the AOF are behind: appending again at once would only pile up
-                // duplicates; back off as for an outage.
-                sleep_or_shutdown(outage.failed(), &shutdown).await;
-            } else {
-                outage.succeeded();
-                // After a partial outage the released rows are due again at once: a poll
-                // interval between tries keeps a failing shard from spinning the loop.
-                if !again_now || turn.partial_outage {
-                    self.idle(&shutdown).await;
-                }
+                warn!(relay = %self.config.name, %error, suppressed, "database statement failed; backing off");
             }
         }
     }
 
-    /// Whether this turn is a locked one (see [`crate::turns`]: a leased turn first, once per
-    /// lease, and after one that reclaimed a row, keep crash-loop detection as it is).
-    fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
-        self.config.claim == ClaimMode::Locked
-            && turns.locked(self.config.lease, || {
-                info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions")
-            })
+    fn source_up(&self) {
+        self.deps.metrics.source_up.set(1);
+        self.deps.health.set_source_ok(true);
+        self.deps.health.set_work_ok(true);
+    }
+
+    fn stream_health(&self, ok: bool) {
+        self.deps.metrics.stream_up.set(ok.into());
+        self.deps.health.set_stream_ok(ok);
+    }
+}
+
+/// What a turn claimed: leased rows, or rows locked by an open transaction.
+pub enum Batch {
+    Leased(Vec<ClaimedRow>),
+    Locked(Vec<ClaimedRow>, Box<dyn LockedBatch>),
+}
+
+impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
+    type Batch = Batch;
+
+    fn settings(&self) -> &ClaimLoop {
+        &self.claim_loop
+    }
+
+    fn health(&self) -> &Component {
+        &self.deps.health
+    }
+
+    fn span(&self, index: u32) -> tracing::Span {
+        info_span!("relay", relay = %self.config.name, loop_index = index)
+    }
+
+    async fn claim(&self, claimant: &str, locked: bool) -> Result<Claimed<Batch>, StoreError> {
+        let (batch_size, lease) = (self.config.batch_size, self.config.lease);
+        let batch = if locked {
+            match self.deps.store.lock(batch_size, lease).await? {
+                (rows, Some(held)) => Batch::Locked(rows, held),
+                // Nothing was due: the transaction is over already.
+                (_, None) => Batch::Leased(Vec::new()),
+            }
+        } else {
+            Batch::Leased(self.deps.store.claim(claimant, batch_size, lease).await?)
+        };
+        let rows = match &batch {
+            Batch::Leased(rows) | Batch::Locked(rows, _) => rows,
+        };
+        debug!(rows = rows.len(), locked, "claimed");
+        Ok(Claimed { rows: rows.len(), reclaimed: rows.iter().any(|r| r.reclaimed), batch })
+    }
+
+    fn claim_failed(&self, error: &StoreError, log: Option<u64>) {
+        self.source_down(error, log);
+    }
+
+    fn claim_succeeded(&self) {
+        self.source_up();
+    }
+
+    async fn work(&self, id: &LoopId, batch: Batch, _: &CancellationToken) -> Next {
+        let turn = match batch {
+            Batch::Leased(rows) => self.process(&id.claimant, rows).await,
+            Batch::Locked(rows, held) => self.process_locked(&id.claimant, rows, held).await,
+        };
+        if turn.stream_outage {
+            self.stream_health(false);
+            Next::AwaitBroker
+        } else if turn.gate_missed {
+            // Replicas or the AOF are behind: appending again at once would only pile up
+            // duplicates; back off as for an outage.
+            Next::Backoff
+        } else if turn.partial_outage {
+            // After a partial outage the released rows are due again at once: a poll interval
+            // between tries keeps a failing shard from spinning the loop.
+            Next::Wait
+        } else {
+            Next::Continue
+        }
     }
 
     /// Waits for the poll interval, or less when a wake-up rings.
@@ -188,79 +231,20 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
-    /// After an outage, pings until the broker answers instead of claiming rows only to release them.
-    async fn wait_for_stream(&self, outage: &mut Retrier, shutdown: &CancellationToken) {
-        self.stream_health(false);
-        loop {
-            sleep_or_shutdown(outage.failed(), shutdown).await;
-            self.deps.health.beat();
-            if shutdown.is_cancelled() {
-                return;
-            }
-            if self.deps.stream.ping().await.is_ok() {
-                info!(relay = %self.config.name, after_failures = outage.failures(), "stream reachable again");
-                self.stream_health(true);
-                outage.succeeded();
-                return;
-            }
+    async fn broker_answers(&self, failures: u32) -> bool {
+        let up = self.deps.stream.ping().await.is_ok();
+        if up {
+            info!(relay = %self.config.name, after_failures = failures, "stream reachable again");
+            self.stream_health(true);
         }
+        up
     }
 
-    /// A statement failed: readiness and `source_up` say so, and the failure is counted by
-    /// statement and kind. One the database will go on refusing (a statement that does not fit
-    /// the schema, a privilege, a value of some row the statement itself cannot handle) is
-    /// logged as an error and fails readiness as refused work, not as an unreachable database:
-    /// backing off will not end it, someone must (the HandoffRelayStatementRefused alert).
-    fn source_down(&self, errors: &mut Throttle, error: &crate::store::StoreError) {
-        self.deps.metrics.source_up.set(0);
-        self.deps.metrics.statement_failed(error);
-        let refused = !error.passes_by_itself();
-        if refused {
-            self.deps.health.set_source_ok(true);
-            self.deps.health.set_work_ok(false);
-        } else {
-            self.deps.health.set_source_ok(false);
-        }
-        if let Some(suppressed) = errors.allow() {
-            let error = error_chain(error);
-            if refused {
-                tracing::error!(relay = %self.config.name, %error, suppressed, "the database refuses a relay statement; it will fail until the statement or the data is fixed");
-            } else {
-                warn!(relay = %self.config.name, %error, suppressed, "database statement failed; backing off");
-            }
-        }
+    fn switched_to_locked(&self) {
+        info!(relay = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
     }
 
-    fn source_up(&self, errors: &mut Throttle) {
-        self.deps.metrics.source_up.set(1);
-        self.deps.health.set_source_ok(true);
-        self.deps.health.set_work_ok(true);
-        errors.reset();
-    }
-
-    fn stream_health(&self, ok: bool) {
-        self.deps.metrics.stream_up.set(ok.into());
-        self.deps.health.set_stream_ok(ok);
-    }
-}
-
-/// What a turn claimed: leased rows, or rows locked by an open transaction.
-enum Claimed {
-    Leased(Vec<crate::store::outbox::ClaimedRow>),
-    Locked(crate::store::outbox::Locked),
-}
-
-impl Claimed {
-    fn rows(&self) -> &[crate::store::outbox::ClaimedRow] {
-        match self {
-            Claimed::Leased(rows) | Claimed::Locked((rows, _)) => rows,
-        }
-    }
-}
-
-async fn sleep_or_shutdown(duration: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(duration) => {}
-        _ = shutdown.cancelled() => {}
+    fn stopped(&self) {
+        info!(relay = %self.config.name, "relay stopped");
     }
 }

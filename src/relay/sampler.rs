@@ -14,7 +14,7 @@ use crate::stream::EventStream;
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        crate::tasks::every(interval, &shutdown, || self.sample_once()).await
+        crate::runtime::periodic::every(interval, &shutdown, || self.sample_once()).await
     }
 
     async fn sample_once(&self) {

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{BackoffConfig, DatabaseConfig};
-use crate::retry::Retrier;
+use crate::runtime::backoff::Retrier;
 use crate::store::outbox::notifications;
 use crate::telemetry::throttle::Throttle;
 

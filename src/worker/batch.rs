@@ -12,7 +12,7 @@ use super::handler::{Effect, MissingField};
 use super::http::Delivery;
 use crate::config::Unhandled;
 use crate::error::error_chain;
-use crate::retry::delay;
+use crate::runtime::backoff::delay;
 use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore};
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;

@@ -12,17 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{debug, info, info_span, warn};
 
-use crate::config::{ClaimMode, WorkerConfig};
+use crate::config::WorkerConfig;
 use crate::error::error_chain;
-use crate::retry::Retrier;
+use crate::runtime::claim_loop::{self, ClaimLoop, ClaimTurns, Claimed, LoopId, Next};
+use crate::runtime::outage::{Failed, retry_through};
 use crate::sql::params::Placeholder;
-use crate::store::inbox::{InboxRow, InboxStore};
+use crate::store::StoreError;
+use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
-use crate::telemetry::throttle::Throttle;
-use crate::turns::LockedTurns;
 pub use handler::Handler;
 
 /// Times a settle the database refuses for its data is tried again before it is reported.
@@ -44,6 +44,7 @@ pub struct Worker<S> {
     /// Per loop, since when its locked batch has been open: such rows hold no lease the `stats`
     /// statement could see, so the oldest-lease gauge takes their age from here.
     locked_since: std::sync::Mutex<Vec<Option<std::time::Instant>>>,
+    claim_loop: ClaimLoop,
 }
 
 impl<S: InboxStore> Worker<S> {
@@ -55,7 +56,8 @@ impl<S: InboxStore> Worker<S> {
             .map(|(i, h)| Handler::build(&config, i, h, style))
             .collect::<Result<_, _>>()?;
         let locked_since = std::sync::Mutex::new(vec![None; config.concurrency as usize]);
-        Ok(Self { config, handlers, deps, locked_since })
+        let claim_loop = ClaimLoop::from(&config);
+        Ok(Self { config, handlers, deps, locked_since, claim_loop })
     }
 
     /// Every handler statement with a label, for preparing at startup / in `check`.
@@ -88,83 +90,11 @@ impl<S: InboxStore> Worker<S> {
         self.deps.store.check(handler_sql).await
     }
 
+    /// Runs the claim loops until `shutdown`; returns once every batch in hand has been
+    /// applied or released.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut loops = tokio::task::JoinSet::new();
-        for n in 0..self.config.concurrency {
-            let worker = self.clone();
-            let shutdown = shutdown.clone();
-            let span = info_span!("worker", worker = %self.config.name, loop_index = n);
-            loops.spawn(async move { worker.claim_loop(n, shutdown).await }.instrument(span));
-        }
-        crate::tasks::join_loops(&mut loops).await;
-        self.deps.health.stopped();
-        info!(worker = %self.config.name, "worker stopped");
-    }
-
-    async fn claim_loop(&self, n: u32, shutdown: CancellationToken) {
-        let owner = format!("{}#{n}", self.deps.owner);
-        let mut outage = Retrier::new(self.config.outage_backoff.clone());
-        let mut errors = Throttle::new(Duration::from_secs(30));
-        let mut turns = LockedTurns::default();
-        while !shutdown.is_cancelled() {
-            self.deps.health.beat();
-            if self.locked_turn(&mut turns) {
-                let (rows, batch) = match self.deps.store.lock(self.config.batch_size, self.config.lease).await {
-                    Ok(locked) => locked,
-                    Err(e) => {
-                        self.claim_failed(&e, &mut errors, &mut outage, &shutdown).await;
-                        continue;
-                    }
-                };
-                self.claim_succeeded(&mut errors, &mut outage);
-                let full = rows.len() as u32 >= self.config.batch_size;
-                let Some(batch) = batch else {
-                    sleep_or(self.config.poll_interval, &shutdown).await;
-                    continue;
-                };
-                self.mark_locked(n, Some(std::time::Instant::now()));
-                let outcome = self.process_locked(&owner, rows, batch, &shutdown).await;
-                self.mark_locked(n, None);
-                match outcome {
-                    locked::Outcome::Committed if full => {}
-                    locked::Outcome::Committed | locked::Outcome::Abandoned => {
-                        sleep_or(self.config.poll_interval, &shutdown).await
-                    }
-                    // A row needs the leased claim's savepoints (or its failure recorded): at once.
-                    locked::Outcome::Refused => turns.lease_next(),
-                    locked::Outcome::Outage => sleep_or(outage.failed(), &shutdown).await,
-                }
-                continue;
-            }
-            let rows = match self.deps.store.claim(&owner, self.config.batch_size, self.config.lease).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    self.claim_failed(&e, &mut errors, &mut outage, &shutdown).await;
-                    continue;
-                }
-            };
-            self.claim_succeeded(&mut errors, &mut outage);
-            turns.reclaimed(rows.iter().any(|r| r.reclaimed));
-            let again_now = rows.len() as u32 >= self.config.batch_size || rows.iter().any(|r| r.reclaimed);
-            if rows.is_empty() {
-                sleep_or(self.config.poll_interval, &shutdown).await;
-                continue;
-            }
-            self.process_batch(&owner, rows, &shutdown).await;
-            if !again_now {
-                sleep_or(self.config.poll_interval, &shutdown).await;
-            }
-        }
-    }
-
-    /// Whether this turn is a locked one (see [`crate::turns`]: a leased turn first, once per
-    /// lease, after one that reclaimed a row, and after a locked batch a row of which needs the
-    /// leased claim's isolation, keep crash-loop detection and per-row failures as they are).
-    fn locked_turn(&self, turns: &mut LockedTurns) -> bool {
-        self.config.claim == ClaimMode::Locked
-            && turns.locked(self.config.lease, || {
-                info!(worker = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions")
-            })
+        let owner = self.deps.owner.clone();
+        claim_loop::run(self, &owner, shutdown).await
     }
 
     fn mark_locked(&self, n: u32, since: Option<std::time::Instant>) {
@@ -179,59 +109,38 @@ impl<S: InboxStore> Worker<S> {
         slots.iter().flatten().map(|since| since.elapsed().as_secs_f64()).fold(0.0, f64::max)
     }
 
-    fn claim_succeeded(&self, errors: &mut Throttle, outage: &mut Retrier) {
-        outage.succeeded();
-        errors.reset();
-        self.deps.health.set_source_ok(true);
-    }
-
-    async fn claim_failed(
-        &self,
-        error: &crate::store::StoreError,
-        errors: &mut Throttle,
-        outage: &mut Retrier,
-        shutdown: &CancellationToken,
-    ) {
-        self.deps.health.set_source_ok(false);
-        if let Some(suppressed) = errors.allow() {
-            warn!(error = %error_chain(error), suppressed, "claiming inbox rows failed; backing off");
-        }
-        sleep_or(outage.failed(), shutdown).await;
-    }
-
     /// Records a row's failure, retrying through a database outage (beating: waiting it out is
     /// not being stuck) until the shutdown drain ends; a row whose failure is never recorded
     /// would have its lease lapse and count an expired lease it did not cause (invariant 12).
     /// The database refusing the record itself (its error text, say) is retried a few times,
     /// the last with a minimal text, then reported and counted, never retried for ever.
     async fn persist_failure(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) {
-        let mut retrier = Retrier::new(self.config.outage_backoff.clone());
-        let mut refusals = 0;
-        loop {
-            let text = if refusals < SETTLE_REFUSALS { error } else { "handler failed (its error text was refused)" };
-            match self.deps.store.fail(owner, row, text, retry_in).await {
-                Ok(true) => return,
-                Ok(false) => {
-                    warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row");
-                    return;
-                }
-                Err(e) if e.is_data_fault() && refusals >= SETTLE_REFUSALS => {
-                    self.deps.metrics.settle_refused.inc();
-                    tracing::error!(event_id = %row.event_id, error = %error_chain(&e), "the database refuses to record this row's failure; its lease will lapse");
-                    return;
-                }
-                Err(e) => {
-                    refusals += u32::from(e.is_data_fault());
-                    debug!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure yet");
-                    self.deps.health.beat();
-                    tokio::select! {
-                        _ = self.deps.health.sleep(retrier.failed()) => {}
-                        _ = self.deps.abandon.cancelled() => {
-                            warn!(event_id = %row.event_id, "could not record a failure before the drain ended; the lease will lapse");
-                            return;
-                        }
-                    }
-                }
+        use std::sync::atomic::Ordering::Relaxed;
+        let refusals = std::sync::atomic::AtomicU32::new(0);
+        let record = || {
+            let text = if refusals.load(Relaxed) < SETTLE_REFUSALS {
+                error
+            } else {
+                "handler failed (its error text was refused)"
+            };
+            self.deps.store.fail(owner, row, text, retry_in)
+        };
+        let failed = |e: StoreError| {
+            if e.is_data_fault() && refusals.load(Relaxed) >= SETTLE_REFUSALS {
+                self.deps.metrics.settle_refused.inc();
+                tracing::error!(event_id = %row.event_id, error = %error_chain(&e), "the database refuses to record this row's failure; its lease will lapse");
+                return Failed::GiveUp(true);
+            }
+            refusals.fetch_add(u32::from(e.is_data_fault()), Relaxed);
+            debug!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure yet");
+            Failed::Retry
+        };
+        let (health, abandon) = (&*self.deps.health, &self.deps.abandon);
+        match retry_through(health, abandon, &self.config.outage_backoff, record, failed).await {
+            Some(true) => {}
+            Some(false) => warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row"),
+            None => {
+                warn!(event_id = %row.event_id, "could not record a failure before the drain ended; the lease will lapse")
             }
         }
     }
@@ -240,22 +149,14 @@ impl<S: InboxStore> Worker<S> {
     /// the shutdown drain ends (then their leases lapse). Beats while it waits: a loop waiting
     /// out an outage is alive, and a restart would leave these leases to lapse and count.
     async fn release(&self, owner: &str, rows: &[(String, i64)]) {
-        let mut retrier = Retrier::new(self.config.outage_backoff.clone());
-        loop {
-            self.deps.health.beat();
-            match self.deps.store.release(owner, rows).await {
-                Ok(_) => return,
-                Err(e) => {
-                    debug!(rows = rows.len(), error = %error_chain(&e), "could not release rows yet");
-                    tokio::select! {
-                        _ = self.deps.health.sleep(retrier.failed()) => {}
-                        _ = self.deps.abandon.cancelled() => {
-                            warn!(rows = rows.len(), "could not release rows; their leases will lapse");
-                            return;
-                        }
-                    }
-                }
-            }
+        let release = || self.deps.store.release(owner, rows);
+        let failed = |e: StoreError| {
+            debug!(rows = rows.len(), error = %error_chain(&e), "could not release rows yet");
+            Failed::<u64>::Retry
+        };
+        let (health, abandon) = (&*self.deps.health, &self.deps.abandon);
+        if retry_through(health, abandon, &self.config.outage_backoff, release, failed).await.is_none() {
+            warn!(rows = rows.len(), "could not release rows; their leases will lapse");
         }
     }
 
@@ -266,14 +167,14 @@ impl<S: InboxStore> Worker<S> {
                 debug!(error = %error_chain(&e), "lease renewal failed");
             }
         };
-        crate::tasks::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
+        crate::runtime::lease::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
     }
 
     /// Deletes PROCESSED rows older than `retention.processed_after` in bounded batches, every
     /// `retention.interval`. DEAD rows wait for `handoff dead retry` / `purge`.
     pub async fn purge(&self, shutdown: CancellationToken) {
         let Some(retention) = self.config.retention.clone() else { return };
-        crate::tasks::every(retention.interval, &shutdown, || async {
+        crate::runtime::periodic::every(retention.interval, &shutdown, || async {
             let mut total = 0;
             loop {
                 match self.deps.store.purge(retention.processed_after, retention.batch).await {
@@ -298,7 +199,7 @@ impl<S: InboxStore> Worker<S> {
 
     /// Samples the worker's gauges until `shutdown`.
     pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
-        crate::tasks::every(interval, &shutdown, || async {
+        crate::runtime::periodic::every(interval, &shutdown, || async {
             match self.deps.store.stats().await {
                 Ok(stats) => {
                     let m = &self.deps.metrics;
@@ -319,9 +220,81 @@ impl<S: InboxStore> Worker<S> {
     }
 }
 
-async fn sleep_or(duration: Duration, shutdown: &CancellationToken) {
-    tokio::select! {
-        _ = tokio::time::sleep(duration) => {}
-        _ = shutdown.cancelled() => {}
+/// What a turn claimed: leased rows, or rows locked by an open transaction.
+pub enum Batch {
+    Leased(Vec<InboxRow>),
+    Locked(Vec<InboxRow>, Box<dyn LockedInbox>),
+}
+
+impl<S: InboxStore> ClaimTurns for Worker<S> {
+    type Batch = Batch;
+
+    fn settings(&self) -> &ClaimLoop {
+        &self.claim_loop
+    }
+
+    fn health(&self) -> &Component {
+        &self.deps.health
+    }
+
+    fn span(&self, index: u32) -> tracing::Span {
+        info_span!("worker", worker = %self.config.name, loop_index = index)
+    }
+
+    async fn claim(&self, owner: &str, locked: bool) -> Result<Claimed<Batch>, StoreError> {
+        let (batch_size, lease) = (self.config.batch_size, self.config.lease);
+        if locked {
+            let (rows, held) = self.deps.store.lock(batch_size, lease).await?;
+            let rows = if held.is_some() { rows } else { Vec::new() };
+            let count = rows.len();
+            let batch = match held {
+                Some(held) => Batch::Locked(rows, held),
+                // Nothing was due: the transaction is over already.
+                None => Batch::Leased(Vec::new()),
+            };
+            return Ok(Claimed { rows: count, reclaimed: false, batch });
+        }
+        let rows = self.deps.store.claim(owner, batch_size, lease).await?;
+        Ok(Claimed { rows: rows.len(), reclaimed: rows.iter().any(|r| r.reclaimed), batch: Batch::Leased(rows) })
+    }
+
+    fn claim_failed(&self, error: &StoreError, log: Option<u64>) {
+        self.deps.health.set_source_ok(false);
+        if let Some(suppressed) = log {
+            warn!(error = %error_chain(error), suppressed, "claiming inbox rows failed; backing off");
+        }
+    }
+
+    fn claim_succeeded(&self) {
+        self.deps.health.set_source_ok(true);
+    }
+
+    async fn work(&self, id: &LoopId, batch: Batch, shutdown: &CancellationToken) -> Next {
+        match batch {
+            Batch::Leased(rows) => {
+                self.process_batch(&id.claimant, rows, shutdown).await;
+                Next::Continue
+            }
+            Batch::Locked(rows, held) => {
+                self.mark_locked(id.index, Some(std::time::Instant::now()));
+                let outcome = self.process_locked(&id.claimant, rows, held, shutdown).await;
+                self.mark_locked(id.index, None);
+                match outcome {
+                    locked::Outcome::Committed => Next::Continue,
+                    locked::Outcome::Abandoned => Next::Wait,
+                    // A row needs the leased claim's savepoints (or its failure recorded): at once.
+                    locked::Outcome::Refused => Next::Leased,
+                    locked::Outcome::Outage => Next::Backoff,
+                }
+            }
+        }
+    }
+
+    fn switched_to_locked(&self) {
+        info!(worker = %self.config.name, "claim = locked: leased turn done, claiming in locked transactions");
+    }
+
+    fn stopped(&self) {
+        info!(worker = %self.config.name, "worker stopped");
     }
 }

@@ -1,11 +1,8 @@
-//! Loop shapes shared by the components: work done under a renewed lease, periodic work, and
-//! the supervisor every long-running task is spawned through.
+//! The supervisor every long-running task is spawned through.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior, interval, interval_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::error;
@@ -99,57 +96,9 @@ pub async fn join_loops(set: &mut tokio::task::JoinSet<()>) {
     }
 }
 
-/// Runs `work` while `renew` runs every third of `lease`, so rows held by slow work are not
-/// taken over. Returns `None` if `abandon` fires first (the shutdown drain is over); the work
-/// is then dropped and its rows are the caller's to release.
-///
-/// The renewals run beside the work, never in its way: a renewal may wait for row locks the
-/// work's own open transaction holds, and that transaction must be able to go on and commit
-/// (found by the chaos run: a renewal awaited in line deadlocked a worker against itself).
-pub async fn under_lease<F, R, RF>(lease: Duration, abandon: &CancellationToken, renew: R, work: F) -> Option<F::Output>
-where
-    F: Future,
-    R: Fn() -> RF,
-    RF: Future<Output = ()>,
-{
-    let every = lease / 3;
-    let renewals = async {
-        let mut ticker = interval_at(Instant::now() + every, every);
-        loop {
-            ticker.tick().await;
-            renew().await;
-        }
-    };
-    tokio::pin!(work, renewals);
-    tokio::select! {
-        biased;
-        output = &mut work => Some(output),
-        _ = abandon.cancelled() => None,
-        _ = &mut renewals => unreachable!("renewals never end"),
-    }
-}
-
-/// Calls `tick` at once and then every `period` until `shutdown`; a slow tick delays the next
-/// instead of piling up.
-pub async fn every<F, Fut>(period: Duration, shutdown: &CancellationToken, mut tick: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut ticker = interval(period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => tick().await,
-            _ = shutdown.cancelled() => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::Notify;
 
     #[tokio::test]
     async fn a_panicking_task_fails_the_supervisor_with_its_name_and_message() {
@@ -164,22 +113,5 @@ mod tests {
         assert_eq!(supervisor.failure().as_deref(), Some("worker w panicked: a loop broke"));
         supervisor.close();
         supervisor.wait().await;
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_renewal_that_waits_does_not_hold_up_the_work() {
-        // The renewal blocks until the work finishes (as on a row lock the work holds).
-        let done = Arc::new(Notify::new());
-        let renew = || {
-            let done = done.clone();
-            async move { done.notified().await }
-        };
-        let work = async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            done.notify_waiters();
-            42
-        };
-        let out = under_lease(Duration::from_secs(3), &CancellationToken::new(), renew, work).await;
-        assert_eq!(out, Some(42));
     }
 }

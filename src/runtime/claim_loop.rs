@@ -1,0 +1,226 @@
+//! The claim loop the relay and the worker share: `concurrency` loops, each claiming a batch
+//! (locked or under a lease), working it through to its settle, and deciding what comes next —
+//! claim again at once, wait for more work, back off from an outage — until shutdown, beating
+//! on every turn. A component says what a claim, a turn and a wait are ([`ClaimTurns`]); the
+//! loop around them is written once, here.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::backoff::Retrier;
+use super::supervisor::join_loops;
+use super::turns::LockedTurns;
+use super::wait::sleep_or;
+use crate::config::{BackoffConfig, ClaimMode, RelayConfig, WorkerConfig};
+use crate::store::StoreError;
+use crate::telemetry::health::Component;
+use crate::telemetry::throttle::Throttle;
+
+/// A claim loop's settings, the same for a relay and a worker.
+#[derive(Debug, Clone)]
+pub struct ClaimLoop {
+    /// Rows per claim; a claim that comes back full is followed by another at once.
+    pub batch_size: u32,
+    /// Loops claiming at once.
+    pub concurrency: u32,
+    /// The wait after a claim that was not full.
+    pub poll_interval: Duration,
+    /// A claimed batch's lease (for a locked claim: its idle-in-transaction timeout), and how
+    /// often a locked loop takes a leased turn.
+    pub lease: Duration,
+    /// `Locked`: claims lock a batch in a transaction, with a leased turn now and then.
+    pub claim: ClaimMode,
+    /// The wait after a claim or a turn that met an outage.
+    pub outage_backoff: BackoffConfig,
+}
+
+impl From<&RelayConfig> for ClaimLoop {
+    fn from(relay: &RelayConfig) -> Self {
+        Self {
+            batch_size: relay.batch_size,
+            concurrency: relay.concurrency,
+            poll_interval: relay.poll_interval,
+            lease: relay.lease,
+            claim: relay.claim,
+            outage_backoff: relay.outage_backoff.clone(),
+        }
+    }
+}
+
+impl From<&WorkerConfig> for ClaimLoop {
+    fn from(worker: &WorkerConfig) -> Self {
+        Self {
+            batch_size: worker.batch_size,
+            concurrency: worker.concurrency,
+            poll_interval: worker.poll_interval,
+            lease: worker.lease,
+            claim: worker.claim,
+            outage_backoff: worker.outage_backoff.clone(),
+        }
+    }
+}
+
+/// What a claim took.
+pub struct Claimed<B> {
+    /// Rows claimed (none: nothing is due, and the loop waits).
+    pub rows: usize,
+    /// A row was taken over from a claimant whose lease expired.
+    pub reclaimed: bool,
+    pub batch: B,
+}
+
+/// What the loop does after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Claim again at once if the batch was full or reclaimed a row (more is waiting), else
+    /// wait for the poll interval.
+    Continue,
+    /// Wait for the poll interval whatever the batch was.
+    Wait,
+    /// An outage: wait out the outage backoff.
+    Backoff,
+    /// The broker is down: wait, probing it, until it answers.
+    AwaitBroker,
+    /// Claim again at once, under a lease (a locked batch whose rows need the leased claim).
+    Leased,
+}
+
+/// A loop's identity: its index among the component's loops, and the claimant id it claims as.
+pub struct LoopId {
+    pub index: u32,
+    pub claimant: String,
+}
+
+/// What a component does in its claim loop.
+pub trait ClaimTurns: Send + Sync + 'static {
+    /// A claimed batch: its rows, and for a locked claim the transaction holding them.
+    type Batch: Send;
+
+    fn settings(&self) -> &ClaimLoop;
+
+    /// The component's health: every turn beats.
+    fn health(&self) -> &Component;
+
+    /// The span a loop runs in.
+    fn span(&self, index: u32) -> tracing::Span;
+
+    /// Claims up to a batch: locked in a transaction, or under a lease as `claimant`.
+    fn claim(
+        &self,
+        claimant: &str,
+        locked: bool,
+    ) -> impl Future<Output = Result<Claimed<Self::Batch>, StoreError>> + Send;
+
+    /// A claim failed: count and report it; `log`: the errors suppressed since the last one
+    /// logged, when this one is to be logged.
+    fn claim_failed(&self, error: &StoreError, log: Option<u64>);
+
+    /// A claim went through (after failures, the database is back).
+    fn claim_succeeded(&self);
+
+    /// Works a claimed batch through to its settle (or hands it back).
+    fn work(&self, id: &LoopId, batch: Self::Batch, shutdown: &CancellationToken) -> impl Future<Output = Next> + Send;
+
+    /// Waits for more work: the poll interval (or less, when something rings).
+    fn idle(&self, shutdown: &CancellationToken) -> impl Future<Output = ()> + Send {
+        sleep_or(self.settings().poll_interval, shutdown)
+    }
+
+    /// After [`Next::AwaitBroker`]: whether the broker answers now (`failures`: probes so far).
+    fn broker_answers(&self, failures: u32) -> impl Future<Output = bool> + Send {
+        let _ = failures;
+        async { true }
+    }
+
+    /// The first locked turn of a loop (to say that it switched from the leased first turn).
+    fn switched_to_locked(&self);
+
+    /// Every loop has stopped.
+    fn stopped(&self);
+}
+
+/// Runs the component's claim loops until `shutdown`; returns once every loop has settled or
+/// handed back what it held. `claimant`: this process's id for the component (each loop
+/// appends `#<n>`). A loop that panics panics this task, so the supervisor sees it.
+pub async fn run<T: ClaimTurns>(turns: Arc<T>, claimant: &str, shutdown: CancellationToken) {
+    let mut loops = tokio::task::JoinSet::new();
+    for index in 0..turns.settings().concurrency {
+        let id = LoopId { index, claimant: format!("{claimant}#{index}") };
+        let (turns, shutdown) = (turns.clone(), shutdown.clone());
+        let span = turns.span(index);
+        loops.spawn(async move { claim_loop(&*turns, id, shutdown).await }.instrument(span));
+    }
+    join_loops(&mut loops).await;
+    turns.health().stopped();
+    turns.stopped();
+}
+
+async fn claim_loop<T: ClaimTurns>(turns: &T, id: LoopId, shutdown: CancellationToken) {
+    let settings = turns.settings();
+    let mut outage = Retrier::new(settings.outage_backoff.clone());
+    let mut errors = Throttle::new(Duration::from_secs(30));
+    let mut locked_turns = LockedTurns::default();
+    while !shutdown.is_cancelled() {
+        turns.health().beat();
+        // See `turns`: a leased turn first, once per lease, and after one that reclaimed a row.
+        let locked =
+            settings.claim == ClaimMode::Locked && locked_turns.locked(settings.lease, || turns.switched_to_locked());
+        let claimed = match turns.claim(&id.claimant, locked).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                turns.claim_failed(&error, errors.allow());
+                sleep_or(outage.failed(), &shutdown).await;
+                continue;
+            }
+        };
+        errors.reset();
+        turns.claim_succeeded();
+        if !locked {
+            locked_turns.reclaimed(claimed.reclaimed);
+        }
+        if claimed.rows == 0 {
+            turns.idle(&shutdown).await;
+            continue;
+        }
+        // A full batch means more is waiting; a reclaimed row is claimed alone, so its
+        // neighbours from the dead claimant's batch are waiting too.
+        let more = claimed.rows as u32 >= settings.batch_size || claimed.reclaimed;
+        match turns.work(&id, claimed.batch, &shutdown).await {
+            Next::Continue => {
+                outage.succeeded();
+                if !more {
+                    turns.idle(&shutdown).await;
+                }
+            }
+            Next::Wait => {
+                outage.succeeded();
+                turns.idle(&shutdown).await;
+            }
+            Next::Leased => {
+                outage.succeeded();
+                locked_turns.lease_next();
+            }
+            Next::Backoff => sleep_or(outage.failed(), &shutdown).await,
+            Next::AwaitBroker => await_broker(turns, &mut outage, &shutdown).await,
+        }
+    }
+}
+
+/// Probes the broker until it answers instead of claiming rows only to release them.
+async fn await_broker<T: ClaimTurns>(turns: &T, outage: &mut Retrier, shutdown: &CancellationToken) {
+    loop {
+        sleep_or(outage.failed(), shutdown).await;
+        turns.health().beat();
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if turns.broker_answers(outage.failures()).await {
+            outage.succeeded();
+            return;
+        }
+    }
+}
