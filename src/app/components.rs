@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Shared;
+use super::shared::{Shared, host_name};
 use crate::bridge::validate::Validator;
 use crate::bridge::{BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
@@ -117,7 +117,7 @@ fn spawn_bridge(
     let validator =
         Validator::new(&bridge.validate, &bridge.envelope).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?;
     let validator = Arc::new(validator);
-    let instance = bridge.instance.clone().unwrap_or_else(super::host_name);
+    let instance = bridge.instance.clone().unwrap_or_else(host_name);
     let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
     for source in &bridge.streams {
         let deps = BridgeDeps {

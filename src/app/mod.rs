@@ -2,6 +2,9 @@
 //! then drains within the grace period.
 
 mod components;
+mod shared;
+
+use shared::{Shared, claimant_id};
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,20 +25,6 @@ use crate::telemetry::http::{self, Endpoints};
 /// Share of the grace period in-flight work gets to finish; the rest is for releasing what is
 /// left and closing connections.
 const DRAIN_SHARE: f64 = 0.7;
-
-/// What every component is built from; owned by the app, not global.
-pub(crate) struct Shared {
-    registry: Registry,
-    health: Health,
-    /// Stop claiming / reading.
-    shutdown: CancellationToken,
-    /// Abandon in-flight work (drain time over).
-    abandon: CancellationToken,
-    /// Every long-running task, spawned by name; a panic in one stops the process.
-    tasks: Supervisor,
-    faults: Faults,
-    claimant: String,
-}
 
 /// Runs until `stop` resolves, then drains. Returns an error if startup fails or if something
 /// did not stop within `shutdown.grace_period`.
@@ -124,19 +113,4 @@ fn log_tls(connection: &str, url: Option<&crate::config::Secret>, mode: crate::c
     } else {
         info!(connection, tls = %line, "connection security");
     }
-}
-
-/// The host name: the pod name in Kubernetes.
-pub(crate) fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".into())
-}
-
-/// `host:pid:nonce` – unique per process even when every container is PID 1 on the same host name.
-fn claimant_id() -> String {
-    let nonce: u32 = rand::random();
-    format!("{}:{}:{nonce:08x}", host_name(), std::process::id())
 }

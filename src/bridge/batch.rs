@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use tracing::{error, trace, warn};
 
-use super::StreamBridge;
 use super::validate::Verdict;
+use super::{Committed, Sorted, StreamBridge};
 use crate::error::error_chain;
 use crate::fault::Point;
 use crate::poison::reason;
@@ -23,24 +23,6 @@ use opentelemetry::trace::SpanKind;
 /// How the bridge backs off while the inbox is down (the backoff grows to 30 s).
 static OUTAGE: std::sync::LazyLock<crate::config::BackoffConfig> =
     std::sync::LazyLock::new(crate::config::BackoffConfig::outage_default);
-
-/// Entries whose takeover committed, waiting for their XACK (the bridge sends it while the next
-/// batch commits), with the spans that end once they are acknowledged.
-#[derive(Default)]
-pub(super) struct Committed {
-    entry_ids: Vec<String>,
-    spans: Vec<EventSpan>,
-}
-
-/// A batch sorted by validation: the events to take over, the poison records, and the entries
-/// that repeat an event earlier in the same batch (acknowledged with it).
-pub(super) struct Sorted {
-    events: Vec<InboxEvent>,
-    poison: Vec<PoisonRecord>,
-    repeats: Vec<String>,
-    /// The entries are redeliveries whose deliveries were counted: the takeover forgets them.
-    counted: bool,
-}
 
 impl<S: TakeoverStore> StreamBridge<S> {
     /// Entries delivered before and never acknowledged: this consumer's own pending entries

@@ -19,13 +19,14 @@ use tracing::{debug, info, trace, warn};
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::runtime::backoff::Retrier;
-use crate::store::takeover::TakeoverStore;
+use crate::store::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
 use crate::stream::read::RawEntry;
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::{Group, GroupError, GroupResult};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
+use crate::telemetry::traces::EventSpan;
 use validate::Validator;
 
 /// A read bringing more than this is large: its reply's buffer is worth giving back, once the
@@ -80,10 +81,10 @@ impl<S: TakeoverStore> StreamBridge<S> {
         let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(Duration::from_secs(30));
         // New entries read, and validated, while the previous batch was being taken over.
-        let mut ahead: Option<GroupResult<(Vec<RawEntry>, batch::Sorted)>> = None;
+        let mut ahead: Option<GroupResult<(Vec<RawEntry>, Sorted)>> = None;
         // The last batch committed and not yet acknowledged: its XACK goes out while the next
         // batch commits, so the database never waits for Redis in between.
-        let mut unacked = batch::Committed::default();
+        let mut unacked = Committed::default();
         // A read of large entries since the stream was last quiet, and since when it has been
         // (see `fresh_connection`).
         let mut carried_large = false;
@@ -217,6 +218,24 @@ impl<S: TakeoverStore> StreamBridge<S> {
             _ = shutdown.cancelled() => {}
         }
     }
+}
+
+/// Entries whose takeover committed, waiting for their XACK (the bridge sends it while the next
+/// batch commits), with the spans that end once they are acknowledged.
+#[derive(Default)]
+pub(super) struct Committed {
+    pub(super) entry_ids: Vec<String>,
+    pub(super) spans: Vec<EventSpan>,
+}
+
+/// A batch sorted by validation: the events to take over, the poison records, and the entries
+/// that repeat an event earlier in the same batch (acknowledged with it).
+pub(super) struct Sorted {
+    pub(super) events: Vec<InboxEvent>,
+    pub(super) poison: Vec<PoisonRecord>,
+    pub(super) repeats: Vec<String>,
+    /// The entries are redeliveries whose deliveries were counted: the takeover forgets them.
+    pub(super) counted: bool,
 }
 
 /// How many entries one read may ask for: `batch_size`, fewer when entries are large, so that a

@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use super::{ClaimMode, Config, Dialect, RedisConfig, RelayConfig, WorkerConfig};
+use super::connections::{Dialect, RedisConfig};
+use super::file::Config;
+use super::relay::{ClaimMode, RelayConfig};
+use super::worker::WorkerConfig;
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::StatementKind;
 

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 
-use super::{Config, Secret, validate};
+use super::file::Config;
+use super::secret::Secret;
+use super::validate;
 
 /// Environment overrides use this prefix and `__` between key parts:
 /// `HANDOFF_DATABASE__URL` sets `database.url`.
@@ -106,7 +108,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
             }
         }
     }
-    super::ordered::restore(&mut config, text);
+    super::ordered::restore(config.relays.iter_mut().map(|r| (&mut r.fields, &mut r.envelope)), text);
     errors.extend(validate::validate(&config));
     if !errors.is_empty() {
         return Err(ConfigError { errors });
@@ -279,7 +281,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Reads the database URL's TLS words into `database.tls` and takes them out of the URL (the
 /// drivers are given the settings, not the words).
-fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) {
+fn database_tls(database: &mut super::connections::DatabaseConfig, errors: &mut Vec<String>) {
     let Some(url) = &database.url else { return };
     let Some(dialect) = crate::config::Dialect::of(url.expose()) else { return };
     let mysql = dialect == crate::config::Dialect::Mysql;
@@ -298,7 +300,7 @@ fn database_tls(database: &mut super::DatabaseConfig, errors: &mut Vec<String>) 
 
 /// Reads `[telemetry.auth]`'s secret files: exactly one of a bearer token or a basic user with
 /// its password.
-fn metrics_auth(auth: &mut super::MetricsAuth, errors: &mut Vec<String>) {
+fn metrics_auth(auth: &mut super::telemetry::MetricsAuth, errors: &mut Vec<String>) {
     let read = |key: &str, path: &PathBuf, errors: &mut Vec<String>| match std::fs::read_to_string(path) {
         Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
         Ok(_) => {
@@ -321,7 +323,7 @@ fn metrics_auth(auth: &mut super::MetricsAuth, errors: &mut Vec<String>) {
 
 /// An HTTP handler's URL may carry credentials (`user:password@`, a token in the query): it
 /// may come from `url_file`, and is kept as a secret either way.
-fn handler_url(path: &str, http: &mut super::HttpHandlerConfig, errors: &mut Vec<String>) {
+fn handler_url(path: &str, http: &mut super::worker::HttpHandlerConfig, errors: &mut Vec<String>) {
     match (http.url.is_some(), http.url_file.take()) {
         (true, Some(_)) => errors.push(format!("{path}.url and {path}.url_file are both set; keep one")),
         (false, Some(file)) => match std::fs::read_to_string(&file) {

@@ -8,8 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
-use super::Config;
-
 /// Name → template, in the order configured.
 pub type Fields = Vec<(String, String)>;
 
@@ -18,12 +16,13 @@ pub fn map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Erro
     Ok(BTreeMap::<String, String>::deserialize(deserializer)?.into_iter().collect())
 }
 
-/// Puts each relay's `fields` and `envelope` in the order `text` (the TOML file) writes them.
-pub fn restore(config: &mut Config, text: &str) {
+/// Puts each relay's `fields` and `envelope` (given in the order of the `[[relay]]` entries) in
+/// the order `text` (the TOML file) writes them.
+pub fn restore<'a>(relays: impl Iterator<Item = (&'a mut Fields, &'a mut Fields)>, text: &str) {
     let Ok(document) = text.parse::<toml::Table>() else { return };
-    let Some(relays) = document.get("relay").and_then(toml::Value::as_array) else { return };
-    for (relay, raw) in config.relays.iter_mut().zip(relays) {
-        for (key, fields) in [("fields", &mut relay.fields), ("envelope", &mut relay.envelope)] {
+    let Some(raw_relays) = document.get("relay").and_then(toml::Value::as_array) else { return };
+    for ((fields, envelope), raw) in relays.zip(raw_relays) {
+        for (key, fields) in [("fields", fields), ("envelope", envelope)] {
             if let Some(table) = raw.get(key).and_then(toml::Value::as_table) {
                 let order: Vec<&String> = table.keys().collect();
                 // Stable: keys the file does not name keep their name order, after the others.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::BackoffConfig;
+use super::backoff::BackoffConfig;
 
 /// `[[relay]]`: one outbox table relayed to Redis Streams.
 #[derive(Debug, Clone, Deserialize)]

@@ -3,10 +3,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::backoff::BackoffConfig;
+use super::connections::Dialect;
+use super::file::Config;
+use super::relay::RelayConfig;
+use super::template::Template;
 use super::tls::{self, TlsMode};
-use super::{BackoffConfig, Config, RelayConfig};
-use crate::config::Dialect;
-use crate::config::template::Template;
 use crate::sql::params::Placeholder;
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::{self as outbox_contract, StatementKind};
@@ -31,7 +33,7 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
         ));
     }
     let redis = &config.redis;
-    let tls_scheme = redis.url.as_ref().is_some_and(|u| super::redis_scheme_is_tls(u.expose()));
+    let tls_scheme = redis.url.as_ref().is_some_and(|u| super::connections::redis_scheme_is_tls(u.expose()));
     if !tls_scheme && redis.tls.is_set() {
         errors.push(
             "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
@@ -65,22 +67,22 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
 
 /// Header rules of an HTTP handler: no event header that would steer the call, no constant
 /// that would frame it.
-fn validate_http_headers(path: &str, http: &super::HttpHandlerConfig) -> Vec<String> {
+fn validate_http_headers(path: &str, http: &super::worker::HttpHandlerConfig) -> Vec<String> {
     let mut errors = Vec::new();
     for name in &http.forward_headers {
-        if super::NEVER_FORWARDED.contains(&name.to_ascii_lowercase().as_str()) {
+        if super::worker::NEVER_FORWARDED.contains(&name.to_ascii_lowercase().as_str()) {
             errors.push(format!("{path}.forward_headers: `{name}` is never taken from an event (it frames, routes or authenticates the call)"));
         }
     }
     for name in http.headers.keys() {
-        if super::RESERVED_REQUEST_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        if super::worker::RESERVED_REQUEST_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
             errors.push(format!("{path}.headers.{name}: handoff sets this header itself"));
         }
     }
     errors
 }
 
-fn validate_http_tls(path: &str, http: &super::HttpHandlerConfig) -> Vec<String> {
+fn validate_http_tls(path: &str, http: &super::worker::HttpHandlerConfig) -> Vec<String> {
     let https = http.url().trim_start().to_ascii_lowercase().starts_with("https://");
     if !https {
         return if http.tls.is_set() {
@@ -117,15 +119,16 @@ pub fn validate(config: &Config) -> Vec<String> {
         errors.push("database.pool_size must be > 0".into());
     }
     // Where an explicit locked claim cannot keep its promises (the rules `auto` follows too).
-    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.claim == super::ClaimMode::Locked) {
+    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.claim == super::relay::ClaimMode::Locked) {
         errors.extend(
             super::claim::blockers(relay, dialect, &config.redis).iter().map(|b| b.error(&format!("relay[{i}]"))),
         );
     }
-    for (i, worker) in config.workers.iter().enumerate().filter(|(_, w)| w.claim == super::ClaimMode::Locked) {
+    for (i, worker) in config.workers.iter().enumerate().filter(|(_, w)| w.claim == super::relay::ClaimMode::Locked) {
         errors.extend(super::claim::worker_blockers(worker, dialect).iter().map(|b| b.error(&format!("worker[{i}]"))));
     }
-    let locked: u32 = config.relays.iter().filter(|r| r.claim == super::ClaimMode::Locked).map(|r| r.concurrency).sum();
+    let locked: u32 =
+        config.relays.iter().filter(|r| r.claim == super::relay::ClaimMode::Locked).map(|r| r.concurrency).sum();
     errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());

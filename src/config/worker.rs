@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::BackoffConfig;
+use super::backoff::BackoffConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,7 +64,7 @@ pub struct WorkerConfig {
     /// PROCESSED before it commits (Postgres, reference statements, SQL handlers only); `auto`
     /// chooses `locked` wherever it applies. Default: "auto".
     #[serde(default)]
-    pub claim: super::ClaimMode,
+    pub claim: super::relay::ClaimMode,
     /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
     #[serde(skip)]
     pub claim_chosen: Option<String>,
@@ -180,7 +180,7 @@ pub struct HttpHandlerConfig {
     /// `http://host:port/path`, or `https://…` (verified with `tls`, default `verify-full`
     /// against the system roots). A secret: it may carry credentials, and is shown redacted
     /// (`https://***@host:port/path?***`) in logs, errors and `check`.
-    pub url: Option<super::Secret>,
+    pub url: Option<super::secret::Secret>,
     /// A file holding the URL instead (a mounted secret).
     pub url_file: Option<std::path::PathBuf>,
     /// Per-request timeout. Default: "10s".
@@ -200,7 +200,7 @@ pub struct HttpHandlerConfig {
     pub forward_headers: Vec<String>,
     /// TLS for an `https://` URL.
     #[serde(default)]
-    pub tls: super::TlsConfig,
+    pub tls: super::tls::TlsConfig,
     /// Requests this handler has in flight at most, per worker loop: a batch's rows are POSTed
     /// concurrently up to this bound (1: one after the other, in the batch's order). Default: 8.
     #[serde(default = "defaults::http_concurrency")]

@@ -12,6 +12,7 @@ mod sampler;
 #[cfg(test)]
 mod tests;
 pub mod wake;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,22 +10,10 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::Worker;
+use super::{LockedOutcome as Outcome, Worker};
 use crate::error::error_chain;
 use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::traces::{self, EventSpan};
-
-/// How a locked turn ended.
-pub(super) enum Outcome {
-    /// Every row's effect and PROCESSED committed.
-    Committed,
-    /// A row needs the leased claim: rolled back, nothing changed.
-    Refused,
-    /// The database failed the batch: rolled back, nothing changed.
-    Outage,
-    /// Shutdown: rolled back, nothing changed.
-    Abandoned,
-}
 
 impl<S: InboxStore> Worker<S> {
     pub(super) async fn process_locked(

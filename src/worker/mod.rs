@@ -220,6 +220,18 @@ impl<S: InboxStore> Worker<S> {
     }
 }
 
+/// How a locked turn ended.
+pub(super) enum LockedOutcome {
+    /// Every row's effect and PROCESSED committed.
+    Committed,
+    /// A row needs the leased claim: rolled back, nothing changed.
+    Refused,
+    /// The database failed the batch: rolled back, nothing changed.
+    Outage,
+    /// Shutdown: rolled back, nothing changed.
+    Abandoned,
+}
+
 /// What a turn claimed: leased rows, or rows locked by an open transaction.
 pub enum Batch {
     Leased(Vec<InboxRow>),
@@ -280,11 +292,11 @@ impl<S: InboxStore> ClaimTurns for Worker<S> {
                 let outcome = self.process_locked(&id.claimant, rows, held, shutdown).await;
                 self.mark_locked(id.index, None);
                 match outcome {
-                    locked::Outcome::Committed => Next::Continue,
-                    locked::Outcome::Abandoned => Next::Wait,
+                    LockedOutcome::Committed => Next::Continue,
+                    LockedOutcome::Abandoned => Next::Wait,
                     // A row needs the leased claim's savepoints (or its failure recorded): at once.
-                    locked::Outcome::Refused => Next::Leased,
-                    locked::Outcome::Outage => Next::Backoff,
+                    LockedOutcome::Refused => Next::Leased,
+                    LockedOutcome::Outage => Next::Backoff,
                 }
             }
         }

@@ -13,8 +13,8 @@ use fred::prelude::*;
 use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::RedisStream;
-use crate::stream::{AppendOutcome, Durability};
+use super::client::RedisStream;
+use crate::stream::seam::{AppendOutcome, Durability};
 
 /// One script call of an append: the entries it covers and the slot its key hashes to.
 pub(super) struct Call {
@@ -72,7 +72,7 @@ impl RedisStream {
         for ((_, indices), result) in targets.iter().zip(results) {
             match result {
                 Ok(replies) => {
-                    failed |= replies.iter().any(|r| r.reply.as_ref().is_err_and(super::is_outage));
+                    failed |= replies.iter().any(|r| r.reply.as_ref().is_err_and(super::replies::is_outage));
                     for (&i, reply) in indices.iter().zip(replies) {
                         sent[i] = Some(reply);
                     }
@@ -136,11 +136,6 @@ impl RedisStream {
         };
         Ok(results.into_iter().map(|reply| Sent { reply, gate: verdict.clone() }).collect())
     }
-}
-
-/// The slot a stream key hashes to (routing of its appends, and of its node's gate).
-pub(super) fn slot(key: &str) -> u16 {
-    fred::util::redis_keyslot(key.as_bytes())
 }
 
 /// The gate's command: `WAIT replicas timeout` or `WAITAOF 1 replicas timeout`.

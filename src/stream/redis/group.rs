@@ -7,8 +7,8 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
+use super::replies::is_outage;
 use crate::stream::read::{RawEntry, parse_entries, parse_read, text};
-use crate::stream::redis::is_outage;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -285,7 +285,7 @@ fn pairs(value: Value) -> Vec<(String, Value)> {
     }
 }
 
-impl super::RedisStream {
+impl super::client::RedisStream {
     /// Appends poison records to a dead-letter stream, one entry each; true only if every
     /// append succeeded. Through the shared client: the dead-letter stream may live on another
     /// cluster node than the stream the records came from.

@@ -5,11 +5,12 @@
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::RedisStream;
+use super::client::RedisStream;
 use super::sweep::Sweep;
-use super::trim::{EntryId, pairs};
+use super::trim::pairs;
 use crate::stream::read::text;
-use crate::stream::{ServerId, StreamState, Unavailable};
+use crate::stream::seam::EntryId;
+use crate::stream::seam::{ServerId, StreamState, Unavailable};
 
 fn unavailable(e: Error) -> Unavailable {
     Unavailable(e.details().to_owned())

@@ -7,10 +7,12 @@ use bytes::BytesMut;
 use fred::prelude::*;
 use fred::types::config::{Server, ServerConfig};
 
+use super::client::RedisStream;
 use super::link::Node;
+use super::replies::reply_outcome;
 use super::resp::{self, Reply};
-use super::{RedisStream, durable, reply_outcome};
-use crate::stream::{AppendOptions, AppendOutcome, Durability, Entry, Trim};
+use super::{durable, shards};
+use crate::stream::seam::{AppendOptions, AppendOutcome, Durability, Entry, Trim};
 
 impl RedisStream {
     pub(super) async fn append_plain(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
@@ -103,7 +105,7 @@ impl RedisStream {
     async fn node_for(&self, stream: &str) -> Result<Node, String> {
         if let Some(shards) = &self.shards {
             let (server, client) = shards
-                .for_slot(durable::slot(stream))
+                .for_slot(shards::slot(stream))
                 .await
                 .ok_or_else(|| "no cluster node serves this slot yet".to_owned())?;
             if !client.is_connected() {
@@ -131,7 +133,7 @@ fn node(server: &Server, tls_name: Option<String>) -> Node {
 fn cap(trim: Option<Trim>) -> Option<(&'static [u8], String)> {
     match trim? {
         Trim::MaxLen(n) => Some((b"MAXLEN", n.to_string())),
-        Trim::MinAge(age) => Some((b"MINID", super::min_id(age))),
+        Trim::MinAge(age) => Some((b"MINID", super::replies::min_id(age))),
     }
 }
 

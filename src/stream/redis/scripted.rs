@@ -6,9 +6,11 @@ use std::ops::Range;
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::{RedisStream, durable, min_id, reply_outcome};
+use super::client::RedisStream;
+use super::replies::{min_id, reply_outcome};
+use super::{durable, shards};
 use crate::stream::script::{self, marker_key};
-use crate::stream::{AppendOptions, AppendOutcome, Entry, Trim};
+use crate::stream::seam::{AppendOptions, AppendOutcome, Entry, Trim};
 
 impl RedisStream {
     pub(super) async fn append_scripted(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {
@@ -28,7 +30,7 @@ impl RedisStream {
                     call.extend(args);
                     // EVALSHA sha numkeys key…: routed by the first key (the stream).
                     let command = CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false);
-                    let slot = durable::slot(&entries[range.start].stream);
+                    let slot = shards::slot(&entries[range.start].stream);
                     calls.push(durable::Call { range, command, args: call, slot });
                 }
                 Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.clone()))),
@@ -44,7 +46,7 @@ impl RedisStream {
                     forgotten = true;
                     vec![AppendOutcome::Unavailable("redis forgot the append script; reloading".into()); range.len()]
                 }
-                Err(e) => vec![super::outcome(Err(e)); range.len()],
+                Err(e) => vec![super::replies::outcome(Err(e)); range.len()],
             };
             for (i, outcome) in range.zip(results) {
                 outcomes[i] = Some(durable::gated(outcome, &sent.gate));

@@ -35,6 +35,11 @@ struct State {
     clients: HashMap<Server, Client>,
 }
 
+/// The slot a stream key hashes to (routing of its appends, and of its node's gate).
+pub(super) fn slot(key: &str) -> u16 {
+    fred::util::redis_keyslot(key.as_bytes())
+}
+
 impl Shards {
     /// For a cluster config; `None` for a standalone or sentinel one.
     pub fn new(config: &Config, command_timeout: Duration) -> Option<Self> {
@@ -89,7 +94,7 @@ impl Shards {
 
     /// The primary serving `key` by the current slot map.
     pub fn server_of(&self, key: &str) -> Option<Server> {
-        let slot = super::durable::slot(key);
+        let slot = slot(key);
         self.state.lock().expect("shards lock").routing.get_server(slot).cloned()
     }
 
@@ -151,7 +156,7 @@ impl Shards {
             server.tls_server_name = Some(name.into());
         }
         config.server = ServerConfig::Centralized { server };
-        let client = super::build(config, self.command_timeout)?;
+        let client = super::build::build(config, self.command_timeout)?;
         client.connect();
         Ok(client)
     }

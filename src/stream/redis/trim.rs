@@ -4,34 +4,9 @@
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use super::RedisStream;
-use crate::stream::Unavailable;
+use super::client::RedisStream;
 use crate::stream::read::text;
-
-/// A stream entry id, ordered as Redis orders them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct EntryId(pub u64, pub u64);
-
-impl EntryId {
-    pub fn parse(id: &str) -> Option<Self> {
-        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-        Some(EntryId(ms.parse().ok()?, seq.parse().ok()?))
-    }
-
-    /// The id right after this one.
-    pub fn next(self) -> Self {
-        match self.1.checked_add(1) {
-            Some(seq) => EntryId(self.0, seq),
-            None => EntryId(self.0 + 1, 0),
-        }
-    }
-}
-
-impl std::fmt::Display for EntryId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.0, self.1)
-    }
-}
+use crate::stream::seam::{EntryId, Unavailable};
 
 /// What one group still needs, from XINFO GROUPS and XPENDING.
 pub fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> EntryId {

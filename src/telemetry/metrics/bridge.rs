@@ -2,7 +2,7 @@
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::Reg;
+use super::registry::Reg;
 use crate::poison::reason;
 use crate::store::OutageKind;
 

@@ -4,7 +4,7 @@ use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
-use super::Reg;
+use super::registry::Reg;
 
 /// Metric families shared by all relays of a process.
 #[derive(Clone)]

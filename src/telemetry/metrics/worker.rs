@@ -5,7 +5,7 @@
 
 use prometheus::{Gauge, GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::Reg;
+use super::registry::Reg;
 use crate::store::OutageKind;
 
 const HANDLER_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];

@@ -1,0 +1,118 @@
+//! `[database]` and `[redis]`: where handoff connects, and how securely.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::secret::Secret;
+use super::tls::{TlsConfig, TlsMode};
+
+/// `[database]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// Connection URL, e.g. `postgres://user:pass@host:5432/db`. Secret: prefer the environment
+    /// (`HANDOFF_DATABASE__URL`) or `url_file`. Exactly one of `url` / `url_file` is required.
+    pub url: Option<Secret>,
+    /// File holding the URL (a mounted Kubernetes secret); surrounding whitespace is ignored.
+    pub url_file: Option<PathBuf>,
+    /// Connections in the pool. Default: 8.
+    #[serde(default = "defaults::pool_size")]
+    pub pool_size: usize,
+    /// Timeout for opening a connection and for waiting on the pool. Default: "5s".
+    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// TLS. The URL's own words (`sslmode`, `sslrootcert`, `sslcert`, `sslkey` for Postgres;
+    /// `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` for MySQL) are read into this table; where both
+    /// say something they must agree. Default mode: `verify-full` when a CA is given, else
+    /// `prefer` on Postgres (libpq's default) and `disable` on MySQL.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+impl DatabaseConfig {
+    /// The TLS mode in force (after the URL's words were merged in at load).
+    pub fn tls_mode(&self) -> TlsMode {
+        let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);
+        self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
+    }
+}
+
+/// `[redis]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://`, `redis-cluster://host:port?node=…` or
+    /// `redis-sentinel://host:port/db?sentinelServiceName=…`. Secret like the database URL
+    /// (`HANDOFF_REDIS__URL`, `url_file`). Default: `redis://127.0.0.1:6379`.
+    pub url: Option<Secret>,
+    /// File holding the URL.
+    pub url_file: Option<PathBuf>,
+    /// A command that gets no reply within this time fails and is treated as an outage. Default: "5s".
+    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    pub command_timeout: Duration,
+    /// TLS for `rediss://`, `rediss-cluster://`, `rediss-sentinel://` URLs. Default mode:
+    /// `verify-full` against the system roots (or `ca_file`); cluster nodes and a sentinel's
+    /// primary, found by IP address, are verified against the host name of the URL.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+impl RedisConfig {
+    /// The TLS mode in force: the scheme decides whether TLS is on.
+    pub fn tls_mode(&self) -> TlsMode {
+        if self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose())) {
+            self.tls.mode_or(TlsMode::VerifyFull)
+        } else {
+            TlsMode::Disable
+        }
+    }
+}
+
+/// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (and fred's `valkeys` spellings).
+pub fn redis_scheme_is_tls(url: &str) -> bool {
+    let scheme = url.trim_start().split("://").next().unwrap_or_default().to_ascii_lowercase();
+    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self { url: None, url_file: None, command_timeout: defaults::five_seconds(), tls: TlsConfig::default() }
+    }
+}
+
+/// The dialect a `database.url` names, by its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Mysql,
+}
+
+impl Dialect {
+    pub fn of(url: &str) -> Option<Self> {
+        match url.split("://").next().unwrap_or_default() {
+            "postgres" | "postgresql" => Some(Dialect::Postgres),
+            "mysql" | "mariadb" => Some(Dialect::Mysql),
+            _ => None,
+        }
+    }
+
+    pub fn placeholder(self) -> crate::sql::params::Placeholder {
+        match self {
+            Dialect::Postgres => crate::sql::params::Placeholder::Numbered,
+            Dialect::Mysql => crate::sql::params::Placeholder::Positional,
+        }
+    }
+}
+
+mod defaults {
+    use std::time::Duration;
+
+    pub fn pool_size() -> usize {
+        8
+    }
+    pub fn five_seconds() -> Duration {
+        Duration::from_secs(5)
+    }
+}

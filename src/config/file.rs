@@ -1,0 +1,58 @@
+//! The whole configuration file, `[shutdown]`, and the sections each component reads.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::bridge::BridgeConfig;
+use super::connections::{DatabaseConfig, RedisConfig};
+use super::relay::RelayConfig;
+use super::telemetry::TelemetryConfig;
+use super::worker::WorkerConfig;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The SQL database handoff reads and settles rows in (the owner's, for a relay).
+    pub database: DatabaseConfig,
+    /// The Redis deployment that carries the streams.
+    #[serde(default)]
+    pub redis: RedisConfig,
+    /// Metrics, health endpoints and logs.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// How SIGTERM / SIGINT drain the process.
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+    /// Outbox relays: each moves one table's rows to Redis Streams.
+    #[serde(default, rename = "relay")]
+    pub relays: Vec<RelayConfig>,
+    /// Inbox bridges: each reads streams into a consumer's inbox table.
+    #[serde(default, rename = "bridge")]
+    pub bridges: Vec<BridgeConfig>,
+    /// Inbox workers: each applies handlers to a consumer's inbox rows.
+    #[serde(default, rename = "worker")]
+    pub workers: Vec<WorkerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// After SIGTERM, in-flight batches get this long to finish or be released before the process
+    /// exits. Keep it below the orchestrator's kill timeout. Default: "20s".
+    #[serde(default = "defaults::grace_period", with = "humantime_serde")]
+    pub grace_period: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { grace_period: defaults::grace_period() }
+    }
+}
+
+mod defaults {
+    pub fn grace_period() -> std::time::Duration {
+        std::time::Duration::from_secs(20)
+    }
+}

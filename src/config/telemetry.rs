@@ -1,0 +1,148 @@
+//! `[telemetry]`: the HTTP listener (metrics and probes), logs and traces.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::secret::Secret;
+use super::tls::TlsConfig;
+
+/// `[telemetry]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Address of the HTTP listener for `/metrics`, `/healthz`, `/readyz`. Default: "127.0.0.1:9464".
+    #[serde(default = "defaults::listen")]
+    pub listen: SocketAddr,
+    /// `text` (human-readable) or `json` (one object per line, for containers). Default: "text".
+    #[serde(default)]
+    pub log_format: LogFormat,
+    /// Log filter in `RUST_LOG` syntax. Default: "info".
+    #[serde(default = "defaults::log_level")]
+    pub log_level: String,
+    /// How often gauges that need a query (pending rows, oldest age, dead rows) are sampled. Default: "15s".
+    #[serde(default = "defaults::sample_interval", with = "humantime_serde")]
+    pub sample_interval: Duration,
+    /// A client must send a request's headers within this time, or the listener closes its
+    /// connection (a slow client cannot hold it). Default: "5s".
+    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections open at once. A new one beyond it closes the connection that has been
+    /// open longest without a request in progress (an idle scraper, a client still sending
+    /// its headers), so the kubelet's probes are answered whatever else is connected.
+    /// Default: 32.
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
+    /// Serve the listener over TLS (`[telemetry.tls]`: `cert_file`, `key_file`, optionally
+    /// `client_ca_file` to require client certificates). Default: plain HTTP.
+    pub tls: Option<ListenerTls>,
+    /// Credentials `/metrics` asks for (`[telemetry.auth]`); the probes never do (the kubelet
+    /// would need them). Default: none.
+    pub auth: Option<MetricsAuth>,
+    /// OpenTelemetry traces over OTLP/HTTP (`[telemetry.tracing]`). Default: off.
+    pub tracing: Option<TracingConfig>,
+}
+
+/// `[telemetry.tls]`: the listener's own certificate, as Prometheus exporters take it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// PEM certificate (chain) the listener presents. Required.
+    pub cert_file: std::path::PathBuf,
+    /// PEM private key of `cert_file`. Required.
+    pub key_file: std::path::PathBuf,
+    /// PEM CA certificate(s): when set, clients must present a certificate it signed.
+    pub client_ca_file: Option<std::path::PathBuf>,
+}
+
+/// `[telemetry.auth]`: what a scrape of `/metrics` must carry, from mounted secret files.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsAuth {
+    /// A file holding the bearer token (`Authorization: Bearer <token>`).
+    pub bearer_token_file: Option<std::path::PathBuf>,
+    /// Basic authentication: the user name, with `basic_password_file`.
+    pub basic_user: Option<String>,
+    /// A file holding the basic-authentication password.
+    pub basic_password_file: Option<std::path::PathBuf>,
+    /// Read from the files when the configuration loads.
+    #[serde(skip)]
+    pub bearer_token: Option<Secret>,
+    #[serde(skip)]
+    pub basic_password: Option<Secret>,
+}
+
+/// `[telemetry.tracing]`: spans for each event's way through handoff, exported over OTLP/HTTP
+/// (JSON). Unset keys follow the standard `OTEL_*` variables, then the defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// Where spans go: the collector's OTLP/HTTP traces URL. Default: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+    /// else `OTEL_EXPORTER_OTLP_ENDPOINT` + "/v1/traces", else "http://localhost:4318/v1/traces".
+    pub endpoint: Option<String>,
+    /// Request headers (e.g. an API key), added to `OTEL_EXPORTER_OTLP_HEADERS`. Default: none.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Fraction of new traces sampled (a producer's sampled flag is followed). Default:
+    /// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, else every trace.
+    pub sample_ratio: Option<f64>,
+    /// `service.name` of the spans. Default: `OTEL_SERVICE_NAME`, else "handoff".
+    pub service_name: Option<String>,
+    /// How long one export may take. Default: "10s".
+    #[serde(default = "defaults::ten_seconds", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// TLS for an `https://` endpoint. Default: verify-full against the system roots.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[shutdown]`
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::listen(),
+            log_format: LogFormat::default(),
+            log_level: defaults::log_level(),
+            sample_interval: defaults::sample_interval(),
+            header_read_timeout: defaults::five_seconds(),
+            max_connections: defaults::max_connections(),
+            tls: None,
+            auth: None,
+            tracing: None,
+        }
+    }
+}
+
+mod defaults {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    pub fn ten_seconds() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn five_seconds() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub fn listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9464))
+    }
+    pub fn log_level() -> String {
+        "info".into()
+    }
+    pub fn max_connections() -> usize {
+        32
+    }
+    pub fn sample_interval() -> Duration {
+        Duration::from_secs(15)
+    }
+}

@@ -1,0 +1,116 @@
+//! The broker-loss watch: when to look for appends the broker lost (a restart, a failover, a
+//! reconnect, counters going backwards), and what to do with what the look-up finds.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::Relay;
+use super::loss::{self, StreamReport};
+use crate::store::outbox::OutboxStore;
+use crate::stream::{EventStream, ServerId};
+
+impl<S: OutboxStore, P: EventStream> Relay<S, P> {
+    /// Runs until `shutdown`: every `check_interval` (and at each reconnect) looks for signs of
+    /// lost appends and verifies the recent window after one. The first check after startup
+    /// verifies `lookback`, in case the broker lost data while this relay was not running.
+    pub async fn watch_broker(&self, shutdown: CancellationToken) {
+        let config = self.config.broker_loss.clone();
+        if !config.enabled {
+            return;
+        }
+        let mut servers: Option<Vec<ServerId>> = None;
+        let mut clean_at = Instant::now();
+        let mut reason = Some("startup".to_owned());
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(config.check_interval) => {}
+                _ = self.deps.stream.reconnected() => { reason.get_or_insert_with(|| "reconnected to redis".into()); }
+                _ = shutdown.cancelled() => return,
+            }
+            let checked_at = Instant::now();
+            match self.deps.stream.servers().await {
+                Ok(now) => {
+                    if servers.as_ref().is_some_and(|before| *before != now) {
+                        reason = Some("a redis server restarted or failed over".into());
+                    }
+                    servers = Some(now);
+                }
+                Err(e) => {
+                    debug!(error = %e, "broker check skipped: redis unreachable");
+                    continue;
+                }
+            }
+            if self.loss.take_suspect() {
+                reason.get_or_insert_with(|| "redis was unavailable".into());
+            }
+            let window_floor = self.look_at_streams(&mut reason).await;
+            let Some(why) = reason.take() else {
+                clean_at = checked_at;
+                continue;
+            };
+            let mut window = clean_at.elapsed() + config.lookback;
+            if let Some(needed_ms) = window_floor {
+                // Entry ids carry the broker's clock, compared with this process's: only a window
+                // size, and `lookback` covers a skew of that much.
+                window = window.max(Duration::from_millis(loss::unix_ms().saturating_sub(needed_ms)) + config.lookback);
+            }
+            let window = window.min(config.max_window);
+            debug!(relay = %self.config.name, reason = %why, window_s = window.as_secs_f64(), "verifying recent deliveries");
+            match self.verify(window, config.repair).await {
+                Ok(_) => clean_at = checked_at,
+                Err(e) => {
+                    warn!(relay = %self.config.name, error = %e, "broker-loss verification failed; trying again");
+                    reason = Some(why);
+                }
+            }
+        }
+    }
+
+    /// Compares each stream's counters with what was seen before; notes a reason when one went
+    /// backwards or vanished. Returns the oldest time (ms) an entry some consumer group still
+    /// needed was appended, over all streams, as it was before this check.
+    async fn look_at_streams(&self, reason: &mut Option<String>) -> Option<u64> {
+        let within = self.config.broker_loss.max_window;
+        let mut oldest_needed: Option<u64> = None;
+        for stream in self.loss.streams(within) {
+            let Ok(state) = self.deps.stream.stream_state(&stream).await else { continue };
+            let floor = self.deps.stream.acknowledged_floor(&stream).await.ok().flatten();
+            if let Some(needed) = self.loss.observe(&stream, &state, floor, reason) {
+                oldest_needed = Some(oldest_needed.map_or(needed, |o| o.min(needed)));
+            }
+        }
+        oldest_needed
+    }
+
+    /// Verifies the rows delivered within `window` (see [`verify`]), counting and logging what
+    /// is missing.
+    pub async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, String> {
+        let metrics = &self.deps.metrics;
+        let page = self.config.broker_loss.page_rows;
+        let Some(reports) = loss::verify(&self.deps.store, &self.deps.stream, window, repair, page).await? else {
+            warn!(relay = %self.config.name, "signs of broker data loss, but delivered rows are not kept (settle = \"delete\" or no delivered_since statement): lost entries cannot be found or re-driven");
+            return Ok(Vec::new());
+        };
+        for report in reports.iter().filter(|r| r.missing > 0) {
+            metrics.loss_events.inc();
+            metrics.lost_entries.inc_by(report.missing as u64);
+            metrics.redriven.inc_by(report.redriven);
+            warn!(
+                relay = %self.config.name,
+                stream = %report.stream,
+                missing = report.missing,
+                first = report.first_missing.as_deref().unwrap_or(""),
+                last = report.last_missing.as_deref().unwrap_or(""),
+                redriven = report.redriven,
+                "BROKER DATA LOSS: entries redis had acknowledged are gone from the stream"
+            );
+        }
+        if reports.iter().all(|r| r.missing == 0) {
+            let rows: usize = reports.iter().map(|r| r.checked).sum();
+            info!(relay = %self.config.name, rows, "verified recent deliveries: every entry is in its stream");
+        }
+        Ok(reports)
+    }
+}
