@@ -32,7 +32,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             config.telemetry.listen,
             if limits.auth.is_some() { "asks for credentials" } else { "open" }
         )),
-        Err(e) => problems.push(e),
+        Err(e) => problems.push(e.to_string()),
     }
     match RedisStream::connect(&config.redis).await {
         Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
@@ -42,7 +42,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                 for relay in &config.relays {
                     match stream.check_gate(relay).await {
                         Ok(Ok(())) => {}
-                        Ok(Err(e)) => problems.push(e),
+                        Ok(Err(e)) => problems.push(e.to_string()),
                         Err(e) => problems.push(format!("redis: {e}")),
                     }
                 }
@@ -65,7 +65,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     match db.probe().await {
         Ok(()) => match database_tls(config, &db).await {
             Ok(line) => ok.push(format!("database: reachable, {line}")),
-            Err(e) => problems.push(format!("database: {e}")),
+            Err(e) => problems.push(format!("database: {e:#}")),
         },
         Err(e) => {
             problems.push(format!("database: {}", tls::explain("database.tls", &crate::error::error_chain(&e))));
@@ -77,7 +77,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(line) => ok.push(format!("{path}: {line}")),
             Err(e) => {
                 let shown = crate::config::secret::redacted_url(&url);
-                problems.push(format!("{path}: {shown}: {}", tls::explain(&format!("{path}.tls"), &e)))
+                problems.push(format!("{path}: {shown}: {}", tls::explain(&format!("{path}.tls"), &format!("{e:#}"))))
             }
         }
     }
@@ -91,7 +91,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                     let (claim, chosen) = relay.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
                 }
-                Err(e) => problems.push(e),
+                Err(e) => problems.push(e.to_string()),
             },
         }
     }
@@ -102,7 +102,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         }
         let checked = match Takeover::new(&db, bridge) {
             Ok(store) => store.check().await,
-            Err(e) => Err(PrepareError::Invalid(vec![e])),
+            Err(e) => Err(PrepareError::Invalid(vec![e.to_string()])),
         };
         match checked {
             Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
@@ -115,7 +115,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     for worker in &config.workers {
         let checked = match Inbox::new(&db, worker, Faults::default()) {
             Ok(store) => check_worker(worker, store).await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         match checked {
             Ok(()) => {
@@ -123,13 +123,13 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                 let (claim, chosen) = worker.claim_choice();
                 ok.push(format!("worker `{}`: claim = \"{claim}\" ({chosen})", worker.name));
             }
-            Err(e) => problems.push(e),
+            Err(e) => problems.push(format!("{e:#}")),
         }
     }
     if problems.is_empty() { Ok(ok) } else { Err(problems) }
 }
 
-async fn check_worker(worker: &WorkerConfig, store: Inbox) -> Result<(), String> {
+async fn check_worker(worker: &WorkerConfig, store: Inbox) -> anyhow::Result<()> {
     let style = store.placeholder();
     let deps = WorkerDeps {
         store,
@@ -141,23 +141,23 @@ async fn check_worker(worker: &WorkerConfig, store: Inbox) -> Result<(), String>
     let built = Worker::new(worker.clone(), style, deps)?;
     // Every statement's message names its worker already; an unreachable database does not.
     built.check_statements(&built.handler_sql()).await.map_err(|e| match e {
-        PrepareError::Invalid(found) => found.join("\n"),
-        other => format!("worker `{}`: {other}", worker.name),
+        PrepareError::Invalid(found) => anyhow::anyhow!(found.join("\n")),
+        other => anyhow::anyhow!("worker `{}`: {other}", worker.name),
     })
 }
 
 /// What the database connection negotiated, as the server reports it, and what was verified.
-async fn database_tls(config: &Config, db: &Database) -> Result<String, String> {
+async fn database_tls(config: &Config, db: &Database) -> anyhow::Result<String> {
     let mode = config.database.tls_mode();
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let host = tls::host_port(url).map(|(h, _)| h).unwrap_or_default();
-    match db.tls_session().await.map_err(|e| crate::error::error_chain(&e))? {
+    match db.tls_session().await? {
         Some((version, cipher)) => Ok(format!("{version} {cipher}, {}", tls::summary(&host, mode).0)),
         None if mode == TlsMode::Prefer => {
             Ok(format!("NOT encrypted: tls mode prefer and the server `{host}` offers no TLS"))
         }
         None if mode == TlsMode::Disable => Ok(format!("not encrypted (tls mode disable, server `{host}`)")),
-        None => Err(format!("tls mode {} asked for TLS but the connection is not encrypted", mode.name())),
+        None => anyhow::bail!("tls mode {} asked for TLS but the connection is not encrypted", mode.name()),
     }
 }
 
@@ -169,13 +169,14 @@ async fn redis_tls(config: &Config) -> String {
     if mode == TlsMode::Disable {
         return format!("not encrypted (redis://, server `{host}`)");
     }
-    let session = match tls::client_config("redis.tls", mode, &config.redis.tls) {
-        Ok(client) => tls::probe(&host, port.unwrap_or(6379), Arc::new(client), config.redis.command_timeout).await,
-        Err(e) => Err(e),
+    let session = async {
+        let client = tls::client_config("redis.tls", mode, &config.redis.tls)?;
+        let timeout = config.redis.command_timeout;
+        anyhow::Ok(tls::probe(&host, port.unwrap_or(6379), Arc::new(client), timeout).await?)
     };
-    match session {
+    match session.await {
         Ok(s) => format!("{} {}, {}", s.version, s.cipher, tls::summary(&host, mode).0),
-        Err(e) => format!("TLS handshake with `{host}` failed: {}", tls::explain("redis.tls", &e)),
+        Err(e) => format!("TLS handshake with `{host}` failed: {}", tls::explain("redis.tls", &format!("{e:#}"))),
     }
 }
 
@@ -193,9 +194,9 @@ fn https_handlers(config: &Config) -> Vec<(String, String, crate::config::TlsCon
 }
 
 /// A TLS handshake with an HTTPS handler's host, as the handler makes it.
-async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig) -> Result<String, String> {
+async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig) -> anyhow::Result<String> {
     let mode = tls_config.mode_or(TlsMode::VerifyFull);
-    let (host, port) = tls::host_port(url).ok_or("no host in the url")?;
+    let (host, port) = tls::host_port(url).ok_or_else(|| anyhow::anyhow!("no host in the url"))?;
     let client = tls::client_config(&format!("{path}.tls"), mode, tls_config)?;
     let session = tls::probe(&host, port.unwrap_or(443), Arc::new(client), std::time::Duration::from_secs(5)).await?;
     Ok(format!("{} {}, {}", session.version, session.cipher, tls::summary(&host, mode).0))

@@ -260,7 +260,7 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     let rows = match ops::dead::run(config, &db, &filter, kind, args.dry_run).await {
         Ok(rows) => rows,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::error::error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
@@ -302,7 +302,7 @@ async fn verify(
     let reports = match ops::verify::run(config, relay, since, repair).await {
         Ok(reports) => reports,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::error::error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
@@ -358,11 +358,11 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     let rows = match result {
         Ok(rows) => rows,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::error::error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
-    let failed = rows.iter().filter(|r| matches!(r.appended, Some(Err(_)))).count();
+    let failed = rows.iter().filter(|r| matches!(r.appended, Some(ops::poison::Reappended::Failed(_)))).count();
     let verb = match (retry, args.dry_run) {
         (false, _) => "poison",
         (true, true) => "would re-append",
@@ -374,8 +374,8 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     } else {
         for r in &rows {
             let outcome = match &r.appended {
-                Some(Ok(id)) => format!(" -> {id}"),
-                Some(Err(e)) => format!(" NOT re-appended: {e}"),
+                Some(ops::poison::Reappended::Entry(id)) => format!(" -> {id}"),
+                Some(ops::poison::Reappended::Failed(e)) => format!(" NOT re-appended: {e}"),
                 None => String::new(),
             };
             println!(

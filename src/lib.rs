@@ -10,7 +10,7 @@ pub mod config;
 pub mod error;
 pub mod fault;
 pub mod ops;
-pub mod poison;
+pub mod reasons;
 pub mod relay;
 pub mod runtime;
 pub mod sql;

@@ -17,7 +17,7 @@ use crate::runtime::backoff::Retrier;
 use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
-use crate::store::{Database, PrepareError};
+use crate::store::{Database, PrepareError, StatementError};
 use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
@@ -110,7 +110,7 @@ fn spawn_bridge(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
-    store: impl Fn() -> Result<Takeover, String>,
+    store: impl Fn() -> Result<Takeover, StatementError>,
     stream: &RedisStream,
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {

@@ -11,7 +11,7 @@ use super::validate::Verdict;
 use super::{Committed, Sorted, StreamBridge};
 use crate::error::error_chain;
 use crate::fault::Point;
-use crate::poison::reason;
+use crate::reasons::PoisonReason;
 use crate::runtime::outage::{Failed, retry_through};
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
@@ -180,7 +180,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
             stream: self.source.key.clone(),
             entry_id: entry.id.clone(),
             event_id: self.validator.event_id_of(entry),
-            reason: reason::DELIVERY_LIMIT,
+            reason: PoisonReason::DeliveryLimit,
             detail: format!(
                 "redelivered {deliveries} times after reaching the inbox, each time without a verdict (the bridge died handling it?); limit {}",
                 self.config.max_deliveries
@@ -245,7 +245,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
                     stream: event.stream.clone(),
                     entry_id: event.entry_id.clone(),
                     event_id: Some(event.event_id.clone()),
-                    reason: reason::REJECTED_BY_DATABASE,
+                    reason: PoisonReason::RejectedByDatabase,
                     detail: error_chain(&e).replace('\0', "\\0"),
                     fields: entries
                         .iter()
@@ -286,12 +286,12 @@ impl<S: TakeoverStore> StreamBridge<S> {
                 TakenOver::Duplicate => m.duplicates.inc(),
                 TakenOver::Conflict => {
                     m.conflicts.inc();
-                    m.poison(reason::PAYLOAD_CONFLICT);
+                    m.poison(PoisonReason::PayloadConflict);
                 }
             }
         }
         for record in poison {
-            if record.reason == reason::PAYLOAD_CONFLICT {
+            if record.reason == PoisonReason::PayloadConflict {
                 m.conflicts.inc();
             }
             m.poison(record.reason);

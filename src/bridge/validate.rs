@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
-use crate::poison::reason;
+use crate::reasons::PoisonReason;
 use crate::store::takeover::{InboxEvent, PoisonRecord, Text};
 use crate::stream::read::RawEntry;
 
@@ -25,15 +25,27 @@ pub struct Validator {
     schemas: HashMap<String, jsonschema::Validator>,
 }
 
-struct Refusal(&'static str, String);
+struct Refusal(PoisonReason, String);
+
+/// A JSON Schema that cannot be used, naming the event type and the file.
+#[derive(Debug, thiserror::Error)]
+#[error("validate.schemas.{event_type} ({}): {detail}", file.display())]
+pub struct SchemaError {
+    pub event_type: String,
+    pub file: std::path::PathBuf,
+    pub detail: String,
+}
 
 impl Validator {
     /// Loads the JSON Schemas; names the event type and file of any that cannot be used.
-    pub fn new(config: &ValidateConfig, names: &EnvelopeNames) -> Result<Self, String> {
+    pub fn new(config: &ValidateConfig, names: &EnvelopeNames) -> Result<Self, SchemaError> {
         let mut schemas = HashMap::new();
         for (event_type, path) in &config.schemas {
-            let context =
-                |e: &dyn std::fmt::Display| format!("validate.schemas.{event_type} ({}): {e}", path.display());
+            let context = |e: &dyn std::fmt::Display| SchemaError {
+                event_type: event_type.clone(),
+                file: path.clone(),
+                detail: e.to_string(),
+            };
             let text = std::fs::read_to_string(path).map_err(|e| context(&e))?;
             let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| context(&e))?;
             let validator = jsonschema::validator_for(&schema).map_err(|e| context(&e))?;
@@ -67,7 +79,7 @@ impl Validator {
 
     fn event(&self, source: &StreamSource, entry: &RawEntry) -> Result<InboxEvent, Refusal> {
         if entry.fields.is_none() {
-            return Err(Refusal(reason::DELETED, "the entry was deleted from the stream while pending".into()));
+            return Err(Refusal(PoisonReason::Deleted, "the entry was deleted from the stream while pending".into()));
         }
         let names = &self.names;
         let event_id = required(entry, &names.event_id)?;
@@ -75,31 +87,34 @@ impl Validator {
         let event_type = required(entry, &names.event_type)?;
         let ignored = !self.type_allowed(&event_type);
         if ignored && self.config.unknown_types == UnknownTypes::Poison {
-            return Err(Refusal(reason::UNKNOWN_EVENT_TYPE, format!("event type `{event_type}` is not accepted")));
+            return Err(Refusal(PoisonReason::UnknownEventType, format!("event type `{event_type}` is not accepted")));
         }
         let owner = optional(entry, &names.owner)?;
         if let Some(expected) = &source.owner
             && owner.as_deref() != Some(expected.as_str())
         {
             let got = owner.as_deref().unwrap_or("(none)");
-            return Err(Refusal(reason::OWNER_MISMATCH, format!("owner is `{got}`, stream expects `{expected}`")));
+            return Err(Refusal(PoisonReason::OwnerMismatch, format!("owner is `{got}`, stream expects `{expected}`")));
         }
         // The size first: an oversized payload is refused before anything reads it.
         if let Some(raw) = entry.field(&names.payload)
             && raw.len() > self.config.payload_max_bytes
         {
             let detail = format!("payload is {} bytes, more than {}", raw.len(), self.config.payload_max_bytes);
-            return Err(Refusal(reason::PAYLOAD_TOO_LARGE, detail));
+            return Err(Refusal(PoisonReason::PayloadTooLarge, detail));
         }
         let payload_text = text_field(entry, &names.payload)?
-            .ok_or_else(|| Refusal(reason::MISSING_FIELD, format!("field `{}` is missing", names.payload)))?;
+            .ok_or_else(|| Refusal(PoisonReason::MissingField, format!("field `{}` is missing", names.payload)))?;
         let payload = self.check_payload(&event_id, &event_type, payload_text.as_str())?;
         let headers = match text_field(entry, &names.headers)? {
             None => Text::from_static("{}"),
             Some(text) => match serde_json::from_str::<serde_json::Value>(text.as_str()) {
                 Ok(serde_json::Value::Object(_)) if !text.as_str().contains("\\u0000") => text,
                 _ => {
-                    return Err(Refusal(reason::INVALID_HEADERS, format!("{} is not a JSON object", names.headers)));
+                    return Err(Refusal(
+                        PoisonReason::InvalidHeaders,
+                        format!("{} is not a JSON object", names.headers),
+                    ));
                 }
             },
         };
@@ -132,10 +147,10 @@ impl Validator {
                 continue;
             }
             let Ok(key) = std::str::from_utf8(name) else {
-                return Err(Refusal(reason::NOT_UTF8, "a field name is not UTF-8".into()));
+                return Err(Refusal(PoisonReason::NotUtf8, "a field name is not UTF-8".into()));
             };
             if key.contains('\0') {
-                return Err(Refusal(reason::NUL_BYTE, "a field name contains a NUL byte".into()));
+                return Err(Refusal(PoisonReason::NulByte, "a field name contains a NUL byte".into()));
             }
             if !extras.contains_key(key)
                 && let Some(value) = text_field(entry, key)?
@@ -151,7 +166,7 @@ impl Validator {
     }
 
     fn check_event_id(&self, id: &str) -> Result<(), Refusal> {
-        let bad = |why: &str| Err(Refusal(reason::INVALID_EVENT_ID, format!("event_id {why}")));
+        let bad = |why: &str| Err(Refusal(PoisonReason::InvalidEventId, format!("event_id {why}")));
         if id.is_empty() {
             return bad("is empty");
         }
@@ -173,30 +188,33 @@ impl Validator {
 
     fn check_payload(&self, event_id: &str, event_type: &str, text: &str) -> Result<serde_json::Value, Refusal> {
         let payload: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Refusal(reason::INVALID_PAYLOAD, format!("payload is not JSON: {e}")))?;
+            .map_err(|e| Refusal(PoisonReason::InvalidPayload, format!("payload is not JSON: {e}")))?;
         if text.contains("\\u0000") {
-            return Err(Refusal(reason::INVALID_PAYLOAD, "payload contains \\u0000, which jsonb cannot store".into()));
+            return Err(Refusal(
+                PoisonReason::InvalidPayload,
+                "payload contains \\u0000, which jsonb cannot store".into(),
+            ));
         }
         if !payload.is_object() {
-            return Err(Refusal(reason::INVALID_PAYLOAD, "payload is not a JSON object".into()));
+            return Err(Refusal(PoisonReason::InvalidPayload, "payload is not a JSON object".into()));
         }
         if let Some(field) = &self.config.payload_id_field
             && payload.get(field).and_then(|v| v.as_str()) != Some(event_id)
         {
-            return Err(Refusal(reason::ID_MISMATCH, format!("payload.{field} does not equal event_id")));
+            return Err(Refusal(PoisonReason::IdMismatch, format!("payload.{field} does not equal event_id")));
         }
         if let Some(schema) = self.schemas.get(event_type)
             && let Err(error) = schema.validate(&payload)
         {
             let detail = format!("payload violates the schema at `{}`: {error}", error.instance_path());
-            return Err(Refusal(reason::SCHEMA_VIOLATION, detail));
+            return Err(Refusal(PoisonReason::SchemaViolation, detail));
         }
         Ok(payload)
     }
 }
 
 fn required(entry: &RawEntry, name: &str) -> Result<String, Refusal> {
-    optional(entry, name)?.ok_or_else(|| Refusal(reason::MISSING_FIELD, format!("field `{name}` is missing")))
+    optional(entry, name)?.ok_or_else(|| Refusal(PoisonReason::MissingField, format!("field `{name}` is missing")))
 }
 
 /// A field as text; `None` when absent or when the envelope maps nothing to it (`name` empty).
@@ -214,10 +232,10 @@ fn text_field(entry: &RawEntry, name: &str) -> Result<Option<Text>, Refusal> {
         return Ok(None);
     }
     let Some(bytes) = entry.field(name) else { return Ok(None) };
-    let text =
-        Text::new(bytes.clone()).ok_or_else(|| Refusal(reason::NOT_UTF8, format!("field `{name}` is not UTF-8")))?;
+    let text = Text::new(bytes.clone())
+        .ok_or_else(|| Refusal(PoisonReason::NotUtf8, format!("field `{name}` is not UTF-8")))?;
     if text.as_bytes().contains(&0) {
-        return Err(Refusal(reason::NUL_BYTE, format!("field `{name}` contains a NUL byte")));
+        return Err(Refusal(PoisonReason::NulByte, format!("field `{name}` contains a NUL byte")));
     }
     Ok(Some(text))
 }

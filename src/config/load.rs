@@ -79,7 +79,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
                 .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e, true)).collect() })?;
             for (section, name, path, raw) in &overrides {
                 if let Err(e) = apply_named(&mut value, section, name, path, raw) {
-                    errors.push(e);
+                    errors.push(e.to_string());
                 }
             }
             if !errors.is_empty() && reported.is_empty() {
@@ -188,6 +188,19 @@ fn named_overrides(vars: impl Iterator<Item = (String, String)>) -> Vec<(String,
     .collect()
 }
 
+/// Why an environment override of a named entry cannot be applied; each names the variable.
+#[derive(Debug, thiserror::Error)]
+enum OverrideError {
+    #[error("{key}: the configuration is not a table")]
+    NotATable { key: String },
+    #[error("{key}: there is no [[{section}]] entry to override")]
+    NoSection { key: String, section: String },
+    #[error("{key}: no [[{section}]] entry is named `{name}`")]
+    NoEntry { key: String, section: String, name: String },
+    #[error("{key}: `{path}` is not a table")]
+    NotATablePath { key: String, path: String },
+}
+
 /// Sets `path` in the `[[section]]` entry called `name` (compared without case, `-` and `_`
 /// alike, as environment variable names cannot hold `-`).
 fn apply_named(
@@ -196,21 +209,23 @@ fn apply_named(
     name: &str,
     path: &[String],
     raw: &str,
-) -> Result<(), String> {
+) -> Result<(), OverrideError> {
     use figment::value::Value;
     let key = format!("{ENV_PREFIX}{}__{}__{}", section, name, path.join("__")).to_ascii_uppercase();
     let normal = |s: &str| s.to_ascii_lowercase().replace('-', "_");
-    let Value::Dict(_, root) = config else { return Err(format!("{key}: the configuration is not a table")) };
+    let Value::Dict(_, root) = config else { return Err(OverrideError::NotATable { key }) };
     let Some(Value::Array(_, entries)) = root.get_mut(section) else {
-        return Err(format!("{key}: there is no [[{section}]] entry to override"));
+        return Err(OverrideError::NoSection { key, section: section.to_owned() });
     };
     let entry = entries
         .iter_mut()
         .find(|e| e.find_ref("name").and_then(|n| n.as_str()).is_some_and(|n| normal(n) == normal(name)));
-    let Some(mut node) = entry else { return Err(format!("{key}: no [[{section}]] entry is named `{name}`")) };
+    let Some(mut node) = entry else {
+        return Err(OverrideError::NoEntry { key, section: section.to_owned(), name: name.to_owned() });
+    };
     for (i, part) in path.iter().enumerate() {
         let Value::Dict(_, table) = node else {
-            return Err(format!("{key}: `{}` is not a table", path[..i].join(".")));
+            return Err(OverrideError::NotATablePath { key, path: path[..i].join(".") });
         };
         if i + 1 == path.len() {
             let value: Value = raw.parse().unwrap_or_else(|never| match never {});
@@ -392,7 +407,7 @@ mod tests {
         assert_eq!(config.relays[1].durability.as_ref().map(|d| d.replicas), Some(2), "a table created on the way");
         assert_eq!(config.relays[0].batch_size, 500, "the other entry keeps its value");
         let mut value: figment::value::Value = Figment::from(Toml::string(toml)).extract().unwrap();
-        let unknown = apply_named(&mut value, "relay", "billing", &["batch_size".into()], "1").unwrap_err();
+        let unknown = apply_named(&mut value, "relay", "billing", &["batch_size".into()], "1").unwrap_err().to_string();
         assert!(unknown.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE") && unknown.contains("billing"), "{unknown}");
     }
 }

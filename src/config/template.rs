@@ -29,8 +29,21 @@ enum BoundPart {
     Column { index: usize, name: String },
 }
 
+/// A template that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("unclosed `{{{0}` (write {{{{ for a literal brace)")]
+    Unclosed(String),
+    #[error("`{{{0}}}` is not a column reference (write {{{{ for a literal brace)")]
+    NotAColumn(String),
+    #[error("unmatched `}}` (write }}}} for a literal brace)")]
+    Unmatched,
+    #[error("column `{0}` is not returned by the claim statement")]
+    NotReturned(String),
+}
+
 impl Template {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut chars = text.chars().peekable();
@@ -43,17 +56,17 @@ impl Template {
                 ('{', _) => {
                     let (name, closed) = read_until_close(&mut chars);
                     if !closed {
-                        return Err(format!("unclosed `{{{name}` (write {{{{ for a literal brace)"));
+                        return Err(TemplateError::Unclosed(name));
                     }
                     if !is_column_name(&name) {
-                        return Err(format!("`{{{name}}}` is not a column reference (write {{{{ for a literal brace)"));
+                        return Err(TemplateError::NotAColumn(name));
                     }
                     if !literal.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut literal)));
                     }
                     parts.push(Part::Column(name));
                 }
-                ('}', _) => return Err("unmatched `}` (write }} for a literal brace)".into()),
+                ('}', _) => return Err(TemplateError::Unmatched),
                 _ => literal.push(c),
             }
         }
@@ -80,7 +93,7 @@ impl Template {
     }
 
     /// Resolves column names to positions in `columns`; names the first missing one.
-    pub fn bind(&self, columns: &[String]) -> Result<BoundTemplate, String> {
+    pub fn bind(&self, columns: &[String]) -> Result<BoundTemplate, TemplateError> {
         let parts = self
             .parts
             .iter()
@@ -90,7 +103,7 @@ impl Template {
                     .iter()
                     .position(|c| c == name)
                     .map(|index| BoundPart::Column { index, name: name.clone() })
-                    .ok_or_else(|| format!("column `{name}` is not returned by the claim statement")),
+                    .ok_or_else(|| TemplateError::NotReturned(name.clone())),
             })
             .collect::<Result<_, _>>()?;
         Ok(BoundTemplate { parts })
@@ -171,7 +184,7 @@ mod tests {
     #[test]
     fn unknown_column_and_bad_braces_are_errors() {
         let t = Template::parse("s:{nope}").unwrap();
-        assert!(t.bind(&cols(&["id"])).unwrap_err().contains("`nope`"));
+        assert!(t.bind(&cols(&["id"])).unwrap_err().to_string().contains("`nope`"));
         assert!(Template::parse("s:{a b}").is_err());
         assert!(Template::parse("s:}").is_err());
         assert!(Template::parse("s:{open").is_err());

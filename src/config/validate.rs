@@ -9,7 +9,7 @@ use super::file::Config;
 use super::relay::RelayConfig;
 use super::template::Template;
 use super::tls::{self, TlsMode};
-use crate::sql::params::Placeholder;
+use crate::sql::params::{ParamError, Placeholder};
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::{self as outbox_contract, StatementKind};
 use crate::store::takeover::contract::{self as takeover_contract, TakeoverStatement};
@@ -165,9 +165,9 @@ pub fn validate(config: &Config) -> Vec<String> {
 
 /// A configured statement's parameters; on MySQL the claim is a script of statements, which
 /// also see `:ids` (the ids the earlier ones returned).
-fn check_statement(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
+fn check_statement(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), ParamError> {
     if style == Placeholder::Positional && kind == StatementKind::Claim {
-        let parts = crate::sql::params::split_statements(sql, style).map_err(|e| e.to_string())?;
+        let parts = crate::sql::params::split_statements(sql, style)?;
         return parts.iter().try_for_each(|part| outbox_contract::check_params(kind, part, style));
     }
     outbox_contract::check_params(kind, sql, style)

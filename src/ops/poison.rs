@@ -32,9 +32,9 @@ pub struct PoisonRow {
     pub detail: String,
     pub age_seconds: f64,
     pub redrives: i32,
-    /// `retry`: the id of the entry appended again, or why nothing was (as printed).
+    /// `retry`: the entry appended again, or why nothing was.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub appended: Option<Result<String, String>>,
+    pub appended: Option<Reappended>,
 }
 
 impl PoisonRow {
@@ -52,6 +52,16 @@ impl PoisonRow {
             appended: None,
         }
     }
+}
+
+/// What `retry` did with a record's entry.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reappended {
+    /// Appended again, as this entry id.
+    Entry(String),
+    /// Not appended, and why.
+    Failed(String),
 }
 
 /// Why a `poison` command did nothing, or stopped part-way.
@@ -132,8 +142,11 @@ pub async fn retry(
         for record in records(db, bridge, filter).await? {
             let mut row = PoisonRow::new(&bridge.name, &record);
             if let Some(stream) = &stream {
-                let appended = append(stream, &row.stream, &record.fields).await.map_err(|e| e.to_string());
-                if appended.is_ok() {
+                let appended = match append(stream, &row.stream, &record.fields).await {
+                    Ok(id) => Reappended::Entry(id),
+                    Err(e) => Reappended::Failed(e.to_string()),
+                };
+                if matches!(appended, Reappended::Entry(_)) {
                     takeover::mark_redriven(db, &bridge.poison_table, row.id)
                         .await
                         .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })?;

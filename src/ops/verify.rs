@@ -13,6 +13,21 @@ use crate::store::Database;
 use crate::store::outbox::Outbox;
 use crate::stream::redis::RedisStream;
 
+/// Why `handoff verify` could not check.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("no relay in the config matches")]
+    NoMatch,
+    #[error(transparent)]
+    Database(#[from] crate::store::error::ConnectError),
+    #[error(transparent)]
+    Redis(#[from] crate::stream::redis::ConnectError),
+    #[error(transparent)]
+    Statements(#[from] crate::store::PrepareError),
+    #[error(transparent)]
+    Check(#[from] loss::LossCheckError),
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct RelayReport {
     pub relay: String,
@@ -26,16 +41,16 @@ pub async fn run(
     relay: Option<&str>,
     since: Duration,
     repair: bool,
-) -> Result<Vec<RelayReport>, String> {
+) -> Result<Vec<RelayReport>, VerifyError> {
     let relays: Vec<&RelayConfig> = config.relays.iter().filter(|r| relay.is_none_or(|n| n == r.name)).collect();
     if relays.is_empty() {
-        return Err("no relay in the config matches".into());
+        return Err(VerifyError::NoMatch);
     }
-    let db = Database::connect(&config.database, "handoff-verify").map_err(|e| format!("{e:#}"))?;
-    let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| e.to_string())?;
+    let db = Database::connect(&config.database, "handoff-verify")?;
+    let (stream, _) = RedisStream::connect(&config.redis).await?;
     let mut reports = Vec::new();
     for relay in relays {
-        let store = Outbox::prepare(&db, relay).await.map_err(|e| e.to_string())?;
+        let store = Outbox::prepare(&db, relay).await?;
         let found = loss::verify(&store, &stream, since, repair, relay.broker_loss.page_rows).await?;
         let note = found.is_none().then(|| {
             "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()

@@ -8,10 +8,10 @@ use bytes::Bytes;
 
 use crate::config::RelayConfig;
 use crate::config::template::{BoundTemplate, Template};
+use crate::reasons::DeadReason;
 use crate::store::outbox::ClaimedRow;
 use crate::store::outbox::contract::ENTRY_COLUMNS;
 use crate::stream::Entry;
-use crate::telemetry::metrics::DeadReason;
 
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {
@@ -53,6 +53,15 @@ enum Layout {
     Envelope(Vec<(Bytes, EnvelopeField)>),
 }
 
+/// A relay template that does not fit its claim statement, naming the relay and the key.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("relay `{relay}` {key}: {error}")]
+pub struct TemplateKeyError {
+    pub relay: String,
+    pub key: String,
+    pub error: crate::config::template::TemplateError,
+}
+
 #[derive(Debug, Clone)]
 enum EnvelopeField {
     /// One column, copied as it is; the field is left out when the column is NULL.
@@ -62,11 +71,13 @@ enum EnvelopeField {
 
 impl EntryBuilder {
     /// Binds the relay's templates to the claim statement's `columns`; names what is missing.
-    pub fn new(relay: &RelayConfig, columns: &[String]) -> Result<Self, String> {
+    pub fn new(relay: &RelayConfig, columns: &[String]) -> Result<Self, TemplateKeyError> {
         let bind = |key: &str, text: &str| {
-            Template::parse(text)
-                .and_then(|t| t.bind(columns))
-                .map_err(|e| format!("relay `{}` {key}: {e}", relay.name))
+            Template::parse(text).and_then(|t| t.bind(columns)).map_err(|error| TemplateKeyError {
+                relay: relay.name.clone(),
+                key: key.to_owned(),
+                error,
+            })
         };
         let stream = bind("stream", &relay.stream)?;
         if !relay.envelope.is_empty() {
@@ -81,7 +92,7 @@ impl EntryBuilder {
                     };
                     Ok((Bytes::from(name.clone()), field))
                 })
-                .collect::<Result<_, String>>()?;
+                .collect::<Result<_, TemplateKeyError>>()?;
             let (headers, payload) = (headers_column(columns), payload_column(relay, columns));
             let entry_max_bytes = relay.entry_max_bytes;
             return Ok(Self { stream, layout: Layout::Envelope(fields), headers, payload, entry_max_bytes });
@@ -90,7 +101,7 @@ impl EntryBuilder {
             .fields
             .iter()
             .map(|(name, text)| Ok((Bytes::from(name.clone()), bind(&format!("fields.{name}"), text)?)))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, TemplateKeyError>>()?;
         let entry_columns = ENTRY_COLUMNS
             .iter()
             .filter_map(|name| columns.iter().position(|c| c == name).map(|i| (Bytes::from_static(name.as_bytes()), i)))
@@ -295,7 +306,7 @@ mod tests {
 
     #[test]
     fn a_template_over_a_column_the_claim_lacks_is_a_config_error() {
-        let err = EntryBuilder::new(&relay("stream = \"s:{missing}\""), &["id".to_string()]).unwrap_err();
+        let err = EntryBuilder::new(&relay("stream = \"s:{missing}\""), &["id".to_string()]).unwrap_err().to_string();
         assert!(err.contains("relay `auth` stream") && err.contains("missing"), "{err}");
     }
 }

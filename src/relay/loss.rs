@@ -12,9 +12,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::error_chain;
+use crate::store::StoreError;
 use crate::store::outbox::{DeliveredRow, OutboxStore};
-use crate::stream::{EntryId, EventStream, StreamState};
+use crate::stream::{EntryId, EventStream, StreamState, Unavailable};
 
 /// Streams a relay appended to, and what it last saw of them.
 #[derive(Default)]
@@ -110,6 +110,15 @@ impl LossWatch {
     }
 }
 
+/// Why a look-up of delivered rows' entries stopped: the database or the broker failed it.
+#[derive(Debug, thiserror::Error)]
+pub enum LossCheckError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Broker(#[from] Unavailable),
+}
+
 /// Looks up the entries of the rows delivered within `window` in their streams, `page` rows
 /// at a time; those missing (and not trimmed) are reported and, with `repair`, re-driven once
 /// every page is read. `None` when the store keeps no delivered rows to look at.
@@ -119,13 +128,13 @@ pub async fn verify<S: OutboxStore, P: EventStream>(
     window: Duration,
     repair: bool,
     page: usize,
-) -> Result<Option<Vec<StreamReport>>, String> {
-    let Some(mut pages) = store.delivered_since(window, page).await.map_err(|e| error_chain(&e))? else {
+) -> Result<Option<Vec<StreamReport>>, LossCheckError> {
+    let Some(mut pages) = store.delivered_since(window, page).await? else {
         return Ok(None);
     };
     let mut seen: HashMap<String, Seen> = HashMap::new();
     while let Some(rows) = pages.next().await {
-        let rows = rows.map_err(|e| error_chain(&e))?;
+        let rows = rows?;
         let mut by_stream: HashMap<&str, Vec<&DeliveredRow>> = HashMap::new();
         for row in &rows {
             by_stream.entry(row.stream.as_str()).or_default().push(row);
@@ -138,11 +147,7 @@ pub async fn verify<S: OutboxStore, P: EventStream>(
     let mut reports = Vec::new();
     for (key, mut found) in seen {
         found.missing.sort_by_key(|r| EntryId::parse(&r.entry_id));
-        let redriven = if repair && !found.missing.is_empty() {
-            store.redrive(&found.missing).await.map_err(|e| error_chain(&e))?
-        } else {
-            0
-        };
+        let redriven = if repair && !found.missing.is_empty() { store.redrive(&found.missing).await? } else { 0 };
         reports.push(StreamReport {
             stream: key,
             checked: found.checked,
@@ -171,14 +176,10 @@ async fn look_up<P: EventStream>(
     stream: &str,
     rows: &[&DeliveredRow],
     seen: &mut Seen,
-) -> Result<(), String> {
-    let state = broker.stream_state(stream).await.map_err(|e| e.to_string())?;
+) -> Result<(), Unavailable> {
+    let state = broker.stream_state(stream).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.entry_id.clone()).collect();
-    let present = if state.exists {
-        broker.entries_exist(stream, &ids).await.map_err(|e| e.to_string())?
-    } else {
-        vec![false; ids.len()]
-    };
+    let present = if state.exists { broker.entries_exist(stream, &ids).await? } else { vec![false; ids.len()] };
     seen.checked += rows.len();
     // An absent entry removed on purpose (trimmed or deleted: at or below the stream's newest
     // removed entry) is not a loss; every entry of a stream that is gone, or was lost and

@@ -35,6 +35,15 @@ use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;
 
+/// Why a relay cannot be built from its configuration and its claim statement.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Template(#[from] entries::TemplateKeyError),
+    #[error("relay `{0}` ordering: the claim statement must return `order_key`")]
+    NoOrderKey(String),
+}
+
 /// What a relay needs besides its config; built by the app, shared by its loops.
 pub struct RelayDeps<S, P> {
     pub store: S,
@@ -71,11 +80,11 @@ pub struct Relay<S, P> {
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Binds the relay's templates to the store's claim columns.
-    pub fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, String> {
+    pub fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, RelayError> {
         let columns = deps.store.columns();
         let entries = EntryBuilder::new(&config, &columns)?;
         if config.ordering.is_some() && !columns.iter().any(|c| c == ORDER_KEY_COLUMN) {
-            return Err(format!("relay `{}` ordering: the claim statement must return `order_key`", config.name));
+            return Err(RelayError::NoOrderKey(config.name.clone()));
         }
         let trim = config.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
             (Some(n), _) => Some(Trim::MaxLen(n)),

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Relay;
-use super::loss::{self, StreamReport};
+use super::loss::{self, LossCheckError, StreamReport};
 use crate::store::outbox::OutboxStore;
 use crate::stream::{EventStream, ServerId};
 
@@ -61,7 +61,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             match self.verify(window, config.repair).await {
                 Ok(_) => clean_at = checked_at,
                 Err(e) => {
-                    warn!(relay = %self.config.name, error = %e, "broker-loss verification failed; trying again");
+                    warn!(relay = %self.config.name, error = %crate::error::error_chain(&e), "broker-loss verification failed; trying again");
                     reason = Some(why);
                 }
             }
@@ -86,7 +86,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
     /// Verifies the rows delivered within `window` (see [`verify`]), counting and logging what
     /// is missing.
-    pub async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, String> {
+    pub async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, LossCheckError> {
         let metrics = &self.deps.metrics;
         let page = self.config.broker_loss.page_rows;
         let Some(reports) = loss::verify(&self.deps.store, &self.deps.stream, window, repair, page).await? else {

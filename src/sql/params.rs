@@ -5,8 +5,6 @@
 //! skips string literals, quoted identifiers, dollar-quoted bodies, comments and `::` casts,
 //! so `:id::bigint` binds `id` and `'a:b'` binds nothing.
 
-use std::fmt;
-
 /// A statement after rewriting: SQL with positional placeholders, and the name behind each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedSql {
@@ -26,16 +24,22 @@ pub enum Placeholder {
 }
 
 /// A statement that cannot be scanned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError(String);
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("positional parameter at byte {0}: use named parameters such as :id")]
+    Positional(usize),
+    #[error("unterminated {what} starting at byte {at}")]
+    Unterminated { what: &'static str, at: usize },
 }
 
-impl std::error::Error for ParseError {}
+/// A configured statement that names a parameter its step does not offer, or does not scan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error("unknown parameter :{name} (this statement is offered: {offered})")]
+    Unknown { name: String, offered: String },
+}
 
 /// Rewrites `:name` parameters of `sql` to positional placeholders.
 pub fn rewrite(sql: &str, style: Placeholder) -> Result<NamedSql, ParseError> {
@@ -64,7 +68,7 @@ pub fn rewrite(sql: &str, style: Placeholder) -> Result<NamedSql, ParseError> {
             continue;
         }
         if c == b'$' && style == Placeholder::Numbered && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
-            return Err(ParseError(format!("positional parameter at byte {i}: use named parameters such as :id")));
+            return Err(ParseError::Positional(i));
         }
         let ch_len = utf8_len(c);
         out.push_str(&sql[i..i + ch_len]);
@@ -121,7 +125,7 @@ fn skip_quoted(sql: &str, i: usize, style: Placeholder) -> Result<usize, ParseEr
     let mysql = style == Placeholder::Positional;
     let bytes = sql.as_bytes();
     let rest = &sql[i..];
-    let unterminated = |what: &str| ParseError(format!("unterminated {what} starting at byte {i}"));
+    let unterminated = |what: &'static str| ParseError::Unterminated { what, at: i };
     match bytes[i] {
         quote @ (b'\'' | b'"') => skip_literal(bytes, i, quote, mysql).ok_or_else(|| unterminated("quoted text")),
         b'`' if mysql => skip_literal(bytes, i, b'`', mysql).ok_or_else(|| unterminated("quoted identifier")),
@@ -191,15 +195,19 @@ fn utf8_len(first: u8) -> usize {
 
 /// Checks that `sql` scans and uses only the parameters `offered` (and `<root>.<name>` for a
 /// root in `dotted`); the error names the unknown one and lists the offered ones.
-pub fn check_offered(sql: &str, style: Placeholder, offered: &[&str], dotted: &[&str]) -> Result<(), String> {
-    let named = rewrite(sql, style).map_err(|e| e.to_string())?;
+pub fn check_offered(sql: &str, style: Placeholder, offered: &[&str], dotted: &[&str]) -> Result<(), ParamError> {
+    let named = rewrite(sql, style)?;
     let known = |n: &str| offered.contains(&n) || n.split_once('.').is_some_and(|(root, _)| dotted.contains(&root));
     match named.names.iter().find(|n| !known(n)) {
-        Some(unknown) => Err(format!(
-            "unknown parameter :{unknown} (this statement is offered: {}{})",
-            offered.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", "),
-            dotted.iter().map(|d| format!(", :{d}.<name>")).collect::<String>()
-        )),
+        Some(unknown) => Err(ParamError::Unknown {
+            name: unknown.clone(),
+            offered: offered
+                .iter()
+                .map(|p| format!(":{p}"))
+                .chain(dotted.iter().map(|d| format!(":{d}.<name>")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
         None => Ok(()),
     }
 }

@@ -53,6 +53,21 @@ impl OutageKind {
     }
 }
 
+/// Whose fault a failure is: what may be counted against a row or an entry, and what only waited
+/// out or reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A server unreachable, busy, in a lock conflict: it passes by itself. Back off, count
+    /// nothing against any row or entry (invariant 6).
+    Outage,
+    /// This row's or entry's own data: the only fault that may make a row DEAD or an entry
+    /// poison (invariant 10).
+    Data,
+    /// The setup does not fit the work — a statement the schema or the privileges refuse, a
+    /// read-only server, a result that breaks the contract: an outage someone must end.
+    Setup,
+}
+
 /// A database error, classified once per dialect (from the server's error code): either an
 /// outage of the store — not the row's or entry's fault, nothing may be poisoned or counted
 /// against it (invariants 6 and 10) — or a refusal of this data.
@@ -82,10 +97,19 @@ impl StoreError {
         StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())
     }
 
+    /// The one question every component asks of a failure: whose fault it is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            StoreError::Rejected { .. } => Fault::Data,
+            StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. } => Fault::Outage,
+            StoreError::Unavailable { .. } | StoreError::Contract(_) => Fault::Setup,
+        }
+    }
+
     /// Whether the error is about the data the statement carried (only then may a row go DEAD
     /// or an entry to poison because of it).
     pub fn is_data_fault(&self) -> bool {
-        matches!(self, StoreError::Rejected { .. })
+        self.fault() == Fault::Data
     }
 
     /// Whether the database could not be reached at all (as opposed to a statement it refused).
@@ -134,7 +158,7 @@ impl StoreError {
     /// as opposed to a statement or row the database refuses until someone changes one: only
     /// the latter is worth an alert of its own when it repeats.
     pub fn passes_by_itself(&self) -> bool {
-        matches!(self, StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. })
+        self.fault() == Fault::Outage
     }
 
     /// The outage's kind, for metrics; `None` for a data fault.
@@ -169,6 +193,31 @@ impl std::fmt::Display for PrepareError {
 
 impl std::error::Error for PrepareError {}
 
+/// A configured statement the store cannot use as written, naming it (`context`); found when
+/// the store is built, before anything runs.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {problem}")]
+pub struct StatementError {
+    pub context: String,
+    pub problem: StatementProblem,
+}
+
+impl StatementError {
+    pub fn new(context: impl Into<String>, problem: impl Into<StatementProblem>) -> Self {
+        Self { context: context.into(), problem: problem.into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatementProblem {
+    #[error(transparent)]
+    Parse(#[from] crate::sql::params::ParseError),
+    #[error("one statement expected (only {0} may be scripts)")]
+    NotOneStatement(&'static str),
+    #[error("the statement has no named parameters")]
+    Unnamed,
+}
+
 /// Why a database's connection pool could not be built (nothing has been sent yet: the
 /// configuration is wrong, not the server).
 #[derive(Debug, thiserror::Error)]
@@ -177,8 +226,8 @@ pub enum ConnectError {
     Url { dialect: &'static str, detail: String },
     #[error("database.url: unsupported scheme")]
     Scheme,
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("database connection pool")]
     Pool(#[source] Box<dyn std::error::Error + Send + Sync>),
 }

@@ -4,6 +4,7 @@
 //! what every seam shares: the connection of each dialect (`postgres`, `mysql`), error
 //! classification, parameter values and result rows.
 
+pub mod columns;
 pub mod database;
 pub mod dead;
 pub mod error;
@@ -17,4 +18,4 @@ pub mod rows;
 pub mod takeover;
 
 pub use database::{Database, Dialect};
-pub use error::{OutageKind, PrepareError, StoreError, StoreResult};
+pub use error::{Fault, OutageKind, PrepareError, StatementError, StoreError, StoreResult};

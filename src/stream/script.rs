@@ -49,14 +49,19 @@ end
 return out
 "#;
 
+/// A stream key dedupe cannot put a marker beside (in the same cluster slot).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stream key `{0}` has no usable hash tag and contains `}}`; dedupe cannot mark it")]
+pub struct Untaggable(pub String);
+
 /// The key that marks `event_id` as appended to `stream`: `<prefix>{<tag>}:<event_id>`, where
 /// `<tag>` is the stream's own hash tag if it has one (Redis hashes only that part), else the
 /// whole stream key, so marker and stream always share a cluster slot. A key whose whole text is
 /// hashed but holds a `}` cannot be wrapped in a tag; such a stream cannot be deduplicated.
-pub fn marker_key(prefix: &str, stream: &str, event_id: &str) -> Result<String, String> {
+pub fn marker_key(prefix: &str, stream: &str, event_id: &str) -> Result<String, Untaggable> {
     let tag = hash_tag(stream);
     if tag.contains('}') {
-        return Err(format!("stream key `{stream}` has no usable hash tag and contains `}}`; dedupe cannot mark it"));
+        return Err(Untaggable(stream.to_owned()));
     }
     Ok(format!("{prefix}{{{tag}}}:{event_id}"))
 }

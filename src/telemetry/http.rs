@@ -49,7 +49,7 @@ pub struct Limits {
 impl Limits {
     /// The listener's settings from `[telemetry]`; a TLS file that cannot be used is an error
     /// naming its key.
-    pub fn from_config(telemetry: &TelemetryConfig) -> Result<Self, String> {
+    pub fn from_config(telemetry: &TelemetryConfig) -> Result<Self, crate::tls::TlsError> {
         let tls = telemetry.tls.as_ref().map(crate::tls::server_config).transpose()?.map(Arc::new);
         Ok(Self {
             header_read_timeout: telemetry.header_read_timeout,

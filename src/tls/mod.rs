@@ -2,9 +2,10 @@
 //! client configuration built from a `tls` table and a mode in libpq's words, with the ring
 //! provider. Errors name the config key at fault and never a file's contents.
 
+pub mod https;
 mod verify;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,39 @@ use rustls::{ClientConfig, RootCertStore};
 
 use crate::config::{TlsConfig, TlsMode};
 
+/// Why a TLS configuration could not be built: each names the key at fault (and the file), never
+/// a file's contents.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{key}: cannot read certificates from {}: {detail}", file.display())]
+    Unreadable { key: String, file: PathBuf, detail: String },
+    #[error("{key}: no certificate in {}", file.display())]
+    NoCertificate { key: String, file: PathBuf },
+    #[error("{key}: no usable CA certificate in {}", file.display())]
+    NoCa { key: String, file: PathBuf },
+    #[error("{key}: no usable private key in {}: {detail}", file.display())]
+    NoKey { key: String, file: PathBuf, detail: String },
+    #[error(
+        "{path}.ca_file: mode {mode} verifies the server against a CA, none is given and the system has no root certificates"
+    )]
+    NoSystemRoots { path: String, mode: &'static str },
+    #[error("{path}.mode is disable: no TLS configuration to build")]
+    Disabled { path: String },
+    #[error("{key}: {detail}")]
+    Refused { key: String, detail: String },
+}
+
+/// Why `handoff check`'s handshake with a server did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("`{host}` is not a valid TLS server name: {detail}")]
+    Name { host: String, detail: String },
+    #[error("{0}")]
+    Connect(std::io::Error),
+    #[error("no TLS handshake within {0:?}")]
+    Timeout(Duration),
+}
+
 /// The one crypto provider handoff uses.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -21,17 +55,16 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// The client configuration for `mode` (which must not be `disable`). `path` is the `tls`
 /// table's key path (`database.tls`), used in errors.
-pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<ClientConfig, String> {
+pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<ClientConfig, TlsError> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("{path}: {e}"))?;
+        .map_err(|e| refused(path, e))?;
     let builder = match mode {
-        TlsMode::Disable => return Err(format!("{path}.mode is disable: no TLS configuration to build")),
+        TlsMode::Disable => return Err(TlsError::Disabled { path: path.to_owned() }),
         TlsMode::VerifyFull => builder.with_root_certificates(roots(path, mode, tls)?),
         TlsMode::VerifyCa => {
-            let verifier =
-                verify::ChainOnly::new(roots(path, mode, tls)?, provider).map_err(|e| format!("{path}: {e}"))?;
+            let verifier = verify::ChainOnly::new(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
             builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
         }
         TlsMode::Require | TlsMode::Prefer => {
@@ -41,9 +74,8 @@ pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<Clien
     match (&tls.cert_file, &tls.key_file) {
         (Some(cert), Some(key)) => {
             let chain = certificates(&format!("{path}.cert_file"), cert)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("{path}.key_file: no usable private key in {}: {e}", key.display()))?;
-            builder.with_client_auth_cert(chain, key).map_err(|e| format!("{path}.key_file: {e}"))
+            let key = private_key(&format!("{path}.key_file"), key)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| refused(&format!("{path}.key_file"), e))
         }
         _ => Ok(builder.with_no_client_auth()),
     }
@@ -51,64 +83,73 @@ pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<Clien
 
 /// The telemetry listener's server configuration (`[telemetry.tls]`): its certificate, and the
 /// CA its clients' certificates must be signed by, when one is given.
-pub fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, String> {
+pub fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, TlsError> {
     let path = "telemetry.tls";
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("{path}: {e}"))?;
+        .map_err(|e| refused(path, e))?;
     let builder = match &tls.client_ca_file {
         Some(file) => {
             let key = format!("{path}.client_ca_file");
             let mut store = RootCertStore::empty();
             let (added, _) = store.add_parsable_certificates(certificates(&key, file)?);
             if added == 0 {
-                return Err(format!("{key}: no usable CA certificate in {}", file.display()));
+                return Err(TlsError::NoCa { key, file: file.clone() });
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider())
                 .build()
-                .map_err(|e| format!("{key}: {e}"))?;
+                .map_err(|e| refused(&key, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
     let chain = certificates(&format!("{path}.cert_file"), &tls.cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&tls.key_file)
-        .map_err(|e| format!("{path}.key_file: no usable private key in {}: {e}", tls.key_file.display()))?;
-    builder.with_single_cert(chain, key).map_err(|e| format!("{path}.key_file: {e}"))
+    let key = private_key(&format!("{path}.key_file"), &tls.key_file)?;
+    builder.with_single_cert(chain, key).map_err(|e| refused(&format!("{path}.key_file"), e))
 }
 
 /// The CA file's certificates, or the system's roots when none is given.
-fn roots(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<RootCertStore, String> {
+fn roots(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<RootCertStore, TlsError> {
     let mut store = RootCertStore::empty();
     match &tls.ca_file {
         Some(file) => {
             let key = format!("{path}.ca_file");
             let (added, _) = store.add_parsable_certificates(certificates(&key, file)?);
             if added == 0 {
-                return Err(format!("{key}: no usable CA certificate in {}", file.display()));
+                return Err(TlsError::NoCa { key, file: file.clone() });
             }
         }
         None => {
             store.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             if store.is_empty() {
-                return Err(format!(
-                    "{path}.ca_file: mode {} verifies the server against a CA, none is given and the system has no root certificates",
-                    mode.name()
-                ));
+                return Err(TlsError::NoSystemRoots { path: path.to_owned(), mode: mode.name() });
             }
         }
     }
     Ok(store)
 }
 
-fn certificates(key: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(key: &str, file: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
         .and_then(|iter| iter.collect::<Result<_, _>>())
-        .map_err(|e| format!("{key}: cannot read certificates from {}: {e}", file.display()))?;
+        .map_err(|e| TlsError::Unreadable { key: key.to_owned(), file: file.to_owned(), detail: e.to_string() })?;
     if certs.is_empty() {
-        return Err(format!("{key}: no certificate in {}", file.display()));
+        return Err(TlsError::NoCertificate { key: key.to_owned(), file: file.to_owned() });
     }
     Ok(certs)
+}
+
+fn private_key(key: &str, file: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(file).map_err(|e| TlsError::NoKey {
+        key: key.to_owned(),
+        file: file.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// rustls refused what it was given (a key that does not match its certificate, say).
+fn refused(key: &str, error: impl std::fmt::Display) -> TlsError {
+    TlsError::Refused { key: key.to_owned(), detail: error.to_string() }
 }
 
 /// What a mode promises, for logs and `handoff check`.
@@ -193,19 +234,19 @@ pub struct Session {
 
 /// Connects to `host:port` and runs a TLS handshake with `config` (which decides what is
 /// verified), for `check` to report what a connection negotiates. Closes at once.
-pub async fn probe(host: &str, port: u16, config: Arc<ClientConfig>, timeout: Duration) -> Result<Session, String> {
+pub async fn probe(host: &str, port: u16, config: Arc<ClientConfig>, timeout: Duration) -> Result<Session, ProbeError> {
     let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
-        .map_err(|e| format!("`{host}` is not a valid TLS server name: {e}"))?;
+        .map_err(|e| ProbeError::Name { host: host.to_owned(), detail: e.to_string() })?;
     let handshake = async {
-        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| e.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(ProbeError::Connect)?;
+        let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(ProbeError::Connect)?;
         let (_, connection) = tls.get_ref();
         Ok(Session {
             version: connection.protocol_version().map(|v| format!("{v:?}")).unwrap_or_default(),
             cipher: connection.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite())).unwrap_or_default(),
         })
     };
-    tokio::time::timeout(timeout, handshake).await.map_err(|_| format!("no TLS handshake within {timeout:?}"))?
+    tokio::time::timeout(timeout, handshake).await.map_err(|_| ProbeError::Timeout(timeout))?
 }
 
 #[cfg(test)]
@@ -215,11 +256,11 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let tls = TlsConfig { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() };
-        let error = client_config("database.tls", TlsMode::VerifyFull, &tls).unwrap_err();
+        let error = client_config("database.tls", TlsMode::VerifyFull, &tls).unwrap_err().to_string();
         assert!(error.starts_with("database.tls.ca_file: cannot read"), "{error}");
         let tls =
             TlsConfig { cert_file: Some("/nonexistent/c".into()), key_file: Some("/k".into()), ..Default::default() };
-        let error = client_config("redis.tls", TlsMode::Require, &tls).unwrap_err();
+        let error = client_config("redis.tls", TlsMode::Require, &tls).unwrap_err().to_string();
         assert!(error.starts_with("redis.tls.cert_file"), "{error}");
     }
 

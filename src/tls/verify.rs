@@ -15,11 +15,11 @@ use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, Sign
 pub struct ChainOnly(Arc<WebPkiServerVerifier>);
 
 impl ChainOnly {
-    pub fn new(roots: RootCertStore, provider: Arc<CryptoProvider>) -> Result<Self, String> {
-        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map(Self)
-            .map_err(|e| e.to_string())
+    pub fn new(
+        roots: RootCertStore,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, rustls::client::VerifierBuilderError> {
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build().map(Self)
     }
 }
 

@@ -30,6 +30,22 @@ pub struct Handler {
     pub effect: Effect,
 }
 
+/// A handler the configuration describes but handoff cannot build; each names its key.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("{key}: {error}")]
+    Sql { key: String, error: crate::sql::params::ParseError },
+    #[error(
+        "{key}: unknown parameter :{name} (use {}, or payload.<field> / headers.<field> / fields.<name>)",
+        EVENT_PARAMS.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownParameter { key: String, name: String },
+    #[error(transparent)]
+    Http(#[from] crate::tls::https::EndpointError),
+    #[error("{path}: set exactly one of sql, http")]
+    NotOne { path: String },
+}
+
 /// A row whose statements cannot be bound: a payload field is missing. Deterministic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissingField(pub String);
@@ -41,7 +57,7 @@ impl Handler {
         index: usize,
         config: &HandlerConfig,
         style: Placeholder,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, HandlerError> {
         let path = format!("worker `{}` handler[{index}]", worker.name);
         let effect = match (&config.http, config.sql.is_empty()) {
             (Some(http), true) => Effect::Http(Box::new(HttpHandler::new(http, &format!("{path}.http"))?)),
@@ -51,19 +67,18 @@ impl Handler {
                     .iter()
                     .enumerate()
                     .map(|(i, sql)| {
-                        let named = params::rewrite(sql, style).map_err(|e| format!("{path}.sql[{i}]: {e}"))?;
+                        let key = || format!("{path}.sql[{i}]");
+                        let named =
+                            params::rewrite(sql, style).map_err(|e| HandlerError::Sql { key: key(), error: e })?;
                         if let Some(bad) = named.names.iter().find(|n| !param_known(n)) {
-                            return Err(format!(
-                                "{path}.sql[{i}]: unknown parameter :{bad} (use {}, or payload.<field> / headers.<field> / fields.<name>)",
-                                EVENT_PARAMS.iter().map(|p| format!(":{p}")).collect::<Vec<_>>().join(", ")
-                            ));
+                            return Err(HandlerError::UnknownParameter { key: key(), name: bad.clone() });
                         }
                         Ok(Statement { sql: named.sql, names: named.names })
                     })
-                    .collect::<Result<_, String>>()?;
+                    .collect::<Result<_, HandlerError>>()?;
                 Effect::Sql(statements)
             }
-            _ => return Err(format!("{path}: set exactly one of sql, http")),
+            _ => return Err(HandlerError::NotOne { path }),
         };
         let label = config.name.clone().unwrap_or_else(|| config.event_types.join(","));
         Ok(Self { event_types: config.event_types.clone(), label, effect })

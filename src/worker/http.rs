@@ -13,19 +13,16 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-use crate::config::{HttpHandlerConfig, NEVER_FORWARDED, TlsMode};
+use crate::config::{HttpHandlerConfig, NEVER_FORWARDED};
 use crate::store::inbox::InboxRow;
+use crate::tls::https::{self, EndpointError, HttpsClient};
 
 /// How much of an error response's body is read back into the row's last error.
 const ERROR_BODY_MAX: usize = 4096;
 
 pub struct HttpHandler {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     uri: Uri,
     timeout: Duration,
     dead_on: Vec<u16>,
@@ -49,32 +46,9 @@ pub enum Delivery {
 }
 
 impl HttpHandler {
-    pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, String> {
-        // The parser's message would quote the URL: name the key only (it may hold credentials).
-        let uri: Uri =
-            config.url().parse().map_err(|_| format!("{path}.url is not a valid URL ({})", config.shown_url()))?;
-        let https = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
-            _ => return Err(format!("{path}.url must be http:// or https://")),
-        };
-        // An http:// handler never uses the TLS settings; the connector still needs some.
-        let mode = if https { config.tls.mode_or(TlsMode::VerifyFull) } else { TlsMode::Require };
-        let tls = crate::tls::client_config(&format!("{path}.tls"), mode, &config.tls)?;
-        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
-        let connector = if https {
-            builder.https_only().enable_http1().build()
-        } else {
-            builder.https_or_http().enable_http1().build()
-        };
-        let client = Client::builder(TokioExecutor::new()).build(connector);
-        let mut headers = HeaderMap::new();
-        headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
-            let value = HeaderValue::from_str(value).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
-            headers.insert(name, value);
-        }
+    pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, EndpointError> {
+        let (uri, client) = https::client(path, "url", config.url(), &config.shown_url(), &config.tls)?;
+        let headers = https::json_headers(path, config.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         let forward = config.forward_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let in_flight = tokio::sync::Semaphore::new(config.concurrency.max(1) as usize);
         Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward, in_flight })

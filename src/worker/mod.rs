@@ -23,7 +23,7 @@ use crate::store::StoreError;
 use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
-pub use handler::Handler;
+pub use handler::{Handler, HandlerError};
 
 /// Times a settle the database refuses for its data is tried again before it is reported.
 const SETTLE_REFUSALS: u32 = 3;
@@ -48,7 +48,7 @@ pub struct Worker<S> {
 }
 
 impl<S: InboxStore> Worker<S> {
-    pub fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, String> {
+    pub fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, HandlerError> {
         let handlers = config
             .handlers
             .iter()

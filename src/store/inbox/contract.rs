@@ -1,6 +1,8 @@
 //! The worker's SQL contract: the statements `[worker.sql]` may replace, the named parameters
 //! each is offered, the columns the claim and the stats must return.
 
+use crate::store::columns::MissingColumns;
+
 /// `[worker.sql]`: the worker's statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WorkerStatement {
@@ -69,7 +71,6 @@ pub const STATS_COLUMNS: &[&str] = &["dead", "pending", "oldest_lease_age_second
 
 /// What a claim or stats result lacks of the columns `statement` must return, as the message
 /// to report; `None` when nothing is missing.
-pub fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Option<String> {
-    let missing: Vec<&str> = statement.columns().iter().copied().filter(|c| !names.contains(c)).collect();
-    (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
+pub fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Option<MissingColumns> {
+    MissingColumns::of(statement.columns(), names.iter().copied())
 }

@@ -10,7 +10,7 @@ use crate::config::WorkerConfig;
 use crate::fault::Faults;
 use crate::sql::params::Placeholder;
 use crate::store::database::Database;
-use crate::store::error::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StoreResult};
 
 pub enum Inbox {
     Postgres(PgInbox),
@@ -19,7 +19,7 @@ pub enum Inbox {
 
 impl Inbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
-    pub fn new(db: &Database, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
+    pub fn new(db: &Database, worker: &WorkerConfig, faults: Faults) -> Result<Self, StatementError> {
         Ok(match db {
             Database::Postgres(pool) => Inbox::Postgres(PgInbox::new(pool.clone(), worker, faults)?),
             Database::Mysql(pool) => Inbox::Mysql(MyInbox::new(pool.clone(), worker, faults)?),

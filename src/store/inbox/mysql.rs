@@ -18,7 +18,7 @@ use super::statements::{InboxSql, statement_texts};
 use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::Faults;
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreResult};
 use crate::store::mysql::errors::{error, prepare_refusal};
 use crate::store::mysql::pool::{Pool, claim_tx};
 use crate::store::mysql::values::{Param, bind, row_columns, row_texts};
@@ -118,20 +118,22 @@ ORDER BY id LIMIT :batch_size"
 
 impl MyInbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
+    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, StatementError> {
         let mut statements = HashMap::new();
         for (statement, text) in
             statement_texts(&worker.sql, worker.retention.is_some(), |s| reference(s, &worker.table))
         {
             let context = format!("worker `{}` sql.{}", worker.name, statement.name());
-            let parts =
-                params::split_statements(&text, Placeholder::Positional).map_err(|e| format!("{context}: {e}"))?;
+            let parts = params::split_statements(&text, Placeholder::Positional)
+                .map_err(|e| StatementError::new(&context, e))?;
             if parts.len() != 1 && !matches!(statement, WorkerStatement::Claim | WorkerStatement::Renew) {
-                return Err(format!("{context}: one statement expected (only claim and renew may be scripts)"));
+                return Err(StatementError::new(context, StatementProblem::NotOneStatement("claim and renew")));
             }
             let named = parts
                 .iter()
-                .map(|part| params::rewrite(part, Placeholder::Positional).map_err(|e| format!("{context}: {e}")))
+                .map(|part| {
+                    params::rewrite(part, Placeholder::Positional).map_err(|e| StatementError::new(&context, e))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             statements.insert(statement, named);
         }

@@ -20,7 +20,7 @@ use crate::config::HandlerErrors;
 use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::values::{Param, param_type_supported, type_problems};
 use crate::store::rows::TextRow;
@@ -119,13 +119,13 @@ fn reference(statement: WorkerStatement, t: &str) -> String {
 
 impl PgInbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, String> {
+    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, StatementError> {
         let mut statements = HashMap::new();
         for (statement, text) in
             statement_texts(&worker.sql, worker.retention.is_some(), |s| reference(s, &worker.table))
         {
             let named = params::rewrite(&text, Placeholder::Numbered)
-                .map_err(|e| format!("worker `{}` sql.{}: {e}", worker.name, statement.name()))?;
+                .map_err(|e| StatementError::new(format!("worker `{}` sql.{}", worker.name, statement.name()), e))?;
             statements.insert(statement, named);
         }
         let label = format!("worker `{}`", worker.name);

@@ -5,6 +5,7 @@
 //! a configuration error. The result-column contract of `claim` is in [`CLAIM_COLUMNS`].
 
 use crate::sql::params::{self, Placeholder};
+use crate::store::columns::MissingColumns;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StatementKind {
@@ -104,18 +105,17 @@ pub const ENTRY_COLUMNS: &[&str] = &["event_type", "aggregate_type", "aggregate_
 
 /// What a result lacks of the columns `kind` must return (`stats`, `delivered_since`), as the
 /// message to report; `None` when nothing is missing or `kind` returns nothing fixed.
-pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<String> {
+pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<MissingColumns> {
     let required = match kind {
         StatementKind::Stats => STATS_COLUMNS,
         StatementKind::DeliveredSince => DELIVERED_COLUMNS,
         _ => return None,
     };
-    let missing: Vec<&str> = required.iter().copied().filter(|c| !names.contains(c)).collect();
-    (!missing.is_empty()).then(|| format!("result lacks required column(s): {}", missing.join(", ")))
+    MissingColumns::of(required, names.iter().copied())
 }
 
 /// Checks that `sql` scans and only uses parameters offered to `kind`.
-pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), String> {
+pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), params::ParamError> {
     params::check_offered(sql, style, kind.params(), &[])
 }
 
@@ -125,7 +125,8 @@ mod tests {
 
     #[test]
     fn unknown_parameter_is_named_with_the_offered_ones() {
-        let err = check_params(StatementKind::Dead, "update t set x = :oops", Placeholder::Numbered).unwrap_err();
+        let err =
+            check_params(StatementKind::Dead, "update t set x = :oops", Placeholder::Numbered).unwrap_err().to_string();
         assert!(err.contains(":oops") && err.contains(":error"), "{err}");
         assert!(
             check_params(StatementKind::Dead, "update t set e = :error where id = :id", Placeholder::Numbered).is_ok()

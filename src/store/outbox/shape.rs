@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::contract::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
 use super::seam::ClaimedRow;
+use crate::store::columns::MissingColumns;
 use crate::store::error::{StoreError, StoreResult};
 
 /// Positions of the contract columns in a claim result.
@@ -24,10 +25,9 @@ pub struct ClaimShape {
 
 impl ClaimShape {
     /// Finds the contract columns among `columns`; names the missing ones.
-    pub fn new(columns: Vec<String>) -> Result<Self, String> {
-        let missing: Vec<&str> = CLAIM_COLUMNS.iter().copied().filter(|c| !columns.iter().any(|n| n == c)).collect();
-        if !missing.is_empty() {
-            return Err(format!("result lacks required column(s): {}", missing.join(", ")));
+    pub fn new(columns: Vec<String>) -> Result<Self, MissingColumns> {
+        if let Some(missing) = MissingColumns::of(CLAIM_COLUMNS, columns.iter().map(String::as_str)) {
+            return Err(missing);
         }
         let at = |name: &str| columns.iter().position(|c| c == name);
         Ok(Self {

@@ -3,6 +3,7 @@
 
 use tokio_postgres::error::SqlState;
 
+use super::values::{BindError, CellError};
 use crate::store::error::{OutageKind, PrepareError, StoreError};
 
 pub fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
@@ -17,11 +18,11 @@ pub fn query_error(statement: &'static str, error: tokio_postgres::Error) -> Sto
         // type is the data's problem; reading results wrong is the contract's; the rest
         // (closed, I/O, timeouts, TLS, connect) means the database went away.
         None => {
-            let text = error.to_string();
-            if text.starts_with("error serializing") {
+            let cause = std::error::Error::source(&error);
+            if cause.is_some_and(|c| c.is::<BindError>()) {
                 return StoreError::Rejected { statement, source: Box::new(error) };
             }
-            if ["error deserializing", "invalid column", "expected "].iter().any(|p| text.starts_with(p)) {
+            if cause.is_some_and(|c| c.is::<CellError>()) || misread(&error) {
                 OutageKind::Other
             } else {
                 OutageKind::Connection
@@ -42,6 +43,13 @@ pub fn query_error(statement: &'static str, error: tokio_postgres::Error) -> Sto
         },
     };
     StoreError::Unavailable { statement, kind, source: Box::new(error) }
+}
+
+/// A result read against its shape (a column asked for by a name or position it does not have,
+/// a row count that is not the one expected): the client says so only in words.
+fn misread(error: &tokio_postgres::Error) -> bool {
+    let text = error.to_string();
+    ["invalid column", "expected "].iter().any(|p| text.starts_with(p))
 }
 
 /// The server's message for a rejected statement (with SQLSTATE); the plain text otherwise.

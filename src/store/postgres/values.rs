@@ -37,8 +37,31 @@ pub fn param_type_supported(ty: &Type) -> bool {
     SCALARS.contains(ty) || ARRAYS.contains(ty)
 }
 
+/// A value that cannot be sent as its placeholder's type (text that is no number, a number out
+/// of range): the data's fault, told apart from every other client-side error by its type.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BindError(BoxError);
+
+/// A result value that cannot be read as text: the statement's result breaks the contract.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CellError(BoxError);
+
 impl ToSql for Param {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        self.to_wire(ty, out).map_err(|e| Box::new(BindError(e)) as BoxError)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        param_type_supported(ty)
+    }
+
+    to_sql_checked!();
+}
+
+impl Param {
+    fn to_wire(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
         match self {
             Param::Null => Ok(IsNull::Yes),
             Param::Json(s) if matches!(*ty, Type::JSON | Type::JSONB) => json_to_sql(s, ty, out),
@@ -55,12 +78,6 @@ impl ToSql for Param {
             },
         }
     }
-
-    fn accepts(ty: &Type) -> bool {
-        param_type_supported(ty)
-    }
-
-    to_sql_checked!();
 }
 
 fn text_to_sql(s: &str, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
@@ -125,6 +142,16 @@ pub struct Cell(pub String);
 
 impl<'a> FromSql<'a> for Cell {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        Self::read(ty, raw).map_err(|e| Box::new(CellError(e)) as BoxError)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        column_type_supported(ty)
+    }
+}
+
+impl Cell {
+    fn read(ty: &Type, raw: &[u8]) -> Result<Self, BoxError> {
         let text = match *ty {
             Type::INT2 => itoa::Buffer::new().format(i16::from_sql(ty, raw)?).to_owned(),
             Type::INT4 => itoa::Buffer::new().format(i32::from_sql(ty, raw)?).to_owned(),
@@ -138,10 +165,6 @@ impl<'a> FromSql<'a> for Cell {
             _ => std::str::from_utf8(raw)?.to_owned(),
         };
         Ok(Cell(text))
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        column_type_supported(ty)
     }
 }
 

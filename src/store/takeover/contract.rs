@@ -85,7 +85,7 @@ pub const DETAIL_MAX_CHARS: usize = 2000;
 pub const DELIVERIES_COLUMNS: &[&str] = &["consumer", "stream", "stream_entry_id", "deliveries", "last_at"];
 
 /// [`check_offered`] for a takeover statement.
-pub fn check_takeover(statement: TakeoverStatement, sql: &str, style: Placeholder) -> Result<(), String> {
+pub fn check_takeover(statement: TakeoverStatement, sql: &str, style: Placeholder) -> Result<(), params::ParamError> {
     params::check_offered(sql, style, statement.params(), statement.dotted())
 }
 
@@ -97,7 +97,9 @@ mod tests {
     fn insert_is_offered_extra_fields_by_name() {
         let sql = "insert into t (id, v) values (:event_id, :fields.aggregateVersion)";
         assert!(check_takeover(TakeoverStatement::Insert, sql, Placeholder::Numbered).is_ok());
-        let err = check_takeover(TakeoverStatement::Poison, "select :fields.x", Placeholder::Numbered).unwrap_err();
+        let err = check_takeover(TakeoverStatement::Poison, "select :fields.x", Placeholder::Numbered)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(":fields.x") && err.contains(":reason"), "{err}");
     }
 }

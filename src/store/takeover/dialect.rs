@@ -10,7 +10,7 @@ use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::store::database::Database;
-use crate::store::error::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StoreResult};
 
 pub enum Takeover {
     Postgres(PgTakeover),
@@ -29,7 +29,7 @@ macro_rules! each {
 
 impl Takeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
-    pub fn new(db: &Database, bridge: &BridgeConfig) -> Result<Self, String> {
+    pub fn new(db: &Database, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         Ok(match db {
             Database::Postgres(pool) => Takeover::Postgres(PgTakeover::new(pool.clone(), bridge)?),
             Database::Mysql(pool) => Takeover::Mysql(MyTakeover::new(pool.clone(), bridge)?),

@@ -17,7 +17,7 @@ use super::statements::{
 };
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreResult};
 use crate::store::mysql::errors::{describe, error, prepare_refusal};
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};
@@ -40,12 +40,12 @@ struct Statements {
 
 impl MyTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
+    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let takeover = TakeoverStatements::new(bridge, Placeholder::Positional, statements)?;
         // Every statement here has named parameters, the reference ones too.
         let named = |sql: &Sql| match sql {
             Sql::Named(named) => Ok(named.clone()),
-            Sql::Reference(text) => Err(format!("statement without named parameters: {text}")),
+            Sql::Reference(text) => Err(StatementError::new(text.clone(), StatementProblem::Unnamed)),
         };
         let (insert, poison) = (named(&takeover.insert)?, named(&takeover.poison)?);
         let existing = takeover.existing.as_ref().map(named).transpose()?;
@@ -101,10 +101,10 @@ impl Catalog for MyCatalog<'_> {
             .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", describe(&e))))
     }
 
-    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
+    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Vec<String>, PrepareError> {
         match self.0.prep(sql).await {
-            Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name_str().into_owned()).collect())),
-            Err(e) => prepare_refusal(context, e).map(Err),
+            Ok(stmt) => Ok(stmt.columns().iter().map(|c| c.name_str().into_owned()).collect()),
+            Err(e) => Err(PrepareError::Invalid(vec![prepare_refusal(context, e)?])),
         }
     }
 }

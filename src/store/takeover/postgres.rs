@@ -18,7 +18,7 @@ use super::statements::{
 };
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{describe, pool_error, prepare_refusal, query_error};
@@ -83,7 +83,7 @@ impl DeliveriesSql {
 
 impl PgTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, String> {
+    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
         let takeover = TakeoverStatements::new(bridge, Placeholder::Numbered, statements)?;
         Ok(Self { pool, sql: Arc::new(Statements { takeover, deliveries }) })
@@ -185,10 +185,10 @@ impl Catalog for PgCatalog<'_> {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
+    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Vec<String>, PrepareError> {
         match self.0.prepare(sql).await {
-            Ok(stmt) => Ok(Ok(stmt.columns().iter().map(|c| c.name().to_owned()).collect())),
-            Err(e) => prepare_refusal(context, e).map(Err),
+            Ok(stmt) => Ok(stmt.columns().iter().map(|c| c.name().to_owned()).collect()),
+            Err(e) => Err(PrepareError::Invalid(vec![prepare_refusal(context, e)?])),
         }
     }
 }
@@ -375,7 +375,7 @@ async fn poison_batch(tx: &Object, sql: &str, consumer: &str, records: &[PoisonR
             &get(|p| Some(p.stream.clone())),
             &get(|p| Some(p.entry_id.clone())),
             &get(|p| p.event_id.clone()),
-            &get(|p| Some(p.reason.to_owned())),
+            &get(|p| Some(p.reason.as_str().to_owned())),
             &get(|p| Some(crate::error::storable(&p.detail, DETAIL_MAX_CHARS))),
             &get(|p| Some(p.fields.to_string())),
         ],

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 
+use crate::reasons::PoisonReason;
 use crate::store::error::StoreResult;
 
 /// Text known to be UTF-8, kept as the bytes it was read as (a payload is not copied on its way
@@ -66,7 +67,7 @@ pub struct PoisonRecord {
     pub stream: String,
     pub entry_id: String,
     pub event_id: Option<String>,
-    pub reason: &'static str,
+    pub reason: PoisonReason,
     pub detail: String,
     pub fields: serde_json::Value,
 }
@@ -96,7 +97,7 @@ impl PoisonRecord {
             stream: event.stream.clone(),
             entry_id: event.entry_id.clone(),
             event_id: Some(event.event_id.clone()),
-            reason: crate::poison::reason::PAYLOAD_CONFLICT,
+            reason: PoisonReason::PayloadConflict,
             detail,
             fields: serde_json::json!({
                 "event_type": event.event_type,

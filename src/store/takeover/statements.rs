@@ -7,8 +7,8 @@ use std::future::Future;
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, INBOX_COLUMNS, POISON_COLUMNS, TakeoverStatement};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
-use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreResult};
+use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
+use crate::store::error::{PrepareError, StatementError, StoreResult};
 use crate::store::param::Param;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
@@ -46,8 +46,8 @@ pub enum Sql {
 
 impl Sql {
     /// `text` with named parameters, rewritten to the dialect's placeholders.
-    pub fn named(text: &str, style: Placeholder) -> Result<Self, String> {
-        params::rewrite(text, style).map(Sql::Named).map_err(|e| e.to_string())
+    pub fn named(text: &str, style: Placeholder) -> Result<Self, ParseError> {
+        params::rewrite(text, style).map(Sql::Named)
     }
 
     pub fn text(&self) -> &str {
@@ -82,12 +82,9 @@ pub trait Catalog: Send {
     /// The columns of `table` (none if it does not exist).
     fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, PrepareError>> + Send;
 
-    /// Prepares `sql` (named `context`): its result columns, or why the database refuses it.
-    fn prepare(
-        &mut self,
-        context: &str,
-        sql: &str,
-    ) -> impl Future<Output = Result<Result<Vec<String>, String>, PrepareError>> + Send;
+    /// Prepares `sql` (named `context`): its result columns; why the database refuses it
+    /// ([`PrepareError::Invalid`]), or that it could not be asked.
+    fn prepare(&mut self, context: &str, sql: &str) -> impl Future<Output = Result<Vec<String>, PrepareError>> + Send;
 }
 
 /// The three statements a dialect writes for the reference schema, given each table with the
@@ -98,17 +95,15 @@ impl TakeoverStatements {
     /// The bridge's statements: each override from `[bridge.sql]` (named parameters), the
     /// dialect's reference statements for the rest. A custom insert means a table of another
     /// layout, so the reference `existing` is not used with it.
-    pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, String> {
+    pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, StatementError> {
         let (table, poison_table) = (bridge.table.as_str(), bridge.poison_table.as_str());
         let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
         let [insert, existing, poison] =
             reference(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
-        let given = |statement: TakeoverStatement| -> Result<Option<Sql>, String> {
-            bridge
-                .sql
-                .get(statement)
-                .map(|text| Sql::named(text, style).map_err(|e| format!("sql.{}: {e}", statement.name())))
-                .transpose()
+        let given = |statement: TakeoverStatement| -> Result<Option<Sql>, StatementError> {
+            let context = || format!("sql.{}", statement.name());
+            let named = |text| Sql::named(text, style).map_err(|e| StatementError::new(context(), e));
+            bridge.sql.get(statement).map(named).transpose()
         };
         let custom_insert = given(TakeoverStatement::Insert)?;
         let custom_poison = given(TakeoverStatement::Poison)?;
@@ -154,8 +149,9 @@ impl TakeoverStatements {
         for (statement, sql) in statements {
             let Some(sql) = sql else { continue };
             let context = format!("sql.{}", statement.name());
-            match catalog.prepare(&context, sql.text()).await? {
-                Err(refusal) => problems.push(refusal),
+            match catalog.prepare(&context, sql.text()).await {
+                Err(PrepareError::Invalid(refusals)) => problems.extend(refusals),
+                Err(unreachable) => return Err(unreachable),
                 Ok(columns) if statement == TakeoverStatement::Existing => {
                     let found = |c: &&str| columns.iter().any(|p| p.eq_ignore_ascii_case(c));
                     if let Some(missing) = EXISTING_COLUMNS.iter().find(|c| !found(c)) {
@@ -204,7 +200,7 @@ pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(
         "stream" => Param::Text(record.stream.clone()),
         "entry_id" => Param::Text(record.entry_id.clone()),
         "event_id" => record.event_id.clone().map_or(Param::Null, Param::Text),
-        "reason" => Param::Text(record.reason.to_owned()),
+        "reason" => Param::Text(record.reason.as_str().to_owned()),
         "detail" => Param::Text(crate::error::storable(&record.detail, super::contract::DETAIL_MAX_CHARS)),
         _ => Param::Json(record.fields.to_string()),
     }

@@ -25,11 +25,22 @@ pub struct RedisStream {
     pub(super) links: std::sync::Arc<link::Links>,
 }
 
+/// A durability gate the server cannot honour (a configuration error).
+#[derive(Debug, thiserror::Error)]
+#[error("relay `{relay}` durability.aof needs WAITAOF (Redis 7.2 or later); this server reports {major}.{minor}")]
+pub struct GateError {
+    pub relay: String,
+    pub major: u32,
+    pub minor: u32,
+}
+
 /// Why connecting failed: a bad URL or credentials (fatal), or an unreachable server.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("redis.url is invalid: {0}")]
     Config(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("redis rejected the credentials: {0}")]
     Auth(String),
     #[error("redis is unreachable: {0}")]
@@ -50,7 +61,7 @@ impl RedisStream {
             Config::from_url(&plain_url).map_err(|e| ConnectError::Config(e.details().to_owned()))?;
         let mut tls = None;
         if mode != TlsMode::Disable {
-            let client = crate::tls::client_config("redis.tls", mode, &config.tls).map_err(ConnectError::Config)?;
+            let client = crate::tls::client_config("redis.tls", mode, &config.tls)?;
             let client = std::sync::Arc::new(client);
             tls = Some(client.clone());
             // Cluster nodes and a sentinel's primary are announced by IP address: they are
@@ -97,16 +108,13 @@ impl RedisStream {
 
     /// A WAITAOF gate on a server that has no WAITAOF (Redis < 7.2) is refused, naming the key
     /// (the inner error); an unreachable server says nothing either way (the outer one).
-    pub async fn check_gate(&self, relay: &crate::config::RelayConfig) -> Result<Result<(), String>, Unavailable> {
+    pub async fn check_gate(&self, relay: &crate::config::RelayConfig) -> Result<Result<(), GateError>, Unavailable> {
         if !relay.durability.as_ref().is_some_and(|d| d.aof) {
             return Ok(Ok(()));
         }
         let (major, minor) = self.version().await?;
         if (major, minor) < (7, 2) {
-            return Ok(Err(format!(
-                "relay `{}` durability.aof needs WAITAOF (Redis 7.2 or later); this server reports {major}.{minor}",
-                relay.name
-            )));
+            return Ok(Err(GateError { relay: relay.name.clone(), major, minor }));
         }
         Ok(Ok(()))
     }

@@ -14,6 +14,7 @@ use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::client::RedisStream;
+use super::replies::ErrorReply;
 use crate::stream::seam::{AppendOutcome, Durability};
 
 /// One script call of an append: the entries it covers and the slot its key hashes to.
@@ -28,7 +29,7 @@ pub(super) struct Call {
 /// it did not; always `Ok` without a gate).
 pub(super) struct Sent {
     pub reply: Result<Value, Error>,
-    pub gate: Result<(), String>,
+    pub gate: Result<(), GateMiss>,
 }
 
 impl RedisStream {
@@ -77,10 +78,10 @@ impl RedisStream {
                         sent[i] = Some(reply);
                     }
                 }
-                Err(why) => {
+                Err(error) => {
                     failed = true;
                     for &i in indices {
-                        sent[i] = Some(Sent { reply: Err(Error::new(ErrorKind::IO, why.clone())), gate: Ok(()) });
+                        sent[i] = Some(Sent { reply: Err(error.clone()), gate: Ok(()) });
                     }
                 }
             }
@@ -103,7 +104,7 @@ impl RedisStream {
         calls: Vec<Call>,
         gate: Option<Durability>,
         fail_fast: bool,
-    ) -> Result<Vec<Sent>, String> {
+    ) -> Result<Vec<Sent>, Error> {
         let mut options = Options { fail_fast, ..Options::default() };
         if fail_fast {
             // A shard's own connection: an append cut off by its node's death fails now rather
@@ -127,8 +128,8 @@ impl RedisStream {
         }
         let mut results = pipeline.try_all::<Value>().await;
         if results.len() != count + usize::from(gate.is_some()) {
-            let why = results.into_iter().find_map(Result::err).map(|e| e.details().to_owned());
-            return Err(why.unwrap_or_else(|| "no reply from redis".into()));
+            let error = results.into_iter().find_map(Result::err);
+            return Err(error.unwrap_or_else(|| Error::new(ErrorKind::IO, "no reply from redis")));
         }
         let verdict = match gate {
             Some(g) => gate_met(g, results.pop().expect("the gate's reply")),
@@ -148,9 +149,18 @@ pub(super) fn gate_args(gate: Durability) -> (&'static str, Vec<String>) {
     }
 }
 
+/// A node whose appends were not confirmed durable in time: they are appended again later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum GateMiss {
+    #[error("{command} failed: {detail}")]
+    Failed { command: &'static str, detail: String },
+    #[error("durability gate not met within {timeout:?}: {command} confirmed {fsync}{replicas} of {wanted} replica(s)")]
+    NotMet { command: &'static str, timeout: std::time::Duration, fsync: String, replicas: u64, wanted: u32 },
+}
+
 /// Whether a WAIT / WAITAOF reply (through the Redis client) meets the gate.
-fn gate_met(gate: Durability, reply: Result<Value, Error>) -> Result<(), String> {
-    let counts = reply.map_err(|e| e.details().to_owned()).map(|reply| match &reply {
+fn gate_met(gate: Durability, reply: Result<Value, Error>) -> Result<(), GateMiss> {
+    let counts = reply.map_err(|e| ErrorReply(e.details().to_owned())).map(|reply| match &reply {
         Value::Array(counts) => {
             (counts.first().and_then(|v| v.as_u64()).unwrap_or(0), counts.get(1).and_then(|v| v.as_u64()).unwrap_or(0))
         }
@@ -161,23 +171,22 @@ fn gate_met(gate: Durability, reply: Result<Value, Error>) -> Result<(), String>
 
 /// Whether the gate's counts — (local fsyncs, replicas), or the error its command got — meet
 /// it; `Err` says what was confirmed.
-pub(super) fn gate_verdict(gate: Durability, counts: Result<(u64, u64), String>) -> Result<(), String> {
-    let name = if gate.aof { "WAITAOF" } else { "WAIT" };
-    let (local, replicas) = counts.map_err(|e| format!("{name} failed: {e}"))?;
+pub(super) fn gate_verdict(gate: Durability, counts: Result<(u64, u64), ErrorReply>) -> Result<(), GateMiss> {
+    let command = if gate.aof { "WAITAOF" } else { "WAIT" };
+    let (local, replicas) = counts.map_err(|ErrorReply(detail)| GateMiss::Failed { command, detail })?;
     if (gate.aof && local < 1) || replicas < u64::from(gate.replicas) {
         let fsync = if gate.aof { format!("local fsync {local}, ") } else { String::new() };
-        return Err(format!(
-            "durability gate not met within {:?}: {name} confirmed {fsync}{replicas} of {} replica(s)",
-            gate.timeout, gate.replicas
-        ));
+        return Err(GateMiss::NotMet { command, timeout: gate.timeout, fsync, replicas, wanted: gate.replicas });
     }
     Ok(())
 }
 
 /// An appended outcome whose node missed the gate becomes `Unconfirmed`.
-pub(super) fn gated(outcome: AppendOutcome, gate: &Result<(), String>) -> AppendOutcome {
+pub(super) fn gated(outcome: AppendOutcome, gate: &Result<(), GateMiss>) -> AppendOutcome {
     match (outcome, gate) {
-        (AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_), Err(why)) => AppendOutcome::Unconfirmed(why.clone()),
+        (AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_), Err(why)) => {
+            AppendOutcome::Unconfirmed(why.to_string())
+        }
         (outcome, _) => outcome,
     }
 }

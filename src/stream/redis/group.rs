@@ -293,7 +293,7 @@ impl super::client::RedisStream {
         let pipeline = self.client().pipeline();
         for p in records {
             let fields: Vec<(&str, String)> = vec![
-                ("reason", p.reason.to_owned()),
+                ("reason", p.reason.as_str().to_owned()),
                 ("detail", p.detail.clone()),
                 ("source_stream", p.stream.clone()),
                 ("source_id", p.entry_id.clone()),

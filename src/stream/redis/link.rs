@@ -31,6 +31,13 @@ pub(super) struct Node {
     pub tls_name: String,
 }
 
+impl Node {
+    /// `host:port`, for messages.
+    fn at(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
 pub(super) struct Links {
     tls: Option<tokio_rustls::TlsConnector>,
     username: Option<String>,
@@ -77,7 +84,7 @@ impl Links {
         commands: &[u8],
         count: usize,
         timeout: Duration,
-    ) -> Result<Vec<Reply>, String> {
+    ) -> Result<Vec<Reply>, LinkError> {
         let run = async {
             if let Some(mut link) = self.take_idle(node) {
                 match link.exchange(commands, count).await {
@@ -90,9 +97,8 @@ impl Links {
             let replies = link.exchange(commands, count).await.map_err(|f| f.why)?;
             Ok((link, replies))
         };
-        let (link, replies) = tokio::time::timeout(timeout, run)
-            .await
-            .map_err(|_| format!("no reply from redis at {}:{} within {timeout:?}", node.host, node.port))??;
+        let (link, replies) =
+            tokio::time::timeout(timeout, run).await.map_err(|_| LinkError::NoReply { at: node.at(), timeout })??;
         self.put_idle(node, link);
         Ok(replies)
     }
@@ -114,33 +120,36 @@ impl Links {
         self.idle.lock().expect("links lock").remove(node);
     }
 
-    async fn connect(&self, node: &Node) -> Result<Link, String> {
-        let at = format!("{}:{}", node.host, node.port);
+    async fn connect(&self, node: &Node) -> Result<Link, LinkError> {
+        let at = node.at();
         let connecting = async {
-            let tcp = TcpStream::connect((node.host.as_str(), node.port))
-                .await
-                .map_err(|e| format!("connecting to redis at {at}: {e}"))?;
-            tcp.set_nodelay(true).map_err(|e| format!("connecting to redis at {at}: {e}"))?;
+            let failed = |e: std::io::Error| LinkError::Connect { at: at.clone(), detail: e.to_string() };
+            let tcp = TcpStream::connect((node.host.as_str(), node.port)).await.map_err(failed)?;
+            tcp.set_nodelay(true).map_err(failed)?;
             let io: Box<dyn Io> = match &self.tls {
                 None => Box::new(tcp),
                 Some(tls) => {
-                    let name = ServerName::try_from(node.tls_name.clone())
-                        .map_err(|e| format!("redis at {at}: `{}` is not a TLS server name: {e}", node.tls_name))?;
-                    Box::new(tls.connect(name, tcp).await.map_err(|e| format!("TLS to redis at {at}: {e}"))?)
+                    let name = ServerName::try_from(node.tls_name.clone()).map_err(|e| LinkError::TlsName {
+                        at: at.clone(),
+                        name: node.tls_name.clone(),
+                        detail: e.to_string(),
+                    })?;
+                    let tls = tls.connect(name, tcp).await;
+                    Box::new(tls.map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?)
                 }
             };
-            Ok::<_, String>(io)
+            Ok::<_, LinkError>(io)
         };
         let io = tokio::time::timeout(self.connect_timeout, connecting)
             .await
-            .map_err(|_| format!("connecting to redis at {at}: no connection within {:?}", self.connect_timeout))??;
+            .map_err(|_| LinkError::ConnectTimeout { at: at.clone(), timeout: self.connect_timeout })??;
         let mut link = Link { io, read: BytesMut::with_capacity(16 * 1024) };
-        self.hello(&mut link).await.map_err(|e| format!("redis at {at}: {e}"))?;
+        self.hello(&mut link, &at).await?;
         Ok(link)
     }
 
     /// Authenticates and selects the database, as the Redis client does on each connection.
-    async fn hello(&self, link: &mut Link) -> Result<(), String> {
+    async fn hello(&self, link: &mut Link, at: &str) -> Result<(), LinkError> {
         let mut out = BytesMut::new();
         let mut count = 0;
         if let Some(password) = &self.password {
@@ -158,8 +167,8 @@ impl Links {
             return Ok(());
         }
         for reply in link.exchange(&out, count).await.map_err(|f| f.why)? {
-            if let Reply::Error(e) = reply {
-                return Err(e);
+            if let Reply::Error(reply) = reply {
+                return Err(LinkError::Refused { at: at.to_owned(), reply });
             }
         }
         Ok(())
@@ -170,13 +179,41 @@ impl Links {
 /// server has certainly run part of the batch: it is not sent again).
 struct Failure {
     replied: bool,
-    why: String,
+    why: LinkError,
+}
+
+/// Why the relay's own connection to a node failed; its appends are unavailable, not refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("connecting to redis at {at}: {detail}")]
+    Connect { at: String, detail: String },
+    #[error("connecting to redis at {at}: no connection within {timeout:?}")]
+    ConnectTimeout { at: String, timeout: Duration },
+    #[error("redis at {at}: `{name}` is not a TLS server name: {detail}")]
+    TlsName { at: String, name: String, detail: String },
+    #[error("TLS to redis at {at}: {detail}")]
+    Tls { at: String, detail: String },
+    #[error("redis at {at}: {reply}")]
+    Refused { at: String, reply: String },
+    #[error("redis connection: {0}")]
+    Io(String),
+    #[error("redis closed the connection")]
+    Closed,
+    #[error("{0}")]
+    Protocol(String),
+    #[error("no reply from redis at {at} within {timeout:?}")]
+    NoReply { at: String, timeout: Duration },
+    #[error("no cluster node serves this slot yet")]
+    NoNode,
+    #[error("cluster node {0} is not connected")]
+    NodeDown(String),
+    #[error("not connected to a redis primary")]
+    NoPrimary,
 }
 
 impl Link {
     async fn exchange(&mut self, commands: &[u8], count: usize) -> Result<Vec<Reply>, Failure> {
-        let failed =
-            |replied: bool| move |e: std::io::Error| Failure { replied, why: format!("redis connection: {e}") };
+        let failed = |replied: bool| move |e: std::io::Error| Failure { replied, why: LinkError::Io(e.to_string()) };
         self.io.write_all(commands).await.map_err(failed(false))?;
         self.io.flush().await.map_err(failed(false))?;
         let mut replies = Vec::with_capacity(count);
@@ -189,11 +226,10 @@ impl Link {
                     }
                     let n = self.io.read_buf(&mut self.read).await.map_err(failed(!replies.is_empty()))?;
                     if n == 0 {
-                        let why = "redis closed the connection".to_owned();
-                        return Err(Failure { replied: !replies.is_empty(), why });
+                        return Err(Failure { replied: !replies.is_empty(), why: LinkError::Closed });
                     }
                 }
-                Err(e) => return Err(Failure { replied: true, why: e.to_string() }),
+                Err(e) => return Err(Failure { replied: true, why: LinkError::Protocol(e.to_string()) }),
             }
         }
         Ok(replies)

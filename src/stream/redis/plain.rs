@@ -8,8 +8,8 @@ use fred::prelude::*;
 use fred::types::config::{Server, ServerConfig};
 
 use super::client::RedisStream;
-use super::link::Node;
-use super::replies::reply_outcome;
+use super::link::{LinkError, Node};
+use super::replies::{ErrorReply, reply_outcome};
 use super::resp::{self, Reply};
 use super::{durable, shards};
 use crate::stream::seam::{AppendOptions, AppendOutcome, Durability, Entry, Trim};
@@ -20,7 +20,7 @@ impl RedisStream {
         let mut failed = false;
         // Entries by node, in batch order; each stream key's node looked up once.
         let mut by_node: Vec<(Node, Vec<usize>)> = Vec::new();
-        let mut keys: Vec<(&str, Result<Node, String>)> = Vec::new();
+        let mut keys: Vec<(&str, Result<Node, LinkError>)> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let node = match keys.iter().find(|(key, _)| *key == entry.stream) {
                 Some((_, node)) => node.clone(),
@@ -37,7 +37,7 @@ impl RedisStream {
                 },
                 Err(why) => {
                     failed = true;
-                    outcomes[i] = Some(AppendOutcome::Unavailable(why));
+                    outcomes[i] = Some(AppendOutcome::Unavailable(why.to_string()));
                 }
             }
         }
@@ -57,7 +57,7 @@ impl RedisStream {
                 Err(why) => {
                     failed = true;
                     self.links.forget(node);
-                    indices.iter().for_each(|&i| outcomes[i] = Some(AppendOutcome::Unavailable(why.clone())));
+                    indices.iter().for_each(|&i| outcomes[i] = Some(AppendOutcome::Unavailable(why.to_string())));
                 }
             }
         }
@@ -77,7 +77,7 @@ impl RedisStream {
         indices: &[usize],
         cap: Option<(&[u8], &[u8])>,
         gate: Option<Durability>,
-    ) -> Result<Vec<AppendOutcome>, String> {
+    ) -> Result<Vec<AppendOutcome>, LinkError> {
         let size: usize = indices.iter().map(|&i| encoded_size(&entries[i])).sum();
         let mut out = BytesMut::with_capacity(size + 64);
         for &i in indices {
@@ -102,14 +102,11 @@ impl RedisStream {
 
     /// The node serving `stream`: the one primary (standalone: the URL's; sentinel: the one
     /// the client is connected to), or in a cluster the primary of the key's slot.
-    async fn node_for(&self, stream: &str) -> Result<Node, String> {
+    async fn node_for(&self, stream: &str) -> Result<Node, LinkError> {
         if let Some(shards) = &self.shards {
-            let (server, client) = shards
-                .for_slot(shards::slot(stream))
-                .await
-                .ok_or_else(|| "no cluster node serves this slot yet".to_owned())?;
+            let (server, client) = shards.for_slot(shards::slot(stream)).await.ok_or(LinkError::NoNode)?;
             if !client.is_connected() {
-                return Err(format!("cluster node {server} is not connected"));
+                return Err(LinkError::NodeDown(server.to_string()));
             }
             return Ok(node(&server, shards.tls_name(&server)));
         }
@@ -117,7 +114,7 @@ impl RedisStream {
             ServerConfig::Centralized { server } => Ok(node(server, None)),
             _ => match self.client.active_connections().into_iter().next() {
                 Some(server) => Ok(node(&server, None)),
-                None => Err("not connected to a redis primary".into()),
+                None => Err(LinkError::NoPrimary),
             },
         }
     }
@@ -155,12 +152,12 @@ fn outcome(reply: Reply) -> AppendOutcome {
 }
 
 /// WAIT's count, or WAITAOF's pair, as (local fsyncs, replicas).
-fn counts(reply: Reply) -> Result<(u64, u64), String> {
+fn counts(reply: Reply) -> Result<(u64, u64), ErrorReply> {
     let count = |r: Option<&Reply>| r.and_then(Reply::int).unwrap_or(0).max(0) as u64;
     match reply {
-        Reply::Error(e) => Err(e),
+        Reply::Error(e) => Err(ErrorReply(e)),
         Reply::Array(Some(items)) => Ok((count(items.first()), count(items.get(1)))),
         Reply::Int(n) => Ok((1, n.max(0) as u64)),
-        other => Err(format!("unexpected reply {other:?}")),
+        other => Err(ErrorReply(format!("unexpected reply {other:?}"))),
     }
 }

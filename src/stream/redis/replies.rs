@@ -7,6 +7,10 @@ use fred::prelude::*;
 
 use crate::stream::seam::AppendOutcome;
 
+/// The text of an error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ErrorReply(pub String);
+
 /// Server replies that mean the broker, not the entry, is the problem.
 const OUTAGE_REPLIES: &[&str] = &[
     "LOADING",

@@ -9,7 +9,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use super::client::RedisStream;
 use super::replies::{min_id, reply_outcome};
 use super::{durable, shards};
-use crate::stream::script::{self, marker_key};
+use crate::stream::script::{self, Untaggable, marker_key};
 use crate::stream::seam::{AppendOptions, AppendOutcome, Entry, Trim};
 
 impl RedisStream {
@@ -33,7 +33,7 @@ impl RedisStream {
                     let slot = shards::slot(&entries[range.start].stream);
                     calls.push(durable::Call { range, command, args: call, slot });
                 }
-                Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.clone()))),
+                Err(reason) => range.for_each(|i| outcomes[i] = Some(AppendOutcome::Rejected(reason.to_string()))),
             }
         }
         let ranges: Vec<Range<usize>> = calls.iter().map(|c| c.range.clone()).collect();
@@ -108,7 +108,7 @@ fn runs(entries: &[Entry]) -> Vec<Range<usize>> {
     calls
 }
 
-fn call_args(run: &[Entry], options: &AppendOptions) -> Result<(Vec<String>, Vec<Value>), String> {
+fn call_args(run: &[Entry], options: &AppendOptions) -> Result<(Vec<String>, Vec<Value>), Untaggable> {
     let stream = &run[0].stream;
     let mut keys = vec![stream.clone()];
     if let Some(dedupe) = &options.dedupe {

@@ -3,7 +3,7 @@
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use super::registry::Reg;
-use crate::poison::reason;
+use crate::reasons::PoisonReason;
 use crate::store::OutageKind;
 
 #[derive(Clone)]
@@ -80,8 +80,8 @@ impl BridgeMetrics {
 
     pub fn for_stream(&self, bridge: &str, stream: &str) -> BridgeHandles {
         let l = &[bridge, stream];
-        for reason in reason::ALL {
-            self.poison.with_label_values(&[bridge, stream, reason]);
+        for reason in PoisonReason::ALL {
+            self.poison.with_label_values(&[bridge, stream, reason.as_str()]);
         }
         for kind in OutageKind::ALL {
             self.unavailable.with_label_values(&[bridge, stream, kind.label()]);
@@ -122,8 +122,8 @@ pub struct BridgeHandles {
 }
 
 impl BridgeHandles {
-    pub fn poison(&self, reason: &str) {
-        self.poison_family.with_label_values(&[&self.labels[0], &self.labels[1], reason]).inc();
+    pub fn poison(&self, reason: PoisonReason) {
+        self.poison_family.with_label_values(&[&self.labels[0], &self.labels[1], reason.as_str()]).inc();
     }
 
     pub fn unavailable(&self, kind: OutageKind) {

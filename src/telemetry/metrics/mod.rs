@@ -10,7 +10,7 @@ mod relay;
 mod worker;
 
 pub use bridge::{BridgeHandles, BridgeMetrics};
-pub use relay::{DeadReason, FailureReason, RelayHandles, RelayMetrics};
+pub use relay::{FailureReason, RelayHandles, RelayMetrics};
 pub use worker::{WorkerHandles, WorkerMetrics};
 
 use prometheus::Registry;

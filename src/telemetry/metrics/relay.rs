@@ -5,6 +5,7 @@ use prometheus::{
 };
 
 use super::registry::Reg;
+use crate::reasons::DeadReason;
 
 /// Metric families shared by all relays of a process.
 #[derive(Clone)]
@@ -34,33 +35,6 @@ pub struct RelayMetrics {
     loss_events: IntCounterVec,
     lost_entries: IntCounterVec,
     redriven: IntCounterVec,
-}
-
-/// Why a row turned DEAD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadReason {
-    /// `max_attempts` appends failed for reasons of the row's own.
-    AttemptsExhausted,
-    /// The row cannot become an entry (a template column is NULL, …); retrying cannot help.
-    InvalidRow,
-    /// Its lease expired `max_expired_claims` times: it keeps killing its claimant.
-    CrashLoop,
-    /// Over `payload_max_bytes` or `entry_max_bytes`: never appended.
-    TooLarge,
-}
-
-impl DeadReason {
-    pub const ALL: [DeadReason; 4] =
-        [DeadReason::AttemptsExhausted, DeadReason::InvalidRow, DeadReason::CrashLoop, DeadReason::TooLarge];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            DeadReason::AttemptsExhausted => "attempts_exhausted",
-            DeadReason::InvalidRow => "invalid_row",
-            DeadReason::CrashLoop => "crash_loop",
-            DeadReason::TooLarge => "too_large",
-        }
-    }
 }
 
 /// Why an append did not deliver a row.
@@ -169,7 +143,7 @@ impl RelayMetrics {
             self.publish_failures.with_label_values(&[relay, reason.label()]);
         }
         for reason in DeadReason::ALL {
-            self.dead.with_label_values(&[relay, reason.label()]);
+            self.dead.with_label_values(&[relay, reason.as_str()]);
         }
         for kind in crate::store::StoreError::KIND_LABELS {
             self.statement_failures.with_label_values(&[relay, "claim", kind]);
@@ -244,6 +218,6 @@ impl RelayHandles {
     }
 
     pub fn dead(&self, reason: DeadReason) {
-        self.families.dead.with_label_values(&[&self.relay, reason.label()]).inc();
+        self.families.dead.with_label_values(&[&self.relay, reason.as_str()]).inc();
     }
 }

@@ -11,6 +11,8 @@
 
 mod otlp;
 
+pub use otlp::TracingError;
+
 use std::sync::OnceLock;
 
 use opentelemetry::trace::{
@@ -29,7 +31,7 @@ struct Installed {
 static TRACES: OnceLock<Installed> = OnceLock::new();
 
 /// Starts exporting spans per `config` (call within the Tokio runtime: exports run on it).
-pub fn install(config: &TracingConfig) -> Result<(), String> {
+pub fn install(config: &TracingConfig) -> Result<(), TracingError> {
     let exporter = otlp::OtlpJson::new(config)?;
     let service = config
         .service_name
@@ -44,7 +46,7 @@ pub fn install(config: &TracingConfig) -> Result<(), String> {
     }
     let provider = builder.build();
     let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "handoff");
-    TRACES.set(Installed { tracer, provider }).map_err(|_| "tracing is installed already".to_owned())
+    TRACES.set(Installed { tracer, provider }).map_err(|_| TracingError::Installed)
 }
 
 /// Exports the spans still buffered (at exit).

@@ -8,12 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::HeaderMap;
 use hyper::{Request, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use opentelemetry::trace::{SpanId, SpanKind, Status};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
@@ -21,12 +17,24 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use serde_json::json;
 
-use crate::config::{TlsMode, TracingConfig};
+use crate::config::TracingConfig;
+use crate::tls::https::{self, HttpsClient};
 
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/traces";
 
+/// Why traces could not be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum TracingError {
+    #[error(transparent)]
+    Endpoint(#[from] crate::tls::https::EndpointError),
+    #[error("telemetry.tracing: the exporter must be started within the runtime")]
+    NoRuntime,
+    #[error("tracing is installed already")]
+    Installed,
+}
+
 pub struct OtlpJson {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     uri: Uri,
     headers: HeaderMap,
     timeout: Duration,
@@ -44,7 +52,7 @@ impl std::fmt::Debug for OtlpJson {
 }
 
 impl OtlpJson {
-    pub fn new(config: &TracingConfig) -> Result<Self, String> {
+    pub fn new(config: &TracingConfig) -> Result<Self, TracingError> {
         let path = "telemetry.tracing";
         let endpoint = config
             .endpoint
@@ -56,43 +64,17 @@ impl OtlpJson {
                     .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
             })
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned());
-        let uri: Uri = endpoint.parse().map_err(|e| format!("{path}.endpoint `{endpoint}`: {e}"))?;
-        let https = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
-            _ => return Err(format!("{path}.endpoint must be an http:// or https:// URL")),
-        };
-        let mode = if https { config.tls.mode_or(TlsMode::VerifyFull) } else { TlsMode::Require };
-        let tls = crate::tls::client_config(&format!("{path}.tls"), mode, &config.tls)?;
-        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
-        let connector = if https {
-            builder.https_only().enable_http1().build()
-        } else {
-            builder.https_or_http().enable_http1().build()
-        };
-        let mut headers = HeaderMap::new();
-        headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let (uri, client) = https::client(path, "endpoint", &endpoint, &endpoint, &config.tls)?;
         let from_env = std::env::var("OTEL_EXPORTER_OTLP_HEADERS").unwrap_or_default();
-        let pairs = from_env
+        let pairs: Vec<(String, String)> = from_env
             .split(',')
             .filter_map(|pair| pair.split_once('='))
             .map(|(k, v)| (k.trim().to_owned(), percent_decode(v.trim())))
-            .chain(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for (name, value) in pairs {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
-            let value = HeaderValue::from_str(&value).map_err(|e| format!("{path}.headers.{name}: {e}"))?;
-            headers.insert(name, value);
-        }
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| format!("{path}: the exporter must be started within the runtime"))?;
-        Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            uri,
-            headers,
-            timeout: config.timeout,
-            runtime,
-            resource: json!({ "attributes": [] }),
-        })
+            .chain(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect();
+        let headers = https::json_headers(path, pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| TracingError::NoRuntime)?;
+        Ok(Self { client, uri, headers, timeout: config.timeout, runtime, resource: json!({ "attributes": [] }) })
     }
 
     fn body(&self, batch: &[SpanData]) -> Vec<u8> {
