@@ -49,7 +49,7 @@ impl BenchEnv {
         let redis_url = redis_url.to_owned();
         let env = Self { schema, database_url, redis_url, redis_tls, db, redis, broker, binary, dir };
         let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
-        handoff::migrate::postgres(&pool).await?;
+        handoff::store::migrate::postgres(&pool).await?;
         Ok(env)
     }
 

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config};
 use crate::fault::Faults;
-use crate::{app, check, migrate, ops, runtime, store, telemetry};
+use crate::{app, check, ops, runtime, store, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(name = "handoff", version, about = "Outbox → Redis Streams → inbox, without cross-database writes")]
@@ -150,7 +150,7 @@ pub fn main() -> ExitCode {
             .database
             .url
             .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
-        for (version, sql) in if mysql { migrate::MYSQL } else { migrate::POSTGRES } {
+        for (version, sql) in if mysql { store::migrate::MYSQL } else { store::migrate::POSTGRES } {
             println!("-- {version}\n{sql}");
         }
         return ExitCode::SUCCESS;

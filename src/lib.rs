@@ -1,24 +1,27 @@
 //! handoff: relays owner services' outbox tables to Redis Streams, and streams into consumer
 //! inboxes, closing each hand-off with a local transaction or a unique key.
+//!
+//! The library is the `handoff` binary's: what is public here is what the binaries (`handoff`,
+//! `handoff-bench`, `handoff-chaos`) and the integration tests need — the command line, the
+//! configuration, the store's seams and dialects, the broker seam and its Redis client, the
+//! metrics registry, TLS. The components (relay, bridge, worker), their runtime, the wiring and
+//! the operator commands are inside.
 #![forbid(unsafe_code)]
 
-pub mod app;
-pub mod bridge;
-pub mod check;
+mod app;
+mod bridge;
+mod check;
 pub mod cli;
 pub mod config;
-pub mod error;
+mod error;
 pub mod fault;
-pub mod ops;
+mod ops;
 pub mod reasons;
-pub mod relay;
-pub mod runtime;
+mod relay;
+mod runtime;
 pub mod sql;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
 pub mod tls;
-pub mod worker;
-
-/// The reference schema's migrations (they belong to the store; kept at this path for the CLI).
-pub use store::migrate;
+mod worker;

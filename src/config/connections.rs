@@ -71,7 +71,7 @@ impl RedisConfig {
 }
 
 /// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (and fred's `valkeys` spellings).
-pub fn redis_scheme_is_tls(url: &str) -> bool {
+pub(crate) fn redis_scheme_is_tls(url: &str) -> bool {
     let scheme = url.trim_start().split("://").next().unwrap_or_default().to_ascii_lowercase();
     scheme.starts_with("rediss") || scheme.starts_with("valkeys")
 }

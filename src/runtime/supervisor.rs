@@ -70,10 +70,6 @@ impl Supervisor {
     pub fn len(&self) -> usize {
         self.tracker.len()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.tracker.is_empty()
-    }
 }
 
 /// A panic's message, when it carried one.

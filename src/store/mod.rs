@@ -4,17 +4,17 @@
 //! what every seam shares: the connection of each dialect (`postgres`, `mysql`), error
 //! classification, parameter values and result rows.
 
-pub mod columns;
+pub(crate) mod columns;
 pub mod database;
-pub mod dead;
-pub mod error;
+pub(crate) mod dead;
+pub(crate) mod error;
 pub mod inbox;
 pub mod migrate;
-pub mod mysql;
+pub(crate) mod mysql;
 pub mod outbox;
-pub mod param;
+pub(crate) mod param;
 pub mod postgres;
-pub mod rows;
+pub(crate) mod rows;
 pub mod takeover;
 
 pub use database::{Database, Dialect};

@@ -1,10 +1,10 @@
 //! The broker: the seam the relay appends through (`seam`), reading entries back (`read`), the
 //! dedupe / ordered-run script (`script`), and Redis Streams behind it (`redis`).
 
-pub mod read;
+pub(crate) mod read;
 pub mod redis;
-pub mod script;
-pub mod seam;
+pub(crate) mod script;
+pub(crate) mod seam;
 
 pub use seam::{
     AppendOptions, AppendOutcome, Dedupe, Durability, Entry, EntryId, EventStream, ServerId, StreamState, Trim,

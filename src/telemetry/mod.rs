@@ -1,9 +1,9 @@
 //! Metrics, health, logs and the HTTP listener that serves them.
 
 mod connections;
-pub mod health;
-pub mod http;
-pub mod logging;
+pub(crate) mod health;
+pub(crate) mod http;
+pub(crate) mod logging;
 pub mod metrics;
-pub mod throttle;
-pub mod traces;
+pub(crate) mod throttle;
+pub(crate) mod traces;

@@ -2,7 +2,7 @@
 //! client configuration built from a `tls` table and a mode in libpq's words, with the ring
 //! provider. Errors name the config key at fault and never a file's contents.
 
-pub mod https;
+pub(crate) mod https;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// The client configuration for `mode` (which must not be `disable`). `path` is the `tls`
 /// table's key path (`database.tls`), used in errors.
-pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<ClientConfig, TlsError> {
+pub(crate) fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<ClientConfig, TlsError> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -83,7 +83,7 @@ pub fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Result<Clien
 
 /// The telemetry listener's server configuration (`[telemetry.tls]`): its certificate, and the
 /// CA its clients' certificates must be signed by, when one is given.
-pub fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, TlsError> {
+pub(crate) fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, TlsError> {
     let path = "telemetry.tls";
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -153,7 +153,7 @@ fn refused(key: &str, error: impl std::fmt::Display) -> TlsError {
 }
 
 /// What a mode promises, for logs and `handoff check`.
-pub fn describe(mode: TlsMode) -> &'static str {
+pub(crate) fn describe(mode: TlsMode) -> &'static str {
     match mode {
         TlsMode::Disable => "not encrypted (tls mode disable)",
         TlsMode::Prefer => {
@@ -167,14 +167,14 @@ pub fn describe(mode: TlsMode) -> &'static str {
 
 /// Whether `host` is this machine (a sidecar's neighbour): an unverified connection to anything
 /// else deserves a warning.
-pub fn is_local(host: &str) -> bool {
+pub(crate) fn is_local(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host == "localhost" || host.starts_with('/') || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Host and port of a URL (`scheme://[user[:pass]@]host[:port][/…][?…]`), without the
 /// credentials; for a URL naming several hosts, the first.
-pub fn host_port(url: &str) -> Option<(String, Option<u16>)> {
+pub(crate) fn host_port(url: &str) -> Option<(String, Option<u16>)> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?']).next()?;
     let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
@@ -188,7 +188,7 @@ pub fn host_port(url: &str) -> Option<(String, Option<u16>)> {
 
 /// A log or `check` line for a connection to `host` in `mode`; `warn` when the connection is
 /// unverified and leaves the machine.
-pub fn summary(host: &str, mode: TlsMode) -> (String, bool) {
+pub(crate) fn summary(host: &str, mode: TlsMode) -> (String, bool) {
     let warn = !mode.verifies() && !is_local(host);
     let advice = if warn {
         " — the connection leaves this machine unverified: anyone on the path can read or change it; set verify-full (sslmode=verify-full in a Postgres URL)"
@@ -200,7 +200,7 @@ pub fn summary(host: &str, mode: TlsMode) -> (String, bool) {
 
 /// `error` with advice naming the keys to look at, when it is a TLS failure (`path` is the
 /// connection's `tls` table); unchanged otherwise.
-pub fn explain(path: &str, error: &str) -> String {
+pub(crate) fn explain(path: &str, error: &str) -> String {
     let lower = error.to_ascii_lowercase();
     let advice = if lower.contains("not valid for name") {
         format!(
@@ -234,7 +234,12 @@ pub struct Session {
 
 /// Connects to `host:port` and runs a TLS handshake with `config` (which decides what is
 /// verified), for `check` to report what a connection negotiates. Closes at once.
-pub async fn probe(host: &str, port: u16, config: Arc<ClientConfig>, timeout: Duration) -> Result<Session, ProbeError> {
+pub(crate) async fn probe(
+    host: &str,
+    port: u16,
+    config: Arc<ClientConfig>,
+    timeout: Duration,
+) -> Result<Session, ProbeError> {
     let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
         .map_err(|e| ProbeError::Name { host: host.to_owned(), detail: e.to_string() })?;
     let handshake = async {

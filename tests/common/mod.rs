@@ -131,7 +131,7 @@ impl TestEnv {
 
     async fn migrate(&self) {
         let pool = handoff::store::postgres::pool(&self.database_config(), "handoff-test").unwrap();
-        handoff::migrate::postgres(&pool).await.expect("migrate");
+        handoff::store::migrate::postgres(&pool).await.expect("migrate");
     }
 
     pub fn database_config(&self) -> handoff::config::DatabaseConfig {

@@ -1,16 +1,16 @@
 //! The inbox state machine's store: PENDING rows claimed, their handlers' effects and PROCESSED
 //! committed together, failures recorded.
 
-pub mod apply;
-pub mod bindings;
+pub(crate) mod apply;
+pub(crate) mod bindings;
 pub mod contract;
-pub mod dialect;
+pub(crate) mod dialect;
 pub mod mysql;
-pub mod postgres;
+pub(crate) mod postgres;
 mod postgres_handlers;
 mod postgres_locked;
-pub mod seam;
-pub mod statements;
+pub(crate) mod seam;
+pub(crate) mod statements;
 
 pub use dialect::{Inbox, counts};
 pub use mysql::MyInbox;

@@ -5,9 +5,6 @@
 //! comparison uses `NOW(3)`. The seams' statements are in `store/outbox`, `store/takeover` and
 //! `store/inbox`.
 
-pub mod errors;
-pub mod pool;
-pub mod values;
-
-pub use errors::describe;
-pub use pool::{Pool, claim_tx, pool, probe, tls_session};
+pub(crate) mod errors;
+pub(crate) mod pool;
+pub(crate) mod values;

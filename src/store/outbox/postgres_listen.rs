@@ -18,7 +18,7 @@ pub enum ListenError {
 
 /// One connection's life: LISTEN on `channel` (`listening` runs once it listens), then
 /// `notified` on each notification, until the connection ends or `shutdown`.
-pub async fn notifications(
+pub(crate) async fn notifications(
     database: &DatabaseConfig,
     channel: &str,
     listening: impl FnOnce(),

@@ -94,7 +94,7 @@ impl LockedSql {
 }
 
 /// Locks a batch; see [`OutboxStore::lock`](super::seam::OutboxStore::lock). `parse` reads a result row as a claim's.
-pub async fn lock(
+pub(crate) async fn lock(
     pool: &Pool,
     sql: &Arc<LockedSql>,
     batch_size: u32,

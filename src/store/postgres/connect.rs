@@ -29,7 +29,7 @@ pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, Con
 /// LISTEN connection). `database.url` no longer holds TLS words here: load moved them into
 /// `database.tls`. tokio-postgres knows `disable`, `prefer` and `require`; the verify modes are
 /// `require` on the wire with a verifying rustls configuration.
-pub fn connect_config(
+pub(crate) fn connect_config(
     config: &DatabaseConfig,
     application_name: &str,
 ) -> Result<(tokio_postgres::Config, MakeRustlsConnect), ConnectError> {
@@ -56,14 +56,14 @@ pub fn connect_config(
 }
 
 /// Runs `SELECT 1` on a pooled connection.
-pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
+pub(crate) async fn probe(pool: &Pool) -> Result<(), StoreError> {
     let client = pool.get().await.map_err(|e| pool_error("probe", e))?;
     client.simple_query("SELECT 1").await.map_err(|e| query_error("probe", e))?;
     Ok(())
 }
 
 /// TLS version and cipher of a pooled connection, from the server's own view (`pg_stat_ssl`).
-pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
+pub(crate) async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
     let client = pool.get().await.map_err(|e| pool_error("tls state", e))?;
     let row = client
         .query_opt("SELECT version, cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])

@@ -3,10 +3,9 @@
 //! statements are in `store/outbox`, `store/takeover` and `store/inbox`.
 
 pub mod connect;
-pub mod errors;
-pub mod scan_start;
-pub mod tx;
-pub mod values;
+pub(crate) mod errors;
+pub(crate) mod scan_start;
+pub(crate) mod tx;
+pub(crate) mod values;
 
-pub use connect::{connect_config, pool, probe, tls_session};
-pub use errors::describe;
+pub use connect::pool;

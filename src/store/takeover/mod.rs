@@ -1,13 +1,13 @@
 //! The takeover: a stream entry becomes an inbox row (insert-if-absent on `(consumer,
 //! event_id)`) or a poison record, in one transaction, before the entry is acknowledged.
 
-pub mod contract;
-pub mod dialect;
-pub mod mysql;
-pub mod postgres;
-pub mod records;
-pub mod seam;
-pub mod statements;
+pub(crate) mod contract;
+pub(crate) mod dialect;
+pub(crate) mod mysql;
+pub(crate) mod postgres;
+pub(crate) mod records;
+pub(crate) mod seam;
+pub(crate) mod statements;
 
 pub use dialect::{Takeover, mark_redriven, poison_records};
 pub use mysql::MyTakeover;

@@ -3,7 +3,7 @@
 mod build;
 mod client;
 mod durable;
-pub mod group;
+pub(crate) mod group;
 mod link;
 mod loss;
 mod plain;
@@ -12,7 +12,7 @@ mod resp;
 mod scripted;
 mod shards;
 mod sweep;
-pub mod trim;
+pub(crate) mod trim;
 
 pub use client::{ConnectError, RedisStream};
 pub use replies::{entry_millis, is_outage};

@@ -4,7 +4,7 @@
 //! metrics reference in docs/operations.md lists every name; a test encodes a fresh registry against it.
 
 mod bridge;
-pub mod process;
+pub(crate) mod process;
 mod registry;
 mod relay;
 mod worker;
