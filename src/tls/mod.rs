@@ -64,11 +64,12 @@ pub(crate) fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Resul
         TlsMode::Disable => return Err(TlsError::Disabled { path: path.to_owned() }),
         TlsMode::VerifyFull => builder.with_root_certificates(roots(path, mode, tls)?),
         TlsMode::VerifyCa => {
-            let verifier = verify::ChainOnly::new(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
+            let verifier =
+                verify::Lenient::chain_only(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
             builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
         }
         TlsMode::Require | TlsMode::Prefer => {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(verify::Unverified::new(provider)))
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verify::Lenient::unverified(provider)))
         }
     };
     match (&tls.cert_file, &tls.key_file) {

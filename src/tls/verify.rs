@@ -10,20 +10,32 @@ use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signat
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 
-/// `verify-ca`: the chain must lead to a trusted CA; a name mismatch is accepted.
+/// A server certificate check weaker than `verify-full`.
 #[derive(Debug)]
-pub struct ChainOnly(Arc<WebPkiServerVerifier>);
+pub struct Lenient {
+    /// `verify-ca`: the chain must lead to a trusted CA (a name mismatch is accepted); `None`
+    /// for `require` / `prefer`: any certificate is accepted.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ChainOnly {
-    pub fn new(
+impl Lenient {
+    /// `verify-ca` against `roots`.
+    pub fn chain_only(
         roots: RootCertStore,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, rustls::client::VerifierBuilderError> {
-        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build().map(Self)
+        let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+        Ok(Self { chain: Some(chain), provider })
+    }
+
+    /// `require` / `prefer`.
+    pub fn unverified(provider: Arc<CryptoProvider>) -> Self {
+        Self { chain: None, provider }
     }
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -32,9 +44,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
         // webpki checks the chain (and validity, usage) before the name, so a name error means
         // everything else held.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -48,7 +61,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -57,55 +70,10 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require` / `prefer`: any certificate is accepted; the handshake still has to be signed by it.
-#[derive(Debug)]
-pub struct Unverified(Arc<CryptoProvider>);
-
-impl Unverified {
-    pub fn new(provider: Arc<CryptoProvider>) -> Self {
-        Self(provider)
-    }
-}
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
