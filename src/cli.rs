@@ -88,12 +88,8 @@ pub struct PoisonArgs {
     /// At most this many records.
     #[arg(long, default_value_t = 100)]
     limit: u32,
-    /// Show what would be re-driven, append nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,7 +122,14 @@ pub struct DeadArgs {
     /// At most this many rows.
     #[arg(long, default_value_t = 100)]
     limit: u32,
-    /// Show what would be touched, touch nothing.
+    #[command(flatten)]
+    output: Output,
+}
+
+/// How an operator command shows what it does.
+#[derive(Debug, clap::Args)]
+pub struct Output {
+    /// Show what would be done, do nothing.
     #[arg(long)]
     dry_run: bool,
     /// JSON instead of text.
@@ -257,22 +260,23 @@ async fn dead(config: &Config, action: DeadAction) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let rows = match ops::dead::run(config, &db, &filter, kind, args.dry_run).await {
+    let rows = match ops::dead::run(config, &db, &filter, kind, args.output.dry_run).await {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("error: {}", crate::error::error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
-    let verb = match (kind, args.dry_run) {
+    let verb = match (kind, args.output.dry_run) {
         (store::dead::DeadAction::List, _) => "DEAD",
         (store::dead::DeadAction::Retry, true) => "would re-drive",
         (store::dead::DeadAction::Retry, false) => "re-driven",
         (store::dead::DeadAction::Purge, true) => "would purge",
         (store::dead::DeadAction::Purge, false) => "purged",
     };
-    if args.json {
-        let doc = serde_json::json!({ "action": verb, "dry_run": args.dry_run, "count": rows.len(), "rows": rows });
+    if args.output.json {
+        let doc =
+            serde_json::json!({ "action": verb, "dry_run": args.output.dry_run, "count": rows.len(), "rows": rows });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         for r in &rows {
@@ -351,7 +355,7 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     let records = store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit };
     let filter = ops::poison::Filter { bridge: args.bridge, records };
     let result = if retry {
-        ops::poison::retry(config, &db, &filter, args.dry_run).await
+        ops::poison::retry(config, &db, &filter, args.output.dry_run).await
     } else {
         ops::poison::list(config, &db, &filter).await
     };
@@ -363,12 +367,12 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
         }
     };
     let failed = rows.iter().filter(|r| matches!(r.appended, Some(ops::poison::Reappended::Failed(_)))).count();
-    let verb = match (retry, args.dry_run) {
+    let verb = match (retry, args.output.dry_run) {
         (false, _) => "poison",
         (true, true) => "would re-append",
         (true, false) => "re-appended",
     };
-    if args.json {
+    if args.output.json {
         let doc = serde_json::json!({ "action": verb, "count": rows.len() - failed, "failed": failed, "rows": rows });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
@@ -381,13 +385,13 @@ async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
             println!(
                 "{:<16} #{:<6} {:<28} {:<36} {:<22} age={:.0}s redrives={} {}{outcome}",
                 r.bridge,
-                r.id,
-                r.stream,
-                r.event_id.as_deref().unwrap_or("-"),
-                r.reason,
-                r.age_seconds,
-                r.redrives,
-                r.detail
+                r.record.id,
+                r.record.stream,
+                r.record.event_id.as_deref().unwrap_or("-"),
+                r.record.reason,
+                r.record.age_seconds,
+                r.record.redrives,
+                r.record.detail
             );
         }
         println!(

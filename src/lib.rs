@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod app;
+mod base64;
 mod bridge;
 mod check;
 pub mod cli;

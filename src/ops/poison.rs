@@ -24,34 +24,11 @@ pub struct Filter {
 #[derive(Debug, Clone, Serialize)]
 pub struct PoisonRow {
     pub bridge: String,
-    pub id: i64,
-    pub stream: String,
-    pub entry_id: String,
-    pub event_id: Option<String>,
-    pub reason: String,
-    pub detail: String,
-    pub age_seconds: f64,
-    pub redrives: i32,
+    #[serde(flatten)]
+    pub record: StoredPoison,
     /// `retry`: the entry appended again, or why nothing was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub appended: Option<Reappended>,
-}
-
-impl PoisonRow {
-    fn new(bridge: &str, record: &StoredPoison) -> Self {
-        Self {
-            bridge: bridge.to_owned(),
-            id: record.id,
-            stream: record.stream.clone(),
-            entry_id: record.entry_id.clone(),
-            event_id: record.event_id.clone(),
-            reason: record.reason.clone(),
-            detail: record.detail.clone(),
-            age_seconds: record.age_seconds,
-            redrives: record.redrives,
-            appended: None,
-        }
-    }
 }
 
 /// What `retry` did with a record's entry.
@@ -119,7 +96,8 @@ async fn records(db: &Database, bridge: &BridgeConfig, filter: &Filter) -> Resul
 pub async fn list(config: &Config, db: &Database, filter: &Filter) -> Result<Vec<PoisonRow>, PoisonError> {
     let mut rows = Vec::new();
     for bridge in bridges(config, filter)? {
-        rows.extend(records(db, bridge, filter).await?.iter().map(|r| PoisonRow::new(&bridge.name, r)));
+        let found = records(db, bridge, filter).await?;
+        rows.extend(found.into_iter().map(|record| PoisonRow { bridge: bridge.name.clone(), record, appended: None }));
     }
     Ok(rows)
 }
@@ -140,17 +118,17 @@ pub async fn retry(
     let mut done = Vec::new();
     for bridge in bridges(config, filter)? {
         for record in records(db, bridge, filter).await? {
-            let mut row = PoisonRow::new(&bridge.name, &record);
+            let mut row = PoisonRow { bridge: bridge.name.clone(), record, appended: None };
             if let Some(stream) = &stream {
-                let appended = match append(stream, &row.stream, &record.fields).await {
+                let appended = match append(stream, &row.record.stream, &row.record.fields).await {
                     Ok(id) => Reappended::Entry(id),
                     Err(e) => Reappended::Failed(e.to_string()),
                 };
                 if matches!(appended, Reappended::Entry(_)) {
-                    takeover::mark_redriven(db, &bridge.poison_table, row.id)
+                    takeover::mark_redriven(db, &bridge.poison_table, row.record.id)
                         .await
                         .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })?;
-                    row.redrives += 1;
+                    row.record.redrives += 1;
                 }
                 row.appended = Some(appended);
             }
@@ -184,13 +162,17 @@ pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsErro
     map.iter()
         .map(|(name, value)| {
             let name = match name.strip_prefix("base64:") {
-                Some(encoded) => decode_base64(encoded)?,
+                Some(encoded) => {
+                    crate::base64::decode(encoded).ok_or_else(|| FieldsError::NotBase64(encoded.to_owned()))?
+                }
                 None => name.as_bytes().to_vec(),
             };
             let value = match value {
                 serde_json::Value::String(text) => text.as_bytes().to_vec(),
                 other => match (other.get("base64").and_then(|v| v.as_str()), other.get("bytes")) {
-                    (Some(encoded), _) => decode_base64(encoded)?,
+                    (Some(encoded), _) => {
+                        crate::base64::decode(encoded).ok_or_else(|| FieldsError::NotBase64(encoded.to_owned()))?
+                    }
                     (None, Some(bytes)) => {
                         let field = String::from_utf8_lossy(&name).into_owned();
                         return Err(FieldsError::KeptAsPrefix { field, bytes: bytes.clone() });
@@ -201,29 +183,6 @@ pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsErro
             Ok((name, value))
         })
         .collect()
-}
-
-fn decode_base64(text: &str) -> Result<Vec<u8>, FieldsError> {
-    let value = |c: u8| -> Result<u32, FieldsError> {
-        match c {
-            b'A'..=b'Z' => Ok(u32::from(c - b'A')),
-            b'a'..=b'z' => Ok(u32::from(c - b'a') + 26),
-            b'0'..=b'9' => Ok(u32::from(c - b'0') + 52),
-            b'+' => Ok(62),
-            b'/' => Ok(63),
-            _ => Err(FieldsError::NotBase64(text.to_owned())),
-        }
-    };
-    let clean: Vec<u8> = text.bytes().filter(|b| *b != b'=').collect();
-    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
-    for chunk in clean.chunks(4) {
-        let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            n |= value(*c)? << (18 - 6 * i);
-        }
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -241,7 +200,5 @@ mod tests {
         assert!(fields.contains(&(b"event_id".to_vec(), b"e-1".to_vec())));
         assert!(fields.contains(&(b"payload".to_vec(), vec![0xff, 0xfe, 0x00])));
         assert!(fields.contains(&(vec![0xff], b"x".to_vec())));
-        assert_eq!(decode_base64("Zm9v").unwrap(), b"foo");
-        assert_eq!(decode_base64("Zg==").unwrap(), b"f");
     }
 }

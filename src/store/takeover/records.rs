@@ -10,7 +10,7 @@ pub struct PoisonFilter {
 }
 
 /// One record of a poison table, with the entry's fields as they were read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct StoredPoison {
     pub id: i64,
     pub stream: String,
@@ -20,5 +20,7 @@ pub struct StoredPoison {
     pub detail: String,
     pub age_seconds: f64,
     pub redrives: i32,
+    /// The entry's fields (what `retry` appends again); not shown.
+    #[serde(skip)]
     pub fields: serde_json::Value,
 }
