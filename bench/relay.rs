@@ -8,7 +8,7 @@ use fred::prelude::*;
 use crate::env::{BenchEnv, appended, postgres_cpu_seconds, resources, stop};
 use handoff::config::load_str;
 use handoff::store::outbox::PgOutbox;
-use handoff::store::outbox::{ClaimedRow, Delivered, OutboxStore};
+use handoff::store::outbox::{ClaimedRow, Delivered, OutboxClaims, OutboxStore};
 use handoff::store::postgres::pool;
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};

@@ -88,7 +88,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Ok(columns) => match EntryBuilder::new(relay, &columns) {
                 Ok(_) => {
                     ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
-                    let (claim, chosen) = relay.claim_choice();
+                    let (claim, chosen) = relay.claim_loop.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
                 }
                 Err(e) => problems.push(e.to_string()),
@@ -120,7 +120,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         match checked {
             Ok(()) => {
                 ok.push(format!("worker `{}`: inbox and handler statements prepared", worker.name));
-                let (claim, chosen) = worker.claim_choice();
+                let (claim, chosen) = worker.claim_loop.claim_choice();
                 ok.push(format!("worker `{}`: claim = \"{claim}\" ({chosen})", worker.name));
             }
             Err(e) => problems.push(format!("{e:#}")),

@@ -55,7 +55,7 @@ async fn spawn_relay(
     metrics: &RelayMetrics,
 ) -> anyhow::Result<bool> {
     let context = format!("relay `{}`", relay.name);
-    let (backoff, shutdown) = (&relay.outage_backoff, &shared.shutdown);
+    let (backoff, shutdown) = (&relay.claim_loop.outage_backoff, &shared.shutdown);
     // A gate the server cannot honour is a configuration error (an unreachable server is not).
     if let Ok(Err(e)) = stream.check_gate(relay).await {
         return Err(anyhow!(e));
@@ -72,7 +72,8 @@ fn start_relay(
     stream: &RedisStream,
     metrics: &RelayMetrics,
 ) -> anyhow::Result<()> {
-    let stall_after = 2 * (relay.lease + relay.outage_backoff.max + relay.poll_interval);
+    let stall_after =
+        2 * (relay.claim_loop.lease + relay.claim_loop.outage_backoff.max + relay.claim_loop.poll_interval);
     let deps = RelayDeps {
         store,
         stream: stream.clone(),
@@ -89,7 +90,7 @@ fn start_relay(
             wake::listen(config.database.clone(), notify.channel.clone(), wake.clone(), shared.shutdown.clone());
         shared.tasks.spawn(format!("relay {} listener", relay.name), listener);
     }
-    let (claim, chosen) = relay.claim_choice();
+    let (claim, chosen) = relay.claim_loop.claim_choice();
     let relay = Arc::new(Relay::new(relay.clone(), deps).map_err(|e| anyhow!(e))?);
     info!(relay = relay.name(), claimant = %shared.claimant, claim, chosen, "relay started");
     let name = format!("relay {}", relay.name());
@@ -148,7 +149,8 @@ async fn spawn_worker(
     metrics: &WorkerMetrics,
 ) -> anyhow::Result<bool> {
     let style = store.placeholder();
-    let stall_after = 2 * (worker.lease + worker.outage_backoff.max + worker.poll_interval);
+    let stall_after =
+        2 * (worker.claim_loop.lease + worker.claim_loop.outage_backoff.max + worker.claim_loop.poll_interval);
     let deps = WorkerDeps {
         store,
         metrics: metrics.for_worker(&worker.name),
@@ -156,12 +158,12 @@ async fn spawn_worker(
         owner: format!("{}/{}", shared.claimant, worker.name),
         abandon: shared.abandon.clone(),
     };
-    let config_claim = worker.claim_choice();
+    let config_claim = worker.claim_loop.claim_choice();
     let built = Worker::new(worker.clone(), style, deps).map_err(|e| anyhow!(e))?;
     let sql = built.handler_sql();
     let check = || built.check_statements(&sql);
     let context = format!("worker `{}`", worker.name);
-    if with_retry(&context, &worker.outage_backoff, &shared.shutdown, check).await?.is_none() {
+    if with_retry(&context, &worker.claim_loop.outage_backoff, &shared.shutdown, check).await?.is_none() {
         return Ok(false);
     }
     let worker = Arc::new(built);

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use super::claim_loop::ClaimMode;
 use super::connections::{Dialect, RedisConfig};
 use super::file::Config;
-use super::relay::{ClaimMode, RelayConfig};
+use super::relay::RelayConfig;
 use super::worker::WorkerConfig;
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::StatementKind;
@@ -93,8 +94,8 @@ pub(super) fn blockers(relay: &RelayConfig, dialect: Option<Dialect>, redis: &Re
     }
     let gate = relay.durability.as_ref().map(|d| d.timeout);
     let append = redis.command_timeout + gate.unwrap_or(Duration::ZERO);
-    if relay.lease <= append {
-        found.push(Blocker::Lease { lease: relay.lease, append, gated: gate.is_some() });
+    if relay.claim_loop.lease <= append {
+        found.push(Blocker::Lease { lease: relay.claim_loop.lease, append, gated: gate.is_some() });
     }
     found
 }
@@ -170,26 +171,29 @@ pub fn resolve(config: &mut Config) {
         .iter()
         .zip(&found)
         .filter(|(relay, found)| {
-            relay.claim == ClaimMode::Locked || (relay.claim == ClaimMode::Auto && found.is_empty())
+            relay.claim_loop.claim == ClaimMode::Locked
+                || (relay.claim_loop.claim == ClaimMode::Auto && found.is_empty())
         })
-        .map(|(relay, _)| relay.concurrency)
+        .map(|(relay, _)| relay.claim_loop.concurrency)
         .sum();
     let pool = pool_blocker(config.database.pool_size, loops);
     for (relay, found) in config.relays.iter_mut().zip(found) {
-        if relay.claim != ClaimMode::Auto {
+        if relay.claim_loop.claim != ClaimMode::Auto {
             continue;
         }
-        (relay.claim, relay.claim_chosen) = match found.into_iter().next().or_else(|| pool.clone()) {
-            None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
-            Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
-        };
+        (relay.claim_loop.claim, relay.claim_loop.claim_chosen) =
+            match found.into_iter().next().or_else(|| pool.clone()) {
+                None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
+                Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
+            };
     }
     // A worker's locked batch holds its connection no longer than a leased batch's apply does.
-    for worker in config.workers.iter_mut().filter(|w| w.claim == ClaimMode::Auto) {
-        (worker.claim, worker.claim_chosen) = match worker_blockers(worker, dialect).into_iter().next() {
-            None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
-            Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
-        };
+    for worker in config.workers.iter_mut().filter(|w| w.claim_loop.claim == ClaimMode::Auto) {
+        (worker.claim_loop.claim, worker.claim_loop.claim_chosen) =
+            match worker_blockers(worker, dialect).into_iter().next() {
+                None => (ClaimMode::Locked, Some("auto: every condition for the locked claim holds".into())),
+                Some(blocker) => (ClaimMode::Leased, Some(format!("auto: {}", blocker.reason()))),
+            };
     }
 }
 
@@ -201,7 +205,11 @@ mod tests {
 
     fn claims(toml: &str) -> Vec<(ClaimMode, String)> {
         let config = load_str(toml).unwrap();
-        config.relays.iter().map(|r| (r.claim, r.claim_chosen.clone().unwrap_or_default())).collect()
+        config
+            .relays
+            .iter()
+            .map(|r| (r.claim_loop.claim, r.claim_loop.claim_chosen.clone().unwrap_or_default()))
+            .collect()
     }
 
     #[test]
@@ -241,7 +249,11 @@ mod tests {
 
     fn workers(toml: &str) -> Vec<(ClaimMode, String)> {
         let config = load_str(toml).unwrap();
-        config.workers.iter().map(|w| (w.claim, w.claim_chosen.clone().unwrap_or_default())).collect()
+        config
+            .workers
+            .iter()
+            .map(|w| (w.claim_loop.claim, w.claim_loop.claim_chosen.clone().unwrap_or_default()))
+            .collect()
     }
 
     const SQL_HANDLER: &str = "[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"SELECT 1\"]\n";

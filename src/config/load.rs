@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 
+use super::claim_loop;
 use super::file::Config;
 use super::secret::Secret;
 use super::validate;
@@ -63,34 +64,19 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     let figment = figment.merge(env);
     let overrides = named_overrides(std::env::vars());
     let mut errors = Vec::new();
-    // Paths already reported, with where their value came from (the file, the environment).
-    let mut reported: Vec<Vec<String>> = Vec::new();
-    let first = if overrides.is_empty() { Some(figment.extract::<Config>()) } else { None };
-    let mut config = match first {
-        Some(Ok(config)) => config,
-        found => {
-            for e in found.and_then(Result::err).into_iter().flatten() {
-                errors.push(describe(&e, true));
-                reported.push(e.path.clone());
-            }
-            // Syntax errors end here: nothing else can be read.
-            let mut value: figment::value::Value = figment
-                .extract()
-                .map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e, true)).collect() })?;
-            for (section, name, path, raw) in &overrides {
-                if let Err(e) = apply_named(&mut value, section, name, path, raw) {
-                    errors.push(e.to_string());
-                }
-            }
-            if !errors.is_empty() && reported.is_empty() {
-                return Err(ConfigError { errors });
-            }
-            match extract_all(value, &reported, &mut errors) {
-                Some(config) => config,
-                None => return Err(ConfigError { errors }),
-            }
+    // Syntax errors end here: nothing else can be read.
+    let mut value: figment::value::Value =
+        figment.extract().map_err(|e| ConfigError { errors: e.into_iter().map(|e| describe(&e, true)).collect() })?;
+    for (section, name, path, raw) in &overrides {
+        if let Err(e) = apply_named(&mut value, section, name, path, raw) {
+            errors.push(e.to_string());
         }
-    };
+    }
+    if !errors.is_empty() {
+        return Err(ConfigError { errors });
+    }
+    claim_loop::nest(&mut value);
+    let Some(mut config) = extract_all(value, &mut errors) else { return Err(ConfigError { errors }) };
     resolve_secret("database", &mut config.database.url, &mut config.database.url_file, true, &mut errors);
     resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, false, &mut errors);
     if config.redis.url.is_none() && errors.is_empty() {
@@ -122,7 +108,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
 /// extraction tried again, until it succeeds (the result then still goes through the rule
 /// checks, so those are reported in the same run) or stops at an error no key can be taken out
 /// for (a required key that is missing).
-fn extract_all(mut value: figment::value::Value, reported: &[Vec<String>], errors: &mut Vec<String>) -> Option<Config> {
+fn extract_all(mut value: figment::value::Value, errors: &mut Vec<String>) -> Option<Config> {
     // Bounded: each round takes a key out, and a configuration has far fewer.
     for _ in 0..256 {
         match Figment::from(figment::providers::Serialized::defaults(&value)).extract::<Config>() {
@@ -130,9 +116,7 @@ fn extract_all(mut value: figment::value::Value, reported: &[Vec<String>], error
             Err(error) => {
                 let mut progressed = false;
                 for e in error {
-                    if !reported.contains(&e.path) {
-                        errors.push(describe(&e, false));
-                    }
+                    errors.push(describe(&e, false));
                     progressed |= remove_key(&mut value, &e.path);
                 }
                 if !progressed {
@@ -246,7 +230,13 @@ fn describe(error: &figment::Error, with_source: bool) -> String {
         error.metadata.as_ref().filter(|_| with_source).map(|m| format!(" (from {})", m.name)).unwrap_or_default();
     match &error.kind {
         figment::error::Kind::UnknownField(found, known) => {
-            let hint = closest(found, known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
+            // An entry's claim-loop keys are known in it (the loader gathered them apart).
+            let known: Vec<&str> = known
+                .iter()
+                .flat_map(|k| if *k == claim_loop::TABLE { claim_loop::KEYS } else { std::slice::from_ref(k) })
+                .copied()
+                .collect();
+            let hint = closest(found, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
             format!("{key}: unknown key `{found}`{hint} (known here: {}){source}", known.join(", "))
         }
         kind => format!("{key}: {kind}{source}"),
@@ -259,7 +249,8 @@ fn key_path(path: &[String]) -> String {
         return "(top level)".to_owned();
     }
     let mut key = String::new();
-    for part in path {
+    // The claim-loop keys are written in the entry itself (see `claim_loop::nest`).
+    for part in path.iter().filter(|p| *p != claim_loop::TABLE) {
         if part.chars().all(|c| c.is_ascii_digit()) {
             key.push_str(&format!("[{part}]"));
         } else {
@@ -402,10 +393,11 @@ mod tests {
         for (section, name, path, raw) in &overrides {
             apply_named(&mut value, section, name, path, raw).unwrap();
         }
+        claim_loop::nest(&mut value);
         let config: Config = Figment::from(figment::providers::Serialized::defaults(value)).extract().unwrap();
-        assert_eq!(config.relays[1].batch_size, 42);
+        assert_eq!(config.relays[1].claim_loop.batch_size, 42);
         assert_eq!(config.relays[1].durability.as_ref().map(|d| d.replicas), Some(2), "a table created on the way");
-        assert_eq!(config.relays[0].batch_size, 500, "the other entry keeps its value");
+        assert_eq!(config.relays[0].claim_loop.batch_size, 500, "the other entry keeps its value");
         let mut value: figment::value::Value = Figment::from(Toml::string(toml)).extract().unwrap();
         let unknown = apply_named(&mut value, "relay", "billing", &["batch_size".into()], "1").unwrap_err().to_string();
         assert!(unknown.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE") && unknown.contains("billing"), "{unknown}");

@@ -7,6 +7,7 @@
 mod backoff;
 mod bridge;
 mod claim;
+mod claim_loop;
 mod connections;
 pub(crate) mod consumer_sql;
 mod event_types;
@@ -23,19 +24,20 @@ mod worker;
 
 pub use backoff::BackoffConfig;
 pub use bridge::{BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
+pub use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults, RelayLoop, WorkerLoop};
 pub use connections::{DatabaseConfig, Dialect, RedisConfig};
 pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub(crate) use event_types::type_matches;
 pub use file::{Config, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
 pub use relay::{
-    BrokerLossConfig, ClaimMode, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
+    BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
     RetentionConfig, SettleMode, SqlOverrides, TrimConfig,
 };
 pub use secret::Secret;
 pub use telemetry::{ListenerTls, LogFormat, MetricsAuth, TelemetryConfig, TracingConfig};
 pub use tls::{TlsConfig, TlsMode};
+pub(crate) use worker::never_forwarded;
 pub use worker::{
-    HandlerConfig, HandlerErrors, HandlerVerdict, HttpHandlerConfig, InboxRetention, NEVER_FORWARDED,
-    RESERVED_REQUEST_HEADERS, Unhandled, WorkerConfig,
+    HandlerConfig, HandlerErrors, HandlerVerdict, HttpHandlerConfig, InboxRetention, Unhandled, WorkerConfig,
 };

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::backoff::BackoffConfig;
+use super::claim_loop::{ClaimLoopConfig, RelayLoop};
 
 /// `[[relay]]`: one outbox table relayed to Redis Streams.
 #[derive(Debug, Clone, Deserialize)]
@@ -20,44 +20,16 @@ pub struct RelayConfig {
     /// Stream key template over claim columns, e.g. "audit:{aggregate_type}". Default: "audit:{aggregate_type}".
     #[serde(default = "defaults::stream")]
     pub stream: String,
-    /// Rows per claim. Default: 500.
-    #[serde(default = "defaults::batch_size")]
-    pub batch_size: u32,
-    /// Batches in flight at once (claim loops): with 2, one batch is appended while the next is
-    /// claimed and settled. Default: 2.
-    #[serde(default = "defaults::two")]
-    pub concurrency: u32,
-    /// Sleep between claims when the last one came back empty. Default: "250ms".
-    #[serde(default = "defaults::poll_interval", with = "humantime_serde")]
-    pub poll_interval: Duration,
-    /// How long a claim is owned before another relay may take it over; renewed every third of
-    /// it while the batch is in flight. Default: "30s".
-    #[serde(default = "defaults::lease", with = "humantime_serde")]
-    pub lease: Duration,
-    /// Failed appends attributable to the row before it turns DEAD. Default: 10.
-    #[serde(default = "defaults::max_attempts")]
-    pub max_attempts: u32,
+    /// How the relay's claim loops run: `batch_size`, `concurrency`, `poll_interval`, `lease`,
+    /// `max_attempts`, `backoff`, `outage_backoff`, `claim` (written in `[[relay]]` itself).
+    #[serde(default)]
+    pub claim_loop: ClaimLoopConfig<RelayLoop>,
     /// Times a row's lease may expire (its claimant died holding it) before it turns DEAD. Default: 3.
     #[serde(default = "defaults::max_expired_claims")]
     pub max_expired_claims: u32,
-    /// Delay before retrying a row whose append failed.
-    #[serde(default = "BackoffConfig::row_default")]
-    pub backoff: BackoffConfig,
-    /// Delay before claiming again after Redis or the database was unreachable.
-    #[serde(default = "BackoffConfig::outage_default")]
-    pub outage_backoff: BackoffConfig,
     /// `mark_delivered` keeps delivered rows (status DELIVERED); `delete` removes them. Default: "mark_delivered".
     #[serde(default)]
     pub settle: SettleMode,
-    /// `leased`: a claim marks rows IN_FLIGHT under a lease, the settle marks them again.
-    /// `locked` (Postgres, reference statements): a transaction locks the batch, appends it and
-    /// settles it before committing, so a delivered row is written once. Default: "auto", which
-    /// loading resolves to `locked` wherever that is allowed and to `leased` elsewhere.
-    #[serde(default)]
-    pub claim: ClaimMode,
-    /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
-    #[serde(skip)]
-    pub claim_chosen: Option<String>,
     /// Stream trimming. Default: none (streams grow until something else trims them).
     pub trim: Option<TrimConfig>,
     /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
@@ -97,36 +69,6 @@ pub struct RelayConfig {
     /// Statement overrides; absent ones use the defaults for the reference schema.
     #[serde(default)]
     pub sql: SqlOverrides,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimMode {
-    /// Resolved when the configuration is loaded: `Locked` where every condition for it holds
-    /// (Postgres, reference statements, no ordering, a lease longer than an append, a spare
-    /// pooled connection), `Leased` elsewhere. Anything that sees it unresolved treats it as
-    /// `Leased`.
-    #[default]
-    Auto,
-    Leased,
-    Locked,
-}
-
-impl RelayConfig {
-    /// The claim shape this relay runs and why: chosen by `auto` (with the reason) or configured.
-    pub fn claim_choice(&self) -> (&'static str, &str) {
-        (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
-    }
-}
-
-impl ClaimMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            ClaimMode::Auto => "auto",
-            ClaimMode::Leased => "leased",
-            ClaimMode::Locked => "locked",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -326,21 +268,6 @@ mod defaults {
     }
     pub fn stream() -> String {
         "audit:{aggregate_type}".into()
-    }
-    pub fn batch_size() -> u32 {
-        500
-    }
-    pub fn two() -> u32 {
-        2
-    }
-    pub fn poll_interval() -> Duration {
-        Duration::from_millis(250)
-    }
-    pub fn lease() -> Duration {
-        Duration::from_secs(30)
-    }
-    pub fn max_attempts() -> u32 {
-        10
     }
     pub fn max_expired_claims() -> u32 {
         3

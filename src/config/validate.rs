@@ -70,12 +70,12 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
 fn validate_http_headers(path: &str, http: &super::worker::HttpHandlerConfig) -> Vec<String> {
     let mut errors = Vec::new();
     for name in &http.forward_headers {
-        if super::worker::NEVER_FORWARDED.contains(&name.to_ascii_lowercase().as_str()) {
+        if super::worker::never_forwarded(&name.to_ascii_lowercase()) {
             errors.push(format!("{path}.forward_headers: `{name}` is never taken from an event (it frames, routes or authenticates the call)"));
         }
     }
     for name in http.headers.keys() {
-        if super::worker::RESERVED_REQUEST_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        if super::worker::reserved_request_header(&name.to_ascii_lowercase()) {
             errors.push(format!("{path}.headers.{name}: handoff sets this header itself"));
         }
     }
@@ -119,16 +119,24 @@ pub fn validate(config: &Config) -> Vec<String> {
         errors.push("database.pool_size must be > 0".into());
     }
     // Where an explicit locked claim cannot keep its promises (the rules `auto` follows too).
-    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.claim == super::relay::ClaimMode::Locked) {
+    for (i, relay) in
+        config.relays.iter().enumerate().filter(|(_, r)| r.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+    {
         errors.extend(
             super::claim::blockers(relay, dialect, &config.redis).iter().map(|b| b.error(&format!("relay[{i}]"))),
         );
     }
-    for (i, worker) in config.workers.iter().enumerate().filter(|(_, w)| w.claim == super::relay::ClaimMode::Locked) {
+    for (i, worker) in
+        config.workers.iter().enumerate().filter(|(_, w)| w.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+    {
         errors.extend(super::claim::worker_blockers(worker, dialect).iter().map(|b| b.error(&format!("worker[{i}]"))));
     }
-    let locked: u32 =
-        config.relays.iter().filter(|r| r.claim == super::relay::ClaimMode::Locked).map(|r| r.concurrency).sum();
+    let locked: u32 = config
+        .relays
+        .iter()
+        .filter(|r| r.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+        .map(|r| r.claim_loop.concurrency)
+        .sum();
     errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());
@@ -181,11 +189,11 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     };
     check(is_label(&relay.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
     check(is_identifier(&relay.table), "table must be a plain or schema-qualified identifier");
-    check((1..=10_000).contains(&relay.batch_size), "batch_size must be between 1 and 10000");
-    check((1..=64).contains(&relay.concurrency), "concurrency must be between 1 and 64");
-    check(!relay.poll_interval.is_zero(), "poll_interval must be > 0");
-    check(relay.lease >= Duration::from_millis(100), "lease must be at least 100ms");
-    check(relay.max_attempts >= 1, "max_attempts must be >= 1");
+    check((1..=10_000).contains(&relay.claim_loop.batch_size), "batch_size must be between 1 and 10000");
+    check((1..=64).contains(&relay.claim_loop.concurrency), "concurrency must be between 1 and 64");
+    check(!relay.claim_loop.poll_interval.is_zero(), "poll_interval must be > 0");
+    check(relay.claim_loop.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+    check(relay.claim_loop.max_attempts >= 1, "max_attempts must be >= 1");
     check(relay.max_expired_claims >= 1, "max_expired_claims must be >= 1");
     check(relay.payload_max_bytes >= 2, "payload_max_bytes must be >= 2");
     // 512 MB is what one Redis bulk string may hold at most (proto-max-bulk-len's default).
@@ -193,8 +201,8 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
         (relay.payload_max_bytes..=512 << 20).contains(&relay.entry_max_bytes),
         "entry_max_bytes must be at least payload_max_bytes and at most 536870912",
     );
-    validate_backoff(&format!("{path}.backoff"), &relay.backoff, errors);
-    validate_backoff(&format!("{path}.outage_backoff"), &relay.outage_backoff, errors);
+    validate_backoff(&format!("{path}.backoff"), &relay.claim_loop.backoff, errors);
+    validate_backoff(&format!("{path}.outage_backoff"), &relay.claim_loop.outage_backoff, errors);
     if let Some(trim) = &relay.trim {
         let set =
             usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged);
@@ -209,7 +217,7 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
         }
     }
     if let Some(dedupe) = &relay.dedupe {
-        if dedupe.window < relay.lease * 2 {
+        if dedupe.window < relay.claim_loop.lease * 2 {
             errors.push(format!(
                 "{path}.dedupe.window must be at least twice the lease (a takeover happens after it expires)"
             ));
@@ -390,11 +398,11 @@ fn validate_workers(config: &Config, style: Placeholder, errors: &mut Vec<String
         check(is_label(&worker.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
         check(!worker.consumer.is_empty(), "consumer must not be empty");
         check(is_identifier(&worker.table), "table must be a plain or schema-qualified identifier");
-        check((1..=10_000).contains(&worker.batch_size), "batch_size must be between 1 and 10000");
-        check((1..=64).contains(&worker.concurrency), "concurrency must be between 1 and 64");
-        check(!worker.poll_interval.is_zero(), "poll_interval must be > 0");
-        check(worker.lease >= Duration::from_millis(100), "lease must be at least 100ms");
-        check(worker.max_attempts >= 1, "max_attempts must be >= 1");
+        check((1..=10_000).contains(&worker.claim_loop.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=64).contains(&worker.claim_loop.concurrency), "concurrency must be between 1 and 64");
+        check(!worker.claim_loop.poll_interval.is_zero(), "poll_interval must be > 0");
+        check(worker.claim_loop.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+        check(worker.claim_loop.max_attempts >= 1, "max_attempts must be >= 1");
         check(worker.max_expired_leases >= 1, "max_expired_leases must be >= 1");
         for (h, handler) in worker.handlers.iter().enumerate() {
             let ok = handler.event_types.iter().all(|t| !t.is_empty()) && !handler.event_types.is_empty();
@@ -402,8 +410,8 @@ fn validate_workers(config: &Config, style: Placeholder, errors: &mut Vec<String
             let one = handler.sql.is_empty() != handler.http.is_none();
             check(one, &format!("handler[{h}]: set exactly one of sql, http"));
         }
-        validate_backoff(&format!("{path}.backoff"), &worker.backoff, errors);
-        validate_backoff(&format!("{path}.outage_backoff"), &worker.outage_backoff, errors);
+        validate_backoff(&format!("{path}.backoff"), &worker.claim_loop.backoff, errors);
+        validate_backoff(&format!("{path}.outage_backoff"), &worker.claim_loop.outage_backoff, errors);
         for statement in WorkerStatement::ALL {
             if let Some(sql) = worker.sql.get(statement)
                 && let Err(e) = crate::sql::params::check_offered(sql, style, statement.params(), &[])

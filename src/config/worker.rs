@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::backoff::BackoffConfig;
+use super::claim_loop::{ClaimLoopConfig, WorkerLoop};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,30 +17,14 @@ pub struct WorkerConfig {
     /// Inbox table. Default: "consumer_inbox".
     #[serde(default = "defaults::table")]
     pub table: String,
-    /// Rows per claim. Default: 50.
-    #[serde(default = "defaults::batch_size")]
-    pub batch_size: u32,
-    /// Claim loops. Default: 1.
-    #[serde(default = "defaults::one")]
-    pub concurrency: u32,
-    /// Sleep after a claim that was not full. Default: "250ms".
-    #[serde(default = "defaults::poll_interval", with = "humantime_serde")]
-    pub poll_interval: Duration,
-    /// Lease on claimed rows; a heartbeat renews it every third while handlers run. Default: "30s".
-    #[serde(default = "defaults::lease", with = "humantime_serde")]
-    pub lease: Duration,
-    /// Handler failures before a row turns DEAD. Default: 5.
-    #[serde(default = "defaults::max_attempts")]
-    pub max_attempts: u32,
+    /// How the worker's claim loops run: `batch_size`, `concurrency`, `poll_interval`, `lease`,
+    /// `max_attempts`, `backoff`, `outage_backoff`, `claim` (written in `[[worker]]` itself).
+    /// `claim = "locked"` needs Postgres, the reference statements and SQL handlers only.
+    #[serde(default)]
+    pub claim_loop: ClaimLoopConfig<WorkerLoop>,
     /// Lease expiries (its worker died mid-handler) before a row turns DEAD. Default: 3.
     #[serde(default = "defaults::max_expired_leases")]
     pub max_expired_leases: u32,
-    /// Delay before retrying a failed row.
-    #[serde(default = "BackoffConfig::row_default")]
-    pub backoff: BackoffConfig,
-    /// Delay between attempts to reach the database after an outage.
-    #[serde(default = "BackoffConfig::outage_default")]
-    pub outage_backoff: BackoffConfig,
     /// Longest `last_error` kept, in characters. Default: 2000.
     #[serde(default = "defaults::error_max_len")]
     pub error_max_len: usize,
@@ -59,22 +43,6 @@ pub struct WorkerConfig {
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: super::consumer_sql::WorkerOverrides,
-    /// How a batch is held: `leased` marks rows PROCESSING under a lease, then PROCESSED in the
-    /// handlers' transaction; `locked` locks PENDING rows in that one transaction and marks them
-    /// PROCESSED before it commits (Postgres, reference statements, SQL handlers only); `auto`
-    /// chooses `locked` wherever it applies. Default: "auto".
-    #[serde(default)]
-    pub claim: super::relay::ClaimMode,
-    /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
-    #[serde(skip)]
-    pub claim_chosen: Option<String>,
-}
-
-impl WorkerConfig {
-    /// The claim shape this worker runs and why: chosen by `auto` (with the reason) or configured.
-    pub fn claim_choice(&self) -> (&'static str, &str) {
-        (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
-    }
 }
 
 /// `[worker.retention]`
@@ -219,14 +187,11 @@ impl HttpHandlerConfig {
     }
 }
 
-/// Headers an event may never set, whatever `forward_headers` says: hop-by-hop and framing
-/// headers, routing, credentials, and the ones handoff writes itself.
-pub const NEVER_FORWARDED: &[&str] = &[
+/// Headers that frame the request or that handoff writes itself: a handler's constant `headers`
+/// may not set them (lower case, as every check compares).
+const RESERVED: &[&str] = &[
     "connection",
     "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
     "te",
     "trailer",
     "transfer-encoding",
@@ -234,6 +199,16 @@ pub const NEVER_FORWARDED: &[&str] = &[
     "host",
     "content-length",
     "content-type",
+    "idempotency-key",
+    "x-event-type",
+];
+
+/// Beyond those, headers an event may never set: proxy and routing headers, credentials,
+/// encodings handoff does not apply.
+const NEVER_FROM_EVENTS: &[&str] = &[
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
     "content-encoding",
     "expect",
     "authorization",
@@ -243,46 +218,23 @@ pub const NEVER_FORWARDED: &[&str] = &[
     "x-forwarded-for",
     "x-forwarded-host",
     "x-forwarded-proto",
-    "idempotency-key",
-    "x-event-type",
 ];
 
-/// Headers handoff writes itself or that frame the request: a handler's constant `headers` may
-/// not set them.
-pub const RESERVED_REQUEST_HEADERS: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "idempotency-key",
-    "x-event-type",
-];
+/// Whether a handler's constant `headers` may not set `name` (lower case).
+pub(crate) fn reserved_request_header(name: &str) -> bool {
+    RESERVED.contains(&name)
+}
+
+/// Whether an event may never set `name` (lower case), whatever `forward_headers` says.
+pub(crate) fn never_forwarded(name: &str) -> bool {
+    RESERVED.contains(&name) || NEVER_FROM_EVENTS.contains(&name)
+}
 
 mod defaults {
     use std::time::Duration;
 
     pub fn table() -> String {
         "consumer_inbox".into()
-    }
-    pub fn batch_size() -> u32 {
-        50
-    }
-    pub fn one() -> u32 {
-        1
-    }
-    pub fn poll_interval() -> Duration {
-        Duration::from_millis(250)
-    }
-    pub fn lease() -> Duration {
-        Duration::from_secs(30)
-    }
-    pub fn max_attempts() -> u32 {
-        5
     }
     pub fn max_expired_leases() -> u32 {
         3

@@ -228,11 +228,11 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 AppendOutcome::Rejected(error) => {
                     metrics.failed(FailureReason::Rejected, 1);
                     let error = format!("stream rejected the entry: {error}");
-                    if row.attempts + 1 >= self.config.max_attempts {
+                    if row.attempts + 1 >= self.config.claim_loop.max_attempts {
                         settlement.dead(row.key(), error, DeadReason::AttemptsExhausted, metrics);
                     } else {
                         metrics.retries.inc();
-                        let wait = delay(&self.config.backoff, row.attempts + 1);
+                        let wait = delay(&self.config.claim_loop.backoff, row.attempts + 1);
                         settlement.failed.push(Failure {
                             row: row.key(),
                             error: crate::error::storable(&error, ERROR_MAX_CHARS),
@@ -349,7 +349,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             return None;
         }
         let lasted = since.get_or_insert_with(Instant::now).elapsed();
-        let backoff = &self.config.outage_backoff;
+        let backoff = &self.config.claim_loop.outage_backoff;
         Some(lasted.clamp(backoff.initial, DEFER_MAX.min(backoff.max).max(backoff.initial)))
     }
 
@@ -391,7 +391,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 if refusals >= SETTLE_REFUSALS { Failed::GiveUp(Persisted::Refused(error)) } else { Failed::Retry }
             };
             let (health, abandon) = (&self.deps.health, &self.deps.abandon);
-            let outcome = retry_through(health, abandon, &self.config.outage_backoff, settled, failed).await;
+            let outcome = retry_through(health, abandon, &self.config.claim_loop.outage_backoff, settled, failed).await;
             if let Some(Persisted::Done(_)) = outcome {
                 self.source_up();
             }
@@ -421,12 +421,12 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             if rows.is_empty() {
                 return;
             }
-            match self.deps.store.renew(claimant, rows, self.config.lease).await {
+            match self.deps.store.renew(claimant, rows, self.config.claim_loop.lease).await {
                 Ok(n) => debug!(renewed = n, "lease renewed"),
                 Err(error) => debug!(error = %error_chain(&error), "lease renewal failed"),
             }
         };
-        lease::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
+        lease::under_lease(self.config.claim_loop.lease, &self.deps.abandon, renew, work).await
     }
 }
 

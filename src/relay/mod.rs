@@ -26,7 +26,7 @@ use wake::Wake;
 use crate::config::RelayConfig;
 use crate::error::error_chain;
 use crate::fault::Faults;
-use crate::runtime::claim_loop::{self, ClaimLoop, ClaimTurns, Claimed, LoopId, Next};
+use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::store::StoreError;
 use crate::store::outbox::contract::ORDER_KEY_COLUMN;
 use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
@@ -75,7 +75,6 @@ pub struct Relay<S, P> {
     /// Since when part of the broker has been down while the rest answers (see
     /// `batch::partial_outage`).
     partial_since: std::sync::Mutex<Option<std::time::Instant>>,
-    claim_loop: ClaimLoop,
 }
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
@@ -97,17 +96,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let options = AppendOptions { trim, dedupe, durability };
         let unavailable_log = std::sync::Mutex::new(Throttle::new(Duration::from_secs(10)));
         let partial_since = Default::default();
-        let claim_loop = ClaimLoop::from(&config);
-        Ok(Self {
-            config,
-            entries,
-            options,
-            deps,
-            loss: Default::default(),
-            unavailable_log,
-            partial_since,
-            claim_loop,
-        })
+        Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log, partial_since })
     }
 
     pub fn name(&self) -> &str {
@@ -117,8 +106,9 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs the claim loops until `shutdown`; returns once every in-flight batch has been settled
     /// or released.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let claimant = self.deps.claimant.clone();
-        claim_loop::run(self, &claimant, shutdown).await
+        let (claimant, health) = (self.deps.claimant.clone(), self.deps.health.clone());
+        let settings = ClaimLoop::from(&self.config.claim_loop);
+        claim_loop::run(ClaimLoops { turns: self, settings, health }, &claimant, shutdown).await
     }
 
     /// A statement failed: readiness and `source_up` say so, and the failure is counted by
@@ -158,43 +148,27 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     }
 }
 
-/// What a turn claimed: leased rows, or rows locked by an open transaction.
-pub enum Batch {
-    Leased(Vec<ClaimedRow>),
-    Locked(Vec<ClaimedRow>, Box<dyn LockedBatch>),
-}
-
 impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
-    type Batch = Batch;
+    type Row = ClaimedRow;
+    type Held = Box<dyn LockedBatch>;
 
-    fn settings(&self) -> &ClaimLoop {
-        &self.claim_loop
-    }
-
-    fn health(&self) -> &Component {
-        &self.deps.health
+    fn reclaimed(row: &ClaimedRow) -> bool {
+        row.reclaimed
     }
 
     fn span(&self, index: u32) -> tracing::Span {
         info_span!("relay", relay = %self.config.name, loop_index = index)
     }
 
-    async fn claim(&self, claimant: &str, locked: bool) -> Result<Claimed<Batch>, StoreError> {
-        let (batch_size, lease) = (self.config.batch_size, self.config.lease);
+    async fn claim(&self, claimant: &str, locked: bool) -> Result<Batch<ClaimedRow, Self::Held>, StoreError> {
+        let (batch_size, lease) = (self.config.claim_loop.batch_size, self.config.claim_loop.lease);
         let batch = if locked {
-            match self.deps.store.lock(batch_size, lease).await? {
-                (rows, Some(held)) => Batch::Locked(rows, held),
-                // Nothing was due: the transaction is over already.
-                (_, None) => Batch::Leased(Vec::new()),
-            }
+            Batch::locked(self.deps.store.lock(batch_size, lease).await?)
         } else {
             Batch::Leased(self.deps.store.claim(claimant, batch_size, lease).await?)
         };
-        let rows = match &batch {
-            Batch::Leased(rows) | Batch::Locked(rows, _) => rows,
-        };
-        debug!(rows = rows.len(), locked, "claimed");
-        Ok(Claimed { rows: rows.len(), reclaimed: rows.iter().any(|r| r.reclaimed), batch })
+        debug!(rows = batch.rows().len(), locked, "claimed");
+        Ok(batch)
     }
 
     fn claim_failed(&self, error: &StoreError, log: Option<u64>) {
@@ -205,7 +179,7 @@ impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
         self.source_up();
     }
 
-    async fn work(&self, id: &LoopId, batch: Batch, _: &CancellationToken) -> Next {
+    async fn work(&self, id: &LoopId, batch: Batch<ClaimedRow, Self::Held>, _: &CancellationToken) -> Next {
         let turn = match batch {
             Batch::Leased(rows) => self.process(&id.claimant, rows).await,
             Batch::Locked(rows, held) => self.process_locked(&id.claimant, rows, held).await,
@@ -227,7 +201,7 @@ impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
     }
 
     /// Waits for the poll interval, or less when a wake-up rings.
-    async fn idle(&self, shutdown: &CancellationToken) {
+    async fn idle(&self, poll_interval: Duration, shutdown: &CancellationToken) {
         let woken = async {
             match &self.deps.wake {
                 Some(wake) => wake.wait().await,
@@ -235,7 +209,7 @@ impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep(self.config.poll_interval) => {}
+            _ = tokio::time::sleep(poll_interval) => {}
             _ = woken => {}
             _ = shutdown.cancelled() => {}
         }

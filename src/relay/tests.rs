@@ -12,7 +12,9 @@ use super::{Relay, RelayDeps};
 use crate::config::load_str;
 use crate::fault::Faults;
 use crate::store::StoreResult;
-use crate::store::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
+use crate::store::outbox::{
+    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxClaims, OutboxStats, OutboxStore, RowRef, Verdict,
+};
 use crate::stream::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::RelayMetrics;
@@ -81,11 +83,7 @@ impl FakeOutbox {
     }
 }
 
-impl OutboxStore for FakeOutbox {
-    fn columns(&self) -> Arc<[String]> {
-        COLUMNS.iter().map(|c| c.to_string()).collect()
-    }
-
+impl OutboxClaims for FakeOutbox {
     async fn claim(&self, _: &str, batch_size: u32, _: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let mut rows = self.rows.lock().unwrap();
         let mut claimed = Vec::new();
@@ -117,6 +115,12 @@ impl OutboxStore for FakeOutbox {
             });
         }
         Ok(claimed)
+    }
+}
+
+impl OutboxStore for FakeOutbox {
+    fn columns(&self) -> Arc<[String]> {
+        COLUMNS.iter().map(|c| c.to_string()).collect()
     }
 
     async fn settle_delivered(&self, _: &str, rows: &[Delivered]) -> StoreResult<u64> {

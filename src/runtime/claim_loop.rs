@@ -15,7 +15,7 @@ use super::backoff::Retrier;
 use super::supervisor::join_loops;
 use super::turns::LockedTurns;
 use super::wait::sleep_or;
-use crate::config::{BackoffConfig, ClaimMode, RelayConfig, WorkerConfig};
+use crate::config::{BackoffConfig, ClaimLoopConfig, ClaimMode, LoopDefaults};
 use crate::store::StoreError;
 use crate::telemetry::health::Component;
 use crate::telemetry::throttle::Throttle;
@@ -38,39 +38,40 @@ pub struct ClaimLoop {
     pub outage_backoff: BackoffConfig,
 }
 
-impl From<&RelayConfig> for ClaimLoop {
-    fn from(relay: &RelayConfig) -> Self {
+impl<D: LoopDefaults> From<&ClaimLoopConfig<D>> for ClaimLoop {
+    fn from(config: &ClaimLoopConfig<D>) -> Self {
         Self {
-            batch_size: relay.batch_size,
-            concurrency: relay.concurrency,
-            poll_interval: relay.poll_interval,
-            lease: relay.lease,
-            claim: relay.claim,
-            outage_backoff: relay.outage_backoff.clone(),
+            batch_size: config.batch_size,
+            concurrency: config.concurrency,
+            poll_interval: config.poll_interval,
+            lease: config.lease,
+            claim: config.claim,
+            outage_backoff: config.outage_backoff.clone(),
         }
     }
 }
 
-impl From<&WorkerConfig> for ClaimLoop {
-    fn from(worker: &WorkerConfig) -> Self {
-        Self {
-            batch_size: worker.batch_size,
-            concurrency: worker.concurrency,
-            poll_interval: worker.poll_interval,
-            lease: worker.lease,
-            claim: worker.claim,
-            outage_backoff: worker.outage_backoff.clone(),
-        }
-    }
+/// What a claim took: rows under a lease, or rows an open transaction holds (`held`).
+pub enum Batch<R, H> {
+    Leased(Vec<R>),
+    Locked(Vec<R>, H),
 }
 
-/// What a claim took.
-pub struct Claimed<B> {
-    /// Rows claimed (none: nothing is due, and the loop waits).
-    pub rows: usize,
-    /// A row was taken over from a claimant whose lease expired.
-    pub reclaimed: bool,
-    pub batch: B,
+impl<R, H> Batch<R, H> {
+    /// A locked claim's result: the rows and the transaction holding them, none when nothing
+    /// was due (the transaction is over already).
+    pub fn locked((rows, held): (Vec<R>, Option<H>)) -> Self {
+        match held {
+            Some(held) => Batch::Locked(rows, held),
+            None => Batch::Leased(Vec::new()),
+        }
+    }
+
+    pub fn rows(&self) -> &[R] {
+        match self {
+            Batch::Leased(rows) | Batch::Locked(rows, _) => rows,
+        }
+    }
 }
 
 /// What the loop does after a turn.
@@ -97,13 +98,13 @@ pub struct LoopId {
 
 /// What a component does in its claim loop.
 pub trait ClaimTurns: Send + Sync + 'static {
-    /// A claimed batch: its rows, and for a locked claim the transaction holding them.
-    type Batch: Send;
+    /// A claimed row.
+    type Row: Send;
+    /// The open transaction of a locked batch.
+    type Held: Send;
 
-    fn settings(&self) -> &ClaimLoop;
-
-    /// The component's health: every turn beats.
-    fn health(&self) -> &Component;
+    /// Whether a claim took `row` over from a claimant whose lease expired.
+    fn reclaimed(row: &Self::Row) -> bool;
 
     /// The span a loop runs in.
     fn span(&self, index: u32) -> tracing::Span;
@@ -113,7 +114,7 @@ pub trait ClaimTurns: Send + Sync + 'static {
         &self,
         claimant: &str,
         locked: bool,
-    ) -> impl Future<Output = Result<Claimed<Self::Batch>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Batch<Self::Row, Self::Held>, StoreError>> + Send;
 
     /// A claim failed: count and report it; `log`: the errors suppressed since the last one
     /// logged, when this one is to be logged.
@@ -123,11 +124,16 @@ pub trait ClaimTurns: Send + Sync + 'static {
     fn claim_succeeded(&self);
 
     /// Works a claimed batch through to its settle (or hands it back).
-    fn work(&self, id: &LoopId, batch: Self::Batch, shutdown: &CancellationToken) -> impl Future<Output = Next> + Send;
+    fn work(
+        &self,
+        id: &LoopId,
+        batch: Batch<Self::Row, Self::Held>,
+        shutdown: &CancellationToken,
+    ) -> impl Future<Output = Next> + Send;
 
-    /// Waits for more work: the poll interval (or less, when something rings).
-    fn idle(&self, shutdown: &CancellationToken) -> impl Future<Output = ()> + Send {
-        sleep_or(self.settings().poll_interval, shutdown)
+    /// Waits for more work: `poll_interval` (or less, when something rings).
+    fn idle(&self, poll_interval: Duration, shutdown: &CancellationToken) -> impl Future<Output = ()> + Send {
+        sleep_or(poll_interval, shutdown)
     }
 
     /// After [`Next::AwaitBroker`]: whether the broker answers now (`failures`: probes so far).
@@ -143,34 +149,48 @@ pub trait ClaimTurns: Send + Sync + 'static {
     fn stopped(&self);
 }
 
+/// A component's claim loops: what they do, their settings, the health they beat.
+pub struct ClaimLoops<T> {
+    pub turns: Arc<T>,
+    pub settings: ClaimLoop,
+    pub health: Arc<Component>,
+}
+
 /// Runs the component's claim loops until `shutdown`; returns once every loop has settled or
 /// handed back what it held. `claimant`: this process's id for the component (each loop
 /// appends `#<n>`). A loop that panics panics this task, so the supervisor sees it.
-pub async fn run<T: ClaimTurns>(turns: Arc<T>, claimant: &str, shutdown: CancellationToken) {
-    let mut loops = tokio::task::JoinSet::new();
-    for index in 0..turns.settings().concurrency {
+pub async fn run<T: ClaimTurns>(loops: ClaimLoops<T>, claimant: &str, shutdown: CancellationToken) {
+    let ClaimLoops { turns, settings, health } = loops;
+    let settings = Arc::new(settings);
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..settings.concurrency {
         let id = LoopId { index, claimant: format!("{claimant}#{index}") };
-        let (turns, shutdown) = (turns.clone(), shutdown.clone());
+        let (turns, settings, health, shutdown) = (turns.clone(), settings.clone(), health.clone(), shutdown.clone());
         let span = turns.span(index);
-        loops.spawn(async move { claim_loop(&*turns, id, shutdown).await }.instrument(span));
+        tasks.spawn(async move { claim_loop(&*turns, &settings, &health, id, shutdown).await }.instrument(span));
     }
-    join_loops(&mut loops).await;
-    turns.health().stopped();
+    join_loops(&mut tasks).await;
+    health.stopped();
     turns.stopped();
 }
 
-async fn claim_loop<T: ClaimTurns>(turns: &T, id: LoopId, shutdown: CancellationToken) {
-    let settings = turns.settings();
+async fn claim_loop<T: ClaimTurns>(
+    turns: &T,
+    settings: &ClaimLoop,
+    health: &Component,
+    id: LoopId,
+    shutdown: CancellationToken,
+) {
     let mut outage = Retrier::new(settings.outage_backoff.clone());
     let mut errors = Throttle::new(Duration::from_secs(30));
     let mut locked_turns = LockedTurns::default();
     while !shutdown.is_cancelled() {
-        turns.health().beat();
+        health.beat();
         // See `turns`: a leased turn first, once per lease, and after one that reclaimed a row.
         let locked =
             settings.claim == ClaimMode::Locked && locked_turns.locked(settings.lease, || turns.switched_to_locked());
-        let claimed = match turns.claim(&id.claimant, locked).await {
-            Ok(claimed) => claimed,
+        let batch = match turns.claim(&id.claimant, locked).await {
+            Ok(batch) => batch,
             Err(error) => {
                 turns.claim_failed(&error, errors.allow());
                 sleep_or(outage.failed(), &shutdown).await;
@@ -179,42 +199,48 @@ async fn claim_loop<T: ClaimTurns>(turns: &T, id: LoopId, shutdown: Cancellation
         };
         errors.reset();
         turns.claim_succeeded();
+        let (rows, reclaimed) = (batch.rows().len(), batch.rows().iter().any(T::reclaimed));
         if !locked {
-            locked_turns.reclaimed(claimed.reclaimed);
+            locked_turns.reclaimed(reclaimed);
         }
-        if claimed.rows == 0 {
-            turns.idle(&shutdown).await;
+        if rows == 0 {
+            turns.idle(settings.poll_interval, &shutdown).await;
             continue;
         }
         // A full batch means more is waiting; a reclaimed row is claimed alone, so its
         // neighbours from the dead claimant's batch are waiting too.
-        let more = claimed.rows as u32 >= settings.batch_size || claimed.reclaimed;
-        match turns.work(&id, claimed.batch, &shutdown).await {
+        let more = rows as u32 >= settings.batch_size || reclaimed;
+        match turns.work(&id, batch, &shutdown).await {
             Next::Continue => {
                 outage.succeeded();
                 if !more {
-                    turns.idle(&shutdown).await;
+                    turns.idle(settings.poll_interval, &shutdown).await;
                 }
             }
             Next::Wait => {
                 outage.succeeded();
-                turns.idle(&shutdown).await;
+                turns.idle(settings.poll_interval, &shutdown).await;
             }
             Next::Leased => {
                 outage.succeeded();
                 locked_turns.lease_next();
             }
             Next::Backoff => sleep_or(outage.failed(), &shutdown).await,
-            Next::AwaitBroker => await_broker(turns, &mut outage, &shutdown).await,
+            Next::AwaitBroker => await_broker(turns, health, &mut outage, &shutdown).await,
         }
     }
 }
 
 /// Probes the broker until it answers instead of claiming rows only to release them.
-async fn await_broker<T: ClaimTurns>(turns: &T, outage: &mut Retrier, shutdown: &CancellationToken) {
+async fn await_broker<T: ClaimTurns>(
+    turns: &T,
+    health: &Component,
+    outage: &mut Retrier,
+    shutdown: &CancellationToken,
+) {
     loop {
         sleep_or(outage.failed(), shutdown).await;
-        turns.health().beat();
+        health.beat();
         if shutdown.is_cancelled() {
             return;
         }

@@ -174,9 +174,9 @@ impl<S: InboxStore> Worker<S> {
 
     async fn record(&self, owner: &str, row: &InboxRow, failure: Failure) {
         let (error, retry_in): (String, Option<Duration>) = match failure {
-            Failure::Retry(error) if row.attempts + 1 < self.config.max_attempts => {
+            Failure::Retry(error) if row.attempts + 1 < self.config.claim_loop.max_attempts => {
                 self.deps.metrics.failed(self.handler_label(&row.event_type));
-                (error, Some(delay(&self.config.backoff, row.attempts + 1)))
+                (error, Some(delay(&self.config.claim_loop.backoff, row.attempts + 1)))
             }
             Failure::Retry(error) | Failure::Dead(error) => {
                 self.deps.metrics.dead(self.handler_label(&row.event_type));

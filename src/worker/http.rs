@@ -14,7 +14,7 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Uri};
 
-use crate::config::{HttpHandlerConfig, NEVER_FORWARDED};
+use crate::config::{HttpHandlerConfig, never_forwarded};
 use crate::store::inbox::InboxRow;
 use crate::tls::https::{self, EndpointError, HttpsClient};
 
@@ -116,7 +116,7 @@ fn forwarded(headers: &serde_json::Value, allowed: &[String]) -> Vec<(HeaderName
         .iter()
         .filter(|(name, _)| {
             let name = name.to_ascii_lowercase();
-            allowed.contains(&name) && !NEVER_FORWARDED.contains(&name.as_str())
+            allowed.contains(&name) && !never_forwarded(&name)
         })
         .filter_map(|(name, value)| {
             let name = HeaderName::from_bytes(name.as_bytes()).ok()?;

@@ -16,7 +16,7 @@ use tracing::{debug, info, info_span, warn};
 
 use crate::config::WorkerConfig;
 use crate::error::error_chain;
-use crate::runtime::claim_loop::{self, ClaimLoop, ClaimTurns, Claimed, LoopId, Next};
+use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::runtime::outage::{Failed, retry_through};
 use crate::sql::params::Placeholder;
 use crate::store::StoreError;
@@ -44,7 +44,6 @@ pub struct Worker<S> {
     /// Per loop, since when its locked batch has been open: such rows hold no lease the `stats`
     /// statement could see, so the oldest-lease gauge takes their age from here.
     locked_since: std::sync::Mutex<Vec<Option<std::time::Instant>>>,
-    claim_loop: ClaimLoop,
 }
 
 impl<S: InboxStore> Worker<S> {
@@ -55,9 +54,8 @@ impl<S: InboxStore> Worker<S> {
             .enumerate()
             .map(|(i, h)| Handler::build(&config, i, h, style))
             .collect::<Result<_, _>>()?;
-        let locked_since = std::sync::Mutex::new(vec![None; config.concurrency as usize]);
-        let claim_loop = ClaimLoop::from(&config);
-        Ok(Self { config, handlers, deps, locked_since, claim_loop })
+        let locked_since = std::sync::Mutex::new(vec![None; config.claim_loop.concurrency as usize]);
+        Ok(Self { config, handlers, deps, locked_since })
     }
 
     /// Every handler statement with a label, for preparing at startup / in `check`.
@@ -93,8 +91,9 @@ impl<S: InboxStore> Worker<S> {
     /// Runs the claim loops until `shutdown`; returns once every batch in hand has been
     /// applied or released.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let owner = self.deps.owner.clone();
-        claim_loop::run(self, &owner, shutdown).await
+        let (owner, health) = (self.deps.owner.clone(), self.deps.health.clone());
+        let settings = ClaimLoop::from(&self.config.claim_loop);
+        claim_loop::run(ClaimLoops { turns: self, settings, health }, &owner, shutdown).await
     }
 
     fn mark_locked(&self, n: u32, since: Option<std::time::Instant>) {
@@ -136,7 +135,7 @@ impl<S: InboxStore> Worker<S> {
             Failed::Retry
         };
         let (health, abandon) = (&*self.deps.health, &self.deps.abandon);
-        match retry_through(health, abandon, &self.config.outage_backoff, record, failed).await {
+        match retry_through(health, abandon, &self.config.claim_loop.outage_backoff, record, failed).await {
             Some(true) => {}
             Some(false) => warn!(event_id = %row.event_id, "failure not recorded: another worker owns the row"),
             None => {
@@ -155,7 +154,7 @@ impl<S: InboxStore> Worker<S> {
             Failed::<u64>::Retry
         };
         let (health, abandon) = (&*self.deps.health, &self.deps.abandon);
-        if retry_through(health, abandon, &self.config.outage_backoff, release, failed).await.is_none() {
+        if retry_through(health, abandon, &self.config.claim_loop.outage_backoff, release, failed).await.is_none() {
             warn!(rows = rows.len(), "could not release rows; their leases will lapse");
         }
     }
@@ -163,11 +162,11 @@ impl<S: InboxStore> Worker<S> {
     /// Runs `work` while a heartbeat renews the leases of `rows`; `None` if abandoned at shutdown.
     async fn under_lease<F: Future>(&self, owner: &str, rows: &[(String, i64)], work: F) -> Option<F::Output> {
         let renew = || async move {
-            if let Err(e) = self.deps.store.renew(owner, rows, self.config.lease).await {
+            if let Err(e) = self.deps.store.renew(owner, rows, self.config.claim_loop.lease).await {
                 debug!(error = %error_chain(&e), "lease renewal failed");
             }
         };
-        crate::runtime::lease::under_lease(self.config.lease, &self.deps.abandon, renew, work).await
+        crate::runtime::lease::under_lease(self.config.claim_loop.lease, &self.deps.abandon, renew, work).await
     }
 
     /// Deletes PROCESSED rows older than `retention.processed_after` in bounded batches, every
@@ -232,42 +231,25 @@ pub(super) enum LockedOutcome {
     Abandoned,
 }
 
-/// What a turn claimed: leased rows, or rows locked by an open transaction.
-pub enum Batch {
-    Leased(Vec<InboxRow>),
-    Locked(Vec<InboxRow>, Box<dyn LockedInbox>),
-}
-
 impl<S: InboxStore> ClaimTurns for Worker<S> {
-    type Batch = Batch;
+    type Row = InboxRow;
+    type Held = Box<dyn LockedInbox>;
 
-    fn settings(&self) -> &ClaimLoop {
-        &self.claim_loop
-    }
-
-    fn health(&self) -> &Component {
-        &self.deps.health
+    fn reclaimed(row: &InboxRow) -> bool {
+        row.reclaimed
     }
 
     fn span(&self, index: u32) -> tracing::Span {
         info_span!("worker", worker = %self.config.name, loop_index = index)
     }
 
-    async fn claim(&self, owner: &str, locked: bool) -> Result<Claimed<Batch>, StoreError> {
-        let (batch_size, lease) = (self.config.batch_size, self.config.lease);
-        if locked {
-            let (rows, held) = self.deps.store.lock(batch_size, lease).await?;
-            let rows = if held.is_some() { rows } else { Vec::new() };
-            let count = rows.len();
-            let batch = match held {
-                Some(held) => Batch::Locked(rows, held),
-                // Nothing was due: the transaction is over already.
-                None => Batch::Leased(Vec::new()),
-            };
-            return Ok(Claimed { rows: count, reclaimed: false, batch });
-        }
-        let rows = self.deps.store.claim(owner, batch_size, lease).await?;
-        Ok(Claimed { rows: rows.len(), reclaimed: rows.iter().any(|r| r.reclaimed), batch: Batch::Leased(rows) })
+    async fn claim(&self, owner: &str, locked: bool) -> Result<Batch<InboxRow, Self::Held>, StoreError> {
+        let (batch_size, lease) = (self.config.claim_loop.batch_size, self.config.claim_loop.lease);
+        Ok(if locked {
+            Batch::locked(self.deps.store.lock(batch_size, lease).await?)
+        } else {
+            Batch::Leased(self.deps.store.claim(owner, batch_size, lease).await?)
+        })
     }
 
     fn claim_failed(&self, error: &StoreError, log: Option<u64>) {
@@ -281,7 +263,7 @@ impl<S: InboxStore> ClaimTurns for Worker<S> {
         self.deps.health.set_source_ok(true);
     }
 
-    async fn work(&self, id: &LoopId, batch: Batch, shutdown: &CancellationToken) -> Next {
+    async fn work(&self, id: &LoopId, batch: Batch<InboxRow, Self::Held>, shutdown: &CancellationToken) -> Next {
         match batch {
             Batch::Leased(rows) => {
                 self.process_batch(&id.claimant, rows, shutdown).await;

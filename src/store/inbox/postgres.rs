@@ -130,7 +130,8 @@ impl PgInbox {
         }
         let label = format!("worker `{}`", worker.name);
         let errors = worker.handler_errors.clone();
-        let locked = (worker.claim == ClaimMode::Locked).then(|| LockedInboxSql::new(&worker.table, errors.clone()));
+        let locked =
+            (worker.claim_loop.claim == ClaimMode::Locked).then(|| LockedInboxSql::new(&worker.table, errors.clone()));
         Ok(Self { pool, consumer: worker.consumer.clone(), label, faults, statements, locked, errors })
     }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::mysql::MyOutbox;
 use super::postgres::PgOutbox;
 use super::seam::{
-    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, OutboxStats, OutboxStore, RowRef,
+    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, OutboxClaims, OutboxStats, OutboxStore,
+    RowRef,
 };
 use crate::config::RelayConfig;
 use crate::store::database::Database;
@@ -38,17 +39,19 @@ macro_rules! each {
     };
 }
 
-impl OutboxStore for Outbox {
-    fn columns(&self) -> Arc<[String]> {
-        each!(self, s => s.columns())
-    }
-
+impl OutboxClaims for Outbox {
     async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
         each!(self, s => s.lock(batch_size, idle_timeout).await)
     }
 
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         each!(self, s => s.claim(claimant, batch_size, lease).await)
+    }
+}
+
+impl OutboxStore for Outbox {
+    fn columns(&self) -> Arc<[String]> {
+        each!(self, s => s.columns())
     }
 
     async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {

@@ -20,6 +20,6 @@ pub use mysql::MyOutbox;
 pub use postgres::PgOutbox;
 pub(crate) use postgres_listen::notifications;
 pub use seam::{
-    ClaimedRow, Deferred, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, LockedBatch, OutboxStats,
-    OutboxStore, RowRef, Verdict,
+    ClaimedRow, Deferred, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, LockedBatch, OutboxClaims,
+    OutboxStats, OutboxStore, RowRef, Verdict,
 };

@@ -9,12 +9,13 @@ use mysql_async::prelude::Queryable;
 use super::bindings;
 use super::contract::{self, StatementKind};
 use super::mysql_sql as defaults;
-use super::seam::ClaimedRow;
+use super::seam::OutboxClaims;
+use super::seam::{ClaimedRow, Locked};
 use super::shape::ClaimShape;
 use super::statements::{OutboxSql, Prepared, needed};
 use crate::config::RelayConfig;
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreResult};
+use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::mysql::errors::{error, prepare_refusal};
 use crate::store::mysql::pool::{Pool, claim_tx};
 use crate::store::mysql::values::{self, Param, bind, row_texts};
@@ -99,11 +100,7 @@ impl MyOutbox {
     }
 }
 
-impl OutboxSql for MyOutbox {
-    fn prepared(&self) -> &Prepared {
-        &self.prepared
-    }
-
+impl OutboxClaims for MyOutbox {
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let mut tx = self.pool.start_transaction(claim_tx()).await.map_err(|e| error("claim", e))?;
         let mut ids: Vec<String> = Vec::new();
@@ -125,6 +122,17 @@ impl OutboxSql for MyOutbox {
                 self.prepared.shape.row(values, &unreadable)
             })
             .collect()
+    }
+
+    /// No locked claim on MySQL (configuration refuses `claim = "locked"` there).
+    async fn lock(&self, _: u32, _: Duration) -> StoreResult<Locked> {
+        Err(StoreError::no_locked_claim())
+    }
+}
+
+impl OutboxSql for MyOutbox {
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 
     async fn execute(&self, kind: StatementKind, bind_value: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {

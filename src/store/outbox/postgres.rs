@@ -12,6 +12,7 @@ use super::bindings;
 use super::contract::{self, StatementKind};
 use super::postgres_locked::{self, LockedSql};
 use super::postgres_sql as defaults;
+use super::seam::OutboxClaims;
 use super::seam::{ClaimedRow, Locked};
 use super::shape::ClaimShape;
 use super::statements::{OutboxSql, Prepared, needed};
@@ -87,7 +88,7 @@ impl PgOutbox {
                 }
             }
         }
-        let locked = match relay.claim {
+        let locked = match relay.claim_loop.claim {
             ClaimMode::Leased | ClaimMode::Auto => None,
             ClaimMode::Locked => {
                 let sql = LockedSql::new(&relay.table, relay.settle);
@@ -144,11 +145,7 @@ impl PgOutbox {
     }
 }
 
-impl OutboxSql for PgOutbox {
-    fn prepared(&self) -> &Prepared {
-        &self.prepared
-    }
-
+impl OutboxClaims for PgOutbox {
     async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let prepared = &self.statements[&StatementKind::Claim];
         let client = self.pool.get().await.map_err(|e| pool_error("claim", e))?;
@@ -164,6 +161,12 @@ impl OutboxSql for PgOutbox {
             return Err(StoreError::Contract("the relay is not configured with claim = \"locked\"".into()));
         };
         postgres_locked::lock(&self.pool, sql, batch_size, idle_timeout, |row| self.parse_row(row)).await
+    }
+}
+
+impl OutboxSql for PgOutbox {
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 
     async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {

@@ -121,10 +121,9 @@ pub trait LockedBatch: Send {
 /// none; the transaction is over then).
 pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
 
-pub trait OutboxStore: Send + Sync + 'static {
-    /// Names of the claim statement's result columns.
-    fn columns(&self) -> Arc<[String]>;
-
+/// How an outbox claims: what differs by dialect (one statement, a script, a transaction that
+/// holds the rows).
+pub trait OutboxClaims: Send + Sync + 'static {
     /// Locks up to `batch_size` due rows in a transaction that the server ends if it sits idle
     /// longer than `idle_timeout` (a relay hung mid-batch). Only stores that support
     /// `claim = "locked"` implement it; configuration refuses the others.
@@ -139,6 +138,11 @@ pub trait OutboxStore: Send + Sync + 'static {
         batch_size: u32,
         lease: Duration,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
+}
+
+pub trait OutboxStore: OutboxClaims {
+    /// Names of the claim statement's result columns.
+    fn columns(&self) -> Arc<[String]>;
 
     /// Marks delivered (or deletes, per the relay's settle mode).
     fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> impl Future<Output = StoreResult<u64>> + Send;

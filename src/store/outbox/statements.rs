@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use super::bindings::{self, Param};
 use super::contract::StatementKind;
-use super::seam::{
-    ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, OutboxStats, OutboxStore, RowRef,
-};
+use super::seam::{Delivered, DeliveredPages, DeliveredRow, Failure, OutboxClaims, OutboxStats, OutboxStore, RowRef};
 use super::shape::ClaimShape;
 use crate::config::{RelayConfig, SettleMode};
 use crate::store::error::{StoreError, StoreResult};
@@ -27,22 +25,8 @@ pub struct Prepared {
 }
 
 /// What a dialect provides: its prepared statements, run with bindings.
-pub trait OutboxSql: Send + Sync + 'static {
+pub trait OutboxSql: OutboxClaims {
     fn prepared(&self) -> &Prepared;
-
-    /// The claim (a single statement on Postgres, a script on MySQL).
-    fn claim(
-        &self,
-        claimant: &str,
-        batch_size: u32,
-        lease: Duration,
-    ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
-
-    /// The locked claim, where the dialect has one.
-    fn lock(&self, batch_size: u32, idle_timeout: Duration) -> impl Future<Output = StoreResult<Locked>> + Send {
-        let _ = (batch_size, idle_timeout);
-        async { Err(StoreError::no_locked_claim()) }
-    }
 
     /// Runs one statement; returns the rows it changed.
     fn execute(
@@ -82,14 +66,6 @@ pub trait OutboxSql: Send + Sync + 'static {
 impl<S: OutboxSql> OutboxStore for S {
     fn columns(&self) -> Arc<[String]> {
         self.prepared().shape.columns.clone()
-    }
-
-    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
-        OutboxSql::claim(self, claimant, batch_size, lease).await
-    }
-
-    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
-        OutboxSql::lock(self, batch_size, idle_timeout).await
     }
 
     async fn settle_delivered(&self, claimant: &str, rows: &[Delivered]) -> StoreResult<u64> {

@@ -26,25 +26,11 @@ impl TakeoverStatement {
     /// `:fields.<name>`, an entry field beyond the mapped ones (NULL when the entry lacks it).
     pub fn params(self) -> &'static [&'static str] {
         match self {
-            Self::Insert => &[
-                "consumer",
-                "event_id",
-                "event_type",
-                "owner",
-                "aggregate_type",
-                "aggregate_id",
-                "payload",
-                "headers",
-                "fields",
-                "content_hash",
-                "stream",
-                "entry_id",
-                "status",
-            ],
+            Self::Insert => INSERT_PARAMS,
             // The content and its hash too: an inbox without a hash column can compare the
             // payload it stored with this one and answer `:content_hash` when they match.
             Self::Existing => &["consumer", "event_id", "event_type", "payload", "content_hash"],
-            Self::Poison => &["consumer", "stream", "entry_id", "event_id", "reason", "detail", "fields"],
+            Self::Poison => POISON_PARAMS,
         }
     }
 
@@ -59,9 +45,9 @@ impl TakeoverStatement {
 /// Column the `existing` statement returns: the content hash of the event already taken over.
 pub const EXISTING_COLUMNS: &[&str] = &["content_hash"];
 
-/// Columns the default takeover writes in the inbox table and in the poison table; `check` looks
-/// them up in the catalog (MariaDB's PREPARE does not check an `INSERT … SELECT` column list).
-pub const INBOX_COLUMNS: &[&str] = &[
+/// What `insert` is offered for an event, in the order the reference insert writes the inbox's
+/// columns: each parameter has a column of its name (see [`column_of`]).
+const INSERT_PARAMS: &[&str] = &[
     "consumer",
     "event_id",
     "event_type",
@@ -73,11 +59,28 @@ pub const INBOX_COLUMNS: &[&str] = &[
     "fields",
     "content_hash",
     "stream",
-    "stream_entry_id",
+    "entry_id",
     "status",
 ];
-pub const POISON_COLUMNS: &[&str] =
-    &["consumer", "stream", "stream_entry_id", "event_id", "reason", "detail", "fields"];
+
+/// What `poison` is offered for a record, in the order of the poison table's columns.
+const POISON_PARAMS: &[&str] = &["consumer", "stream", "entry_id", "event_id", "reason", "detail", "fields"];
+
+/// The reference tables' column for a parameter: its own name, but for the entry id.
+fn column_of(param: &'static str) -> &'static str {
+    if param == "entry_id" { "stream_entry_id" } else { param }
+}
+
+/// Columns the default takeover writes in the inbox table, in order; `check` looks them up in
+/// the catalog (MariaDB's PREPARE does not check an `INSERT … SELECT` column list).
+pub fn inbox_columns() -> Vec<&'static str> {
+    INSERT_PARAMS.iter().copied().map(column_of).collect()
+}
+
+/// Columns the default takeover writes in the poison table, in order.
+pub fn poison_columns() -> Vec<&'static str> {
+    POISON_PARAMS.iter().copied().map(column_of).collect()
+}
 /// The longest detail a poison record keeps (a database's error, say), in characters.
 pub const DETAIL_MAX_CHARS: usize = 2000;
 

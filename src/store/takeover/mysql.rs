@@ -18,7 +18,7 @@ use super::statements::{
 use crate::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreResult};
-use crate::store::mysql::errors::{describe, error, prepare_refusal};
+use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};
 use crate::store::param::millis;
@@ -89,23 +89,17 @@ fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
 struct MyCatalog<'a>(&'a mut mysql_async::Conn);
 
 impl Catalog for MyCatalog<'_> {
-    async fn columns(&mut self, table: &str) -> Result<Vec<String>, PrepareError> {
+    type Error = mysql_async::Error;
+
+    async fn columns(&mut self, table: &str) -> Result<Vec<String>, mysql_async::Error> {
         let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
-        self.0
-            .exec(
-                "SELECT COLUMN_NAME FROM information_schema.COLUMNS
-                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-                (schema, name),
-            )
-            .await
-            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", describe(&e))))
+        let sql = "SELECT COLUMN_NAME FROM information_schema.COLUMNS
+                   WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
+        self.0.exec(sql, (schema, name)).await
     }
 
-    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Vec<String>, PrepareError> {
-        match self.0.prep(sql).await {
-            Ok(stmt) => Ok(stmt.columns().iter().map(|c| c.name_str().into_owned()).collect()),
-            Err(e) => Err(PrepareError::Invalid(vec![prepare_refusal(context, e)?])),
-        }
+    async fn prepare(&mut self, sql: &str) -> Result<Vec<String>, mysql_async::Error> {
+        Ok(self.0.prep(sql).await?.columns().iter().map(|c| c.name_str().into_owned()).collect())
     }
 }
 

@@ -21,7 +21,7 @@ use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
-use crate::store::postgres::errors::{describe, pool_error, prepare_refusal, query_error};
+use crate::store::postgres::errors::{pool_error, query_error};
 use crate::store::postgres::tx::OpenTx;
 use crate::store::postgres::values::{Cell, Param};
 
@@ -172,24 +172,16 @@ async fn execute_each(
 struct PgCatalog<'a>(&'a deadpool_postgres::Client);
 
 impl Catalog for PgCatalog<'_> {
-    async fn columns(&mut self, table: &str) -> Result<Vec<String>, PrepareError> {
-        let rows = self
-            .0
-            .query(
-                "SELECT attname::text FROM pg_attribute
-                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
-                &[&table],
-            )
-            .await
-            .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", describe(&e))))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+    type Error = tokio_postgres::Error;
+
+    async fn columns(&mut self, table: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+        let sql = "SELECT attname::text FROM pg_attribute
+                   WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped";
+        Ok(self.0.query(sql, &[&table]).await?.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn prepare(&mut self, context: &str, sql: &str) -> Result<Vec<String>, PrepareError> {
-        match self.0.prepare(sql).await {
-            Ok(stmt) => Ok(stmt.columns().iter().map(|c| c.name().to_owned()).collect()),
-            Err(e) => Err(PrepareError::Invalid(vec![prepare_refusal(context, e)?])),
-        }
+    async fn prepare(&mut self, sql: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+        Ok(self.0.prepare(sql).await?.columns().iter().map(|c| c.name().to_owned()).collect())
     }
 }
 

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 
-use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, INBOX_COLUMNS, POISON_COLUMNS, TakeoverStatement};
+use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, TakeoverStatement, inbox_columns, poison_columns};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
-use crate::store::error::{PrepareError, StatementError, StoreResult};
+use crate::store::error::{DriverError, PrepareError, StatementError, StoreResult};
 use crate::store::param::Param;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
@@ -79,16 +79,17 @@ pub struct TakeoverStatements {
 
 /// What checking a takeover asks of a dialect's connection.
 pub trait Catalog: Send {
-    /// The columns of `table` (none if it does not exist).
-    fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, PrepareError>> + Send;
+    type Error: DriverError + Send;
 
-    /// Prepares `sql` (named `context`): its result columns; why the database refuses it
-    /// ([`PrepareError::Invalid`]), or that it could not be asked.
-    fn prepare(&mut self, context: &str, sql: &str) -> impl Future<Output = Result<Vec<String>, PrepareError>> + Send;
+    /// The columns of `table` (none if it does not exist).
+    fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+
+    /// Prepares `sql`: its result columns.
+    fn prepare(&mut self, sql: &str) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
 }
 
 /// The three statements a dialect writes for the reference schema, given each table with the
-/// column list of the insert into it (in [`INBOX_COLUMNS`] / [`POISON_COLUMNS`] order).
+/// column list of the insert into it (in [`inbox_columns`] / [`poison_columns`] order).
 pub type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
 
 impl TakeoverStatements {
@@ -97,7 +98,7 @@ impl TakeoverStatements {
     /// layout, so the reference `existing` is not used with it.
     pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, StatementError> {
         let (table, poison_table) = (bridge.table.as_str(), bridge.poison_table.as_str());
-        let (columns, poison_columns) = (column_list(INBOX_COLUMNS), column_list(POISON_COLUMNS));
+        let (columns, poison_columns) = (inbox_columns().join(", "), poison_columns().join(", "));
         let [insert, existing, poison] =
             reference(Columns { table, list: &columns }, Columns { table: poison_table, list: &poison_columns });
         let given = |statement: TakeoverStatement| -> Result<Option<Sql>, StatementError> {
@@ -127,18 +128,21 @@ impl TakeoverStatements {
     /// Checks the reference tables' columns in the catalog (MariaDB's PREPARE does not check an
     /// `INSERT … SELECT` column list) and prepares every statement, checking what `existing`
     /// returns; every problem at once, each naming its statement.
-    pub async fn check(&self, catalog: &mut impl Catalog) -> Result<(), PrepareError> {
+    pub async fn check<C: Catalog>(&self, catalog: &mut C) -> Result<(), PrepareError> {
         let mut problems = Vec::new();
         let tables = [
-            (&self.table, INBOX_COLUMNS, self.reference_insert),
-            (&self.poison_table, POISON_COLUMNS, self.reference_poison),
-            (&self.deliveries_table, DELIVERIES_COLUMNS, true),
+            (&self.table, inbox_columns(), self.reference_insert),
+            (&self.poison_table, poison_columns(), self.reference_poison),
+            (&self.deliveries_table, DELIVERIES_COLUMNS.to_vec(), true),
         ];
         for (table, required, check) in tables {
             if check {
-                let present = catalog.columns(table).await?;
+                let present = catalog
+                    .columns(table)
+                    .await
+                    .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", e.describe())))?;
                 let present = (!present.is_empty()).then_some(present.as_slice());
-                problems.extend(missing_columns(table, required, present));
+                problems.extend(missing_columns(table, &required, present));
             }
         }
         let statements = [
@@ -149,9 +153,8 @@ impl TakeoverStatements {
         for (statement, sql) in statements {
             let Some(sql) = sql else { continue };
             let context = format!("sql.{}", statement.name());
-            match catalog.prepare(&context, sql.text()).await {
-                Err(PrepareError::Invalid(refusals)) => problems.extend(refusals),
-                Err(unreachable) => return Err(unreachable),
+            match catalog.prepare(sql.text()).await {
+                Err(e) => problems.push(e.refusal(&context)?),
                 Ok(columns) if statement == TakeoverStatement::Existing => {
                     let found = |c: &&str| columns.iter().any(|p| p.eq_ignore_ascii_case(c));
                     if let Some(missing) = EXISTING_COLUMNS.iter().find(|c| !found(c)) {
@@ -211,10 +214,6 @@ pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(
 pub struct Columns<'a> {
     pub table: &'a str,
     pub list: &'a str,
-}
-
-fn column_list(columns: &[&str]) -> String {
-    columns.join(", ")
 }
 
 /// What a table lacks of `required`, as a message naming the table and the columns; `None`

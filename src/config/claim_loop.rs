@@ -1,0 +1,189 @@
+//! The keys a relay and a worker share: how their claim loops run. One struct, flattened into
+//! `[[relay]]` and `[[worker]]` — its keys are written in the component's table, and its
+//! defaults are the component's (`D`).
+//!
+//! The loader moves these keys into a table of their own (`claim_loop`) before it deserializes,
+//! and names them without it in errors (see [`nest`]), so an error in one of them still names
+//! its key (serde's flatten would lose it).
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::backoff::BackoffConfig;
+
+/// How a relay's or a worker's claim loop runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, bound = "")]
+pub struct ClaimLoopConfig<D: LoopDefaults> {
+    /// Rows per claim; a claim that comes back full is followed by another at once. Default:
+    /// 500 for a relay, 50 for a worker.
+    #[serde(default = "D::batch_size")]
+    pub batch_size: u32,
+    /// Claim loops: a relay's batches in flight at once (with 2, one batch is appended while the
+    /// next is claimed and settled). Default: 2 for a relay, 1 for a worker.
+    #[serde(default = "D::concurrency")]
+    pub concurrency: u32,
+    /// Sleep after a claim that was not full. Default: "250ms".
+    #[serde(default = "poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// How long a claim is owned before another claimant may take it over; renewed every third
+    /// of it while the batch is in flight (with claim = "locked": the batch's
+    /// idle-in-transaction timeout). Default: "30s".
+    #[serde(default = "lease", with = "humantime_serde")]
+    pub lease: Duration,
+    /// Failures attributable to the row (an append the broker refused, a handler error) before
+    /// it turns DEAD. Default: 10 for a relay, 5 for a worker.
+    #[serde(default = "D::max_attempts")]
+    pub max_attempts: u32,
+    /// Delay before retrying a row that failed.
+    #[serde(default = "BackoffConfig::row_default")]
+    pub backoff: BackoffConfig,
+    /// Delay before claiming again after the database (or the broker) was unreachable.
+    #[serde(default = "BackoffConfig::outage_default")]
+    pub outage_backoff: BackoffConfig,
+    /// `leased`: a claim marks rows in flight under a lease, the settle marks them again.
+    /// `locked` (Postgres, reference statements): a transaction locks the batch, works it and
+    /// settles it before committing, so a row is written once. Default: "auto", which loading
+    /// resolves to `locked` wherever that is allowed and to `leased` elsewhere.
+    #[serde(default)]
+    pub claim: ClaimMode,
+    /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
+    #[serde(skip)]
+    pub claim_chosen: Option<String>,
+    #[serde(skip)]
+    defaults: PhantomData<D>,
+}
+
+impl<D: LoopDefaults> ClaimLoopConfig<D> {
+    /// The claim shape the loop runs and why: chosen by `auto` (with the reason) or configured.
+    pub fn claim_choice(&self) -> (&'static str, &str) {
+        (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
+    }
+}
+
+impl<D: LoopDefaults> Default for ClaimLoopConfig<D> {
+    fn default() -> Self {
+        Self {
+            batch_size: D::batch_size(),
+            concurrency: D::concurrency(),
+            poll_interval: poll_interval(),
+            lease: lease(),
+            max_attempts: D::max_attempts(),
+            backoff: BackoffConfig::row_default(),
+            outage_backoff: BackoffConfig::outage_default(),
+            claim: ClaimMode::default(),
+            claim_chosen: None,
+            defaults: PhantomData,
+        }
+    }
+}
+
+/// How a claim holds its rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimMode {
+    /// Resolved when the configuration is loaded: `Locked` where every condition for it holds
+    /// (Postgres, reference statements, no ordering, a lease longer than an append, a spare
+    /// pooled connection), `Leased` elsewhere. Anything that sees it unresolved treats it as
+    /// `Leased`.
+    #[default]
+    Auto,
+    Leased,
+    Locked,
+}
+
+impl ClaimMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimMode::Auto => "auto",
+            ClaimMode::Leased => "leased",
+            ClaimMode::Locked => "locked",
+        }
+    }
+}
+
+/// The defaults that differ between a relay's loop and a worker's.
+pub trait LoopDefaults {
+    fn batch_size() -> u32;
+    fn concurrency() -> u32;
+    fn max_attempts() -> u32;
+}
+
+#[derive(Debug, Clone)]
+pub struct RelayLoop;
+
+impl LoopDefaults for RelayLoop {
+    fn batch_size() -> u32 {
+        500
+    }
+    fn concurrency() -> u32 {
+        2
+    }
+    fn max_attempts() -> u32 {
+        10
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerLoop;
+
+impl LoopDefaults for WorkerLoop {
+    fn batch_size() -> u32 {
+        50
+    }
+    fn concurrency() -> u32 {
+        1
+    }
+    fn max_attempts() -> u32 {
+        5
+    }
+}
+
+fn poll_interval() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn lease() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// The table the loader gathers the keys into (never written by hand: errors name the keys
+/// without it).
+pub const TABLE: &str = "claim_loop";
+
+/// The keys of [`ClaimLoopConfig`], as written in `[[relay]]` and `[[worker]]`.
+pub const KEYS: &[&str] =
+    &["batch_size", "concurrency", "poll_interval", "lease", "max_attempts", "backoff", "outage_backoff", "claim"];
+
+/// Moves every claim-loop key of each `[[relay]]` and `[[worker]]` entry into its [`TABLE`].
+pub fn nest(config: &mut figment::value::Value) {
+    use figment::value::{Tag, Value};
+    let Value::Dict(_, root) = config else { return };
+    for section in ["relay", "worker"] {
+        let Some(Value::Array(_, entries)) = root.get_mut(section) else { continue };
+        for entry in entries {
+            let Value::Dict(_, table) = entry else { continue };
+            let moved: Vec<(String, Value)> =
+                KEYS.iter().filter_map(|key| table.remove(*key).map(|value| ((*key).to_owned(), value))).collect();
+            if !moved.is_empty() {
+                table.insert(TABLE.to_owned(), Value::Dict(Tag::Default, moved.into_iter().collect()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_components() {
+        let relay = ClaimLoopConfig::<RelayLoop>::default();
+        let worker = ClaimLoopConfig::<WorkerLoop>::default();
+        assert_eq!((relay.batch_size, relay.concurrency, relay.max_attempts), (500, 2, 10));
+        assert_eq!((worker.batch_size, worker.concurrency, worker.max_attempts), (50, 1, 5));
+        assert_eq!((relay.lease, worker.poll_interval), (Duration::from_secs(30), Duration::from_millis(250)));
+    }
+}
