@@ -2,10 +2,12 @@
 //! not caught up, a flushed stream. The relay notices from the stream's own state, re-drives the
 //! rows whose entries are gone, and the chain ends with every event in the stream once more and
 //! exactly once in the inbox and in `audit_logs`. With the durability gate, the same failover
-//! loses nothing in the first place. `handoff verify` reports trimmed and lost entries.
+//! loses nothing in the first place. `handoff verify` reports trimmed and lost entries (on
+//! Postgres and on MariaDB).
 
 use crate::common;
 
+use common::db_env::{DbEnv, Dialect};
 use common::http::{get, sample};
 use common::process::{Handoff, run_with_path};
 use common::proxy::Proxy;
@@ -156,28 +158,24 @@ async fn a_flushed_stream_is_filled_again_with_what_no_consumer_had_read() {
 }
 
 /// `handoff verify` over rows read three at a time (`page_rows`; the store does hand them over
-/// in pages of three): the counts add up across pages, and the lost rows of every page are
-/// re-driven.
-#[tokio::test]
-async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost() {
-    let env = TestEnv::new().await;
-    let config = format!(
-        "{}\n[[relay]]\nname = \"relay\"\n{}\n[relay.broker_loss]\nenabled = false\npage_rows = 3\n",
-        env.base_config(),
-        relay_defaults(&env.id, "")
-    );
+/// in pages of three): trimmed entries are told apart from lost ones, the counts add up across
+/// pages, and `--repair` re-drives the lost rows of every page, which the relay then appends
+/// again.
+async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let config = env.config("[relay.broker_loss]\nenabled = false\npage_rows = 3\n");
     let relay = Handoff::run(&config);
     env.insert_events("v", "user", 20).await;
     env.await_delivered(20).await;
     assert_eq!(common::delivered_page_sizes(&config, 3).await, [3, 3, 3, 3, 3, 3, 2], "read three rows at a time");
     let stream = env.stream("user");
-    let _: i64 = env.redis.xtrim(&stream, ("MAXLEN", "=", 10)).await.unwrap();
+    let _: i64 = env.redis().xtrim(&stream, ("MAXLEN", "=", 10)).await.unwrap();
 
     let path = relay.config_path();
     let (ok, out) = run_with_path(&path, &["verify", "--since", "10m"]);
     assert!(ok && out.contains("20 checked, 10 trimmed, 0 missing"), "{out}");
 
-    let _: i64 = env.redis.del(&stream).await.unwrap();
+    let _: i64 = env.redis().del(&stream).await.unwrap();
     let (ok, out) = run_with_path(&path, &["verify", "--since", "10m"]);
     assert!(!ok && out.contains("20 missing"), "{out}");
     let (ok, out) = run_with_path(&path, &["verify", "--since", "10m", "--repair"]);
@@ -188,3 +186,5 @@ async fn verify_reports_trimmed_and_lost_entries_and_repairs_the_lost() {
     .await;
     env.await_delivered(20).await;
 }
+
+crate::on_both_dialects!(verify_reports_trimmed_and_lost_entries_and_repairs_the_lost);

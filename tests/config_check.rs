@@ -4,6 +4,7 @@
 use crate::common;
 
 use common::TestEnv;
+use common::db_env::{DbEnv, Dialect};
 use common::process::{run_to_end, run_with_env};
 
 fn minimal(extra: &str) -> String {
@@ -192,15 +193,21 @@ async fn a_handler_url_with_credentials_is_shown_redacted() {
     assert!(!out.contains("hunter2") && !out.contains("sekrit"), "{out}");
 }
 
-#[tokio::test]
-async fn check_names_the_statement_the_database_rejects() {
-    let env = TestEnv::new().await;
-    let config =
-        env.config("[relay.sql]\nrelease = \"UPDATE audit_outbox SET statuz = 'PENDING' WHERE id = ANY(:ids)\"\n");
+/// A statement naming a column the table lacks, in each dialect's SQL: `check` names the key
+/// and the column.
+async fn check_names_the_statement_the_database_rejects(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let (key, statement) = env.pick(
+        ("release", "UPDATE audit_outbox SET statuz = 'PENDING' WHERE id = ANY(:ids)"),
+        ("dead", "UPDATE audit_outbox SET statuz = 'DEAD' WHERE id = :id"),
+    );
+    let config = env.config(&format!("[relay.sql]\n{key} = \"{statement}\"\n"));
     let (ok, out) = run_to_end(&config, &["check"]);
     assert!(!ok);
-    assert!(out.contains("sql.release") && out.contains("statuz"), "{out}");
+    assert!(out.contains(&format!("sql.{key}")) && out.contains("statuz"), "{out}");
 }
+
+crate::on_both_dialects!(check_names_the_statement_the_database_rejects);
 
 #[tokio::test]
 async fn check_names_missing_claim_columns() {

@@ -15,7 +15,6 @@ mod consumer_outage;
 mod container_entrypoint;
 mod end_to_end;
 mod mariadb_consumer;
-mod mariadb_consumer_foreign_layout;
 mod mariadb_relay;
 mod metrics_reference;
 mod redis_failover;

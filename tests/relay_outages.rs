@@ -1,15 +1,16 @@
 //! Outages are not the row's fault: no attempts burned, nothing DEAD, delivery resumes by itself.
+//! The scenario under `on_both_dialects!` runs on Postgres and on MariaDB.
 
 use crate::common;
 
+use common::db_env::{DbEnv, Dialect};
 use common::process::Handoff;
 use common::redis_server::RedisServer;
 use common::{TestEnv, eventually};
 
-#[tokio::test]
-async fn redis_outage_burns_no_attempts_and_delivery_resumes() {
+async fn redis_outage_burns_no_attempts_and_delivery_resumes(dialect: Dialect) {
     let mut redis = RedisServer::start().await;
-    let env = TestEnv::with_redis(&redis.url()).await;
+    let env = DbEnv::with_redis(dialect, &redis.url()).await;
     env.insert_events("before", "user", 100).await;
     let relay = Handoff::run(&env.config("max_attempts = 2"));
     env.await_delivered(100).await;
@@ -22,17 +23,19 @@ async fn redis_outage_burns_no_attempts_and_delivery_resumes() {
     })
     .await;
     assert_eq!(env.count("DEAD").await, 0);
-    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    assert_eq!(env.scalar("SELECT COALESCE(MAX(attempts), 0) FROM audit_outbox").await, 0);
 
     redis.restart().await;
     env.await_delivered(400).await;
     assert_eq!(env.count("DEAD").await, 0);
-    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    assert_eq!(env.scalar("SELECT COALESCE(MAX(attempts), 0) FROM audit_outbox").await, 0);
     let ids = env.stream_event_ids(&env.stream("user")).await;
     for i in 1..=300 {
         assert!(ids.contains(&format!("during-{i}")), "during-{i} reached the restarted Redis");
     }
 }
+
+crate::on_both_dialects!(redis_outage_burns_no_attempts_and_delivery_resumes);
 
 #[tokio::test]
 async fn dropped_database_connections_are_replaced() {

@@ -1,5 +1,6 @@
 //! The inbox worker: effect and PROCESSED commit together, kills and stalls are fenced, failures
-//! retry with backoff or go DEAD at once when retrying cannot help, HTTP handlers.
+//! retry with backoff or go DEAD at once when retrying cannot help, HTTP handlers. The scenario
+//! under `on_both_dialects!` runs on Postgres and on MariaDB.
 
 use crate::common;
 
@@ -7,6 +8,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
+use common::db_env::{DbEnv, Dialect};
 use common::http::read_request;
 use common::process::Handoff;
 use common::{TestEnv, eventually};
@@ -60,23 +62,30 @@ async fn the_seed_handler_writes_each_audit_log_once_with_processed() {
     assert_eq!(row.get::<_, String>(3), "1");
 }
 
-#[tokio::test]
-async fn a_worker_killed_mid_handler_commits_nothing_and_the_row_is_applied_once_later() {
-    let env = TestEnv::new().await;
-    insert_inbox(&env, "k-1", r#"{"actor": "admin"}"#).await;
-    let config = worker_config(&env, "");
+async fn a_worker_killed_mid_handler_commits_nothing_and_the_row_is_applied_once_later(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    // The row as the bridge inserts it, in SQL both dialects take (a JSON column from text).
+    env.exec(
+        "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, headers, content_hash, stream, stream_entry_id)
+         VALUES ('admin', 'k-1', 'auth.mfa_policy_changed', 'auth', '{\"actor\": \"admin\"}',
+                 '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}', 'hash', 's', '0-1')",
+    )
+    .await;
+    let config = format!("{}{}", env.base_config(), env.worker_section(""));
     let mut victim = Handoff::run_paused(&config, "worker_in_handler");
     victim.await_paused().await;
     victim.kill();
-    assert_eq!(audit_rows(&env).await, 0, "the uncommitted effect died with the process");
+    let audit_rows = "SELECT COUNT(*) FROM audit_logs";
+    assert_eq!(env.scalar(audit_rows).await, 0, "the uncommitted effect died with the process");
     assert_eq!(env.inbox_count("PROCESSING").await, 1);
 
     let _next = Handoff::run(&config);
-    await_status(&env, "PROCESSED", 1).await;
-    assert_eq!(audit_rows(&env).await, 1);
-    let expired: i32 = env.db.query_one("SELECT expired_leases FROM consumer_inbox", &[]).await.unwrap().get(0);
-    assert_eq!(expired, 1, "the takeover was counted");
+    eventually("the row processed", || async { (env.inbox_count("PROCESSED").await == 1).then_some(()) }).await;
+    assert_eq!(env.scalar(audit_rows).await, 1);
+    assert_eq!(env.scalar("SELECT expired_leases FROM consumer_inbox").await, 1, "the takeover was counted");
 }
+
+crate::on_both_dialects!(a_worker_killed_mid_handler_commits_nothing_and_the_row_is_applied_once_later);
 
 #[tokio::test]
 async fn effect_and_processed_are_committed_together_or_not_at_all() {

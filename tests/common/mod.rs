@@ -5,6 +5,7 @@
 //! `HANDOFF_TEST_REDIS_URL`, defaulting to the local services `scripts/test` brings up.
 #![allow(dead_code)]
 
+pub mod db_env;
 pub mod http;
 pub mod mysql;
 pub mod pki;
@@ -59,6 +60,35 @@ pub fn relay_defaults(id: &str, extra: &str) -> String {
     ];
     let set_in_extra = |key: &str| extra.lines().any(|l| l.split('=').next().is_some_and(|k| k.trim() == key));
     defaults.iter().filter(|(key, _)| !set_in_extra(key)).map(|(key, value)| format!("{key} = {value}\n")).collect()
+}
+
+/// `base` and one bridge `bridge` (consumer `admin`, instance `instance`) reading `streams` (keys
+/// under the prefix `id`, owner `relay`); `extra` goes into `[[bridge]]`.
+pub fn bridge_config(base: &str, id: &str, instance: &str, streams: &[&str], extra: &str) -> String {
+    let streams: Vec<String> = streams.iter().map(|s| format!("{{ key = \"{id}:{s}\", owner = \"relay\" }}")).collect();
+    format!(
+        "{base}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\nstreams = [{streams}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{extra}\n",
+        streams = streams.join(", "),
+    )
+}
+
+/// A `[[worker]]` section for consumer `admin` whose one handler runs `handler_sql` for every
+/// event type; `extra` goes into `[[worker]]`.
+pub fn worker_section_with(extra: &str, handler_sql: &str) -> String {
+    format!(
+        r#"
+[[worker]]
+name = "worker"
+consumer = "admin"
+poll_interval = "50ms"
+lease = "2s"
+{extra}
+
+[[worker.handler]]
+event_types = ["*"]
+sql = ["{handler_sql}"]
+"#
+    )
 }
 
 /// One test's isolated world: a fresh schema with the reference tables, a stream prefix.
@@ -173,30 +203,14 @@ grace_period = "5s"
     /// A config with one bridge `bridge` (consumer `admin`, instance `instance`) reading
     /// `streams` (keys under this test's prefix, owner `relay`); `extra` goes into `[[bridge]]`.
     pub fn bridge_config(&self, instance: &str, streams: &[&str], extra: &str) -> String {
-        let streams: Vec<String> =
-            streams.iter().map(|s| format!("{{ key = \"{}\", owner = \"relay\" }}", self.stream(s))).collect();
-        format!(
-            "{base}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\nstreams = [{streams}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{extra}\n",
-            base = self.base_config(),
-            streams = streams.join(", "),
-        )
+        bridge_config(&self.base_config(), &self.id, instance, streams, extra)
     }
 
     /// A `[[worker]]` section for consumer `admin` writing the seed's `audit_logs`.
     pub fn worker_section(extra: &str) -> String {
-        format!(
-            r#"
-[[worker]]
-name = "worker"
-consumer = "admin"
-poll_interval = "50ms"
-lease = "2s"
-{extra}
-
-[[worker.handler]]
-event_types = ["*"]
-sql = ["INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING"]
-"#
+        worker_section_with(
+            extra,
+            "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING",
         )
     }
 
