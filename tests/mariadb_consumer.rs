@@ -122,6 +122,23 @@ async fn malformed_entries_go_to_poison_with_their_reason() {
     await_acknowledged(&env).await;
     let reasons: Vec<String> = env.rows("SELECT reason FROM consumer_inbox_poison ORDER BY id").await;
     assert_eq!(reasons, ["missing_field", "invalid_payload", "id_mismatch", "owner_mismatch"]);
+
+    // The operator commands read and re-drive MariaDB's poison table too.
+    let config = bridge(&env, "b1");
+    let (ok, out) = common::process::run_to_end(&config, &["poison", "list", "--json", "--reason", "owner_mismatch"]);
+    assert!(ok, "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((doc["count"].as_u64(), doc["rows"][0]["event_id"].as_str()), (Some(1), Some("w")), "{doc}");
+    let (ok, out) = common::process::run_to_end(&config, &["poison", "retry", "--event-id", "w"]);
+    assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
+    // The cause is still there (the owner is wrong), so the re-appended entry is poisoned again.
+    eventually("the re-appended entry recorded again", || async {
+        (env.scalar("SELECT COUNT(*) FROM consumer_inbox_poison WHERE event_id = 'w'").await == 2).then_some(())
+    })
+    .await;
+    let redrives: Vec<i64> =
+        env.rows("SELECT redrives FROM consumer_inbox_poison WHERE event_id = 'w' ORDER BY id").await;
+    assert_eq!(redrives, [1, 0], "the first record counts its re-drive");
 }
 
 async fn insert_inbox(env: &MyEnv, id: &str) {
