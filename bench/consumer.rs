@@ -5,28 +5,46 @@ use std::time::{Duration, Instant};
 
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::{Run, relay_config};
+use handoff::config::HandlerErrors;
 use handoff::config::load_str;
 use handoff::fault::Faults;
+use handoff::sql::params::Placeholder;
 use handoff::store::inbox::PgInbox;
-use handoff::store::inbox::{BindValue, BoundStatement, InboxStore};
+use handoff::store::inbox::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
 use handoff::store::postgres::pool;
 use handoff::store::takeover::PgTakeover;
-use handoff::store::takeover::{InboxEvent, TakeoverStore, Text};
+use handoff::store::takeover::{Effects, InboxEvent, TakeoverStore, Text};
 use handoff::stream::redis::RedisStream;
 use handoff::stream::{AppendOptions, Entry, EventStream};
 
+/// The seed's handler, per event.
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";
 
-fn bridge_section(env: &BenchEnv, batch: u32) -> String {
+/// The same handler written once for a batch (what config/demo.toml ships).
+const BATCH_HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) SELECT e.id, e.owner, e.type, e.payload ->> 'actor', e.payload FROM unnest(:event_ids::text[], :owners::text[], :event_types::text[], :payloads::jsonb[]) AS e(id, owner, type, payload) ON CONFLICT (audit_id) DO NOTHING";
+
+/// How the consumer side applies the seed's handler.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The worker, the handler per event (before apply at take-over and batch handlers).
+    Worker,
+    /// The bridge, applying the batch handler at take-over; the worker only sees retries.
+    AtTakeover,
+}
+
+fn bridge_section(env: &BenchEnv, batch: u32, mode: Mode) -> String {
+    // Off by name: in one file with the worker, the bridge would apply by default.
+    let apply = if mode == Mode::AtTakeover { "apply = \"bench\"\n" } else { "apply = \"off\"\n" };
     format!(
-        "[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"{}\", owner = \"bench\" }}]\nbatch_size = {batch}\nblock = \"100ms\"\n",
+        "[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"{}\", owner = \"bench\" }}]\nbatch_size = {batch}\nblock = \"100ms\"\n{apply}",
         env.stream("user")
     )
 }
 
-fn worker_section(batch: u32) -> String {
+fn worker_section(batch: u32, mode: Mode) -> String {
+    let handler = if mode == Mode::AtTakeover { BATCH_HANDLER } else { HANDLER };
     format!(
-        "[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nbatch_size = {batch}\npoll_interval = \"50ms\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"{HANDLER}\"]\n"
+        "[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nbatch_size = {batch}\npoll_interval = \"50ms\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"{handler}\"]\n"
     )
 }
 
@@ -36,9 +54,9 @@ fn event(i: usize) -> (String, String) {
 }
 
 /// Bridge: `n` valid entries already in the stream, one bridge process, from its first takeover
-/// until all are in the inbox: the rate, the process's peak RSS and CPU, and the Postgres and
-/// Redis servers' CPU over the run.
-pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<Run> {
+/// until all are in the inbox (with `Mode::AtTakeover`: applied to audit_logs): the rate, the
+/// process's peak RSS and CPU, and the Postgres and Redis servers' CPU over the run.
+pub async fn bridge(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> anyhow::Result<Run> {
     env.reset().await?;
     let config = load_str(&env.base_config())?;
     let (stream, _) = RedisStream::connect(&config.redis).await?;
@@ -63,10 +81,18 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<Run>
         stream.append(&entries, &AppendOptions::default()).await;
     }
     let (pg_cpu, redis_cpu) = (postgres_cpu_seconds(), env.redis_cpu_seconds().await?);
-    let mut child = env.spawn("bridge", &format!("{}{}", env.base_config(), bridge_section(env, batch)))?;
+    let mut config = format!("{}{}", env.base_config(), bridge_section(env, batch, mode));
+    if mode == Mode::AtTakeover {
+        // The worker whose handler the bridge applies (it finds nothing to do).
+        config.push_str(&worker_section(100, mode));
+    }
+    let mut child = env.spawn("bridge", &config)?;
     // Entries are taken over in stream order, one transaction at a time: the last is last.
-    let last = format!("consumer = 'admin' AND event_id = 'c-{}'", n - 1);
-    let rate = env.written_rate(Duration::from_secs(600), n as i64, "consumer_inbox", "received_at", &last).await;
+    let (table, column, last) = match mode {
+        Mode::Worker => ("consumer_inbox", "received_at", format!("consumer = 'admin' AND event_id = 'c-{}'", n - 1)),
+        Mode::AtTakeover => ("audit_logs", "recorded_at", format!("audit_id = 'c-{}'", n - 1)),
+    };
+    let rate = env.written_rate(Duration::from_secs(600), n as i64, table, column, &last).await;
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
     let (pg_cpu_seconds, redis_cpu_seconds) =
         (postgres_cpu_seconds() - pg_cpu, env.redis_cpu_seconds().await? - redis_cpu);
@@ -74,14 +100,19 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<Run>
     Ok(Run { rows_per_sec: rate?, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds, ..Run::default() })
 }
 
-/// The bridge's SQL limit: its batched insert-if-absent transaction alone.
-pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Result<f64> {
+/// The bridge's SQL limit: its batched insert-if-absent transaction alone (with
+/// `Mode::AtTakeover`: and the batch handler in the same transaction).
+pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> anyhow::Result<f64> {
     env.reset().await?;
-    let config = handoff::config::load_str(
-        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{ key = \"s\" }]\n",
-    )?;
+    let apply = if mode == Mode::AtTakeover { "apply = \"bench\"\n" } else { "apply = \"off\"\n" };
+    let config = handoff::config::load_str(&format!(
+        "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"s\" }}]\n{apply}{}",
+        worker_section(100, Mode::AtTakeover)
+    ))?;
     let inbox = PgTakeover::new(pool(&env.database_config(), "handoff-bench")?, &config.bridges[0])
         .map_err(|e| anyhow::anyhow!(e))?;
+    let handler = HandlerSql::parse(BATCH_HANDLER, Placeholder::Numbered)?;
+    let errors = HandlerErrors::default();
     let started = Instant::now();
     for start in (0..n).step_by(batch as usize) {
         let events: Vec<InboxEvent> = (start..(start + batch as usize).min(n))
@@ -103,7 +134,17 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow::Resul
                 }
             })
             .collect();
-        inbox.take_over("admin", &events, &[], false).await?;
+        match mode {
+            Mode::Worker => inbox.take_over("admin", &events, &[], false).await?,
+            Mode::AtTakeover => {
+                let statements =
+                    events.iter().map(|e| handler.bind(0, &EventInput::new(e)).ok().map(|s| vec![s])).collect();
+                let effects = Effects { statements, errors: &errors };
+                let taken = inbox.take_over_applying("admin", &events, &effects, &[], false).await?;
+                anyhow::ensure!(taken.left_to_worker.is_none(), "not applied: {:?}", taken.left_to_worker);
+                taken.outcomes
+            }
+        };
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
@@ -129,7 +170,7 @@ async fn fill_inbox(env: &BenchEnv, n: usize) -> anyhow::Result<()> {
 pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, claim: &str) -> anyhow::Result<(f64, u64)> {
     env.reset().await?;
     fill_inbox(env, n).await?;
-    let section = worker_section(batch)
+    let section = worker_section(batch, Mode::Worker)
         .replace("poll_interval", &format!("concurrency = {concurrency}\nclaim = \"{claim}\"\npoll_interval"));
     let mut child = env.spawn("worker", &format!("{}{}", env.base_config(), section))?;
     // Rows are claimed in id order: the last one's effect comes with the last batches.
@@ -196,22 +237,28 @@ fn seed_statement<'a>(sql: &'a str, row: &handoff::store::inbox::InboxRow) -> Bo
         BindValue::Text(row.payload["actor"].as_str().unwrap_or_default().to_owned()),
         BindValue::Json(row.payload.to_string()),
     ];
-    BoundStatement { index: 0, sql, values }
+    BoundStatement { index: 0, sql, values, batch: false }
 }
 
-/// The whole chain in one process: relay, bridge and worker, until audit_logs holds every event.
-pub async fn end_to_end(env: &BenchEnv, n: usize) -> anyhow::Result<f64> {
+/// The whole chain in one process: relay, bridge and worker, until audit_logs holds every event:
+/// the rate, the process's CPU, and the Postgres and Redis servers' CPU over the run.
+pub async fn end_to_end(env: &BenchEnv, n: usize, mode: Mode) -> anyhow::Result<Run> {
     env.reset().await?;
     env.fill(n, "e").await?;
     let config = format!(
         "{}{}{}",
         relay_config(env, 500, "owner = \"bench\""),
-        bridge_section(env, 500),
-        worker_section(100).replace("poll_interval", "concurrency = 2\npoll_interval")
+        bridge_section(env, 500, mode),
+        worker_section(100, mode).replace("poll_interval", "concurrency = 2\npoll_interval")
     );
+    let (pg_cpu, redis_cpu) = (postgres_cpu_seconds(), env.redis_cpu_seconds().await?);
     let mut child = env.spawn("end-to-end", &config)?;
     let last = format!("audit_id = 'e-{n}'");
     let elapsed = env.until_written(Duration::from_secs(900), n as i64, "audit_logs", &last).await;
+    let (peak_rss_kb, cpu_seconds) = resources(child.id());
+    let (pg_cpu_seconds, redis_cpu_seconds) =
+        (postgres_cpu_seconds() - pg_cpu, env.redis_cpu_seconds().await? - redis_cpu);
     stop(&mut child);
-    Ok(n as f64 / elapsed?.as_secs_f64())
+    let rows_per_sec = n as f64 / elapsed?.as_secs_f64();
+    Ok(Run { rows_per_sec, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds, ..Run::default() })
 }

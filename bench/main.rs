@@ -6,6 +6,7 @@
 
 mod broker;
 mod consumer;
+use consumer::Mode;
 mod env;
 mod latency;
 mod relay;
@@ -176,27 +177,33 @@ async fn main() -> anyhow::Result<()> {
 
 /// One batch size: the limits with one and two loops, then relays with one loop, two loops
 /// (the default) and two processes; each compared with the limit of as many loops.
+/// The relay setting that deletes a delivered row instead of marking it.
+const DELETE: &str = "settle = \"delete\"";
+
 async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut Report) -> anyhow::Result<()> {
     let (n, r) = (args.events, args.repeat);
-    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, false)).await?);
-    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, false)).await?);
-    let locked1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, true)).await?);
-    let locked2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true)).await?);
+    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, false, "")).await?);
+    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, false, "")).await?);
+    let locked1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, true, "")).await?);
+    let locked2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true, "")).await?);
+    let delete2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true, DELETE)).await?);
     let redis = median(repeat(r, || relay::redis_limit(env, n, batch)).await?);
     report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
     report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
     report.add("limit", format!("locked claim + mark + commit alone, 1 loop, batch {batch}"), locked1, "rows/s");
     report.add("limit", format!("locked claim + mark + commit alone, 2 loops, batch {batch}"), locked2, "rows/s");
+    report.add("limit", format!("locked claim + delete + commit alone, 2 loops, batch {batch}"), delete2, "rows/s");
     report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
-    let runs: [(&str, usize, u32, &str, f64); 5] = [
-        ("1 relay, concurrency 1, claim leased", 1, 1, "leased", sql1),
-        ("1 relay, concurrency 2, claim leased", 1, 2, "leased", sql2),
-        ("2 relays, concurrency 1, claim leased", 2, 1, "leased", sql2),
-        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", locked1),
-        ("1 relay, concurrency 2, claim locked (the default config)", 1, 2, "locked", locked2),
+    let runs: [(&str, usize, u32, &str, &str, f64); 6] = [
+        ("1 relay, concurrency 1, claim leased", 1, 1, "leased", "", sql1),
+        ("1 relay, concurrency 2, claim leased", 1, 2, "leased", "", sql2),
+        ("2 relays, concurrency 1, claim leased", 2, 1, "leased", "", sql2),
+        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", "", locked1),
+        ("1 relay, concurrency 2, claim locked (the default config)", 1, 2, "locked", "", locked2),
+        ("1 relay, concurrency 2, claim locked, settle delete", 1, 2, "locked", DELETE, delete2),
     ];
-    for (name, instances, concurrency, claim, limit) in runs {
-        let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"");
+    for (name, instances, concurrency, claim, settle, limit) in runs {
+        let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"\n{settle}");
         let results = repeat(r, || relay::throughput(env, n, batch, instances, &extra)).await?;
         let rate = median(results.iter().map(|x| x.rows_per_sec).collect());
         report.add("relay", format!("{name}, batch {batch}"), rate, "rows/s");
@@ -208,7 +215,7 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
         );
         let pg = median(results.iter().map(|x| x.pg_cpu_seconds / n as f64 * 1e6).collect());
         report.add("resources", format!("Postgres CPU per delivered row, {name}, batch {batch}"), pg, "µs");
-        if instances == 1 && concurrency == 2 && batch == 500 {
+        if instances == 1 && concurrency == 2 && batch == 500 && settle.is_empty() {
             let rss = median(results.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
             let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
             report.add("resources", format!("relay peak RSS, claim {claim}, batch 500"), rss, "MiB");
@@ -333,22 +340,45 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
             report.add("resources", format!("worker peak RSS, concurrency {concurrency}, claim {claim}"), rss, "MiB");
         }
     }
-    let chain = median(repeat(r, || consumer::end_to_end(env, c)).await?);
-    report.add("chain", "outbox → relay → bridge → worker → audit_logs", chain, "events/s");
+    for (mode, name) in [
+        (Mode::Worker, "worker applies, handler per event"),
+        (Mode::AtTakeover, "bridge applies at take-over, batch handler"),
+    ] {
+        let runs = repeat(r, || consumer::end_to_end(env, c, mode)).await?;
+        let pick = |f: fn(&relay::Run) -> f64| median(runs.iter().map(f).collect());
+        report.add("chain", format!("outbox → audit_logs, {name}"), pick(|run| run.rows_per_sec), "events/s");
+        // Every process of the chain, per event: where an event's CPU goes end to end.
+        let per_event = |f: fn(&relay::Run) -> f64| pick(f) * 1e6 / c as f64;
+        let (handoff, pg, redis) =
+            (per_event(|r| r.cpu_seconds), per_event(|r| r.pg_cpu_seconds), per_event(|r| r.redis_cpu_seconds));
+        report.add("chain CPU", format!("handoff (relay + bridge + worker), {name}"), handoff, "µs/event");
+        report.add("chain CPU", format!("Postgres, {name}"), pg, "µs/event");
+        report.add("chain CPU", format!("Redis, {name}"), redis, "µs/event");
+        report.add("chain CPU", format!("all processes, {name}"), handoff + pg + redis, "µs/event");
+    }
     Ok(())
 }
 
 /// The bridge against its insert-if-absent statement alone, taking turns so that each ratio
 /// compares two runs a few seconds apart, and the median of those ratios.
 async fn bridge_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    bridge_mode(env, args, Mode::Worker, report).await?;
+    bridge_mode(env, args, Mode::AtTakeover, report).await
+}
+
+async fn bridge_mode(env: &env::BenchEnv, args: &Args, mode: Mode, report: &mut Report) -> anyhow::Result<()> {
     let n = args.bridge_events;
+    let (what, limit_what) = match mode {
+        Mode::Worker => ("", "insert-if-absent alone"),
+        Mode::AtTakeover => (", applying at take-over", "insert-if-absent + batch handler alone"),
+    };
     let (mut limits, mut bridges, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for turn in 1..=args.repeat {
-        let limit = consumer::bridge_limit(env, n, 500).await?;
-        let bridge = consumer::bridge(env, n, 500).await?;
+        let limit = consumer::bridge_limit(env, n, 500, mode).await?;
+        let bridge = consumer::bridge(env, n, 500, mode).await?;
         let ratio = bridge.rows_per_sec / limit * 100.0;
         eprintln!(
-            "  bridge     turn {turn}: insert-if-absent alone {limit:.0}, bridge {:.0} events/s ({ratio:.1}%)",
+            "  bridge{what} turn {turn}: {limit_what} {limit:.0}, bridge {:.0} events/s ({ratio:.1}%)",
             bridge.rows_per_sec
         );
         limits.push(limit);
@@ -357,14 +387,20 @@ async fn bridge_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> a
     }
     let pick = |f: fn(&relay::Run) -> f64| median(bridges.iter().map(f).collect());
     let per_100k = 100_000.0 / n as f64;
-    report.add("limit", format!("bridge insert-if-absent alone, batch 500, {n} events"), median(limits), "events/s");
-    report.add("bridge", format!("1 bridge, batch 500, {n} events"), pick(|b| b.rows_per_sec), "events/s");
-    report.add("ratio", "bridge / its SQL limit (median of each turn's)", median(ratios), "%");
-    report.add("resources", "bridge peak RSS, batch 500", pick(|b| b.peak_rss_kb as f64 / 1024.0), "MiB");
-    report.add("resources", "bridge CPU per 100k events", pick(|b| b.cpu_seconds) * per_100k, "s");
-    report.add("resources", "Redis CPU per 100k events, bridge", pick(|b| b.redis_cpu_seconds) * per_100k, "s");
+    report.add("limit", format!("bridge {limit_what}, batch 500, {n} events"), median(limits), "events/s");
+    report.add("bridge", format!("1 bridge, batch 500, {n} events{what}"), pick(|b| b.rows_per_sec), "events/s");
+    report.add("ratio", format!("bridge{what} / its SQL limit (median of each turn's)"), median(ratios), "%");
+    report.add(
+        "resources",
+        format!("bridge peak RSS, batch 500{what}"),
+        pick(|b| b.peak_rss_kb as f64 / 1024.0),
+        "MiB",
+    );
+    report.add("resources", format!("bridge CPU per 100k events{what}"), pick(|b| b.cpu_seconds) * per_100k, "s");
+    let redis = pick(|b| b.redis_cpu_seconds) * per_100k;
+    report.add("resources", format!("Redis CPU per 100k events, bridge{what}"), redis, "s");
     let pg = pick(|b| b.pg_cpu_seconds) * 1e6 / n as f64;
-    report.add("resources", "Postgres CPU per event taken over, bridge", pg, "µs");
+    report.add("resources", format!("Postgres CPU per event taken over, bridge{what}"), pg, "µs");
     Ok(())
 }
 

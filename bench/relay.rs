@@ -105,12 +105,20 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
 
 /// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis,
 /// in `loops` concurrent loops (as a relay with that concurrency runs them). `locked`: the
-/// locked claim's transaction (lock, mark, commit) instead of claim + mark.
-pub async fn sql_limit(env: &BenchEnv, n: usize, batch: u32, loops: usize, locked: bool) -> anyhow::Result<f64> {
+/// locked claim's transaction (lock, mark, commit) instead of claim + mark; `extra`: more of the
+/// relay's settings (`settle = "delete"`: the settle deletes instead of marking).
+pub async fn sql_limit(
+    env: &BenchEnv,
+    n: usize,
+    batch: u32,
+    loops: usize,
+    locked: bool,
+    extra: &str,
+) -> anyhow::Result<f64> {
     env.reset().await?;
     env.fill(n, "s").await?;
     let claim = if locked { "claim = \"locked\"" } else { "" };
-    let config = load_str(&relay_config(env, batch, claim))?;
+    let config = load_str(&relay_config(env, batch, &format!("{claim}\n{extra}")))?;
     let pool = pool(&config.database, "handoff-bench")?;
     let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let started = Instant::now();

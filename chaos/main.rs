@@ -111,6 +111,8 @@ fn configs(pg_url: &str, redis_url: &str) -> Vec<(String, String)> {
     };
     let worker = "[[worker]]\nname = \"audit\"\nconsumer = \"admin\"\nbatch_size = 100\npoll_interval = \"50ms\"\nlease = \"3s\"\nmax_attempts = 1000\nmax_expired_leases = 1000\n\
                   [[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING\"]\n";
+    const SEED_HANDLER: &str = "VALUES (:event_id, :owner, :event_type, :payload.actor, :payload)";
+    const BATCH_HANDLER: &str = "SELECT e.id, e.owner, e.type, e.payload ->> 'actor', e.payload FROM unnest(:event_ids::text[], :owners::text[], :event_types::text[], :payloads::jsonb[]) AS e(id, owner, type, payload)";
     vec![
         ("relay-1".into(), format!("{base}{relay}")),
         // The default claim (auto: locked here) beside an explicitly leased replica on the same
@@ -120,7 +122,16 @@ fn configs(pg_url: &str, redis_url: &str) -> Vec<(String, String)> {
             format!("{base}{}", relay.replace("lease = \"3s\"\n", "lease = \"3s\"\nclaim = \"leased\"\n")),
         ),
         ("bridge-1".into(), format!("{base}{}", bridge("bridge-1"))),
-        ("bridge-2".into(), format!("{base}{}", bridge("bridge-2"))),
+        // The second bridge of the group applies the handler at take-over (written per batch), with
+        // a worker in its process for what it leaves PENDING: both modes share the group.
+        (
+            "bridge-2".into(),
+            format!(
+                "{base}{}{}",
+                bridge("bridge-2").replace("[bridge.validate]", "apply = \"audit\"\n[bridge.validate]"),
+                worker.replace(SEED_HANDLER, BATCH_HANDLER)
+            ),
+        ),
         ("worker".into(), format!("{base}{worker}")),
     ]
 }

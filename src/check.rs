@@ -105,7 +105,12 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(e) => Err(PrepareError::Invalid(vec![e.to_string()])),
         };
         match checked {
-            Ok(()) => ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name)),
+            Ok(()) => {
+                ok.push(format!("bridge `{}`: inbox and poison tables accept the takeover", bridge.name));
+                let applied = bridge.apply.as_deref().map_or("off".to_owned(), |w| format!("\"{w}\""));
+                let chosen = bridge.apply_chosen.as_deref().unwrap_or("configured");
+                ok.push(format!("bridge `{}`: apply = {applied} ({chosen})", bridge.name));
+            }
             Err(PrepareError::Invalid(found)) => {
                 problems.extend(found.iter().map(|e| format!("bridge `{}`: {e}", bridge.name)));
             }

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod apply_at_takeover;
 mod bridge;
 mod bridge_memory;
 mod broker_loss;

@@ -9,11 +9,12 @@ use tracing::{info, warn};
 
 use super::shared::{Shared, host_name};
 use crate::bridge::validate::Validator;
-use crate::bridge::{BridgeDeps, StreamBridge};
+use crate::bridge::{Apply, BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
+use crate::sql::params::Placeholder;
 use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
@@ -35,7 +36,8 @@ pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: 
         }
     }
     for bridge in &config.bridges {
-        spawn_bridge(config, bridge, shared, || Takeover::new(db, bridge), stream, &bridge_metrics)?;
+        let style = db.placeholder();
+        spawn_bridge(config, bridge, shared, || Takeover::new(db, bridge), (stream, style), &bridge_metrics)?;
     }
     for worker in &config.workers {
         let store = Inbox::new(db, worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
@@ -112,13 +114,27 @@ fn spawn_bridge(
     bridge: &BridgeConfig,
     shared: &Shared,
     store: impl Fn() -> Result<Takeover, StatementError>,
-    stream: &RedisStream,
+    (stream, style): (&RedisStream, Placeholder),
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
     let validator =
         Validator::new(&bridge.validate, &bridge.envelope).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?;
     let validator = Arc::new(validator);
     let instance = bridge.instance.clone().unwrap_or_else(host_name);
+    let apply = match &bridge.apply {
+        None => None,
+        Some(name) => {
+            let worker = config
+                .workers
+                .iter()
+                .find(|w| &w.name == name)
+                .ok_or_else(|| anyhow!("bridge `{}` apply: no worker named `{name}`", bridge.name))?;
+            let apply = Apply::new(worker, style).map_err(|e| anyhow!("bridge `{}` apply: {e}", bridge.name))?;
+            Some(Arc::new(apply))
+        }
+    };
+    let chosen = bridge.apply_chosen.as_deref().unwrap_or("configured");
+    info!(bridge = %bridge.name, apply = bridge.apply.as_deref().unwrap_or("off"), chosen, "apply at take-over");
     let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
     for source in &bridge.streams {
         let deps = BridgeDeps {
@@ -129,6 +145,7 @@ fn spawn_bridge(
             faults: shared.faults.clone(),
             abandon: shared.abandon.clone(),
             command_timeout: config.redis.command_timeout,
+            apply: apply.clone(),
         };
         let stream_bridge =
             Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), &instance, deps));

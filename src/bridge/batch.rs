@@ -200,10 +200,25 @@ impl<S: TakeoverStore> StreamBridge<S> {
         entries: &[RawEntry],
         counted: bool,
     ) -> Option<(Vec<(String, TakenOver)>, Vec<PoisonRecord>)> {
+        // Apply at take-over, if configured: the statements are bound once, for every attempt.
+        let effects = self.deps.apply.as_ref().map(|apply| apply.effects(&events));
+        let store = &self.deps.store;
         // Waiting out an outage is not being stuck: liveness must not restart the bridge for it
         // (a restart would only deliver the entries again; invariant 12).
         let attempt = || async {
-            match self.deps.store.take_over(&self.config.consumer, &events, &poison, counted).await {
+            let consumer = &self.config.consumer;
+            let taken = match &effects {
+                Some(effects) => {
+                    store.take_over_applying(consumer, &events, effects, &poison, counted).await.map(|t| {
+                        if let Some(e) = &t.left_to_worker {
+                            self.left_to_worker(e);
+                        }
+                        t.outcomes
+                    })
+                }
+                None => store.take_over(consumer, &events, &poison, counted).await,
+            };
+            match taken {
                 Ok(outcomes) => Ok((events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect(), poison.clone())),
                 Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e, counted).await,
                 Err(e) => Err(e),
@@ -278,11 +293,25 @@ impl<S: TakeoverStore> StreamBridge<S> {
         Ok((outcomes, recorded))
     }
 
+    /// Apply at take-over failed a batch, which went in PENDING for the worker: say why (at most
+    /// every 30 s), and count it.
+    fn left_to_worker(&self, error: &StoreError) {
+        self.deps.metrics.apply_fallbacks.inc();
+        let mut throttle = self.apply_errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(suppressed) = throttle.allow() {
+            warn!(stream = %self.source.key, error = %error_chain(error), suppressed, "a handler failed the batch at take-over; its events are left PENDING to the worker");
+        }
+    }
+
     fn count(&self, outcomes: &[(String, TakenOver)], poison: &[PoisonRecord]) {
         let m = &self.deps.metrics;
         for (_, outcome) in outcomes {
             match outcome {
                 TakenOver::Inserted => m.inserted.inc(),
+                TakenOver::Applied => {
+                    m.inserted.inc();
+                    m.applied.inc();
+                }
                 TakenOver::Duplicate => m.duplicates.inc(),
                 TakenOver::Conflict => {
                     m.conflicts.inc();

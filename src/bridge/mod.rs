@@ -5,6 +5,7 @@
 //! its reads block. The batch handling (the ordering the invariants rest on) is in `batch`;
 //! recovery of entries left pending by dead consumers, cleanup and gauges are in `recover`.
 
+mod apply;
 mod batch;
 mod recover;
 pub mod validate;
@@ -29,6 +30,8 @@ use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::EventSpan;
 use validate::Validator;
 
+pub use apply::Apply;
+
 /// A read bringing more than this is large: its reply's buffer is worth giving back, once the
 /// stream has been quiet for [`QUIET`].
 const LARGE_READ_BYTES: usize = 1 << 20;
@@ -45,6 +48,8 @@ pub struct BridgeDeps<S> {
     /// Fires when in-flight work must stop (shutdown drain time over).
     pub abandon: CancellationToken,
     pub command_timeout: Duration,
+    /// Apply at take-over: the handlers run in the takeover's transaction, if configured.
+    pub apply: Option<Arc<Apply>>,
 }
 
 /// One stream of one bridge.
@@ -56,6 +61,8 @@ pub struct StreamBridge<S> {
     deps: BridgeDeps<S>,
     /// When old delivery counts were last forgotten (see `recover`).
     counts_forgotten_at: std::sync::Mutex<Option<Instant>>,
+    /// How often a failed apply at take-over is logged.
+    apply_errors: std::sync::Mutex<Throttle>,
 }
 
 impl<S: TakeoverStore> StreamBridge<S> {
@@ -68,7 +75,8 @@ impl<S: TakeoverStore> StreamBridge<S> {
     ) -> Self {
         let client = deps.stream.dedicated(&source.key);
         let group = Group::new(client, &source.key, config.group(), consumer_name, deps.command_timeout);
-        Self { config, source, validator, group, deps, counts_forgotten_at: Default::default() }
+        let apply_errors = std::sync::Mutex::new(Throttle::new(Duration::from_secs(30)));
+        Self { config, source, validator, group, deps, counts_forgotten_at: Default::default(), apply_errors }
     }
 
     /// Reads until `shutdown`: first this consumer's own pending entries (left by a previous

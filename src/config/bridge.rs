@@ -67,6 +67,16 @@ pub struct BridgeConfig {
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: super::consumer_sql::TakeoverOverrides,
+    /// Apply at take-over: the name of a worker of this file (same consumer and inbox table)
+    /// whose SQL handlers the bridge runs in the take-over transaction, inserting the events
+    /// they serve as PROCESSED; the worker then only sees retries and events served otherwise.
+    /// Postgres with the reference inbox statements. `"off"`: the worker applies everything.
+    /// Default: the one worker of this inbox in the file, where every condition holds (else
+    /// off). After loading: the worker applied, or none.
+    pub apply: Option<String>,
+    /// Why `apply` is what it is (set when the configuration is loaded).
+    #[serde(skip)]
+    pub apply_chosen: Option<String>,
 }
 
 /// `[bridge.envelope]`: the entry field that carries each part of an event. Every other field of

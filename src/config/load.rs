@@ -100,6 +100,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         return Err(ConfigError { errors });
     }
     super::claim::resolve(&mut config);
+    super::apply::resolve(&mut config);
     Ok(config)
 }
 

@@ -375,6 +375,10 @@ fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String
                 "streams: an owner to check is set, but envelope.owner says entries carry none",
             );
         }
+        if let Some(name) = bridge.apply.as_deref().filter(|n| *n != super::apply::OFF) {
+            let problems = super::apply::problems(config, bridge, name, style);
+            errors.extend(problems.into_iter().map(|p| format!("{path}.apply: {p}")));
+        }
         for statement in TakeoverStatement::ALL {
             if let Some(sql) = bridge.sql.get(statement)
                 && let Err(e) = takeover_contract::check_takeover(statement, sql, style)

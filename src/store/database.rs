@@ -13,6 +13,14 @@ pub enum Database {
 pub use crate::config::Dialect;
 
 impl Database {
+    /// How the dialect's placeholders look (configured statements are rewritten to them).
+    pub fn placeholder(&self) -> crate::sql::params::Placeholder {
+        match self {
+            Database::Postgres(_) => crate::sql::params::Placeholder::Numbered,
+            Database::Mysql(_) => crate::sql::params::Placeholder::Positional,
+        }
+    }
+
     /// Builds the pool for the dialect of `config.url` (validated before: the scheme is known).
     pub fn connect(config: &DatabaseConfig, application_name: &str) -> Result<Self, ConnectError> {
         let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();

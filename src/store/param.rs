@@ -13,6 +13,10 @@ pub enum Param {
     Int(i64),
     Texts(Vec<String>),
     Ints(Vec<i64>),
+    /// An array of texts that may hold NULLs (a batch handler's `:owners`, say).
+    Column(Vec<Option<String>>),
+    /// An array of JSON texts: bound as json[] / jsonb[] where the database expects it.
+    JsonColumn(Vec<String>),
 }
 
 pub fn millis(d: Duration) -> i64 {

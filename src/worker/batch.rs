@@ -8,12 +8,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Worker;
-use super::handler::{Effect, MissingField};
+use super::handler::Effect;
 use super::http::Delivery;
 use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::runtime::backoff::delay;
-use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore};
+use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore, MissingField};
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 

@@ -177,6 +177,9 @@ fn to_value(v: &BindValue) -> Value {
     match v {
         BindValue::Null => Value::NULL,
         BindValue::Text(s) | BindValue::Json(s) => Value::Bytes(s.clone().into_bytes()),
+        // Batch statements are refused on MySQL when the handler is built; as JSON if ever bound.
+        BindValue::Texts(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),
+        BindValue::Jsons(v) => Value::Bytes(format!("[{}]", v.join(",")).into_bytes()),
     }
 }
 

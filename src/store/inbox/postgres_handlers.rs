@@ -5,38 +5,48 @@ use std::collections::HashMap;
 
 use tokio_postgres::types::ToSql;
 
-use super::seam::{ApplyError, BindValue, BoundStatement, InboxRow};
+use super::seam::{ApplyError, BindValue, BoundStatement, InboxRow, merged};
 use crate::config::HandlerErrors;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::postgres::errors::query_error;
 use crate::store::postgres::values::{Cell, Param};
 use crate::store::rows::TextRow;
 
-/// Runs every handler statement of `items` in the transaction on `client`, all sent at once —
-/// tokio-postgres pipelines queries polled together on one connection — and then `along` (the
-/// locked claim's mark), polled after them so it is sent after them. `None`: a statement
-/// refused a row's data, and the transaction is aborted; an outage is an error.
+/// Runs every handler statement of `items` in the transaction on `client` — each batch
+/// statement once for all its rows ([`merged`]), all sent at once: tokio-postgres pipelines
+/// queries polled together on one connection — and then `along` (the locked claim's mark),
+/// polled after them so it is sent after them. `None`: a statement refused a row's data, and the
+/// transaction is aborted; an outage is an error.
 pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
     client: &C,
     items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
     along: F,
     errors: &HandlerErrors,
 ) -> StoreResult<Option<F::Output>> {
+    let statements = merged(items.iter().flat_map(|(_, statements)| statements));
+    Ok(run_statements(client, &statements, along, errors).await?.ok())
+}
+
+/// Runs `statements` (already merged) as [`run_handlers`] does; `Err(message)`: a statement
+/// refused a row's data.
+pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
+    client: &C,
+    statements: &[BoundStatement<'_>],
+    along: F,
+    errors: &HandlerErrors,
+) -> StoreResult<Result<F::Output, String>> {
     let mut prepared = HashMap::new();
-    for statement in items.iter().flat_map(|(_, statements)| statements) {
+    for statement in statements {
         if !prepared.contains_key(statement.sql) {
             match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors)) {
                 Ok(stmt) => prepared.insert(statement.sql, stmt),
                 Err(ApplyError::Store(e)) => return Err(e),
-                Err(ApplyError::Handler { .. }) => return Ok(None),
+                Err(ApplyError::Handler { message, .. }) => return Ok(Err(message)),
             };
         }
     }
-    let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> = items
-        .iter()
-        .flat_map(|(_, statements)| statements)
-        .map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect()))
-        .collect();
+    let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> =
+        statements.iter().map(|s| (&prepared[s.sql], s.values.iter().map(to_param).collect())).collect();
     let sent = futures_util::future::join_all(
         calls.iter().map(|(stmt, values)| async move { client.execute(*stmt, &refs(values)).await }),
     );
@@ -46,12 +56,12 @@ pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
     for outcome in outcomes {
         if let Err(e) = outcome {
             return match handler_error(0, e, errors) {
-                ApplyError::Handler { .. } => Ok(None),
+                ApplyError::Handler { message, .. } => Ok(Err(message)),
                 ApplyError::Store(e) => Err(e),
             };
         }
     }
-    Ok(Some(along))
+    Ok(Ok(along))
 }
 
 /// Result rows as text by column name (the claim's and stats' result contract).
@@ -80,6 +90,8 @@ pub fn to_param(value: &BindValue) -> Param {
         BindValue::Null => Param::Null,
         BindValue::Text(s) => Param::Text(s.clone()),
         BindValue::Json(s) => Param::Json(s.clone()),
+        BindValue::Texts(v) => Param::Column(v.clone()),
+        BindValue::Jsons(v) => Param::JsonColumn(v.clone()),
     }
 }
 

@@ -110,6 +110,10 @@ pub enum BindValue {
     Text(String),
     /// JSON text, for json / jsonb parameters (and as text elsewhere).
     Json(String),
+    /// A batch statement's array of texts, one element per event (NULL where the event has none).
+    Texts(Vec<Option<String>>),
+    /// A batch statement's array of JSON texts, one element per event.
+    Jsons(Vec<String>),
 }
 
 /// A handler statement with its values for one row.
@@ -119,6 +123,43 @@ pub struct BoundStatement<'a> {
     pub index: usize,
     pub sql: &'a str,
     pub values: Vec<BindValue>,
+    /// A batch statement: bound here for one event (arrays of one element), run once for the
+    /// batch with its neighbours' values [merged](Self::merge) in.
+    pub batch: bool,
+}
+
+impl BoundStatement<'_> {
+    /// Appends `other`'s array elements (the same batch statement bound for the next event).
+    pub fn merge(&mut self, other: BoundStatement<'_>) {
+        for (mine, theirs) in self.values.iter_mut().zip(other.values) {
+            match (mine, theirs) {
+                (BindValue::Texts(a), BindValue::Texts(b)) => a.extend(b),
+                (BindValue::Jsons(a), BindValue::Jsons(b)) => a.extend(b),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The statements of `items` as the batch runs them: per-event statements one by one, in order;
+/// each batch statement once, where its first event is, with every event's values merged.
+pub fn merged<'a>(statements: impl IntoIterator<Item = &'a BoundStatement<'a>>) -> Vec<BoundStatement<'a>> {
+    let mut out: Vec<BoundStatement<'a>> = Vec::new();
+    let mut first: std::collections::HashMap<(&str, usize), usize> = std::collections::HashMap::new();
+    for statement in statements {
+        if !statement.batch {
+            out.push(statement.clone());
+            continue;
+        }
+        match first.get(&(statement.sql, statement.index)) {
+            Some(&at) => out[at].merge(statement.clone()),
+            None => {
+                first.insert((statement.sql, statement.index), out.len());
+                out.push(statement.clone());
+            }
+        }
+    }
+    out
 }
 
 /// What became of an attempt to apply a row's effect.

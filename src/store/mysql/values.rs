@@ -16,6 +16,8 @@ impl From<&Param> for Value {
             Param::Int(i) => Value::Int(*i),
             Param::Texts(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),
             Param::Ints(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),
+            Param::Column(v) => Value::Bytes(serde_json::to_vec(v).unwrap_or_default()),
+            Param::JsonColumn(v) => Value::Bytes(format!("[{}]", v.join(",")).into_bytes()),
         }
     }
 }

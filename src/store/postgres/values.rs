@@ -29,8 +29,16 @@ const SCALARS: &[Type] = &[
     Type::JSON,
     Type::JSONB,
 ];
-const ARRAYS: &[Type] =
-    &[Type::TEXT_ARRAY, Type::VARCHAR_ARRAY, Type::BPCHAR_ARRAY, Type::INT4_ARRAY, Type::INT8_ARRAY, Type::UUID_ARRAY];
+const ARRAYS: &[Type] = &[
+    Type::TEXT_ARRAY,
+    Type::VARCHAR_ARRAY,
+    Type::BPCHAR_ARRAY,
+    Type::INT4_ARRAY,
+    Type::INT8_ARRAY,
+    Type::UUID_ARRAY,
+    Type::JSON_ARRAY,
+    Type::JSONB_ARRAY,
+];
 
 /// Whether a placeholder of type `ty` can be bound at all.
 pub fn param_type_supported(ty: &Type) -> bool {
@@ -71,6 +79,13 @@ impl Param {
             Param::Json(s) | Param::Text(s) => text_to_sql(s, ty, out),
             Param::Int(i) => int_to_sql(*i, ty, out),
             Param::Texts(v) => texts_to_sql(v, ty, out),
+            Param::Column(v) => column_to_sql(v, ty, out),
+            Param::JsonColumn(v) => match *ty {
+                Type::JSON_ARRAY | Type::JSONB_ARRAY => {
+                    v.iter().map(|s| JsonText(s)).collect::<Vec<_>>().to_sql(ty, out)
+                }
+                _ => texts_to_sql(v, ty, out),
+            },
             Param::Ints(v) => match *ty {
                 Type::INT8_ARRAY => v.to_sql(ty, out),
                 Type::INT4_ARRAY => narrow::<i32>(v)?.to_sql(ty, out),
@@ -115,11 +130,34 @@ fn int_to_sql(i: i64, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError>
 
 fn texts_to_sql(v: &[String], ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
     match *ty {
+        Type::JSON_ARRAY | Type::JSONB_ARRAY => v.iter().map(|s| JsonText(s)).collect::<Vec<_>>().to_sql(ty, out),
         Type::INT8_ARRAY => parse_all::<i64>(v)?.to_sql(ty, out),
         Type::INT4_ARRAY => parse_all::<i32>(v)?.to_sql(ty, out),
         Type::UUID_ARRAY => v.iter().map(|s| Uuid::parse(s)).collect::<Result<Vec<_>, _>>()?.to_sql(ty, out),
         _ => v.to_sql(ty, out),
     }
+}
+
+/// An array that may hold NULLs, each element converted as a scalar of the array's element type.
+fn column_to_sql(v: &[Option<String>], ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    let params: Vec<Param> = v.iter().map(|s| s.clone().map_or(Param::Null, Param::Text)).collect();
+    params.to_sql(ty, out)
+}
+
+/// JSON text as an element of a json[] / jsonb[] array.
+#[derive(Debug)]
+struct JsonText<'a>(&'a str);
+
+impl ToSql for JsonText<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        json_to_sql(self.0, ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(*ty, Type::JSON | Type::JSONB)
+    }
+
+    to_sql_checked!();
 }
 
 fn parse_all<T: std::str::FromStr>(v: &[String]) -> Result<Vec<T>, BoxError>

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::mysql::{self, MyTakeover};
 use super::postgres::{self, PgTakeover};
 use super::records::{PoisonFilter, StoredPoison};
-use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
+use super::seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StatementError, StoreResult};
@@ -51,6 +51,17 @@ impl TakeoverStore for Takeover {
         counted: bool,
     ) -> StoreResult<Vec<TakenOver>> {
         each!(self, s => s.take_over(consumer, events, poison, counted).await)
+    }
+
+    async fn take_over_applying(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        effects: &Effects<'_>,
+        poison: &[PoisonRecord],
+        counted: bool,
+    ) -> StoreResult<Taken> {
+        each!(self, s => s.take_over_applying(consumer, events, effects, poison, counted).await)
     }
 }
 

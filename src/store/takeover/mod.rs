@@ -13,4 +13,4 @@ pub use dialect::{Takeover, mark_redriven, poison_records};
 pub use mysql::MyTakeover;
 pub use postgres::PgTakeover;
 pub use records::{PoisonFilter, StoredPoison};
-pub use seam::{DeliveryCounts, InboxEvent, PoisonRecord, TakenOver, TakeoverStore, Text};
+pub use seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore, Text};

@@ -15,9 +15,10 @@ use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
 use super::statements::{
     Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param,
 };
-use crate::config::BridgeConfig;
+use crate::config::{BridgeConfig, HandlerErrors};
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreError, StoreResult};
+use crate::store::inbox::seam::BoundStatement;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};
@@ -183,7 +184,10 @@ pub struct MyTakeoverTx {
 }
 
 impl TakeoverTx for MyTakeoverTx {
-    async fn insert(&mut self, consumer: &str, events: &[InboxEvent]) -> StoreResult<Vec<bool>> {
+    async fn insert(&mut self, consumer: &str, events: &[InboxEvent], processed: &[bool]) -> StoreResult<Vec<bool>> {
+        if processed.iter().any(|p| *p) {
+            return Err(no_apply());
+        }
         let insert = &self.sql.insert;
         let prepared = self.tx.prep(insert.sql.as_str()).await.map_err(|e| error("take over", e))?;
         let mut inserted = Vec::with_capacity(events.len());
@@ -242,6 +246,10 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(())
     }
 
+    async fn apply(&mut self, _statements: &[BoundStatement<'_>], _errors: &HandlerErrors) -> StoreResult<()> {
+        Err(no_apply())
+    }
+
     async fn commit(self, _carried: usize) -> StoreResult<()> {
         self.tx.commit().await.map_err(|e| error("commit the takeover", e))
     }
@@ -249,6 +257,11 @@ impl TakeoverTx for MyTakeoverTx {
     async fn roll_back(self) {
         let _ = self.tx.rollback().await;
     }
+}
+
+/// Apply at take-over is Postgres-only; the configuration never asks MySQL for it.
+fn no_apply() -> StoreError {
+    StoreError::Contract("apply at take-over needs Postgres".into())
 }
 
 /// The records of `consumer` in `table` that `filter` selects, oldest first.

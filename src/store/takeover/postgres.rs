@@ -11,14 +11,18 @@ use futures_util::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
+use super::contract::inbox_columns;
 use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
 use super::statements::{
     Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param, runs_by_payload,
 };
 use crate::config::BridgeConfig;
+use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
+use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
+use crate::store::inbox::postgres_handlers::run_statements;
+use crate::store::inbox::seam::BoundStatement;
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, query_error};
@@ -38,6 +42,8 @@ pub struct PgTakeover {
 struct Statements {
     takeover: TakeoverStatements,
     deliveries: DeliveriesSql,
+    /// The reference insert with PROCESSED rows stamped (apply at take-over), if configured.
+    insert_processed: Option<String>,
 }
 
 impl std::ops::Deref for Statements {
@@ -86,7 +92,8 @@ impl PgTakeover {
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
         let takeover = TakeoverStatements::new(bridge, Placeholder::Numbered, statements)?;
-        Ok(Self { pool, sql: Arc::new(Statements { takeover, deliveries }) })
+        let insert_processed = bridge.apply.as_ref().map(|_| insert_processed(&bridge.table));
+        Ok(Self { pool, sql: Arc::new(Statements { takeover, deliveries, insert_processed }) })
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
@@ -96,7 +103,14 @@ impl PgTakeover {
             .get()
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
-        self.sql.check(&mut PgCatalog(&client)).await
+        self.sql.check(&mut PgCatalog(&client)).await?;
+        if let Some(sql) = &self.sql.insert_processed
+            && let Err(e) = client.prepare(sql).await
+        {
+            let problem = e.refusal("apply (the insert of rows applied at take-over, with processed_at)")?;
+            return Err(PrepareError::Invalid(vec![problem]));
+        }
+        Ok(())
     }
 
     /// Runs `sql` ($1 consumer, $2 stream, $3 entry ids; rows of entry id and count).
@@ -142,6 +156,24 @@ fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
              ON CONFLICT (consumer, stream, stream_entry_id) DO NOTHING"
         )),
     ]
+}
+
+/// The reference insert for apply at take-over: rows inserted as PROCESSED get their
+/// `processed_at` (what retention and the processed index go by) in the same statement.
+fn insert_processed(table: &str) -> String {
+    let columns = inbox_columns().join(", ");
+    format!(
+        "INSERT INTO {table} ({columns}, processed_at)
+         SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
+                e.payload::jsonb, e.headers::jsonb, e.fields::jsonb, e.content_hash, e.stream, e.entry_id, e.status,
+                CASE WHEN e.status = 'PROCESSED' THEN now() END
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
+              AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
+                   fields, content_hash, stream, entry_id, status)
+         ON CONFLICT (consumer, event_id) DO NOTHING
+         RETURNING event_id"
+    )
 }
 
 /// The values of a named statement's placeholders, each name's from `bind`.
@@ -232,14 +264,20 @@ pub struct PgTakeoverTx {
 }
 
 impl TakeoverTx for PgTakeoverTx {
-    async fn insert(&mut self, consumer: &str, events: &[InboxEvent]) -> StoreResult<Vec<bool>> {
+    async fn insert(&mut self, consumer: &str, events: &[InboxEvent], processed: &[bool]) -> StoreResult<Vec<bool>> {
         let tx = self.tx.client()?;
-        match &self.sql.insert {
-            Sql::Reference(insert) => {
-                let inserted = insert_batch(tx, insert, consumer, events).await?;
+        let applying = processed.iter().any(|p| *p);
+        match (&self.sql.insert, &self.sql.insert_processed) {
+            (Sql::Reference(_), Some(insert)) if applying => {
+                let inserted = insert_batch(tx, insert, consumer, events, processed).await?;
                 Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
             }
-            Sql::Named(named) => {
+            _ if applying => Err(StoreError::Contract("apply at take-over needs the reference insert".into())),
+            (Sql::Reference(insert), _) => {
+                let inserted = insert_batch(tx, insert, consumer, events, processed).await?;
+                Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
+            }
+            (Sql::Named(named), _) => {
                 let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
                 let changed = execute_each(tx, named, "insert into the inbox", &values).await?;
                 Ok(changed.into_iter().map(|n| n > 0).collect())
@@ -309,6 +347,13 @@ impl TakeoverTx for PgTakeoverTx {
         Ok(())
     }
 
+    async fn apply(&mut self, statements: &[BoundStatement<'_>], errors: &HandlerErrors) -> StoreResult<()> {
+        let tx = self.tx.client()?;
+        run_statements(tx, statements, std::future::ready(()), errors)
+            .await?
+            .map_err(|message| StoreError::Rejected { statement: "apply at take-over", source: message.into() })
+    }
+
     async fn commit(self, carried: usize) -> StoreResult<()> {
         // A connection that carried a large batch keeps buffers of that size for its whole life:
         // close it rather than pool it, so the memory goes back.
@@ -320,14 +365,28 @@ impl TakeoverTx for PgTakeoverTx {
     }
 }
 
-/// The reference insert of a batch, in runs of bounded payload bytes; the ids it inserted.
-async fn insert_batch(tx: &Object, sql: &str, consumer: &str, events: &[InboxEvent]) -> StoreResult<HashSet<String>> {
+/// The reference insert of a batch, in runs of bounded payload bytes, each event PROCESSED where
+/// `processed` says so (else its own status); the ids it inserted.
+async fn insert_batch(
+    tx: &Object,
+    sql: &str,
+    consumer: &str,
+    events: &[InboxEvent],
+    processed: &[bool],
+) -> StoreResult<HashSet<String>> {
     let mut inserted = HashSet::new();
     if events.is_empty() {
         return Ok(inserted);
     }
     let insert = tx.prepare_cached(sql).await.map_err(|e| query_error("insert into the inbox", e))?;
+    let mut offset = 0;
     for run in runs_by_payload(events, LARGE_BATCH_BYTES) {
+        let statuses: Vec<&str> = run
+            .iter()
+            .zip(&processed[offset..])
+            .map(|(e, applied)| if *applied { "PROCESSED" } else { e.status() })
+            .collect();
+        offset += run.len();
         // Borrowed, not cloned: a payload is copied once, into the message to the server.
         let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
         let maybe = |f: fn(&InboxEvent) -> Option<&str>| run.iter().map(f).collect::<Vec<Option<&str>>>();
@@ -347,7 +406,7 @@ async fn insert_batch(tx: &Object, sql: &str, consumer: &str, events: &[InboxEve
                     &text(|e| &e.content_hash),
                     &text(|e| &e.stream),
                     &text(|e| &e.entry_id),
-                    &text(|e| e.status()),
+                    &statuses,
                 ],
             )
             .await

@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 
+use crate::config::HandlerErrors;
 use crate::reasons::PoisonReason;
-use crate::store::error::StoreResult;
+use crate::store::error::{StoreError, StoreResult};
+use crate::store::inbox::seam::BoundStatement;
 
 /// Text known to be UTF-8, kept as the bytes it was read as (a payload is not copied on its way
 /// from the stream reply to the database).
@@ -115,6 +117,9 @@ impl PoisonRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakenOver {
     Inserted,
+    /// Inserted as PROCESSED, its handler statements run in the same transaction (apply at
+    /// take-over).
+    Applied,
     /// Already in the inbox with the same content (a redelivery or a republish).
     Duplicate,
     /// Already in the inbox with other content; recorded in the poison table as a conflict.
@@ -142,6 +147,22 @@ impl TakenOver {
     }
 }
 
+/// Apply at take-over: the handler statements of each event of a batch, in the events' order
+/// (`None`: the event is inserted PENDING for the worker), and what handler errors mean.
+pub struct Effects<'a> {
+    pub statements: Vec<Option<Vec<BoundStatement<'a>>>>,
+    pub errors: &'a HandlerErrors,
+}
+
+/// What a takeover applying effects made of a batch.
+#[derive(Debug)]
+pub struct Taken {
+    /// One per event, in order.
+    pub outcomes: Vec<TakenOver>,
+    /// Why the batch's effects were not applied (it was taken over PENDING instead).
+    pub left_to_worker: Option<StoreError>,
+}
+
 pub trait TakeoverStore: DeliveryCounts {
     /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
     /// any payload conflicts, and — when the entries' deliveries were `counted` — forgets their
@@ -154,6 +175,21 @@ pub trait TakeoverStore: DeliveryCounts {
         poison: &[PoisonRecord],
         counted: bool,
     ) -> impl Future<Output = StoreResult<Vec<TakenOver>>> + Send;
+
+    /// [`take_over`](Self::take_over), and in the same transaction each new event's `effects`,
+    /// the event inserted as PROCESSED ([`TakenOver::Applied`]). If a handler statement (or the
+    /// commit) fails — refuses the batch's data, or names a table or grant that is missing —
+    /// nothing of it is applied: the batch is taken over as by `take_over`, its events PENDING
+    /// for the worker (which finds the row at fault, or waits out the broken handler), and
+    /// [`Taken::left_to_worker`] says why. `Err` only when that takeover fails too.
+    fn take_over_applying(
+        &self,
+        consumer: &str,
+        events: &[InboxEvent],
+        effects: &Effects<'_>,
+        poison: &[PoisonRecord],
+        counted: bool,
+    ) -> impl Future<Output = StoreResult<Taken>> + Send;
 }
 
 /// handoff's own count of the redeliveries that reached the inbox database (invariant 12), and

@@ -10,6 +10,8 @@ use crate::store::OutageKind;
 pub struct BridgeMetrics {
     received: IntCounterVec,
     inserted: IntCounterVec,
+    applied: IntCounterVec,
+    apply_fallbacks: IntCounterVec,
     duplicates: IntCounterVec,
     ignored: IntCounterVec,
     poison: IntCounterVec,
@@ -33,6 +35,16 @@ impl BridgeMetrics {
                 l,
             )?,
             inserted: r.counter("handoff_bridge_inserted_total", "Events taken over into the inbox.", l)?,
+            applied: r.counter(
+                "handoff_bridge_applied_total",
+                "Events taken over and applied by their handler in the same transaction (apply at take-over).",
+                l,
+            )?,
+            apply_fallbacks: r.counter(
+                "handoff_bridge_apply_fallbacks_total",
+                "Batches whose handler failed at take-over, taken over PENDING for the worker instead.",
+                l,
+            )?,
             duplicates: r.counter(
                 "handoff_bridge_duplicates_total",
                 "Entries whose event was already in the inbox with the same content (acknowledged).",
@@ -92,6 +104,8 @@ impl BridgeMetrics {
             unavailable_family: self.unavailable.clone(),
             received: self.received.with_label_values(l),
             inserted: self.inserted.with_label_values(l),
+            applied: self.applied.with_label_values(l),
+            apply_fallbacks: self.apply_fallbacks.with_label_values(l),
             duplicates: self.duplicates.with_label_values(l),
             ignored: self.ignored.with_label_values(l),
             conflicts: self.conflicts.with_label_values(l),
@@ -111,6 +125,8 @@ pub struct BridgeHandles {
     unavailable_family: IntCounterVec,
     pub received: IntCounter,
     pub inserted: IntCounter,
+    pub applied: IntCounter,
+    pub apply_fallbacks: IntCounter,
     pub duplicates: IntCounter,
     pub ignored: IntCounter,
     pub conflicts: IntCounter,
