@@ -312,8 +312,15 @@ async fn main() -> anyhow::Result<()> {
     let by_leased = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED' AND claim_token > 0").await;
     // The same for the worker (claim = auto: locked here, with a leased turn after each start,
     // once per lease and for every batch with a row that needed the leased claim).
-    let worker_locked =
-        count("SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND lease_token = 0").await;
+    // A row applied at take-over is inserted PROCESSED: stamped in the insert's own transaction.
+    let applied = count(
+        "SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND processed_at = received_at AND lease_token = 0",
+    )
+    .await;
+    let worker_locked = count(
+        "SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND lease_token = 0 AND processed_at <> received_at",
+    )
+    .await;
     let worker_leased =
         count("SELECT count(*) FROM consumer_inbox WHERE status = 'PROCESSED' AND lease_token > 0").await;
     if count("SELECT count(*) FROM audit_logs").await < produced {
@@ -361,6 +368,7 @@ async fn main() -> anyhow::Result<()> {
         ("stream entries", entries.len() as i64),
         ("duplicate stream entries", duplicates as i64),
         ("inbox rows", inbox),
+        ("… applied at take-over (bridge-2)", applied),
         ("… processed in a locked transaction (worker, claim = auto)", worker_locked),
         ("… processed under a lease", worker_leased),
         ("audit_logs rows", audit),
@@ -378,6 +386,7 @@ async fn main() -> anyhow::Result<()> {
         && by_locked > 0
         && by_leased > 0
         && worker_locked > 0
+        && applied > 0
         && duplicates == 0
         && poison == 0;
     if ok {
