@@ -1,0 +1,240 @@
+//! NATS JetStream behind the broker seam, owner side (issue 36, first part: not yet selectable
+//! in the configuration). An entry is a message on the subject the relay's template gives (the
+//! seam's "stream"), its payload field the body and its other fields headers; published with
+//! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
+//! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
+//! batch's publishes are all sent before any acknowledgement is awaited (many in flight, never a
+//! round trip per entry); the entries of an ordered run are published one after the other, each
+//! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
+//! run lands in order or its tail comes back for the next batch.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::stream::RawMessageErrorKind;
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::stream::seam::{
+    AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
+};
+
+/// A JetStream stream the relay publishes into.
+#[derive(Clone)]
+pub struct NatsStream {
+    client: async_nats::Client,
+    jetstream: async_nats::jetstream::Context,
+    /// The JetStream stream whose subjects the relay publishes to (loss checks read its state).
+    stream: String,
+    /// The entry field that becomes the message body; every other field is a header.
+    body_field: Bytes,
+    reconnects: Arc<Notify>,
+    /// How long a call may wait for the server.
+    timeout: Duration,
+}
+
+impl NatsStream {
+    /// Connects to `url` (`nats://host:port`); `stream` is the JetStream stream that captures the
+    /// relay's subjects, `body_field` the entry field carried as the message body.
+    pub async fn connect(url: &str, stream: &str, body_field: &str, timeout: Duration) -> Result<Self, Unavailable> {
+        let reconnects = Arc::new(Notify::new());
+        let notify = reconnects.clone();
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(timeout)
+            .request_timeout(Some(timeout))
+            .retry_on_initial_connect()
+            .event_callback(move |event| {
+                let notify = notify.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        notify.notify_waiters();
+                    }
+                }
+            })
+            .connect(url)
+            .await
+            .map_err(|e| Unavailable(format!("cannot connect to NATS: {e}")))?;
+        let mut jetstream = async_nats::jetstream::new(client.clone());
+        jetstream.set_timeout(timeout);
+        Ok(Self {
+            client,
+            jetstream,
+            stream: stream.to_owned(),
+            body_field: Bytes::copy_from_slice(body_field.as_bytes()),
+            reconnects,
+            timeout,
+        })
+    }
+
+    /// The message for `entry`: its body and headers, or why its fields cannot travel as NATS
+    /// headers (the entry's own data: it is rejected, its neighbours go on).
+    fn message(&self, entry: &Entry) -> Result<(HeaderMap, Bytes), String> {
+        let mut headers = HeaderMap::new();
+        let mut body = Bytes::new();
+        for (name, value) in &entry.fields {
+            if *name == self.body_field {
+                body = value.clone();
+                continue;
+            }
+            let text = |bytes: &Bytes, what: &str| {
+                std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| format!("{what} is not UTF-8"))
+            };
+            let name = text(name, "a field name")?;
+            let value = text(value, &format!("field {name}"))?;
+            let header =
+                HeaderName::from_str(&name).map_err(|e| format!("field {name} cannot be a NATS header name: {e}"))?;
+            let value = HeaderValue::from_str(&value)
+                .map_err(|e| format!("field {name} cannot be a NATS header value: {e}"))?;
+            headers.insert(header, value);
+        }
+        let id = HeaderValue::from_str(&entry.event_id)
+            .map_err(|e| format!("the event id cannot be a NATS header value: {e}"))?;
+        headers.insert(NATS_MESSAGE_ID, id);
+        Ok((headers, body))
+    }
+
+    /// Sends `entry`'s message: the PubAck to await, or the entry's outcome already.
+    async fn send(&self, entry: &Entry) -> Result<PublishAckFuture, AppendOutcome> {
+        let (headers, body) = self.message(entry).map_err(AppendOutcome::Rejected)?;
+        self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| failed(&e))
+    }
+
+    async fn stream_handle(&self) -> Result<Option<async_nats::jetstream::stream::Stream>, Unavailable> {
+        use async_nats::jetstream::context::GetStreamErrorKind;
+        match self.jetstream.get_stream(&self.stream).await {
+            Ok(stream) => Ok(Some(stream)),
+            // 10059: stream not found.
+            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND) => {
+                Ok(None)
+            }
+            Err(e) => Err(Unavailable(format!("JetStream stream {}: {e}", self.stream))),
+        }
+    }
+}
+
+/// What a failed publish means for its entry: the server refused this message (too large) or
+/// could not be asked (no stream for the subject, a timeout, a broken connection): not the
+/// entry's fault.
+fn failed(error: &PublishError) -> AppendOutcome {
+    match error.kind() {
+        PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(error.to_string()),
+        _ => AppendOutcome::Unavailable(error.to_string()),
+    }
+}
+
+fn acknowledged(ack: Result<async_nats::jetstream::publish::PublishAck, PublishError>) -> AppendOutcome {
+    match ack {
+        Ok(ack) if ack.duplicate => AppendOutcome::Duplicate(ack.sequence.to_string()),
+        Ok(ack) => AppendOutcome::Appended(ack.sequence.to_string()),
+        Err(e) => failed(&e),
+    }
+}
+
+impl EventStream for NatsStream {
+    async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
+        let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
+        // Entries outside runs: every message sent, then every PubAck awaited.
+        let mut pending = Vec::new();
+        for (i, entry) in entries.iter().enumerate().filter(|(_, e)| e.run.is_none()) {
+            match self.send(entry).await {
+                Ok(ack) => pending.push((i, ack)),
+                Err(outcome) => outcomes[i] = Some(outcome),
+            }
+        }
+        let acks = futures_util::future::join_all(pending.into_iter().map(|(i, ack)| async move { (i, ack.await) }));
+        for (i, ack) in acks.await {
+            outcomes[i] = Some(acknowledged(ack));
+        }
+        // Ordered runs: each message after the previous one's PubAck; the first failure skips
+        // the rest of its run.
+        let mut failed_run: Option<u32> = None;
+        for (i, entry) in entries.iter().enumerate() {
+            let Some(run) = entry.run else { continue };
+            if failed_run == Some(run) {
+                outcomes[i] = Some(AppendOutcome::Skipped);
+                continue;
+            }
+            let outcome = match self.send(entry).await {
+                Ok(ack) => acknowledged(ack.await),
+                Err(outcome) => outcome,
+            };
+            if !matches!(outcome, AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_)) {
+                failed_run = Some(run);
+            }
+            outcomes[i] = Some(outcome);
+        }
+        outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Skipped)).collect()
+    }
+
+    async fn ping(&self) -> Result<(), Unavailable> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(Unavailable("NATS: not connected".into()));
+        }
+        match tokio::time::timeout(self.timeout, self.client.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Unavailable(format!("NATS: {e}"))),
+            Err(_) => Err(Unavailable(format!("NATS: no answer within {:?}", self.timeout))),
+        }
+    }
+
+    /// JetStream's own retention (limits, interest, work queue) removes what consumers no
+    /// longer need: nothing for handoff to trim.
+    async fn trim_acknowledged(&self, _stream: &str) -> Result<u64, Unavailable> {
+        Ok(0)
+    }
+
+    async fn acknowledged_floor(&self, _stream: &str) -> Result<Option<EntryId>, Unavailable> {
+        Ok(None)
+    }
+
+    /// The server the client is connected to, with the id it took at start-up: a restart (or
+    /// a reconnect to another server of the cluster) shows as a new id.
+    async fn servers(&self) -> Result<Vec<ServerId>, Unavailable> {
+        let info = self.client.server_info();
+        if info.server_id.is_empty() {
+            return Err(Unavailable("NATS: not connected".into()));
+        }
+        Ok(vec![ServerId { server: format!("{}:{}", info.host, info.port), run_id: info.server_id }])
+    }
+
+    /// The JetStream stream's state, whichever of its subjects `_subject` is: entry ids are its
+    /// sequences (`EntryId(0, seq)`), so "ever added" is its last sequence and "first entry" its
+    /// first; a stream deleted and recreated starts again from 1.
+    async fn stream_state(&self, _subject: &str) -> Result<StreamState, Unavailable> {
+        let Some(mut stream) = self.stream_handle().await? else { return Ok(StreamState::default()) };
+        let info = stream.info().await.map_err(|e| Unavailable(format!("JetStream stream {}: {e}", self.stream)))?;
+        let state = &info.state;
+        Ok(StreamState {
+            exists: true,
+            length: Some(state.messages),
+            entries_added: Some(state.last_sequence),
+            max_deleted: None,
+            first_entry: (state.messages > 0).then_some(EntryId(0, state.first_sequence)),
+        })
+    }
+
+    /// Whether each sequence still holds a message of `subject`.
+    async fn entries_exist(&self, subject: &str, entry_ids: &[String]) -> Result<Vec<bool>, Unavailable> {
+        let Some(stream) = self.stream_handle().await? else { return Ok(vec![false; entry_ids.len()]) };
+        let mut found = Vec::with_capacity(entry_ids.len());
+        for id in entry_ids {
+            let Ok(sequence) = id.parse::<u64>() else {
+                found.push(false);
+                continue;
+            };
+            match stream.get_raw_message(sequence).await {
+                Ok(message) => found.push(message.subject.as_str() == subject),
+                Err(e) if matches!(e.kind(), RawMessageErrorKind::NoMessageFound) => found.push(false),
+                Err(e) => return Err(Unavailable(format!("JetStream stream {}: {e}", self.stream))),
+            }
+        }
+        Ok(found)
+    }
+
+    async fn reconnected(&self) {
+        self.reconnects.notified().await
+    }
+}

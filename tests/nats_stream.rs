@@ -1,0 +1,148 @@
+//! NATS JetStream behind the broker seam, owner side, on a nats-server of the test's own (Debian's
+//! 2.9 with JetStream; never the machine's on 4222): publishes carry the event id as
+//! `Nats-Msg-Id` and the PubAck's `duplicate` is handoff's Duplicate with the first entry's
+//! sequence; an entry whose fields cannot be headers is rejected alone; an ordered run stops at
+//! its first failure; the stream's state and entries survive a server restart with its store;
+//! a server that is down makes every entry unavailable, none rejected.
+
+use crate::common;
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream::{Config, StorageType};
+use common::nats_server::NatsServer;
+use handoff::stream::nats::NatsStream;
+use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A JetStream stream `AUDIT` on `audit.>`, on file storage, with a one-hour duplicate window.
+async fn create_stream(server: &NatsServer) {
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    jetstream
+        .create_stream(Config {
+            name: "AUDIT".into(),
+            subjects: vec!["audit.>".into()],
+            storage: StorageType::File,
+            duplicate_window: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+fn entry(subject: &str, event_id: &str, run: Option<u32>) -> Entry {
+    Entry {
+        stream: subject.into(),
+        fields: vec![
+            ("event_id".into(), event_id.to_owned().into()),
+            ("event_type".into(), "user.changed".into()),
+            ("payload".into(), format!(r#"{{"auditId":"{event_id}"}}"#).into()),
+        ],
+        event_id: event_id.into(),
+        run,
+        trace: None,
+    }
+}
+
+async fn connect(server: &NatsServer) -> NatsStream {
+    NatsStream::connect(&server.url(), "AUDIT", "payload", TIMEOUT).await.unwrap()
+}
+
+fn sequences(outcomes: &[AppendOutcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            AppendOutcome::Appended(id) => format!("appended {id}"),
+            AppendOutcome::Duplicate(id) => format!("duplicate {id}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_is_published_with_its_event_ids_and_a_repeat_is_a_duplicate_of_the_first() {
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    let stream = connect(&server).await;
+    let batch: Vec<Entry> = (1..=3).map(|i| entry("audit.user", &format!("e-{i}"), None)).collect();
+    let first = stream.append(&batch, &AppendOptions::default()).await;
+    assert_eq!(sequences(&first), ["appended 1", "appended 2", "appended 3"]);
+    // The relay died before settling and appends the same rows again: the server drops them.
+    let again = stream.append(&batch, &AppendOptions::default()).await;
+    assert_eq!(sequences(&again), ["duplicate 1", "duplicate 2", "duplicate 3"]);
+
+    // The message: the payload field as the body, the others as headers, the id as Nats-Msg-Id.
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let audit = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+    let message = audit.get_raw_message(2).await.unwrap();
+    assert_eq!(message.subject.as_str(), "audit.user");
+    assert_eq!(&message.payload[..], br#"{"auditId":"e-2"}"#);
+    assert_eq!(message.headers.get("event_type").map(|v| v.as_str()), Some("user.changed"));
+    assert_eq!(message.headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("e-2"));
+
+    let state = stream.stream_state("audit.user").await.unwrap();
+    assert!(state.exists);
+    assert_eq!((state.length, state.entries_added), (Some(3), Some(3)));
+    let ids: Vec<String> = ["1", "3", "4"].map(String::from).to_vec();
+    assert_eq!(stream.entries_exist("audit.user", &ids).await.unwrap(), [true, true, false]);
+    assert_eq!(stream.entries_exist("audit.order", &ids[..1]).await.unwrap(), [false], "another subject's");
+}
+
+#[tokio::test]
+async fn an_entry_whose_fields_cannot_be_headers_is_rejected_alone_and_a_run_stops_at_its_first_failure() {
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    let stream = connect(&server).await;
+    let mut bad = entry("audit.user", "bad", None);
+    bad.fields.push(("note".into(), "two\r\nlines".into()));
+    let mut bad_in_run = entry("audit.user", "r-2", Some(7));
+    bad_in_run.fields.push(("a:b".into(), "x".into()));
+    let batch = vec![
+        entry("audit.user", "ok-1", None),
+        bad,
+        entry("audit.user", "r-1", Some(7)),
+        bad_in_run,
+        entry("audit.user", "r-3", Some(7)),
+        entry("audit.user", "ok-2", None),
+    ];
+    let outcomes = stream.append(&batch, &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
+    assert!(matches!(&outcomes[1], AppendOutcome::Rejected(e) if e.contains("note")), "{outcomes:?}");
+    assert!(matches!(outcomes[2], AppendOutcome::Appended(_)), "{outcomes:?}");
+    assert!(matches!(&outcomes[3], AppendOutcome::Rejected(e) if e.contains("a:b")), "{outcomes:?}");
+    assert_eq!(outcomes[4], AppendOutcome::Skipped, "behind a failure of its run");
+    assert!(matches!(outcomes[5], AppendOutcome::Appended(_)), "{outcomes:?}");
+}
+
+#[tokio::test]
+async fn what_was_acknowledged_survives_a_restart_with_the_store_and_a_server_down_rejects_nothing() {
+    let mut server = NatsServer::start().await;
+    create_stream(&server).await;
+    let stream = connect(&server).await;
+    let batch: Vec<Entry> = (1..=5).map(|i| entry("audit.user", &format!("s-{i}"), None)).collect();
+    // The client connects in the background (it retries an initial connect as any other).
+    let before = common::eventually("the client to connect", || async { stream.servers().await.ok() }).await;
+    assert!(
+        sequences(&stream.append(&batch, &AppendOptions::default()).await).iter().all(|s| s.starts_with("appended"))
+    );
+
+    server.stop();
+    let down = stream.append(&[entry("audit.user", "s-6", None)], &AppendOptions::default()).await;
+    assert!(matches!(down[0], AppendOutcome::Unavailable(_)), "{down:?}");
+    assert!(stream.ping().await.is_err());
+
+    server.restart().await;
+    common::eventually("the client to reconnect", || async { stream.ping().await.ok() }).await;
+    let ids: Vec<String> = (1..=5).map(|i| i.to_string()).collect();
+    assert_eq!(stream.entries_exist("audit.user", &ids).await.unwrap(), [true; 5], "kept by the store");
+    let after = common::eventually("the restarted server's id", || async {
+        stream.servers().await.ok().filter(|s| *s != before)
+    })
+    .await;
+    assert_eq!(after.len(), 1, "a restart shows as a new server id: {before:?} → {after:?}");
+    // Within the duplicate window the restarted server still knows the ids.
+    let again = stream.append(&batch[..2], &AppendOptions::default()).await;
+    assert_eq!(sequences(&again), ["duplicate 1", "duplicate 2"]);
+}
