@@ -106,6 +106,9 @@ async fn an_entry_whose_fields_cannot_be_headers_is_rejected_alone_and_a_run_sto
         bad_in_run,
         entry("audit.user", "r-3", Some(7)),
         entry("audit.user", "ok-2", None),
+        // A subject rendered from a hostile row: a wildcard would reach other subjects.
+        entry("audit.>", "wild", None),
+        entry("audit.a b", "space", None),
     ];
     let outcomes = stream.append(&batch, &AppendOptions::default()).await;
     assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
@@ -114,6 +117,10 @@ async fn an_entry_whose_fields_cannot_be_headers_is_rejected_alone_and_a_run_sto
     assert!(matches!(&outcomes[3], AppendOutcome::Rejected(e) if e.contains("a:b")), "{outcomes:?}");
     assert_eq!(outcomes[4], AppendOutcome::Skipped, "behind a failure of its run");
     assert!(matches!(outcomes[5], AppendOutcome::Appended(_)), "{outcomes:?}");
+    assert!(
+        outcomes[6..].iter().all(|o| matches!(o, AppendOutcome::Rejected(e) if e.contains("not a NATS subject"))),
+        "{outcomes:?}"
+    );
 }
 
 #[tokio::test]
@@ -145,4 +152,78 @@ async fn what_was_acknowledged_survives_a_restart_with_the_store_and_a_server_do
     // Within the duplicate window the restarted server still knows the ids.
     let again = stream.append(&batch[..2], &AppendOptions::default()).await;
     assert_eq!(sequences(&again), ["duplicate 1", "duplicate 2"]);
+}
+
+/// A relay publishing to the NATS server: `[nats]` and `broker = "nats"`, subjects `audit.<type>`.
+fn nats_relay_config(env: &common::TestEnv, server: &NatsServer) -> String {
+    let relay = env.config(
+        "broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25\n[relay.broker_loss]\ncheck_interval = \"200ms\"",
+    );
+    format!("{relay}\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url())
+}
+
+async fn messages(server: &NatsServer) -> u64 {
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let mut audit = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+    audit.info().await.unwrap().state.messages
+}
+
+#[tokio::test]
+async fn a_relay_with_broker_nats_delivers_each_row_as_one_message_whose_sequence_it_stores() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    env.insert_events("n", "user", 60).await;
+    let _relay = common::process::Handoff::run(&nats_relay_config(&env, &server));
+    env.await_delivered(60).await;
+    assert_eq!(messages(&server).await, 60);
+    let ids = env.scalar_i64("SELECT count(DISTINCT stream_entry_id::bigint) FROM audit_outbox WHERE stream_entry_id::bigint BETWEEN 1 AND 60").await;
+    assert_eq!(ids, 60, "each row stores its message's stream sequence");
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let audit = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+    let sequence: String =
+        env.db.query_one("SELECT stream_entry_id FROM audit_outbox WHERE event_id = 'n-7'", &[]).await.unwrap().get(0);
+    let message = audit.get_raw_message(sequence.parse().unwrap()).await.unwrap();
+    assert_eq!(message.subject.as_str(), "audit.user");
+    assert_eq!(message.headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("n-7"));
+    let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+    assert_eq!(body["auditId"], "n-7");
+}
+
+#[tokio::test]
+async fn a_relay_killed_between_publish_and_settle_publishes_again_and_the_stream_keeps_one_message_per_event() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    env.insert_events("k", "user", 50).await;
+    let config = nats_relay_config(&env, &server);
+    let mut crashed = common::process::Handoff::run_paused(&config, "after_append");
+    crashed.await_paused().await;
+    crashed.kill();
+    let published = messages(&server).await;
+    assert!(published >= 1, "a batch was published");
+    assert_eq!(env.count("DELIVERED").await, 0, "and not settled");
+
+    let _restarted = common::process::Handoff::run(&config);
+    env.await_delivered(50).await;
+    assert_eq!(messages(&server).await, 50, "the republished batch was recognised by its ids");
+}
+
+#[tokio::test]
+async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_published_again() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    env.insert_events("l", "user", 20).await;
+    let _relay = common::process::Handoff::run(&nats_relay_config(&env, &server));
+    env.await_delivered(20).await;
+    assert_eq!(messages(&server).await, 20);
+    // The stream is lost (deleted and created again empty, as an operator's mistake or a lost
+    // store would leave it): the relay sees its counters go back and re-drives what is missing.
+    let client = async_nats::connect(server.url()).await.unwrap();
+    async_nats::jetstream::new(client).delete_stream("AUDIT").await.unwrap();
+    create_stream(&server).await;
+    common::eventually("the lost rows published again", || async { (messages(&server).await == 20).then_some(()) })
+        .await;
+    env.await_delivered(20).await;
 }

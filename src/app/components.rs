@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::shared::{Shared, host_name};
 use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
-use crate::config::{BackoffConfig, BridgeConfig, Config, RelayConfig, WorkerConfig};
+use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, WorkerConfig};
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
@@ -19,19 +19,26 @@ use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError, StatementError};
+use crate::stream::EventStream;
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
 /// while waiting for the database.
-pub async fn spawn_all(config: &Config, shared: &Shared, db: &Database, stream: &RedisStream) -> anyhow::Result<bool> {
+pub async fn spawn_all(
+    config: &Config,
+    shared: &Shared,
+    db: &Database,
+    (stream, nats): (&RedisStream, Option<&NatsStream>),
+) -> anyhow::Result<bool> {
     crate::telemetry::metrics::process::register(&shared.registry)?;
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
     let bridge_metrics = BridgeMetrics::register(&shared.registry)?;
     let worker_metrics = WorkerMetrics::register(&shared.registry)?;
     for relay in &config.relays {
-        if !spawn_relay(config, relay, shared, db, stream, &relay_metrics).await? {
+        if !spawn_relay(config, relay, shared, db, (stream, nats), &relay_metrics).await? {
             return Ok(false);
         }
     }
@@ -53,25 +60,33 @@ async fn spawn_relay(
     relay: &RelayConfig,
     shared: &Shared,
     db: &Database,
-    stream: &RedisStream,
+    (stream, nats): (&RedisStream, Option<&NatsStream>),
     metrics: &RelayMetrics,
 ) -> anyhow::Result<bool> {
     let context = format!("relay `{}`", relay.name);
     let (backoff, shutdown) = (&relay.claim_loop.outage_backoff, &shared.shutdown);
     // A gate the server cannot honour is a configuration error (an unreachable server is not).
-    if let Ok(Err(e)) = stream.check_gate(relay).await {
+    if relay.broker == Broker::Redis
+        && let Ok(Err(e)) = stream.check_gate(relay).await
+    {
         return Err(anyhow!(e));
     }
     let prepared = with_retry(&context, backoff, shutdown, || Outbox::prepare(db, relay)).await?;
-    prepared.map(|store| start_relay(config, relay, shared, store, stream, metrics)).transpose().map(|s| s.is_some())
+    let Some(store) = prepared else { return Ok(false) };
+    match (relay.broker, nats) {
+        (Broker::Redis, _) => start_relay(config, relay, shared, store, stream, metrics)?,
+        (Broker::Nats, Some(nats)) => start_relay(config, relay, shared, store, nats, metrics)?,
+        (Broker::Nats, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
+    }
+    Ok(true)
 }
 
-fn start_relay(
+fn start_relay<P: EventStream + Clone>(
     config: &Config,
     relay: &RelayConfig,
     shared: &Shared,
     store: Outbox,
-    stream: &RedisStream,
+    stream: &P,
     metrics: &RelayMetrics,
 ) -> anyhow::Result<()> {
     let stall_after =

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::fault::Faults;
 use crate::runtime::supervisor::Supervisor;
 use crate::store::Database;
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
@@ -48,6 +49,14 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     if let Some(warning) = warning {
         warn!(error = %warning, "redis not reachable yet; components wait for it");
     }
+    let nats = match &config.nats {
+        Some(nats) if config.relays.iter().any(|r| r.broker == crate::config::Broker::Nats) => {
+            // Connects in the background (an unreachable server is an outage the relay waits out).
+            let stream = NatsStream::connect(&nats.url, &nats.stream, "payload", nats.timeout).await;
+            Some(stream.map_err(|e| anyhow!(e)).context("nats")?)
+        }
+        _ => None,
+    };
     let server_stop = CancellationToken::new();
     let endpoints = Endpoints { registry: shared.registry.clone(), health: shared.health.clone() };
     let limits = http::Limits::from_config(&config.telemetry).map_err(|e| anyhow!(e))?;
@@ -57,7 +66,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     let server = tokio::spawn(server);
     tokio::pin!(stop);
     let started = tokio::select! {
-        started = components::spawn_all(&config, &shared, &db, &stream) => started?,
+        started = components::spawn_all(&config, &shared, &db, (&stream, nats.as_ref())) => started?,
         _ = &mut stop => false,
     };
     shared.tasks.close();

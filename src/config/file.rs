@@ -19,6 +19,8 @@ pub struct Config {
     /// The Redis deployment that carries the streams.
     #[serde(default)]
     pub redis: RedisConfig,
+    /// The NATS server for relays with `broker = "nats"`. Default: none.
+    pub nats: Option<super::nats::NatsConfig>,
     /// Metrics, health endpoints and logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,

@@ -14,6 +14,7 @@ pub(crate) mod consumer_sql;
 mod event_types;
 mod file;
 mod load;
+mod nats;
 pub(crate) mod ordered;
 mod relay;
 pub(crate) mod secret;
@@ -31,6 +32,7 @@ pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub(crate) use event_types::type_matches;
 pub use file::{Config, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
+pub use nats::{Broker, NatsConfig};
 pub use relay::{
     BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
     RetentionConfig, SettleMode, SqlOverrides, TrimConfig,

@@ -17,6 +17,10 @@ pub struct RelayConfig {
     pub table: String,
     /// Written into every entry's `owner` field so consumers can check provenance. Default: the relay name.
     pub owner: Option<String>,
+    /// Where the relay publishes: `redis` (Redis Streams) or `nats` (NATS JetStream, `[nats]`;
+    /// `stream` is then the subject template, e.g. "audit.{aggregate_type}"). Default: "redis".
+    #[serde(default)]
+    pub broker: super::nats::Broker,
     /// Stream key template over claim columns, e.g. "audit:{aggregate_type}". Default: "audit:{aggregate_type}".
     #[serde(default = "defaults::stream")]
     pub stream: String,

@@ -158,6 +158,29 @@ pub fn validate(config: &Config) -> Vec<String> {
             errors.push("telemetry.tracing.timeout must be > 0".into());
         }
     }
+    if let Some(nats) = &config.nats {
+        errors.extend(nats.problems());
+    }
+    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == super::nats::Broker::Nats) {
+        if config.nats.is_none() {
+            errors.push(format!("relay[{i}].broker: \"nats\" needs a [nats] section"));
+        }
+        // JetStream dedupes on Nats-Msg-Id within the stream's duplicate window, keeps what its
+        // retention policy says and stores on the stream's replicas before its PubAck.
+        for (set, key, instead) in [
+            (relay.dedupe.is_some(), "dedupe", "the JetStream stream's duplicate_window"),
+            (relay.trim.is_some(), "trim", "the JetStream stream's limits or retention policy"),
+            (
+                relay.durability.is_some(),
+                "durability",
+                "the JetStream stream's replicas (a PubAck means stored on a quorum)",
+            ),
+        ] {
+            if set {
+                errors.push(format!("relay[{i}].{key}: not for broker = \"nats\"; use {instead}"));
+            }
+        }
+    }
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

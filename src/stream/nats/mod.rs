@@ -98,6 +98,7 @@ impl NatsStream {
 
     /// Sends `entry`'s message: the PubAck to await, or the entry's outcome already.
     async fn send(&self, entry: &Entry) -> Result<PublishAckFuture, AppendOutcome> {
+        subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
         let (headers, body) = self.message(entry).map_err(AppendOutcome::Rejected)?;
         self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| failed(&e))
     }
@@ -113,6 +114,19 @@ impl NatsStream {
             Err(e) => Err(Unavailable(format!("JetStream stream {}: {e}", self.stream))),
         }
     }
+}
+
+/// Why `subject` (rendered from a row's values) cannot be published to: a row must not reach
+/// subjects it was not meant for through a wildcard, nor break the protocol with whitespace.
+fn subject_problem(subject: &str) -> Option<String> {
+    let bad_token = subject.split('.').any(|t| t.is_empty() || t == "*" || t == ">");
+    let bad_char = subject.chars().any(|c| c.is_whitespace() || c.is_control());
+    (bad_token || bad_char).then(|| {
+        format!(
+            "subject `{}` is not a NATS subject (empty tokens, wildcards and whitespace are refused)",
+            subject.escape_debug()
+        )
+    })
 }
 
 /// What a failed publish means for its entry: the server refused this message (too large) or
@@ -201,7 +215,7 @@ impl EventStream for NatsStream {
     }
 
     /// The JetStream stream's state, whichever of its subjects `_subject` is: entry ids are its
-    /// sequences (`EntryId(0, seq)`), so "ever added" is its last sequence and "first entry" its
+    /// sequences (`EntryId(seq, 0)`, as the relay's stored `"<seq>"` parses), so "ever added" is its last sequence and "first entry" its
     /// first; a stream deleted and recreated starts again from 1.
     async fn stream_state(&self, _subject: &str) -> Result<StreamState, Unavailable> {
         let Some(mut stream) = self.stream_handle().await? else { return Ok(StreamState::default()) };
@@ -212,7 +226,7 @@ impl EventStream for NatsStream {
             length: Some(state.messages),
             entries_added: Some(state.last_sequence),
             max_deleted: None,
-            first_entry: (state.messages > 0).then_some(EntryId(0, state.first_sequence)),
+            first_entry: (state.messages > 0).then_some(EntryId(state.first_sequence, 0)),
         })
     }
 
