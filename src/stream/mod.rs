@@ -1,6 +1,6 @@
 //! The broker: the seam the relay appends through (`seam`), reading entries back (`read`), the
 //! dedupe / ordered-run script (`script`), and Redis Streams behind it (`redis`); NATS JetStream
-//! (`nats`) implements the owner side so far and is not yet selectable in the configuration.
+//! (`nats`) implements the owner side so far (a relay's `broker = "nats"`).
 
 pub mod nats;
 pub(crate) mod read;

@@ -1,5 +1,5 @@
-//! NATS JetStream behind the broker seam, owner side (issue 36, first part: not yet selectable
-//! in the configuration). An entry is a message on the subject the relay's template gives (the
+//! NATS JetStream behind the broker seam, owner side (`[[relay]] broker = "nats"`; the bridge
+//! does not read JetStream yet). An entry is a message on the subject the relay's template gives (the
 //! seam's "stream"), its payload field the body and its other fields headers; published with
 //! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
 //! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
