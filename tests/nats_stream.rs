@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::{Config, StorageType};
 use common::nats_server::NatsServer;
+use handoff::config::NatsConfig;
 use handoff::stream::nats::NatsStream;
 use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
@@ -47,7 +48,8 @@ fn entry(subject: &str, event_id: &str, run: Option<u32>) -> Entry {
 }
 
 async fn connect(server: &NatsServer) -> NatsStream {
-    NatsStream::connect(&server.url(), "AUDIT", "payload", TIMEOUT).await.unwrap()
+    let config = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&server.url(), "AUDIT") };
+    NatsStream::connect(&config, "payload").await.unwrap()
 }
 
 fn sequences(outcomes: &[AppendOutcome]) -> Vec<String> {
@@ -226,4 +228,65 @@ async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_publi
     common::eventually("the lost rows published again", || async { (messages(&server).await == 20).then_some(()) })
         .await;
     env.await_delivered(20).await;
+}
+
+/// A stream `AUDIT` created through an already configured client.
+async fn create_stream_with(client: async_nats::Client) {
+    async_nats::jetstream::new(client)
+        .create_stream(Config {
+            name: "AUDIT".into(),
+            subjects: vec!["audit.>".into()],
+            duplicate_window: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn tls_is_verified_against_the_configured_ca_and_a_server_it_cannot_verify_gets_nothing() {
+    let pki = common::pki::Pki::new();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (cert, key) = (path(&pki.server_cert), path(&pki.server_key));
+    let server = NatsServer::start_with(&["--tls", "--tlscert", &cert, "--tlskey", &key]).await;
+    // The certificate names localhost.
+    let url = format!("tls://localhost:{}", server.port);
+    let trusted = async_nats::ConnectOptions::new().add_root_certificates(pki.ca.clone());
+    create_stream_with(trusted.connect(url.as_str()).await.unwrap()).await;
+
+    let mut config = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&url, "AUDIT") };
+    config.tls.ca_file = Some(pki.ca.clone());
+    let verified = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = verified.append(&[entry("audit.user", "t-1", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
+
+    config.tls.ca_file = Some(pki.other_ca.clone());
+    let unverifiable = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = unverifiable.append(&[entry("audit.user", "t-2", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Unavailable(_)), "nothing sent to an unverified server: {outcomes:?}");
+    assert!(unverifiable.ping().await.is_err());
+}
+
+#[tokio::test]
+async fn the_token_is_read_from_its_file_and_without_it_the_server_is_unavailable() {
+    let server = NatsServer::start_with(&["--auth", "s3cret-token"]).await;
+    let admin = async_nats::ConnectOptions::with_token("s3cret-token".into());
+    create_stream_with(admin.connect(server.url()).await.unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+
+    let mut config = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&server.url(), "AUDIT") };
+    let anonymous = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = anonymous.append(&[entry("audit.user", "a-1", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Unavailable(_)), "{outcomes:?}");
+
+    config.token_file = Some(token_file);
+    let authorized = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = authorized.append(&[entry("audit.user", "a-1", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
+
+    config.token_file = Some(dir.path().join("missing"));
+    let error = NatsStream::connect(&config, "payload").await.err().expect("an unreadable token file is an error");
+    assert!(error.to_string().contains("nats.token_file"), "{error}");
 }

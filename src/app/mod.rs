@@ -52,8 +52,16 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     let nats = match &config.nats {
         Some(nats) if config.relays.iter().any(|r| r.broker == crate::config::Broker::Nats) => {
             // Connects in the background (an unreachable server is an outage the relay waits out).
-            let stream = NatsStream::connect(&nats.url, &nats.stream, "payload", nats.timeout).await;
-            Some(stream.map_err(|e| anyhow!(e)).context("nats")?)
+            log_tls(
+                "nats",
+                None,
+                if nats.tls_required() {
+                    nats.tls.mode_or(crate::config::TlsMode::VerifyFull)
+                } else {
+                    crate::config::TlsMode::Disable
+                },
+            );
+            Some(NatsStream::connect(nats, "payload").await.map_err(|e| anyhow!(e))?)
         }
         _ => None,
     };

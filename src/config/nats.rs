@@ -1,7 +1,8 @@
 //! `[nats]`: the NATS server (with JetStream) a relay may publish to instead of Redis
-//! (`[[relay]] broker = "nats"`). So far a plain URL; TLS and credentials from files come with
-//! the rest of the NATS broker.
+//! (`[[relay]] broker = "nats"`): its URL, TLS (`[nats.tls]`, verified by default) and one way to
+//! authenticate, each secret read from a file.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -9,8 +10,22 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsConfig {
-    /// `nats://host:port`. No credentials in it: they will be read from files.
+    /// `nats://host:port`, or `tls://host:port` for TLS. No credentials in it (it is logged):
+    /// they are read from the files below.
     pub url: String,
+    /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
+    /// Set, or a `tls://` URL: TLS is required, `verify-full` unless `mode` says otherwise.
+    #[serde(default)]
+    pub tls: super::tls::TlsConfig,
+    /// A file holding the server's authorization token.
+    pub token_file: Option<PathBuf>,
+    /// A user name, with its password in `password_file`.
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    /// A `.creds` file (JWT and NKey seed, as `nsc` writes it).
+    pub credentials_file: Option<PathBuf>,
+    /// A file holding an NKey seed (`SU…`).
+    pub nkey_file: Option<PathBuf>,
     /// The JetStream stream that captures the relays' subjects (created and configured by the
     /// operator; its duplicate window is the relay's dedupe window). Default: "HANDOFF".
     #[serde(default = "defaults::stream")]
@@ -34,11 +49,26 @@ impl NatsConfig {
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         match self.url.split_once("://") {
-            Some(("nats", rest)) if !rest.is_empty() && !rest.contains('@') => {}
-            Some(("nats", rest)) if rest.contains('@') => {
-                problems.push("nats.url: credentials do not belong in the URL (it is logged); NATS credentials from files are not supported yet".into())
-            }
-            _ => problems.push(format!("nats.url: `{}` is not nats://host:port", self.url)),
+            Some(("nats" | "tls", rest)) if !rest.is_empty() && !rest.contains('@') => {}
+            Some(("nats" | "tls", rest)) if rest.contains('@') => problems.push(
+                "nats.url: credentials do not belong in the URL (it is logged); use token_file, user + password_file, credentials_file or nkey_file".into(),
+            ),
+            _ => problems.push(format!("nats.url: `{}` is not nats://host:port or tls://host:port", self.url)),
+        }
+        let ways = [
+            self.token_file.is_some(),
+            self.user.is_some() || self.password_file.is_some(),
+            self.credentials_file.is_some(),
+            self.nkey_file.is_some(),
+        ];
+        if ways.iter().filter(|w| **w).count() > 1 {
+            problems.push("nats: set one of token_file, user + password_file, credentials_file, nkey_file".into());
+        }
+        if self.user.is_some() != self.password_file.is_some() {
+            problems.push("nats.user and nats.password_file go together".into());
+        }
+        if self.tls.mode == Some(super::tls::TlsMode::Disable) && self.tls_required() {
+            problems.push("nats.tls.mode: disable, but a tls:// URL or other [nats.tls] keys ask for TLS".into());
         }
         let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
         if self.stream.is_empty() || !self.stream.chars().all(valid) {
@@ -51,6 +81,31 @@ impl NatsConfig {
     }
 }
 
+impl NatsConfig {
+    /// A plain connection to `url` with the defaults (for tests and the benchmark).
+    pub fn new(url: &str, stream: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            stream: stream.to_owned(),
+            timeout: defaults::timeout(),
+            tls: Default::default(),
+            token_file: None,
+            user: None,
+            password_file: None,
+            credentials_file: None,
+            nkey_file: None,
+        }
+    }
+
+    /// Whether the connection must be TLS: a `tls://` URL or any `[nats.tls]` key.
+    pub fn tls_required(&self) -> bool {
+        self.url.starts_with("tls://")
+            || self.tls.ca_file.is_some()
+            || self.tls.cert_file.is_some()
+            || matches!(self.tls.mode, Some(m) if m != super::tls::TlsMode::Disable && m != super::tls::TlsMode::Prefer)
+    }
+}
+
 mod defaults {
     use std::time::Duration;
 
@@ -60,5 +115,39 @@ mod defaults {
 
     pub fn timeout() -> Duration {
         Duration::from_secs(5)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_stay_out_of_the_url_and_one_way_to_authenticate_is_set() {
+        assert!(NatsConfig::new("nats://127.0.0.1:4222", "AUDIT").problems().is_empty());
+        assert!(NatsConfig::new("tls://nats.internal:4222", "AUDIT").problems().is_empty());
+        let in_url = NatsConfig::new("nats://user:pw@127.0.0.1:4222", "AUDIT").problems();
+        assert!(in_url.iter().any(|p| p.starts_with("nats.url: credentials")), "{in_url:?}");
+        let other = NatsConfig::new("redis://127.0.0.1:6379", "AUDIT").problems();
+        assert!(other.iter().any(|p| p.contains("not nats://")), "{other:?}");
+        let two = NatsConfig {
+            token_file: Some("/run/secrets/token".into()),
+            nkey_file: Some("/run/secrets/seed".into()),
+            ..NatsConfig::new("nats://127.0.0.1:4222", "AUDIT")
+        };
+        assert!(two.problems().iter().any(|p| p.contains("set one of")), "{:?}", two.problems());
+        let lonely = NatsConfig { user: Some("relay".into()), ..NatsConfig::new("nats://h:4222", "AUDIT") };
+        assert!(lonely.problems().iter().any(|p| p.contains("go together")));
+        let name = NatsConfig::new("nats://h:4222", "audit.stream").problems();
+        assert!(name.iter().any(|p| p.starts_with("nats.stream")), "{name:?}");
+    }
+
+    #[test]
+    fn tls_is_required_by_a_tls_url_or_any_tls_key() {
+        assert!(!NatsConfig::new("nats://h:4222", "S").tls_required());
+        assert!(NatsConfig::new("tls://h:4222", "S").tls_required());
+        let mut ca = NatsConfig::new("nats://h:4222", "S");
+        ca.tls.ca_file = Some("/ca.pem".into());
+        assert!(ca.tls_required());
     }
 }

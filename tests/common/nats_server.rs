@@ -9,12 +9,19 @@ pub struct NatsServer {
     pub port: u16,
     child: Option<Server>,
     store: tempfile::TempDir,
+    extra: Vec<String>,
 }
 
 impl NatsServer {
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// With extra `nats-server` arguments (`--tls …`, `--auth <token>`).
+    pub async fn start_with(extra: &[&str]) -> Self {
         let store = tempfile::tempdir().unwrap();
-        let mut server = Self { port: 0, child: None, store };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = Self { port: 0, child: None, store, extra };
         let (port, child) =
             start_on_spare_port("own nats-server to answer", spare_port, |port| server.spawn(port)).await;
         (server.port, server.child) = (port, Some(child));
@@ -48,6 +55,7 @@ impl NatsServer {
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "--server_name", &format!("handoff-test-{port}")])
             .arg("-sd")
             .arg(self.store.path())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -18,6 +18,7 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use crate::config::{NatsConfig, TlsMode};
 use crate::stream::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
@@ -36,13 +37,65 @@ pub struct NatsStream {
     timeout: Duration,
 }
 
+/// Why the client could not be set up: the configuration's fault (an unreachable server is not:
+/// the client keeps trying). Names the key, never a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsSetupError {
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("{key}: cannot read {}: {detail}", file.display())]
+    Unreadable { key: &'static str, file: std::path::PathBuf, detail: String },
+    #[error("nats.url: {0}")]
+    Url(String),
+}
+
+/// The contents of the secret file `file` (set under `key`), trimmed.
+fn secret(key: &'static str, file: &std::path::Path) -> Result<String, NatsSetupError> {
+    let text = std::fs::read_to_string(file).map_err(|e| NatsSetupError::Unreadable {
+        key,
+        file: file.to_owned(),
+        detail: e.kind().to_string(),
+    })?;
+    Ok(text.trim().to_owned())
+}
+
+/// The connect options `config` asks for: TLS (verified unless its mode says otherwise) and the
+/// one way to authenticate, each secret read from its file.
+async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, NatsSetupError> {
+    let mut options = async_nats::ConnectOptions::new();
+    if config.tls_required() {
+        let mode = config.tls.mode_or(TlsMode::VerifyFull);
+        let tls = crate::tls::client_config("nats.tls", mode, &config.tls)?;
+        options = options.require_tls(true).tls_client_config(tls);
+    }
+    if let Some(file) = &config.token_file {
+        options = options.token(secret("nats.token_file", file)?);
+    }
+    if let (Some(user), Some(file)) = (&config.user, &config.password_file) {
+        options = options.user_and_password(user.clone(), secret("nats.password_file", file)?);
+    }
+    if let Some(file) = &config.nkey_file {
+        options = options.nkey(secret("nats.nkey_file", file)?);
+    }
+    if let Some(file) = &config.credentials_file {
+        options = options.credentials_file(file).await.map_err(|e| NatsSetupError::Unreadable {
+            key: "nats.credentials_file",
+            file: file.clone(),
+            detail: e.kind().to_string(),
+        })?;
+    }
+    Ok(options)
+}
+
 impl NatsStream {
-    /// Connects to `url` (`nats://host:port`); `stream` is the JetStream stream that captures the
-    /// relay's subjects, `body_field` the entry field carried as the message body.
-    pub async fn connect(url: &str, stream: &str, body_field: &str, timeout: Duration) -> Result<Self, Unavailable> {
+    /// Connects to `config`'s server (in the background: an unreachable server is waited out);
+    /// `body_field` is the entry field carried as the message body.
+    pub async fn connect(config: &NatsConfig, body_field: &str) -> Result<Self, NatsSetupError> {
+        let (stream, timeout) = (config.stream.as_str(), config.timeout);
         let reconnects = Arc::new(Notify::new());
         let notify = reconnects.clone();
-        let client = async_nats::ConnectOptions::new()
+        let client = options(config)
+            .await?
             .connection_timeout(timeout)
             .request_timeout(Some(timeout))
             .retry_on_initial_connect()
@@ -54,9 +107,9 @@ impl NatsStream {
                     }
                 }
             })
-            .connect(url)
+            .connect(config.url.as_str())
             .await
-            .map_err(|e| Unavailable(format!("cannot connect to NATS: {e}")))?;
+            .map_err(|e| NatsSetupError::Url(e.to_string()))?;
         let mut jetstream = async_nats::jetstream::new(client.clone());
         jetstream.set_timeout(timeout);
         Ok(Self {
