@@ -15,6 +15,7 @@ use crate::store::outbox::{Outbox, OutboxStore};
 use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError};
 use crate::stream::EventStream;
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::WorkerMetrics;
@@ -55,6 +56,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             Err(e) => problems.push(format!("redis: {e}")),
         },
     }
+    check_nats(config, &mut ok, &mut problems).await;
     let db = match Database::connect(&config.database, "handoff-check") {
         Ok(db) => db,
         Err(e) => {
@@ -205,4 +207,35 @@ async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig)
     let client = tls::client_config(&format!("{path}.tls"), mode, tls_config)?;
     let session = tls::probe(&host, port.unwrap_or(443), Arc::new(client), std::time::Duration::from_secs(5)).await?;
     Ok(format!("{} {}, {}", session.version, session.cipher, tls::summary(&host, mode).0))
+}
+
+/// The NATS server and its JetStream stream, for relays with `broker = "nats"`.
+async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
+    let (Some(nats), false) = (&config.nats, relays.is_empty()) else { return };
+    let stream = match NatsStream::connect(nats, "payload").await {
+        Ok(stream) => stream,
+        Err(e) => return problems.push(e.to_string()),
+    };
+    // The client connects in the background: give it the configured timeout to get there.
+    let deadline = tokio::time::Instant::now() + nats.timeout;
+    while stream.ping().await.is_err() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    match stream.settings().await {
+        Err(e) => problems.push(format!("nats: {} ({e})", nats.url)),
+        Ok(None) => problems.push(format!(
+            "nats.stream: JetStream stream {} does not exist on {}; create it with subjects covering the relays' (file storage, a duplicate window above their retry horizon)",
+            stream.stream_name(),
+            nats.url
+        )),
+        Ok(Some(settings)) => {
+            ok.push(format!("nats: reachable at {}", nats.url));
+            for relay in relays {
+                let (fine, wrong) = crate::stream::nats::settings::review(stream.stream_name(), &settings, relay);
+                ok.extend(fine);
+                problems.extend(wrong);
+            }
+        }
+    }
 }

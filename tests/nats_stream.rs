@@ -290,3 +290,33 @@ async fn the_token_is_read_from_its_file_and_without_it_the_server_is_unavailabl
     let error = NatsStream::connect(&config, "payload").await.err().expect("an unreadable token file is an error");
     assert!(error.to_string().contains("nats.token_file"), "{error}");
 }
+
+#[tokio::test]
+async fn check_names_a_missing_stream_and_a_duplicate_window_shorter_than_the_relays_retry_horizon() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    let config = nats_relay_config(&env, &server);
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(!ok && out.contains("nats.stream: JetStream stream AUDIT does not exist"), "{out}");
+
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let jetstream = async_nats::jetstream::new(client);
+    let short = Config {
+        name: "AUDIT".into(),
+        subjects: vec!["audit.>".into()],
+        duplicate_window: Duration::from_secs(5),
+        ..Default::default()
+    };
+    jetstream.create_stream(short).await.unwrap();
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(!ok && out.contains("duplicate_window 5s is shorter than relay `relay`'s retry horizon"), "{out}");
+
+    jetstream.delete_stream("AUDIT").await.unwrap();
+    create_stream(&server).await;
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("relay `relay`: JetStream stream AUDIT captures `audit.*`, duplicate window 3600s, R1"),
+        "{out}"
+    );
+}

@@ -8,6 +8,8 @@
 //! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
 //! run lands in order or its tail comes back for the next batch.
 
+pub mod settings;
+
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,6 +156,26 @@ impl NatsStream {
         subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
         let (headers, body) = self.message(entry).map_err(AppendOutcome::Rejected)?;
         self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| failed(&e))
+    }
+
+    /// The settings of the JetStream stream, `None` if it does not exist.
+    pub async fn settings(&self) -> Result<Option<settings::StreamSettings>, Unavailable> {
+        use async_nats::jetstream::stream::{DiscardPolicy, RetentionPolicy};
+        let Some(mut stream) = self.stream_handle().await? else { return Ok(None) };
+        let info = stream.info().await.map_err(|e| Unavailable(format!("JetStream stream {}: {e}", self.stream)))?;
+        let c = &info.config;
+        let limited = c.max_messages > 0 || c.max_bytes > 0 || !c.max_age.is_zero() || c.max_messages_per_subject > 0;
+        Ok(Some(settings::StreamSettings {
+            subjects: c.subjects.clone(),
+            duplicate_window: c.duplicate_window,
+            replicas: c.num_replicas.max(1),
+            limits_drop_unread: c.retention == RetentionPolicy::Limits && c.discard == DiscardPolicy::Old && limited,
+        }))
+    }
+
+    /// The JetStream stream's name.
+    pub fn stream_name(&self) -> &str {
+        &self.stream
     }
 
     async fn stream_handle(&self) -> Result<Option<async_nats::jetstream::stream::Stream>, Unavailable> {
