@@ -202,7 +202,9 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Migrate { .. } => {
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
-                anyhow::Ok(db.migrate().await?)
+                let mut applied: Vec<String> = db.migrate().await?.into_iter().map(str::to_owned).collect();
+                applied.extend(create_nats_stream(&config).await?);
+                anyhow::Ok(applied)
             };
             match result.await {
                 Ok(applied) if applied.is_empty() => {
@@ -220,6 +222,25 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             }
         }
     }
+}
+
+/// `migrate` for relays with `broker = "nats"`: the JetStream stream they publish to, created if
+/// absent (an existing one is never changed).
+async fn create_nats_stream(config: &Config) -> anyhow::Result<Option<String>> {
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
+    let (Some(nats), false) = (&config.nats, relays.is_empty()) else { return Ok(None) };
+    let stream = crate::stream::nats::NatsStream::connect(nats, "payload").await?;
+    anyhow::ensure!(stream.connected().await, "nats: {} does not answer within {:?}", nats.url, nats.timeout);
+    let (subjects, window) = crate::stream::nats::settings::to_create(relays);
+    let created = stream.create_if_absent(subjects.clone(), window, nats.replicas).await?;
+    Ok(created.then(|| {
+        format!(
+            "JetStream stream {} ({}, duplicate window {window:?}, R{})",
+            nats.stream,
+            subjects.join(", "),
+            nats.replicas
+        )
+    }))
 }
 
 async fn status(config: &Config, json: bool) -> ExitCode {

@@ -320,3 +320,16 @@ async fn check_names_a_missing_stream_and_a_duplicate_window_shorter_than_the_re
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn migrate_creates_a_missing_stream_that_check_then_accepts_and_leaves_an_existing_one_alone() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    let config = nats_relay_config(&env, &server);
+    let (ok, out) = common::process::run_to_end(&config, &["migrate"]);
+    assert!(ok && out.contains("JetStream stream AUDIT (audit.*, duplicate window"), "{out}");
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(ok, "{out}");
+    let (ok, out) = common::process::run_to_end(&config, &["migrate"]);
+    assert!(ok && !out.contains("JetStream stream AUDIT"), "created once: {out}");
+}

@@ -30,6 +30,10 @@ pub struct NatsConfig {
     /// operator; its duplicate window is the relay's dedupe window). Default: "HANDOFF".
     #[serde(default = "defaults::stream")]
     pub stream: String,
+    /// Copies of each message when `handoff migrate` creates the stream (3 in a cluster: a
+    /// PubAck then means stored on a quorum). Default: 1.
+    #[serde(default = "defaults::replicas")]
+    pub replicas: usize,
     /// How long a publish waits for its PubAck, and any other call for its answer. Default: "5s".
     #[serde(default = "defaults::timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -74,6 +78,9 @@ impl NatsConfig {
         if self.stream.is_empty() || !self.stream.chars().all(valid) {
             problems.push("nats.stream: a JetStream stream name is 1 or more of [A-Za-z0-9_-]".into());
         }
+        if !(1..=5).contains(&self.replicas) {
+            problems.push("nats.replicas must be between 1 and 5".into());
+        }
         if self.timeout.is_zero() {
             problems.push("nats.timeout must be > 0".into());
         }
@@ -88,6 +95,7 @@ impl NatsConfig {
             url: url.to_owned(),
             stream: stream.to_owned(),
             timeout: defaults::timeout(),
+            replicas: defaults::replicas(),
             tls: Default::default(),
             token_file: None,
             user: None,
@@ -111,6 +119,10 @@ mod defaults {
 
     pub fn stream() -> String {
         "HANDOFF".into()
+    }
+
+    pub fn replicas() -> usize {
+        1
     }
 
     pub fn timeout() -> Duration {

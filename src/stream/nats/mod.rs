@@ -173,6 +173,48 @@ impl NatsStream {
         }))
     }
 
+    /// Waits up to the configured timeout for the background connection (one-shot commands
+    /// `check` and `migrate` want an answer, not an outage to wait out).
+    pub async fn connected(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            if self.client.connection_state() == async_nats::connection::State::Connected {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Creates the JetStream stream if it does not exist: file storage, `replicas` copies,
+    /// `subjects`, and `duplicate_window`. An existing stream is left as it is (`check` says
+    /// what it lacks). True if it was created.
+    pub async fn create_if_absent(
+        &self,
+        subjects: Vec<String>,
+        duplicate_window: Duration,
+        replicas: usize,
+    ) -> Result<bool, Unavailable> {
+        if self.stream_handle().await?.is_some() {
+            return Ok(false);
+        }
+        let config = async_nats::jetstream::stream::Config {
+            name: self.stream.clone(),
+            subjects,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            num_replicas: replicas,
+            duplicate_window,
+            ..Default::default()
+        };
+        self.jetstream
+            .create_stream(config)
+            .await
+            .map_err(|e| Unavailable(format!("creating JetStream stream {}: {e}", self.stream)))?;
+        Ok(true)
+    }
+
     /// The JetStream stream's name.
     pub fn stream_name(&self) -> &str {
         &self.stream

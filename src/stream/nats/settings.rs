@@ -56,6 +56,21 @@ pub fn retry_horizon(relay: &RelayConfig) -> Duration {
     loop_.lease + loop_.outage_backoff.max + loop_.backoff.max
 }
 
+/// What `handoff migrate` creates a missing stream with for `relays`: their subject patterns
+/// and a duplicate window of twice the longest retry horizon, at least ten minutes.
+pub fn to_create<'a>(relays: impl IntoIterator<Item = &'a RelayConfig>) -> (Vec<String>, Duration) {
+    let mut subjects: Vec<String> = Vec::new();
+    let mut window = Duration::from_secs(600);
+    for relay in relays {
+        let pattern = subject_pattern(&relay.stream);
+        if !subjects.contains(&pattern) {
+            subjects.push(pattern);
+        }
+        window = window.max(2 * retry_horizon(relay));
+    }
+    (subjects, window)
+}
+
 /// Problems with `settings` for `relay`, each naming the key to change; and lines saying what
 /// holds.
 pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (Vec<String>, Vec<String>) {
