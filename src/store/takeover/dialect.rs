@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::mysql::{self, MyTakeover};
-use super::postgres::{self, PgTakeover};
+use super::postgres::PgTakeover;
+use super::postgres_records;
 use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
@@ -96,7 +97,7 @@ pub async fn poison_records(
     filter: &PoisonFilter,
 ) -> StoreResult<Vec<StoredPoison>> {
     match db {
-        Database::Postgres(pool) => postgres::poison_records(pool, table, consumer, filter).await,
+        Database::Postgres(pool) => postgres_records::poison_records(pool, table, consumer, filter).await,
         Database::Mysql(pool) => mysql::poison_records(pool, table, consumer, filter).await,
     }
 }
@@ -104,7 +105,7 @@ pub async fn poison_records(
 /// Counts a re-drive of record `id` of the poison table `table`.
 pub async fn mark_redriven(db: &Database, table: &str, id: i64) -> StoreResult<()> {
     match db {
-        Database::Postgres(pool) => postgres::mark_redriven(pool, table, id).await,
+        Database::Postgres(pool) => postgres_records::mark_redriven(pool, table, id).await,
         Database::Mysql(pool) => mysql::mark_redriven(pool, table, id).await,
     }
 }

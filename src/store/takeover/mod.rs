@@ -5,6 +5,7 @@ pub(crate) mod contract;
 pub(crate) mod dialect;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
+mod postgres_records;
 pub(crate) mod records;
 pub(crate) mod seam;
 pub(crate) mod statements;

@@ -12,7 +12,6 @@ use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
 use super::contract::inbox_columns;
-use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
 use super::statements::{
     Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param, runs_by_payload,
@@ -92,7 +91,8 @@ impl PgTakeover {
     pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
         let takeover = TakeoverStatements::new(bridge, Placeholder::Numbered, statements)?;
-        let insert_processed = bridge.apply.as_ref().map(|_| insert_processed(&bridge.table));
+        let columns = inbox_columns().join(", ");
+        let insert_processed = bridge.apply.as_ref().map(|_| insert_batch_sql(&bridge.table, &columns, true));
         Ok(Self { pool, sql: Arc::new(Statements { takeover, deliveries, insert_processed }) })
     }
 
@@ -131,20 +131,10 @@ impl PgTakeover {
 
 /// The reference schema's statements, each for a whole batch (`unnest` of one array per column).
 fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
-    let (table, columns) = (inbox.table, inbox.list);
+    let table = inbox.table;
     let (poison_table, poison_columns) = (poison.table, poison.list);
     [
-        Sql::Reference(format!(
-            "INSERT INTO {table} ({columns})
-             SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
-                    e.payload::jsonb, e.headers::jsonb, e.fields::jsonb, e.content_hash, e.stream, e.entry_id, e.status
-             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
-                  AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
-                       fields, content_hash, stream, entry_id, status)
-             ON CONFLICT (consumer, event_id) DO NOTHING
-             RETURNING event_id"
-        )),
+        Sql::Reference(insert_batch_sql(table, inbox.list, false)),
         Sql::Reference(format!(
             "SELECT event_id, content_hash FROM {table} WHERE consumer = $1 AND event_id = ANY($2)"
         )),
@@ -158,15 +148,19 @@ fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
     ]
 }
 
-/// The reference insert for apply at take-over: rows inserted as PROCESSED get their
+/// The reference insert-if-absent of a batch into `table` (`columns`: the contract's, in order).
+/// `stamp_processed`: for apply at take-over, rows inserted as PROCESSED also get their
 /// `processed_at` (what retention and the processed index go by) in the same statement.
-fn insert_processed(table: &str) -> String {
-    let columns = inbox_columns().join(", ");
+fn insert_batch_sql(table: &str, columns: &str, stamp_processed: bool) -> String {
+    let (column, value) = if stamp_processed {
+        (", processed_at", ", CASE WHEN e.status = 'PROCESSED' THEN now() END")
+    } else {
+        ("", "")
+    };
     format!(
-        "INSERT INTO {table} ({columns}, processed_at)
+        "INSERT INTO {table} ({columns}{column})
          SELECT $1, e.event_id, e.event_type, e.owner, e.aggregate_type, e.aggregate_id,
-                e.payload::jsonb, e.headers::jsonb, e.fields::jsonb, e.content_hash, e.stream, e.entry_id, e.status,
-                CASE WHEN e.status = 'PROCESSED' THEN now() END
+                e.payload::jsonb, e.headers::jsonb, e.fields::jsonb, e.content_hash, e.stream, e.entry_id, e.status{value}
          FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
               AS e(event_id, event_type, owner, aggregate_type, aggregate_id, payload, headers,
@@ -433,51 +427,5 @@ async fn poison_batch(tx: &Object, sql: &str, consumer: &str, records: &[PoisonR
     )
     .await
     .map_err(|e| query_error("record poison entries", e))?;
-    Ok(())
-}
-
-/// The records of `consumer` in `table` that `filter` selects, oldest first.
-pub async fn poison_records(
-    pool: &Pool,
-    table: &str,
-    consumer: &str,
-    filter: &PoisonFilter,
-) -> StoreResult<Vec<StoredPoison>> {
-    let sql = format!(
-        "SELECT id, stream, stream_entry_id, event_id, reason, detail,
-                extract(epoch FROM now() - received_at)::float8, redrives, fields
-         FROM {table} WHERE consumer = $1
-           AND ($2::text IS NULL OR reason = $2) AND ($3::text IS NULL OR event_id = $3)
-         ORDER BY id LIMIT $4"
-    );
-    let label = "read poison records";
-    let client = pool.get().await.map_err(|e| pool_error(label, e))?;
-    let limit = i64::from(filter.limit);
-    let rows = client
-        .query(&sql, &[&consumer, &filter.reason, &filter.event_id, &limit])
-        .await
-        .map_err(|e| query_error(label, e))?;
-    Ok(rows
-        .iter()
-        .map(|r| StoredPoison {
-            id: r.get(0),
-            stream: r.get(1),
-            entry_id: r.get(2),
-            event_id: r.get(3),
-            reason: r.get(4),
-            detail: r.get(5),
-            age_seconds: r.get::<_, Option<f64>>(6).unwrap_or(0.0),
-            redrives: r.get(7),
-            fields: r.get(8),
-        })
-        .collect())
-}
-
-/// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64) -> StoreResult<()> {
-    let label = "count a poison re-drive";
-    let sql = format!("UPDATE {table} SET redrives = redrives + 1, redriven_at = now() WHERE id = $1");
-    let client = pool.get().await.map_err(|e| pool_error(label, e))?;
-    client.execute(&sql, &[&id]).await.map_err(|e| query_error(label, e))?;
     Ok(())
 }
