@@ -182,7 +182,7 @@ async fn an_event_whose_per_event_statement_cannot_be_bound_is_left_to_the_worke
 }
 
 #[tokio::test]
-async fn the_worker_applies_a_batch_handler_once_per_batch_and_isolates_a_refused_row() {
+async fn the_worker_applies_a_batch_handler_with_each_rows_own_values_and_isolates_a_refused_row() {
     let env = TestEnv::new().await;
     setup(&env).await;
     for i in 1..=30 {
