@@ -19,5 +19,5 @@ pub use mysql::MyInbox;
 pub use postgres::PgInbox;
 pub use seam::{
     Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow, InboxStats, InboxStore, LockedInbox,
-    LockedRows, merged,
+    LockedRows, Merged, merged,
 };

@@ -1,6 +1,7 @@
 //! What the worker's leased and locked batches share on Postgres: handler statements sent all at
 //! once on the batch's connection, and result rows read by column name.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use tokio_postgres::types::ToSql;
@@ -31,7 +32,7 @@ pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
 /// refused a row's data.
 pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
     client: &C,
-    statements: &[BoundStatement<'_>],
+    statements: &[Cow<'_, BoundStatement<'_>>],
     along: F,
     errors: &HandlerErrors,
 ) -> StoreResult<Result<F::Output, String>> {

@@ -141,21 +141,27 @@ impl BoundStatement<'_> {
     }
 }
 
-/// The statements of `items` as the batch runs them: per-event statements one by one, in order;
-/// each batch statement once, where its first event is, with every event's values merged.
-pub fn merged<'a>(statements: impl IntoIterator<Item = &'a BoundStatement<'a>>) -> Vec<BoundStatement<'a>> {
-    let mut out: Vec<BoundStatement<'a>> = Vec::new();
+/// Statements as a batch runs them: borrowed as bound, or a batch statement with its
+/// neighbours' values merged in.
+pub type Merged<'a> = Vec<std::borrow::Cow<'a, BoundStatement<'a>>>;
+
+/// The statements of `items` as the batch runs them: per-event statements one by one, in order
+/// (borrowed: a batch of them copies no value); each batch statement once, where its first event
+/// is, with every event's values merged.
+pub fn merged<'a>(statements: impl IntoIterator<Item = &'a BoundStatement<'a>>) -> Merged<'a> {
+    use std::borrow::Cow;
+    let mut out: Merged<'a> = Vec::new();
     let mut first: std::collections::HashMap<(&str, usize), usize> = std::collections::HashMap::new();
     for statement in statements {
         if !statement.batch {
-            out.push(statement.clone());
+            out.push(Cow::Borrowed(statement));
             continue;
         }
         match first.get(&(statement.sql, statement.index)) {
-            Some(&at) => out[at].merge(statement.clone()),
+            Some(&at) => out[at].to_mut().merge(statement.clone()),
             None => {
                 first.insert((statement.sql, statement.index), out.len());
-                out.push(statement.clone());
+                out.push(Cow::Borrowed(statement));
             }
         }
     }

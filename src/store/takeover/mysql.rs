@@ -18,7 +18,7 @@ use super::statements::{
 use crate::config::{BridgeConfig, HandlerErrors};
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreError, StoreResult};
-use crate::store::inbox::seam::BoundStatement;
+use crate::store::inbox::seam::Merged;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};
@@ -246,7 +246,7 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(())
     }
 
-    async fn apply(&mut self, _statements: &[BoundStatement<'_>], _errors: &HandlerErrors) -> StoreResult<()> {
+    async fn apply(&mut self, _statements: &Merged<'_>, _errors: &HandlerErrors) -> StoreResult<()> {
         Err(no_apply())
     }
 

@@ -21,7 +21,7 @@ use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::inbox::postgres_handlers::run_statements;
-use crate::store::inbox::seam::BoundStatement;
+use crate::store::inbox::seam::Merged;
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, query_error};
@@ -341,7 +341,7 @@ impl TakeoverTx for PgTakeoverTx {
         Ok(())
     }
 
-    async fn apply(&mut self, statements: &[BoundStatement<'_>], errors: &HandlerErrors) -> StoreResult<()> {
+    async fn apply(&mut self, statements: &Merged<'_>, errors: &HandlerErrors) -> StoreResult<()> {
         let tx = self.tx.client()?;
         run_statements(tx, statements, std::future::ready(()), errors)
             .await?

@@ -9,7 +9,7 @@ use super::seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, Take
 use crate::config::{BridgeConfig, HandlerErrors};
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
 use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
-use crate::store::inbox::seam::{BoundStatement, merged};
+use crate::store::inbox::seam::{Merged, merged};
 use crate::store::param::Param;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
@@ -252,7 +252,7 @@ pub trait TakeoverTx: Send {
     /// its data refused or not (the transaction is then aborted).
     fn apply(
         &mut self,
-        statements: &[BoundStatement<'_>],
+        statements: &Merged<'_>,
         errors: &HandlerErrors,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
