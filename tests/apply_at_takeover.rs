@@ -39,8 +39,7 @@ async fn applied(env: &TestEnv) -> i64 {
 }
 
 async fn await_acknowledged(env: &TestEnv) {
-    eventually("every entry acknowledged", || async { (env.group_pending("user").await == Some(0)).then_some(()) })
-        .await;
+    eventually("every entry acknowledged", || async { env.group_caught_up("user").await.then_some(()) }).await;
 }
 
 fn series(env: &TestEnv, name: &str) -> String {

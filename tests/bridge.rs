@@ -26,8 +26,7 @@ async fn await_inbox(env: &TestEnv, n: i64) {
 }
 
 async fn await_acknowledged(env: &TestEnv, stream: &str) {
-    eventually("every entry acknowledged", || async { (env.group_pending(stream).await == Some(0)).then_some(()) })
-        .await;
+    eventually("every entry acknowledged", || async { env.group_caught_up(stream).await.then_some(()) }).await;
 }
 
 #[tokio::test]

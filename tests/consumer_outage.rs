@@ -98,8 +98,7 @@ async fn a_three_minute_inbox_outage_under_a_restarting_supervisor_poisons_nothi
     let restarts = supervise(&config, &mut handoff, Instant::now() + OUTAGE).await;
     proxy.switch(pg_port);
     eventually("every event in the inbox", || async { (env.inbox_count("PENDING").await == 200).then_some(()) }).await;
-    eventually("every entry acknowledged", || async { (env.group_pending("user").await == Some(0)).then_some(()) })
-        .await;
+    eventually("every entry acknowledged", || async { env.group_caught_up("user").await.then_some(()) }).await;
     eprintln!("supervisor: {restarts:?}");
     assert!(env.poison().await.is_empty(), "valid entries, never looked at, are not poison: {:?}", env.poison().await);
     assert_eq!(restarts.failed_probes, 0, "waiting out the outage is alive: {restarts:?}");

@@ -62,7 +62,10 @@ async fn pending_entries(env: &MyEnv) -> Option<u64> {
 }
 
 async fn await_acknowledged(env: &MyEnv) {
-    eventually("every entry acknowledged", || async { (pending_entries(env).await == Some(0)).then_some(()) }).await;
+    eventually("every entry acknowledged", || async {
+        common::group_caught_up(&env.redis, &env.stream("user"), "admin").await.then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

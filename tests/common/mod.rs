@@ -262,6 +262,13 @@ grace_period = "5s"
         }
     }
 
+    /// Whether group `admin` has read every entry of the stream and acknowledged all it read.
+    /// `group_pending == Some(0)` alone also holds between a restarted bridge re-acknowledging
+    /// its own pending entries and reading the unread rest.
+    pub async fn group_caught_up(&self, stream: &str) -> bool {
+        group_caught_up(&self.redis, &self.stream(stream), "admin").await
+    }
+
     /// Poison records as (reason, event_id), in entry order.
     pub async fn poison(&self) -> Vec<(String, Option<String>)> {
         self.db
@@ -398,4 +405,34 @@ pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
             sizes(handoff::store::outbox::MyOutbox::prepare(pool, relay).await.unwrap(), page).await
         }
     }
+}
+
+/// Whether `group` of `stream` has read up to the stream's last generated id and has nothing
+/// pending (`XINFO STREAM` / `XINFO GROUPS`); false while either does not exist.
+pub async fn group_caught_up(redis: &Client, stream: &str, group: &str) -> bool {
+    use fred::types::{ClusterHash, CustomCommand, Value};
+    async fn xinfo(redis: &Client, what: &'static str, stream: &str) -> Option<Value> {
+        let command = CustomCommand::new_static("XINFO", ClusterHash::Offset(1), false);
+        redis.custom(command, vec![what.to_owned(), stream.to_owned()]).await.ok()
+    }
+    /// Field `name` of a flat key/value reply (RESP2 array or RESP3 map).
+    fn field(reply: &Value, name: &str) -> Option<Value> {
+        match reply {
+            Value::Array(parts) => {
+                parts.chunks(2).find(|kv| kv[0].as_str().as_deref() == Some(name)).map(|kv| kv[1].clone())
+            }
+            Value::Map(map) => {
+                map.clone().inner().into_iter().find(|(k, _)| k.as_str().as_deref() == Some(name)).map(|(_, v)| v)
+            }
+            _ => None,
+        }
+    }
+    let Some(info) = xinfo(redis, "STREAM", stream).await else { return false };
+    let Some(last) = field(&info, "last-generated-id").and_then(|v| v.as_string()) else { return false };
+    let Some(Value::Array(groups)) = xinfo(redis, "GROUPS", stream).await else { return false };
+    groups.iter().any(|g| {
+        field(g, "name").and_then(|v| v.as_string()).as_deref() == Some(group)
+            && field(g, "pending").and_then(|v| v.as_u64()) == Some(0)
+            && field(g, "last-delivered-id").and_then(|v| v.as_string()).as_deref() == Some(last.as_str())
+    })
 }
