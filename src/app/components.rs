@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::shared::{Shared, host_name};
 use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
-use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, WorkerConfig};
+use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, StreamSource, WorkerConfig};
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
@@ -20,8 +20,10 @@ use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError, StatementError};
 use crate::stream::EventStream;
+use crate::stream::group::ConsumerGroup;
 use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
+use crate::stream::nats::group::GroupSettings;
+use crate::stream::redis::{RedisGroup, RedisStream};
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
@@ -44,7 +46,31 @@ pub async fn spawn_all(
     }
     for bridge in &config.bridges {
         let style = db.placeholder();
-        spawn_bridge(config, bridge, shared, || Takeover::new(db, bridge), (stream, style), &bridge_metrics)?;
+        let store = || Takeover::new(db, bridge);
+        let instance = bridge.instance.clone().unwrap_or_else(host_name);
+        match (bridge.broker, nats) {
+            (Broker::Redis, _) => {
+                let timeout = config.redis.command_timeout;
+                let group =
+                    |source: &StreamSource| RedisGroup::new(stream, &source.key, bridge.group(), &instance, timeout);
+                spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
+            }
+            (Broker::Nats, Some(nats)) => {
+                let group = |source: &StreamSource| {
+                    nats.group(GroupSettings {
+                        group: bridge.group().to_owned(),
+                        subject: source.key.clone(),
+                        instance: instance.clone(),
+                        start: bridge.start.clone(),
+                        body_field: bridge.envelope.payload.clone(),
+                        ack_wait: bridge.claim_idle,
+                        max_ack_pending: i64::from(bridge.batch_size).saturating_mul(4).max(1000),
+                    })
+                };
+                spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
+            }
+            (Broker::Nats, None) => return Err(anyhow!("bridge `{}`: broker = \"nats\" without [nats]", bridge.name)),
+        }
     }
     for worker in &config.workers {
         let store = Inbox::new(db, worker, shared.faults.clone()).map_err(|e| anyhow!(e))?;
@@ -124,18 +150,17 @@ fn start_relay<P: EventStream + Clone>(
     Ok(())
 }
 
-fn spawn_bridge(
+fn spawn_bridge<G: ConsumerGroup>(
     config: &Config,
     bridge: &BridgeConfig,
     shared: &Shared,
     store: impl Fn() -> Result<Takeover, StatementError>,
-    (stream, style): (&RedisStream, Placeholder),
+    (group, style): (impl Fn(&StreamSource) -> G, Placeholder),
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
     let validator =
         Validator::new(&bridge.validate, &bridge.envelope).map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?;
     let validator = Arc::new(validator);
-    let instance = bridge.instance.clone().unwrap_or_else(host_name);
     let apply = match &bridge.apply {
         None => None,
         Some(name) => {
@@ -154,16 +179,14 @@ fn spawn_bridge(
     for source in &bridge.streams {
         let deps = BridgeDeps {
             store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
-            stream: stream.clone(),
             metrics: metrics.for_stream(&bridge.name, &source.key),
             health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
             faults: shared.faults.clone(),
             abandon: shared.abandon.clone(),
-            command_timeout: config.redis.command_timeout,
             apply: apply.clone(),
         };
         let stream_bridge =
-            Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), &instance, deps));
+            Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), group(source), deps));
         let name = format!("bridge {} {}", bridge.name, source.key);
         let sampler = stream_bridge.clone();
         let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());

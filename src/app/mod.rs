@@ -50,7 +50,10 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         warn!(error = %warning, "redis not reachable yet; components wait for it");
     }
     let nats = match &config.nats {
-        Some(nats) if config.relays.iter().any(|r| r.broker == crate::config::Broker::Nats) => {
+        Some(nats)
+            if config.relays.iter().any(|r| r.broker == crate::config::Broker::Nats)
+                || config.bridges.iter().any(|b| b.broker == crate::config::Broker::Nats) =>
+        {
             // Connects in the background (an unreachable server is an outage the relay waits out).
             log_tls(
                 "nats",

@@ -15,6 +15,7 @@ use crate::reasons::PoisonReason;
 use crate::runtime::outage::{Failed, retry_through};
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
+use crate::stream::group::ConsumerGroup;
 use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
@@ -24,7 +25,7 @@ use opentelemetry::trace::SpanKind;
 static OUTAGE: std::sync::LazyLock<crate::config::BackoffConfig> =
     std::sync::LazyLock::new(crate::config::BackoffConfig::outage_default);
 
-impl<S: TakeoverStore> StreamBridge<S> {
+impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
     /// Entries delivered before and never acknowledged: this consumer's own pending entries
     /// after a restart, or entries claimed from a dead consumer. Each delivery is counted in
     /// the inbox database before the entry is handled, in a transaction of its own, so only
@@ -160,7 +161,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
         }
         if let Err(e) = self.group.ack(&entry_ids).await {
             self.deps.metrics.ack_failures.inc();
-            warn!(stream = %self.source.key, entries = entry_ids.len(), error = %e, "XACK failed; the entries will be redelivered and recognised");
+            warn!(stream = %self.source.key, entries = entry_ids.len(), error = %e, "acknowledging failed; the entries will be redelivered and recognised");
         }
         drop(spans);
     }
@@ -335,7 +336,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
         if poison.is_empty() {
             return true;
         }
-        let ok = self.deps.stream.append_dead_letters(key, poison).await;
+        let ok = self.group.dead_letters(key, poison).await;
         if !ok {
             warn!(stream = %self.source.key, dead_letter = %key, "dead-letter append failed; poison entries stay pending");
         }

@@ -21,9 +21,8 @@ use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::runtime::backoff::Retrier;
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
+use crate::stream::group::{ConsumerGroup, GroupError, GroupResult, Read};
 use crate::stream::read::RawEntry;
-use crate::stream::redis::RedisStream;
-use crate::stream::redis::group::{Group, GroupError, GroupResult};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
@@ -39,25 +38,22 @@ const QUIET: Duration = Duration::from_secs(5);
 
 pub struct BridgeDeps<S> {
     pub store: S,
-    /// The broker: this stream gets a dedicated client of it (its reads block), and a new one
-    /// when the stream moves to another node.
-    pub stream: RedisStream,
     pub metrics: BridgeHandles,
     pub health: Arc<Component>,
     pub faults: Faults,
     /// Fires when in-flight work must stop (shutdown drain time over).
     pub abandon: CancellationToken,
-    pub command_timeout: Duration,
     /// Apply at take-over: the handlers run in the takeover's transaction, if configured.
     pub apply: Option<Arc<Apply>>,
 }
 
 /// One stream of one bridge.
-pub struct StreamBridge<S> {
+pub struct StreamBridge<S, G> {
     config: BridgeConfig,
     source: StreamSource,
     validator: Arc<Validator>,
-    group: Group,
+    /// The stream's consumer group, on whichever broker.
+    group: G,
     deps: BridgeDeps<S>,
     /// When old delivery counts were last forgotten (see `recover`).
     counts_forgotten_at: std::sync::Mutex<Option<Instant>>,
@@ -65,16 +61,14 @@ pub struct StreamBridge<S> {
     apply_errors: std::sync::Mutex<Throttle>,
 }
 
-impl<S: TakeoverStore> StreamBridge<S> {
+impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
     pub fn new(
         config: BridgeConfig,
         source: StreamSource,
         validator: Arc<Validator>,
-        consumer_name: &str,
+        group: G,
         deps: BridgeDeps<S>,
     ) -> Self {
-        let client = deps.stream.dedicated(&source.key);
-        let group = Group::new(client, &source.key, config.group(), consumer_name, deps.command_timeout);
         let apply_errors = std::sync::Mutex::new(Throttle::new(Duration::from_secs(30)));
         Self { config, source, validator, group, deps, counts_forgotten_at: Default::default(), apply_errors }
     }
@@ -82,14 +76,14 @@ impl<S: TakeoverStore> StreamBridge<S> {
     /// Reads until `shutdown`: first this consumer's own pending entries (left by a previous
     /// run under the same name), then new ones; every so often, entries idle on other consumers.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        info!(bridge = %self.config.name, stream = %self.source.key, consumer = %self.group.consumer, "bridge started");
+        info!(bridge = %self.config.name, stream = %self.source.key, consumer = %self.group.consumer(), "bridge started");
         let mut budget = ReadBudget::new(&self.config);
         let mut own_backlog = true;
         let mut last_recovery: Option<Instant> = None;
         let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
         let mut errors = Throttle::new(Duration::from_secs(30));
         // New entries read, and validated, while the previous batch was being taken over.
-        let mut ahead: Option<GroupResult<(Vec<RawEntry>, Sorted)>> = None;
+        let mut ahead: Option<GroupResult<(Read, Sorted)>> = None;
         // The last batch committed and not yet acknowledged: its XACK goes out while the next
         // batch commits, so the database never waits for Redis in between.
         let mut unacked = Committed::default();
@@ -111,21 +105,35 @@ impl<S: TakeoverStore> StreamBridge<S> {
             }
             let reading = Instant::now();
             let (read, sorted) = match ahead.take() {
-                Some(Ok((entries, sorted))) => (Ok(entries), Some(sorted)),
+                Some(Ok((read, sorted))) => (Ok(read), Some(sorted)),
                 Some(Err(e)) => (Err(e), None),
-                None if own_backlog => (self.group.read("0", budget.count(), None).await, None),
+                None if own_backlog => {
+                    let own = self.group.own_pending(budget.count()).await;
+                    (own.map(|redelivered| Read { entries: Vec::new(), redelivered }), None)
+                }
                 None => tokio::select! {
-                    read = self.group.read(">", budget.count(), Some(self.config.block)) => (read, None),
+                    read = self.group.read(budget.count(), Some(self.config.block)) => (read, None),
                     _ = shutdown.cancelled() => break,
                 },
             };
             match read {
-                Ok(entries) => {
+                Ok(Read { entries, redelivered }) => {
                     budget.observe(&entries);
+                    budget.observe(&redelivered);
                     outage.succeeded();
                     errors.reset();
                     self.deps.health.set_stream_ok(true);
-                    if entries.is_empty() {
+                    if !redelivered.is_empty() {
+                        // Delivered before: counted, suspects alone (see `redelivered`), after
+                        // what committed is acknowledged. No read-ahead: reading this consumer's
+                        // own pending entries again would return them too.
+                        quiet_since = None;
+                        self.ack(std::mem::take(&mut unacked)).await;
+                        self.redelivered(redelivered).await;
+                        if entries.is_empty() {
+                            continue;
+                        }
+                    } else if entries.is_empty() {
                         own_backlog = false;
                         // Quiet for a while after large entries: give their read buffer back.
                         match quiet_since {
@@ -146,11 +154,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
                     let large = bytes > self.config.batch_bytes / 2;
                     let none = HashMap::new();
                     let previous = std::mem::take(&mut unacked);
-                    if own_backlog {
-                        // Reading "0" again would return this batch too: no read-ahead there.
-                        self.ack(previous).await;
-                        self.redelivered(entries).await;
-                    } else if large {
+                    if large {
                         // Nor for a batch of large entries (two of them at once would double the
                         // memory the read budget allows).
                         let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &none));
@@ -163,9 +167,9 @@ impl<S: TakeoverStore> StreamBridge<S> {
                         // behind a read waiting for new entries.
                         let sorted = sorted.unwrap_or_else(|| self.sort(&entries, &none));
                         let next = async {
-                            let read = self.group.read(">", budget.count(), None).await;
+                            let read = self.group.read(budget.count(), None).await;
                             read.map(|next| {
-                                let sorted = self.sort(&next, &none);
+                                let sorted = self.sort(&next.entries, &none);
                                 (next, sorted)
                             })
                         };
@@ -187,10 +191,13 @@ impl<S: TakeoverStore> StreamBridge<S> {
         self.ack(unacked).await;
         // Entries already read ahead belong to this consumer now: take them over before leaving
         // rather than leave them for recovery.
-        if let Some(Ok((entries, sorted))) = ahead
-            && !entries.is_empty()
-        {
-            self.take_over_and_ack(entries, sorted).await;
+        if let Some(Ok((read, sorted))) = ahead {
+            if !read.entries.is_empty() {
+                self.take_over_and_ack(read.entries, sorted).await;
+            }
+            if !read.redelivered.is_empty() {
+                self.redelivered(read.redelivered).await;
+            }
         }
         self.deps.health.stopped();
         info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
@@ -202,7 +209,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
     /// of one large read stayed with an idle bridge.
     fn fresh_connection(&self) {
         debug!(bridge = %self.config.name, stream = %self.source.key, "quiet after large entries; reconnecting to free the read buffer");
-        self.group.replace_client(self.deps.stream.dedicated(&self.source.key));
+        self.group.release_buffers();
     }
 
     async fn outage(
@@ -217,10 +224,7 @@ impl<S: TakeoverStore> StreamBridge<S> {
             warn!(bridge = %self.config.name, stream = %self.source.key, %error, suppressed, "stream read failed; backing off");
         }
         // A cluster failover moves the stream to the promoted replica: follow it.
-        if let Some(client) = self.deps.stream.reroute(&self.source.key, &self.group.client()).await {
-            info!(bridge = %self.config.name, stream = %self.source.key, "the stream's node changed; reading from its new primary");
-            self.group.replace_client(client);
-        }
+        self.group.after_outage().await;
         tokio::select! {
             _ = self.deps.health.sleep(outage.failed()) => {}
             _ = shutdown.cancelled() => {}

@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::StreamBridge;
 use crate::store::takeover::TakeoverStore;
-use crate::stream::redis::group::GroupError;
+use crate::stream::group::{ConsumerGroup, GroupError};
 
-impl<S: TakeoverStore> StreamBridge<S> {
+impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes
     /// consumers idle for `delete_idle_consumers_after` with nothing pending.
     /// At most `count` entries are claimed at a time (the read budget: claimed entries come
@@ -20,31 +20,21 @@ impl<S: TakeoverStore> StreamBridge<S> {
             if shutdown.is_cancelled() {
                 return;
             }
-            let idle = self.config.claim_idle;
-            let pending = match self.group.pending(idle, ("-", "+"), count, None).await {
-                Ok(pending) if pending.is_empty() => break,
-                Ok(pending) => pending,
-                Err(GroupError::NoGroup(_)) => return,
-                Err(e) => {
-                    debug!(error = %e, "reading the pending list failed");
-                    return;
-                }
-            };
-            let ids: Vec<String> = pending.iter().map(|p| p.id.clone()).collect();
-            match self.group.claim(idle, &ids).await {
+            match self.group.reclaim(self.config.claim_idle, count).await {
                 Ok(entries) if entries.is_empty() => break,
                 Ok(entries) => {
                     info!(stream = %self.source.key, entries = entries.len(), "claimed entries idle on other consumers");
                     self.deps.metrics.claimed.inc_by(entries.len() as u64);
                     self.redelivered(entries).await;
                 }
+                Err(GroupError::NoGroup(_)) => return,
                 Err(e) => {
                     debug!(error = %e, "claiming idle entries failed");
                     return;
                 }
             }
         }
-        self.delete_idle_consumers().await;
+        self.group.delete_idle_consumers(self.config.delete_idle_consumers_after).await;
         self.forget_old_counts().await;
     }
 
@@ -64,18 +54,6 @@ impl<S: TakeoverStore> StreamBridge<S> {
             Ok(0) => {}
             Ok(n) => debug!(stream = %self.source.key, counts = n, "forgot old delivery counts"),
             Err(e) => debug!(error = %crate::error::error_chain(&e), "forgetting old delivery counts failed"),
-        }
-    }
-
-    async fn delete_idle_consumers(&self) {
-        let Ok(idle) = self.group.idle_consumers(self.config.delete_idle_consumers_after).await else { return };
-        for name in idle {
-            match self.group.delete_consumer(&name).await {
-                Ok(()) => info!(stream = %self.source.key, consumer = %name, "deleted an idle consumer"),
-                Err(e) => {
-                    warn!(stream = %self.source.key, consumer = %name, error = %e, "could not delete an idle consumer")
-                }
-            }
         }
     }
 

@@ -13,7 +13,12 @@ pub struct BridgeConfig {
     pub name: String,
     /// The consuming service; the inbox is unique on (consumer, event_id). Required.
     pub consumer: String,
-    /// Redis consumer group. Default: the consumer.
+    /// The broker the streams are read from: "redis" or "nats" (JetStream, `[nats]`; each
+    /// stream is then a subject, read through a durable pull consumer named after the group and
+    /// the subject). Default: "redis".
+    #[serde(default)]
+    pub broker: super::nats::Broker,
+    /// Consumer group (Redis) or durable consumer's prefix (NATS). Default: the consumer.
     pub group: Option<String>,
     /// This instance's consumer name in the group; must be stable across restarts of the same
     /// instance (a pod name). Default: the host name (the pod name in Kubernetes).

@@ -39,7 +39,7 @@ pub struct NatsConfig {
     pub timeout: Duration,
 }
 
-/// Which broker a relay publishes to.
+/// Which broker a relay publishes to, or a bridge reads from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Broker {
@@ -130,6 +130,17 @@ mod defaults {
     }
 }
 
+/// Whether `subject` is a NATS subject a consumer can filter on: dot-separated non-empty tokens
+/// of printable characters other than space, `*` and `>` only as whole tokens (`>` last).
+pub fn is_subject(subject: &str) -> bool {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    tokens.iter().enumerate().all(|(i, token)| {
+        !token.is_empty()
+            && token.chars().all(|c| c.is_ascii_graphic())
+            && (!token.contains(['*', '>']) || *token == "*" || (*token == ">" && i == tokens.len() - 1))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +172,15 @@ mod tests {
         let mut ca = NatsConfig::new("nats://h:4222", "S");
         ca.tls.ca_file = Some("/ca.pem".into());
         assert!(ca.tls_required());
+    }
+
+    #[test]
+    fn a_subject_is_dot_separated_tokens_with_wildcards_only_as_whole_tokens() {
+        for ok in ["audit.user", "audit.*", "audit.>", "a"] {
+            assert!(super::is_subject(ok), "{ok}");
+        }
+        for bad in ["", "audit..user", "audit:user x", "audit.us*r", "audit.>.x", "audit."] {
+            assert!(!super::is_subject(bad), "{bad}");
+        }
     }
 }

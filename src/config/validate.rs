@@ -181,6 +181,30 @@ pub fn validate(config: &Config) -> Vec<String> {
             }
         }
     }
+    for (i, bridge) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == super::nats::Broker::Nats) {
+        if config.nats.is_none() {
+            errors.push(format!("bridge[{i}].broker: \"nats\" needs a [nats] section"));
+        }
+        if !matches!(bridge.start.as_str(), "0" | "$") {
+            errors.push(format!(
+                "bridge[{i}].start: `{}` on NATS is \"0\" (the whole stream) or \"$\" (new messages)",
+                bridge.start
+            ));
+        }
+        if bridge.dead_letter_stream.is_some() {
+            errors.push(format!(
+                "bridge[{i}].dead_letter_stream: not for broker = \"nats\" yet; poison records stay in the poison table"
+            ));
+        }
+        for (j, source) in bridge.streams.iter().enumerate() {
+            if !super::nats::is_subject(&source.key) {
+                errors.push(format!(
+                    "bridge[{i}].streams[{j}].key: `{}` is not a NATS subject (tokens separated by dots, no spaces)",
+                    source.key
+                ));
+            }
+        }
+    }
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

@@ -1,7 +1,9 @@
-//! The broker: the seam the relay appends through (`seam`), reading entries back (`read`), the
-//! dedupe / ordered-run script (`script`), and Redis Streams behind it (`redis`); NATS JetStream
-//! (`nats`) implements the owner side so far (a relay's `broker = "nats"`).
+//! The broker: the seam the relay appends through (`seam`), the seam a bridge reads a consumer
+//! group through (`group`), entries as read (`read`), the dedupe / ordered-run script
+//! (`script`), and the brokers behind both seams: Redis Streams (`redis`) and NATS JetStream
+//! (`nats`).
 
+pub mod group;
 pub mod nats;
 pub(crate) mod read;
 pub mod redis;

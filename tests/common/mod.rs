@@ -421,9 +421,7 @@ pub async fn group_caught_up(redis: &Client, stream: &str, group: &str) -> bool 
             Value::Array(parts) => {
                 parts.chunks(2).find(|kv| kv[0].as_str().as_deref() == Some(name)).map(|kv| kv[1].clone())
             }
-            Value::Map(map) => {
-                map.clone().inner().into_iter().find(|(k, _)| k.as_str().as_deref() == Some(name)).map(|(_, v)| v)
-            }
+            Value::Map(map) => map.clone().inner().into_iter().find(|(k, _)| k.as_str() == Some(name)).map(|(_, v)| v),
             _ => None,
         }
     }

@@ -1,5 +1,5 @@
-//! NATS JetStream behind the broker seam, owner side (`[[relay]] broker = "nats"`; the bridge
-//! does not read JetStream yet). An entry is a message on the subject the relay's template gives (the
+//! NATS JetStream behind the broker seams: the owner side here (`[[relay]] broker = "nats"`),
+//! the consumer side in `group` (`[[bridge]] broker = "nats"`). An entry is a message on the subject the relay's template gives (the
 //! seam's "stream"), its payload field the body and its other fields headers; published with
 //! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
 //! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
@@ -8,6 +8,7 @@
 //! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
 //! run lands in order or its tail comes back for the next batch.
 
+pub mod group;
 pub mod settings;
 
 use std::str::FromStr;
@@ -216,6 +217,11 @@ impl NatsStream {
     }
 
     /// The JetStream stream's name.
+    /// A bridge's durable pull consumer of this stream.
+    pub fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
+        group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings)
+    }
+
     pub fn stream_name(&self) -> &str {
         &self.stream
     }

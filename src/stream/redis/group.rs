@@ -10,16 +10,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use super::replies::is_outage;
 use crate::stream::read::{RawEntry, parse_entries, parse_read, text};
 
-#[derive(Debug, thiserror::Error)]
-pub enum GroupError {
-    /// The group (or the whole stream) does not exist (anymore).
-    #[error("consumer group or stream missing: {0}")]
-    NoGroup(String),
-    #[error("redis unavailable: {0}")]
-    Unavailable(String),
-    #[error("redis refused: {0}")]
-    Refused(String),
-}
+use crate::stream::group::{GroupError, GroupInfo, GroupResult};
 
 impl From<Error> for GroupError {
     fn from(e: Error) -> Self {
@@ -34,8 +25,6 @@ impl From<Error> for GroupError {
     }
 }
 
-pub type GroupResult<T> = Result<T, GroupError>;
-
 /// The most entries the lag gauge counts itself when Redis cannot say (read after a failover).
 const LAG_COUNT_LIMIT: u64 = 10_000;
 
@@ -46,14 +35,6 @@ pub struct Pending {
     pub consumer: String,
     pub idle: Duration,
     pub deliveries: u64,
-}
-
-/// Figures for the lag and pending gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GroupInfo {
-    pub pending: u64,
-    /// Entries not yet delivered to the group (Redis ≥ 7); `None` when Redis cannot tell.
-    pub lag: Option<u64>,
 }
 
 pub struct Group {

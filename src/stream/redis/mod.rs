@@ -2,6 +2,7 @@
 
 mod build;
 mod client;
+mod consumer;
 mod durable;
 pub(crate) mod group;
 mod link;
@@ -15,4 +16,5 @@ mod sweep;
 pub(crate) mod trim;
 
 pub use client::{ConnectError, RedisStream};
+pub use consumer::RedisGroup;
 pub use replies::{entry_millis, is_outage};

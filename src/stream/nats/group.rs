@@ -1,0 +1,228 @@
+//! A JetStream durable pull consumer behind the consumer-side broker seam (`[[bridge]] broker =
+//! "nats"`). One durable consumer per bridge group and subject, shared by every instance of
+//! the bridge (JetStream hands each message to one of them): explicit acks, `ack_wait` = the
+//! bridge's `claim_idle` (a message an instance took and did not acknowledge in that time — it
+//! died — is delivered again, to whichever instance asks next), and no server-side delivery
+//! limit: the limit is handoff's own count of deliveries that reached the inbox database
+//! (`max_deliveries`), as on Redis, so an inbox outage burns none and the server never gives a
+//! message up on its own.
+//!
+//! A message becomes an entry: its stream sequence is the entry id, its headers the fields
+//! (`Nats-*` headers aside) and its body the payload field. Acknowledgements are double acks (the
+//! server confirms each), all of a batch in flight at once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use crate::store::takeover::PoisonRecord;
+use crate::stream::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
+use crate::stream::read::RawEntry;
+
+/// What a bridge's durable consumer is made of.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// The durable consumer's name prefix (the bridge's group).
+    pub group: String,
+    /// The subject read (the bridge's stream key); may hold wildcards.
+    pub subject: String,
+    /// This instance's name, for logs (JetStream keeps no per-instance state for a pull consumer).
+    pub instance: String,
+    /// Where a new durable consumer starts: "0" (the whole stream) or "$" (new messages).
+    pub start: String,
+    /// The entry field the message body becomes (the envelope's payload).
+    pub body_field: String,
+    /// `ack_wait`: the bridge's `claim_idle`.
+    pub ack_wait: Duration,
+    /// Messages delivered and not acknowledged, at most (a few batches).
+    pub max_ack_pending: i64,
+}
+
+pub struct NatsGroup {
+    client: async_nats::Client,
+    jetstream: async_nats::jetstream::Context,
+    stream: String,
+    settings: GroupSettings,
+    durable: String,
+    body_field: Bytes,
+    /// The durable consumer once found or created; dropped after a failed read, so the next
+    /// read looks it up again (it may have been deleted).
+    consumer: tokio::sync::Mutex<Option<PullConsumer>>,
+    /// Where to acknowledge each entry read and not yet acknowledged: entry id → reply subject.
+    replies: Mutex<HashMap<String, async_nats::Subject>>,
+}
+
+/// The durable consumer's name for `group` and `subject`: JetStream names hold no `.`, `*`, `>`
+/// or spaces.
+pub fn durable_name(group: &str, subject: &str) -> String {
+    let subject = subject.replace('.', "_").replace('*', "any").replace('>', "rest");
+    format!("{group}-{subject}").chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).collect()
+}
+
+fn unavailable(e: impl std::fmt::Display) -> GroupError {
+    GroupError::Unavailable(e.to_string())
+}
+
+impl NatsGroup {
+    pub(super) fn new(
+        client: async_nats::Client,
+        jetstream: async_nats::jetstream::Context,
+        stream: &str,
+        settings: GroupSettings,
+    ) -> Self {
+        Self {
+            client,
+            jetstream,
+            stream: stream.to_owned(),
+            durable: durable_name(&settings.group, &settings.subject),
+            body_field: Bytes::copy_from_slice(settings.body_field.as_bytes()),
+            settings,
+            consumer: tokio::sync::Mutex::new(None),
+            replies: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The durable consumer, created if missing.
+    async fn consumer(&self) -> GroupResult<PullConsumer> {
+        let mut cached = self.consumer.lock().await;
+        if let Some(consumer) = cached.as_ref() {
+            return Ok(consumer.clone());
+        }
+        let stream = self.jetstream.get_stream(&self.stream).await.map_err(|e| {
+            if e.to_string().contains("not found") {
+                GroupError::NoGroup(format!("JetStream stream {}: {e}", self.stream))
+            } else {
+                unavailable(e)
+            }
+        })?;
+        let config = pull::Config {
+            durable_name: Some(self.durable.clone()),
+            filter_subject: self.settings.subject.clone(),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: self.settings.ack_wait,
+            max_deliver: -1,
+            max_ack_pending: self.settings.max_ack_pending,
+            deliver_policy: if self.settings.start == "$" { DeliverPolicy::New } else { DeliverPolicy::All },
+            ..Default::default()
+        };
+        let consumer = stream.get_or_create_consumer(&self.durable, config).await.map_err(unavailable)?;
+        *cached = Some(consumer.clone());
+        Ok(consumer)
+    }
+
+    /// The entry a message carries, and whether it was delivered before.
+    fn entry(&self, message: &async_nats::jetstream::Message) -> Option<(RawEntry, bool)> {
+        let info = message.info().ok()?;
+        let id = info.stream_sequence.to_string();
+        let redelivered = info.delivered > 1;
+        let mut fields = Vec::new();
+        if let Some(headers) = &message.headers {
+            for (name, values) in headers.iter() {
+                let name: &str = name.as_ref();
+                if name.len() >= 5 && name[..5].eq_ignore_ascii_case("nats-") {
+                    continue;
+                }
+                for value in values {
+                    fields.push((
+                        Bytes::copy_from_slice(name.as_bytes()),
+                        Bytes::copy_from_slice(value.as_str().as_bytes()),
+                    ));
+                }
+            }
+        }
+        fields.push((self.body_field.clone(), message.payload.clone()));
+        if let Some(reply) = &message.reply {
+            self.replies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone(), reply.clone());
+        }
+        Some((RawEntry { id, fields: Some(fields) }, redelivered))
+    }
+}
+
+impl ConsumerGroup for NatsGroup {
+    fn consumer(&self) -> &str {
+        &self.settings.instance
+    }
+
+    async fn own_pending(&self, _count: u32) -> GroupResult<Vec<RawEntry>> {
+        // JetStream delivers what an instance left unacknowledged again after `ack_wait`.
+        Ok(Vec::new())
+    }
+
+    async fn read(&self, count: u32, block: Option<Duration>) -> GroupResult<Read> {
+        let consumer = self.consumer().await?;
+        let batch = match block {
+            Some(block) => consumer.batch().max_messages(count as usize).expires(block).messages().await,
+            None => consumer.fetch().max_messages(count as usize).messages().await,
+        };
+        let mut messages = match batch {
+            Ok(messages) => messages,
+            Err(e) => {
+                *self.consumer.lock().await = None;
+                return Err(unavailable(e));
+            }
+        };
+        let mut read = Read::default();
+        while let Some(message) = messages.next().await {
+            let message = match message {
+                Ok(message) => message,
+                // What was received stays read (it is acknowledged or delivered again).
+                Err(e) if !read.is_empty() => {
+                    tracing::debug!(subject = %self.settings.subject, error = %e, "a fetch ended early");
+                    break;
+                }
+                Err(e) => {
+                    *self.consumer.lock().await = None;
+                    return Err(unavailable(e));
+                }
+            };
+            if let Some((entry, redelivered)) = self.entry(&message) {
+                if redelivered { read.redelivered.push(entry) } else { read.entries.push(entry) }
+            }
+        }
+        Ok(read)
+    }
+
+    async fn ack(&self, entry_ids: &[String]) -> GroupResult<()> {
+        let replies: Vec<async_nats::Subject> = {
+            let mut map = self.replies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            entry_ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        // A double ack: a request the server answers once it has recorded the acknowledgement.
+        let acks = replies.into_iter().map(|reply| self.client.request(reply, Bytes::from_static(b"+ACK")));
+        let results = futures_util::future::join_all(acks).await;
+        match results.into_iter().find_map(Result::err) {
+            None => Ok(()),
+            Some(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn ensure(&self, _start: &str) -> GroupResult<()> {
+        self.consumer().await.map(drop)
+    }
+
+    async fn reclaim(&self, _idle: Duration, _count: u32) -> GroupResult<Vec<RawEntry>> {
+        // JetStream redelivers a dead instance's messages after `ack_wait`, through `read`.
+        Ok(Vec::new())
+    }
+
+    async fn delete_idle_consumers(&self, _idle: Duration) {}
+
+    async fn info(&self) -> GroupResult<GroupInfo> {
+        let consumer = self.consumer().await?;
+        let info = consumer.get_info().await.map_err(unavailable)?;
+        Ok(GroupInfo { pending: info.num_ack_pending as u64, lag: Some(info.num_pending) })
+    }
+
+    async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
+        Ok(None)
+    }
+
+    async fn dead_letters(&self, _key: &str, _records: &[PoisonRecord]) -> bool {
+        // Refused by the configuration (`dead_letter_stream` is Redis only so far).
+        true
+    }
+}
