@@ -18,6 +18,7 @@ mod end_to_end;
 mod mariadb_consumer;
 mod mariadb_relay;
 mod metrics_reference;
+mod nats_bridge;
 mod nats_stream;
 mod redis_failover;
 mod relay_claim_stress;
