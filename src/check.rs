@@ -209,10 +209,11 @@ async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig)
     Ok(format!("{} {}, {}", session.version, session.cipher, tls::summary(&host, mode).0))
 }
 
-/// The NATS server and its JetStream stream, for relays with `broker = "nats"`.
+/// The NATS server and its JetStream stream, for relays and bridges with `broker = "nats"`.
 async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
     let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
-    let (Some(nats), false) = (&config.nats, relays.is_empty()) else { return };
+    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::config::Broker::Nats).collect();
+    let (Some(nats), false) = (&config.nats, relays.is_empty() && bridges.is_empty()) else { return };
     let stream = match NatsStream::connect(nats, "payload").await {
         Ok(stream) => stream,
         Err(e) => return problems.push(e.to_string()),
@@ -233,6 +234,15 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
                 let (fine, wrong) = crate::stream::nats::settings::review(stream.stream_name(), &settings, relay);
                 ok.extend(fine);
                 problems.extend(wrong);
+            }
+            for bridge in bridges {
+                for (i, source) in bridge.streams.iter().enumerate() {
+                    let name = stream.stream_name();
+                    let subject = (bridge.name.as_str(), i, source.key.as_str());
+                    let (fine, wrong) = crate::stream::nats::settings::review_bridge(name, &settings, subject);
+                    ok.extend(fine);
+                    problems.extend(wrong);
+                }
             }
         }
     }

@@ -235,3 +235,33 @@ async fn two_instances_share_the_durable_consumer_and_one_killed_mid_batch_leave
     assert_eq!(env.inbox_count("PENDING").await, 40, "one row per event");
     assert!(env.poison().await.is_empty());
 }
+
+#[tokio::test]
+async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration_refuses_what_nats_cannot_do() {
+    let env = TestEnv::new().await;
+    let server = NatsServer::start().await;
+    create_stream(&server).await;
+    let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(ok && out.contains("bridge `bridge`: JetStream stream AUDIT captures `audit.user`"), "{out}");
+
+    let elsewhere = config.replace("key = \"audit.user\"", "key = \"billing.user\"");
+    let (ok, out) = common::process::run_to_end(&elsewhere, &["check"]);
+    assert!(!ok && out.contains("bridge `bridge`.streams[0].key: `billing.user` is not captured"), "{out}");
+
+    let refused = format!(
+        "{}{}{}",
+        env.base_config(),
+        bridge_section("start = \"1700000000000-0\"\ndead_letter_stream = \"dead\""),
+        nats_section(&server)
+    )
+    .replace("key = \"audit.user\"", "key = \"audit user\"");
+    let (ok, out) = common::process::run_to_end(&refused, &["check"]);
+    assert!(!ok, "{out}");
+    for key in ["bridge[0].start", "bridge[0].dead_letter_stream", "bridge[0].streams[0].key"] {
+        assert!(out.contains(key), "names {key}: {out}");
+    }
+    let without = format!("{}{}", env.base_config(), bridge_section(""));
+    let (ok, out) = common::process::run_to_end(&without, &["check"]);
+    assert!(!ok && out.contains("bridge[0].broker: \"nats\" needs a [nats] section"), "{out}");
+}

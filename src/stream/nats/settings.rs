@@ -1,6 +1,7 @@
 //! What `handoff check` asks of the JetStream stream a relay publishes to: that it exists,
 //! captures every subject the relay's template can render, and remembers message ids for longer
-//! than a row may take to be published again; and what it says about the rest.
+//! than a row may take to be published again; of the stream a bridge reads, that it captures
+//! the bridge's subjects; and what it says about the rest.
 
 use std::time::Duration;
 
@@ -99,6 +100,30 @@ pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (
     if settings.limits_drop_unread {
         ok.push(format!(
             "relay `{name}`: JetStream stream {stream} drops messages at its limits whether or not a consumer read them (retention = limits, discard = old)"
+        ));
+    }
+    (ok, problems)
+}
+
+/// Problems with `settings` for a bridge reading `subject` (its `streams[index].key`), and
+/// lines saying what holds.
+pub fn review_bridge(
+    stream: &str,
+    settings: &StreamSettings,
+    (bridge, index, subject): (&str, usize, &str),
+) -> (Vec<String>, Vec<String>) {
+    let (mut ok, mut problems) = (Vec::new(), Vec::new());
+    if settings.subjects.iter().any(|filter| captured(subject, filter)) {
+        ok.push(format!("bridge `{bridge}`: JetStream stream {stream} captures `{subject}`"));
+    } else {
+        problems.push(format!(
+            "bridge `{bridge}`.streams[{index}].key: `{subject}` is not captured by JetStream stream {stream} (subjects {:?}): the bridge would read nothing",
+            settings.subjects
+        ));
+    }
+    if settings.limits_drop_unread {
+        ok.push(format!(
+            "bridge `{bridge}`: JetStream stream {stream} drops messages at its limits whether or not this bridge read them (retention = limits, discard = old); size the limits above the longest consumer outage"
         ));
     }
     (ok, problems)
