@@ -19,8 +19,8 @@ fn documented() -> BTreeSet<String> {
 fn populated() -> Registry {
     let registry = Registry::new();
     let (relays, bridges, workers) = handoff::telemetry::metrics::register_all(&registry).unwrap();
-    let _relay = relays.for_relay("reference");
-    let _bridge = bridges.for_stream("reference", "audit:user");
+    let _relay = relays.for_relay("reference", "redis");
+    let _bridge = bridges.for_stream("reference", "audit:user", "redis");
     let worker = workers.for_worker("reference");
     worker.processed("auth.*", 0.01);
     worker.failed("auth.*");

@@ -110,6 +110,9 @@ async fn the_chain_outbox_to_jetstream_to_the_handler_applies_each_event_once() 
     assert_eq!(streams, 60, "each row names the subject it came from");
     let address = handoff.telemetry_address().await;
     let metrics = get(&address, "/metrics").1;
+    let info = sample(&metrics, r#"handoff_bridge_info{bridge="bridge",broker="nats",stream="audit.user"}"#);
+    assert_eq!(info, Some(1.0), "the broker label, by join: {metrics}");
+    assert_eq!(sample(&metrics, r#"handoff_relay_info{broker="nats",relay="relay"}"#), Some(1.0), "{metrics}");
     // Applied at take-over by default (the one worker of this inbox, a SQL handler).
     assert_eq!(sample(&metrics, &series("handoff_bridge_applied_total")), Some(60.0), "{metrics}");
     let lag = eventually("the lag gauge from the consumer's info", || async {

@@ -120,7 +120,7 @@ fn start_relay<P: EventStream + Clone>(
     let deps = RelayDeps {
         store,
         stream: stream.clone(),
-        metrics: metrics.for_relay(&relay.name),
+        metrics: metrics.for_relay(&relay.name, relay.broker.label()),
         health: shared.health.register(format!("relay {}", relay.name), stall_after),
         faults: shared.faults.clone(),
         claimant: format!("{}/{}", shared.claimant, relay.name),
@@ -179,7 +179,7 @@ fn spawn_bridge<G: ConsumerGroup>(
     for source in &bridge.streams {
         let deps = BridgeDeps {
             store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
-            metrics: metrics.for_stream(&bridge.name, &source.key),
+            metrics: metrics.for_stream(&bridge.name, &source.key, bridge.broker.label()),
             health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
             faults: shared.faults.clone(),
             abandon: shared.abandon.clone(),

@@ -48,6 +48,16 @@ pub enum Broker {
     Nats,
 }
 
+impl Broker {
+    /// Its name in configuration and metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Broker::Redis => "redis",
+            Broker::Nats => "nats",
+        }
+    }
+}
+
 impl NatsConfig {
     /// What is wrong with the section, each naming its key.
     pub fn problems(&self) -> Vec<String> {

@@ -250,7 +250,7 @@ fn relay(extra: &str, store: FakeOutbox, stream: FakeStream) -> Relay<FakeOutbox
     let deps = RelayDeps {
         store,
         stream,
-        metrics: RelayMetrics::register(&registry).unwrap().for_relay("t"),
+        metrics: RelayMetrics::register(&registry).unwrap().for_relay("t", "redis"),
         health: Health::default().register("relay t", Duration::from_secs(60)),
         faults: Faults::default(),
         claimant: "test".into(),

@@ -22,6 +22,7 @@ pub struct BridgeMetrics {
     pending: IntGaugeVec,
     oldest_pending: GaugeVec,
     unavailable: IntCounterVec,
+    info: IntGaugeVec,
 }
 
 impl BridgeMetrics {
@@ -29,6 +30,11 @@ impl BridgeMetrics {
         let r = Reg(registry);
         let l = &["bridge", "stream"];
         Ok(Self {
+            info: r.gauge(
+                "handoff_bridge_info",
+                "1 for each stream a bridge reads, labelled with its broker (redis or nats): join on bridge and stream for a broker label.",
+                &["bridge", "stream", "broker"],
+            )?,
             received: r.counter(
                 "handoff_bridge_received_total",
                 "Stream entries read (new, redelivered or claimed).",
@@ -90,8 +96,10 @@ impl BridgeMetrics {
         })
     }
 
-    pub fn for_stream(&self, bridge: &str, stream: &str) -> BridgeHandles {
+    /// The handles of one stream a bridge reads from `broker` ("redis", "nats").
+    pub fn for_stream(&self, bridge: &str, stream: &str, broker: &str) -> BridgeHandles {
         let l = &[bridge, stream];
+        self.info.with_label_values(&[bridge, stream, broker]).set(1);
         for reason in PoisonReason::ALL {
             self.poison.with_label_values(&[bridge, stream, reason.as_str()]);
         }

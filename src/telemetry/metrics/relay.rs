@@ -10,6 +10,7 @@ use crate::reasons::DeadReason;
 /// Metric families shared by all relays of a process.
 #[derive(Clone)]
 pub struct RelayMetrics {
+    info: IntGaugeVec,
     published: IntCounterVec,
     publish_failures: IntCounterVec,
     retries: IntCounterVec,
@@ -67,6 +68,11 @@ impl RelayMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
         Ok(Self {
+            info: r.gauge(
+                "handoff_relay_info",
+                "1 for each relay, labelled with its broker (redis or nats): join on relay for a broker label.",
+                &["relay", "broker"],
+            )?,
             published: r.counter("handoff_relay_published_total", "Rows appended to a stream and settled as delivered.", &["relay"])?,
             publish_failures: r.counter(
                 "handoff_relay_publish_failures_total",
@@ -137,8 +143,10 @@ impl RelayMetrics {
 
     /// Children bound to one relay's label, so the hot path does no label lookups. Every reason
     /// series starts at 0, so rates and alerts work before the first failure.
-    pub fn for_relay(&self, relay: &str) -> RelayHandles {
+    /// The handles of a relay publishing to `broker` ("redis", "nats").
+    pub fn for_relay(&self, relay: &str, broker: &str) -> RelayHandles {
         let l = &[relay];
+        self.info.with_label_values(&[relay, broker]).set(1);
         for reason in [FailureReason::Rejected, FailureReason::Unavailable, FailureReason::InvalidRow] {
             self.publish_failures.with_label_values(&[relay, reason.label()]);
         }
