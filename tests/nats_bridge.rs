@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
 use common::http::{get, sample};
+use common::nats_cluster::NatsCluster;
 use common::nats_server::NatsServer;
 use common::process::Handoff;
 use common::proxy::Proxy;
@@ -33,7 +34,11 @@ async fn create_stream(server: &NatsServer) {
 }
 
 fn nats_section(server: &NatsServer) -> String {
-    format!("\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url())
+    nats_section_for(&server.url())
+}
+
+fn nats_section_for(url: &str) -> String {
+    format!("\n[nats]\nurl = \"{url}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n")
 }
 
 /// A bridge (consumer `admin`) reading `audit.user` from JetStream; `extra` goes into it.
@@ -69,23 +74,23 @@ async fn publish(server: &NatsServer, prefix: &str, n: usize, malformed: &[usize
 }
 
 /// (delivered and not acknowledged, not yet delivered) of the bridge's durable consumer.
-async fn consumer_state(server: &NatsServer) -> Option<(usize, u64)> {
-    let client = async_nats::connect(server.url()).await.ok()?;
+async fn consumer_state(url: &str) -> Option<(usize, u64)> {
+    let client = async_nats::connect(url).await.ok()?;
     let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
     let info = stream.consumer_info("admin-audit_user").await.ok()?;
     Some((info.num_ack_pending, info.num_pending))
 }
 
 /// Deliveries the bridge's durable consumer made, redeliveries included.
-async fn deliveries(server: &NatsServer) -> Option<u64> {
-    let client = async_nats::connect(server.url()).await.ok()?;
+async fn deliveries(url: &str) -> Option<u64> {
+    let client = async_nats::connect(url).await.ok()?;
     let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
     Some(stream.consumer_info("admin-audit_user").await.ok()?.delivered.consumer_sequence)
 }
 
 /// Every message of `audit.user` delivered to the bridge and acknowledged.
-async fn await_acknowledged(server: &NatsServer) {
-    eventually("every message acknowledged", || async { (consumer_state(server).await == Some((0, 0))).then_some(()) })
+async fn await_acknowledged(url: &str) {
+    eventually("every message acknowledged", || async { (consumer_state(url).await == Some((0, 0))).then_some(()) })
         .await;
 }
 
@@ -103,7 +108,7 @@ async fn the_chain_outbox_to_jetstream_to_the_handler_applies_each_event_once() 
     let config = format!("{relay}{}{}{}", bridge_section(""), TestEnv::worker_section(""), nats_section(&server));
     let handoff = Handoff::run(&config);
     env.await_delivered(60).await;
-    await_acknowledged(&server).await;
+    await_acknowledged(&server.url()).await;
     assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 60);
     assert_eq!(env.inbox_count("PROCESSED").await, 60);
     let streams = env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE stream = 'audit.user'").await;
@@ -135,11 +140,11 @@ async fn a_bridge_killed_after_its_commit_before_its_ack_gets_the_messages_again
     crashed.kill();
     let committed = env.inbox_count("PENDING").await;
     assert!(committed >= 1, "a batch committed");
-    let (unacknowledged, _) = consumer_state(&server).await.unwrap();
+    let (unacknowledged, _) = consumer_state(&server.url()).await.unwrap();
     assert!(unacknowledged as i64 >= committed, "and was not acknowledged");
 
     let restarted = Handoff::run(&config);
-    await_acknowledged(&server).await;
+    await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PENDING").await, 30, "one row per event");
     let address = restarted.telemetry_address().await;
     eventually("the redelivered messages counted as duplicates", || async {
@@ -158,7 +163,7 @@ async fn a_malformed_message_goes_to_poison_with_its_reason_and_its_neighbours_g
     create_stream(&server).await;
     publish(&server, "m", 10, &[4]).await;
     let _handoff = Handoff::run(&format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server)));
-    await_acknowledged(&server).await;
+    await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PENDING").await, 9);
     let poison = env.poison().await;
     assert_eq!(poison.len(), 1, "{poison:?}");
@@ -197,7 +202,7 @@ async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_del
         let mut handoff = Handoff::run(&config);
         let address = handoff.telemetry_address().await;
         eventually(&format!("delivery {round} of the message"), || async {
-            (deliveries(&server).await == Some(round)).then_some(())
+            (deliveries(&server.url()).await == Some(round)).then_some(())
         })
         .await;
         eventually(&format!("instance {round} to hold the message it cannot take over"), || async {
@@ -207,12 +212,12 @@ async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_del
             failed.then_some(())
         })
         .await;
-        assert_eq!(consumer_state(&server).await, Some((1, 0)), "delivered, not acknowledged");
+        assert_eq!(consumer_state(&server.url()).await, Some((1, 0)), "delivered, not acknowledged");
         handoff.kill();
     }
     proxy.switch(database_port());
     let _handoff = Handoff::run(&config);
-    await_acknowledged(&server).await;
+    await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PENDING").await, 1);
     assert!(
         env.poison().await.is_empty(),
@@ -230,11 +235,11 @@ async fn two_instances_share_the_durable_consumer_and_one_killed_mid_batch_leave
     let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
     let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
     victim.await_paused().await;
-    let (held, _) = consumer_state(&server).await.unwrap();
+    let (held, _) = consumer_state(&server.url()).await.unwrap();
     assert!(held >= 1, "the victim holds messages");
     victim.kill();
     let _survivor = Handoff::run(&config.replace("instance = \"b1\"", "instance = \"b2\""));
-    await_acknowledged(&server).await;
+    await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PENDING").await, 40, "one row per event");
     assert!(env.poison().await.is_empty());
 }
@@ -267,4 +272,81 @@ async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration
     let without = format!("{}{}", env.base_config(), bridge_section(""));
     let (ok, out) = common::process::run_to_end(&without, &["check"]);
     assert!(!ok && out.contains("bridge[0].broker: \"nats\" needs a [nats] section"), "{out}");
+}
+
+#[tokio::test]
+async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_and_applies_each_event_once() {
+    let env = TestEnv::new().await;
+    let mut server = NatsServer::start().await;
+    create_stream(&server).await;
+    env.insert_events("r", "user", 100).await;
+    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
+    let config = format!("{relay}{}{}{}", bridge_section(""), TestEnv::worker_section(""), nats_section(&server));
+    let _handoff = Handoff::run(&config);
+    eventually("part of the chain applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await >= 1).then_some(())
+    })
+    .await;
+    server.stop();
+    // Written while the broker is down: the relay waits, nothing is lost.
+    env.insert_events("s", "user", 100).await;
+    server.restart().await;
+    env.await_delivered(200).await;
+    eventually("every event applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 200).then_some(())
+    })
+    .await;
+    await_acknowledged(&server.url()).await;
+    assert_eq!(env.inbox_count("PROCESSED").await, 200, "one inbox row per event");
+}
+
+/// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream
+/// meta leader.
+async fn create_r3_stream(url: &str) -> Option<()> {
+    let client = async_nats::connect(url).await.ok()?;
+    let config = Config {
+        name: "AUDIT".into(),
+        subjects: vec!["audit.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        num_replicas: 3,
+        ..Default::default()
+    };
+    async_nats::jetstream::new(client).get_or_create_stream(config).await.ok().map(drop)
+}
+
+/// The name of the server leading the `AUDIT` stream's replicas.
+async fn stream_leader(url: &str) -> Option<String> {
+    let client = async_nats::connect(url).await.ok()?;
+    let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
+    stream.info().await.ok()?.cluster.as_ref()?.leader.clone()
+}
+
+#[tokio::test]
+async fn on_a_three_server_cluster_the_r3_stream_leader_killed_mid_run_loses_nothing_and_applies_each_event_once() {
+    let env = TestEnv::new().await;
+    let mut cluster = NatsCluster::start().await;
+    let url = cluster.live_url();
+    eventually("an R3 stream on the cluster", || create_r3_stream(&url)).await;
+    env.insert_events("l", "user", 300).await;
+    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
+    let config =
+        format!("{relay}{}{}{}", bridge_section(""), TestEnv::worker_section(""), nats_section_for(&cluster.url()));
+    let _handoff = Handoff::run(&config);
+    eventually("part of the chain applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await >= 1).then_some(())
+    })
+    .await;
+    let leader = eventually("the stream's leader", || stream_leader(&url)).await;
+    cluster.kill(NatsCluster::node_named(&leader));
+    // Written while the stream elects a new leader among the two left.
+    env.insert_events("m", "user", 100).await;
+    env.await_delivered(400).await;
+    eventually("every event applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 400).then_some(())
+    })
+    .await;
+    await_acknowledged(&cluster.live_url()).await;
+    assert_eq!(env.inbox_count("PROCESSED").await, 400, "one inbox row per event");
+    let new_leader = stream_leader(&cluster.live_url()).await;
+    assert!(new_leader.is_some_and(|l| l != leader), "another server leads the stream");
 }

@@ -59,15 +59,22 @@ impl Broker {
 }
 
 impl NatsConfig {
+    /// The servers `url` lists (comma-separated: a cluster's seeds; the client learns the rest).
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',').map(str::trim)
+    }
+
     /// What is wrong with the section, each naming its key.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        match self.url.split_once("://") {
-            Some(("nats" | "tls", rest)) if !rest.is_empty() && !rest.contains('@') => {}
-            Some(("nats" | "tls", rest)) if rest.contains('@') => problems.push(
-                "nats.url: credentials do not belong in the URL (it is logged); use token_file, user + password_file, credentials_file or nkey_file".into(),
-            ),
-            _ => problems.push(format!("nats.url: `{}` is not nats://host:port or tls://host:port", self.url)),
+        for url in self.urls() {
+            match url.split_once("://") {
+                Some(("nats" | "tls", rest)) if !rest.is_empty() && !rest.contains('@') => {}
+                Some(("nats" | "tls", rest)) if rest.contains('@') => problems.push(
+                    "nats.url: credentials do not belong in the URL (it is logged); use token_file, user + password_file, credentials_file or nkey_file".into(),
+                ),
+                _ => problems.push(format!("nats.url: `{url}` is not nats://host:port or tls://host:port")),
+            }
         }
         let ways = [
             self.token_file.is_some(),
@@ -117,7 +124,7 @@ impl NatsConfig {
 
     /// Whether the connection must be TLS: a `tls://` URL or any `[nats.tls]` key.
     pub fn tls_required(&self) -> bool {
-        self.url.starts_with("tls://")
+        self.urls().any(|url| url.starts_with("tls://"))
             || self.tls.ca_file.is_some()
             || self.tls.cert_file.is_some()
             || matches!(self.tls.mode, Some(m) if m != super::tls::TlsMode::Disable && m != super::tls::TlsMode::Prefer)

@@ -8,6 +8,7 @@
 pub mod db_env;
 pub mod http;
 pub mod mysql;
+pub mod nats_cluster;
 pub mod nats_server;
 pub mod pki;
 pub mod process;

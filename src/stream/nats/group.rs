@@ -48,6 +48,8 @@ pub struct NatsGroup {
     stream: String,
     settings: GroupSettings,
     durable: String,
+    /// How long a call may wait for the server beyond a read's own wait.
+    timeout: Duration,
     body_field: Bytes,
     /// The durable consumer once found or created; dropped after a failed read, so the next
     /// read looks it up again (it may have been deleted).
@@ -73,8 +75,10 @@ impl NatsGroup {
         jetstream: async_nats::jetstream::Context,
         stream: &str,
         settings: GroupSettings,
+        timeout: Duration,
     ) -> Self {
         Self {
+            timeout,
             client,
             jetstream,
             stream: stream.to_owned(),
@@ -154,6 +158,9 @@ impl ConsumerGroup for NatsGroup {
 
     async fn read(&self, count: u32, block: Option<Duration>) -> GroupResult<Read> {
         let consumer = self.consumer().await?;
+        // A pull request the server lost (it restarted, the connection was cut) is never
+        // answered: the read gives up at its own deadline rather than wait for ever.
+        let deadline = tokio::time::Instant::now() + block.unwrap_or_default() + self.timeout;
         let batch = match block {
             Some(block) => consumer.batch().max_messages(count as usize).expires(block).messages().await,
             None => consumer.fetch().max_messages(count as usize).messages().await,
@@ -166,17 +173,24 @@ impl ConsumerGroup for NatsGroup {
             }
         };
         let mut read = Read::default();
-        while let Some(message) = messages.next().await {
-            let message = match message {
-                Ok(message) => message,
+        loop {
+            let next = tokio::time::timeout_at(deadline, messages.next()).await;
+            let message = match next {
+                Ok(None) => break,
+                Ok(Some(Ok(message))) => message,
                 // What was received stays read (it is acknowledged or delivered again).
-                Err(e) if !read.is_empty() => {
+                Ok(Some(Err(e))) if !read.is_empty() => {
                     tracing::debug!(subject = %self.settings.subject, error = %e, "a fetch ended early");
                     break;
                 }
-                Err(e) => {
+                Err(_) if !read.is_empty() => break,
+                Ok(Some(Err(e))) => {
                     *self.consumer.lock().await = None;
                     return Err(unavailable(e));
+                }
+                Err(_) => {
+                    *self.consumer.lock().await = None;
+                    return Err(unavailable("no answer to a pull request in time"));
                 }
             };
             if let Some((entry, redelivered)) = self.entry(&message) {

@@ -95,6 +95,10 @@ impl NatsStream {
     /// `body_field` is the entry field carried as the message body.
     pub async fn connect(config: &NatsConfig, body_field: &str) -> Result<Self, NatsSetupError> {
         let (stream, timeout) = (config.stream.as_str(), config.timeout);
+        let servers = config
+            .urls()
+            .map(|url| url.parse::<async_nats::ServerAddr>().map_err(|e| NatsSetupError::Url(format!("`{url}`: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         let reconnects = Arc::new(Notify::new());
         let notify = reconnects.clone();
         let client = options(config)
@@ -110,7 +114,7 @@ impl NatsStream {
                     }
                 }
             })
-            .connect(config.url.as_str())
+            .connect(servers.as_slice())
             .await
             .map_err(|e| NatsSetupError::Url(e.to_string()))?;
         let mut jetstream = async_nats::jetstream::new(client.clone());
@@ -219,7 +223,7 @@ impl NatsStream {
     /// The JetStream stream's name.
     /// A bridge's durable pull consumer of this stream.
     pub fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
-        group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings)
+        group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings, self.timeout)
     }
 
     pub fn stream_name(&self) -> &str {
