@@ -9,6 +9,7 @@ mod consumer;
 use consumer::Mode;
 mod env;
 mod latency;
+mod nats;
 mod relay;
 
 use std::path::PathBuf;
@@ -64,7 +65,7 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
-    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker (default: all); sustained
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker, nats (default: all); sustained
     /// only when named; bridge (the consumer part's bridge runs alone) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -160,6 +161,9 @@ async fn main() -> anyhow::Result<()> {
 
     if args.wants("broker") {
         broker_side(&args, &mut report).await?;
+    }
+    if args.wants("nats") {
+        nats_part(&env, &args, &mut report).await?;
     }
 
     env.drop_schema().await?;
@@ -435,6 +439,62 @@ async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             "MiB",
         );
     }
+    Ok(())
+}
+
+/// NATS JetStream beside Redis, on a nats-server of the benchmark's own: the relay (default
+/// config, batch 500) and the bridge (batch 500, inserting only) each against JetStream's own
+/// limit for the same batches and against the same component on Redis, taking turns.
+async fn nats_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let server = nats::NatsServer::start(&args.out).await?;
+    let (n, b, r) = (args.events, args.bridge_events, args.repeat);
+    let (mut relays, mut redis_relays, mut publish, mut bridges, mut redis_bridges, mut pull) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for turn in 1..=r {
+        publish.push(nats::publish_limit(&server, n, 500).await?);
+        relays.push(nats::relay(env, &server, n, 500).await?);
+        redis_relays.push(relay::throughput(env, n, 500, 1, "concurrency = 2\nclaim = \"locked\"").await?);
+        pull.push(nats::pull_limit(&server, b, 500).await?);
+        bridges.push(nats::bridge(env, &server, b, 500).await?);
+        redis_bridges.push(consumer::bridge(env, b, 500, Mode::Worker).await?);
+        eprintln!(
+            "  nats       turn {turn}: relay {:.0} (Redis {:.0}, publish limit {:.0}) rows/s; bridge {:.0} (Redis {:.0}, pull + ack limit {:.0}) events/s",
+            relays[turn - 1].rows_per_sec,
+            redis_relays[turn - 1].rows_per_sec,
+            publish[turn - 1],
+            bridges[turn - 1].rows_per_sec,
+            redis_bridges[turn - 1].rows_per_sec,
+            pull[turn - 1]
+        );
+    }
+    let rate = |runs: &[relay::Run]| median(runs.iter().map(|x| x.rows_per_sec).collect());
+    let per_100k = |runs: &[relay::Run], f: fn(&relay::Run) -> f64, events: usize| {
+        median(runs.iter().map(|x| f(x) / events as f64 * 100_000.0).collect())
+    };
+    let (nats_relay, redis_relay, publish) = (rate(&relays), rate(&redis_relays), median(publish));
+    report.add("limit", "JetStream publish with ids, batch 500 in flight, PubAcks awaited", publish, "messages/s");
+    report.add("nats", "relay to JetStream, default config, batch 500", nats_relay, "rows/s");
+    report.add("nats", "relay to Redis, same config, same sitting", redis_relay, "rows/s");
+    report.add("ratio", "relay to JetStream / JetStream publish limit", nats_relay / publish * 100.0, "%");
+    report.add("ratio", "relay to JetStream / relay to Redis", nats_relay / redis_relay * 100.0, "%");
+    report.add("nats", "relay CPU per 100k events, JetStream", per_100k(&relays, |x| x.cpu_seconds, n), "s");
+    report.add("nats", "relay CPU per 100k events, Redis", per_100k(&redis_relays, |x| x.cpu_seconds, n), "s");
+    report.add("nats", "nats-server CPU per 100k events, relay", per_100k(&relays, |x| x.redis_cpu_seconds, n), "s");
+    report.add(
+        "nats",
+        "redis-server CPU per 100k events, relay",
+        per_100k(&redis_relays, |x| x.redis_cpu_seconds, n),
+        "s",
+    );
+    let (nats_bridge, redis_bridge, pull) = (rate(&bridges), rate(&redis_bridges), median(pull));
+    report.add("limit", "JetStream pull 500 + double-ack each, durable consumer", pull, "messages/s");
+    report.add("nats", "bridge from JetStream, batch 500", nats_bridge, "events/s");
+    report.add("nats", "bridge from Redis, batch 500, same sitting", redis_bridge, "events/s");
+    report.add("ratio", "bridge from JetStream / JetStream pull + ack limit", nats_bridge / pull * 100.0, "%");
+    report.add("ratio", "bridge from JetStream / bridge from Redis", nats_bridge / redis_bridge * 100.0, "%");
+    report.add("nats", "bridge CPU per 100k events, JetStream", per_100k(&bridges, |x| x.cpu_seconds, b), "s");
+    report.add("nats", "bridge CPU per 100k events, Redis", per_100k(&redis_bridges, |x| x.cpu_seconds, b), "s");
+    report.add("nats", "nats-server CPU per 100k events, bridge", per_100k(&bridges, |x| x.redis_cpu_seconds, b), "s");
     Ok(())
 }
 
