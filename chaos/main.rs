@@ -6,6 +6,11 @@
 //! through its TCP proxies, and makes Redis lose every key (the relays must notice and re-drive).
 //! At the end it waits for the chain to drain and checks: nothing lost, no duplicate stream
 //! entries (dedupe is on), exactly one audit log per event, nothing DEAD.
+//!
+//! `--broker nats`: the same chain through NATS JetStream on a nats-server of the run's own —
+//! the server crashed and restarted with its store, its connections cut, its stream deleted and
+//! created again empty (the broker loss the relays must notice); duplicates are counted by
+//! `Nats-Msg-Id` over the stream's messages.
 
 mod proxy;
 mod servers;
@@ -50,6 +55,84 @@ struct Args {
     /// How long the chain may take to drain after the producer stops.
     #[arg(long, default_value_t = 300)]
     drain_seconds: u64,
+    /// The broker: redis or nats.
+    #[arg(long, default_value = "redis")]
+    broker: String,
+}
+
+/// The broker server of the run.
+enum Broker {
+    Redis(servers::Redis),
+    Nats(servers::Nats),
+}
+
+/// The JetStream stream (and its subjects) of a NATS run.
+const NATS_STREAM: &str = "CHAOS";
+const NATS_SUBJECTS: &str = "chaos.*";
+
+impl Broker {
+    fn port(&self) -> u16 {
+        match self {
+            Broker::Redis(r) => r.port,
+            Broker::Nats(n) => n.port,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Broker::Redis(_) => "Redis",
+            Broker::Nats(_) => "nats-server",
+        }
+    }
+
+    async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        match self {
+            Broker::Redis(r) => r.crash_and_restart().await,
+            Broker::Nats(n) => n.crash_and_restart().await,
+        }
+    }
+
+    async fn lose_everything(&self) -> anyhow::Result<&'static str> {
+        match self {
+            Broker::Redis(r) => r.lose_everything().await.map(|()| "Redis loses every key"),
+            Broker::Nats(n) => n
+                .lose_everything(NATS_STREAM, NATS_SUBJECTS)
+                .await
+                .map(|()| "the JetStream stream is lost (deleted, created again empty)"),
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Broker::Redis(r) => r.stop(),
+            Broker::Nats(n) => n.stop(),
+        }
+    }
+
+    /// The event id of every entry the stream holds, in order.
+    async fn event_ids(&self) -> anyhow::Result<Vec<String>> {
+        match self {
+            Broker::Redis(r) => {
+                let client = Client::new(Config::from_url(&format!("redis://127.0.0.1:{}", r.port))?, None, None, None);
+                client.init().await?;
+                let entries: Vec<(String, HashMap<String, String>)> =
+                    client.xrange("chaos:user", "-", "+", None).await?;
+                Ok(entries.into_iter().map(|(_, f)| f.get("event_id").cloned().unwrap_or_default()).collect())
+            }
+            Broker::Nats(n) => {
+                let client = async_nats::connect(format!("nats://127.0.0.1:{}", n.port)).await?;
+                let mut stream = async_nats::jetstream::new(client).get_stream(NATS_STREAM).await?;
+                let state = stream.info().await?.state.clone();
+                let mut ids = Vec::new();
+                for sequence in state.first_sequence..=state.last_sequence {
+                    if let Ok(message) = stream.get_raw_message(sequence).await {
+                        ids.push(message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default());
+                    }
+                }
+                Ok(ids)
+            }
+        }
+    }
 }
 
 /// The handoff processes of the run, restartable by name.
@@ -97,11 +180,37 @@ impl Drop for Fleet {
     }
 }
 
-fn configs(pg_url: &str, redis_url: &str) -> Vec<(String, String)> {
-    let base = format!(
+/// The processes' configs; `nats_url`: the relays and bridges use NATS JetStream there instead
+/// of Redis.
+fn configs(pg_url: &str, redis_url: &str, nats_url: Option<&str>) -> Vec<(String, String)> {
+    let mut base = format!(
         "[database]\nurl = \"{pg_url}\"\npool_size = 4\nconnect_timeout = \"2s\"\n[redis]\nurl = \"{redis_url}\"\ncommand_timeout = \"2s\"\n\
          [telemetry]\nlisten = \"127.0.0.1:0\"\n[shutdown]\ngrace_period = \"5s\"\n"
     );
+    if let Some(url) = nats_url {
+        base.push_str(&format!("[nats]\nurl = \"{url}\"\nstream = \"{NATS_STREAM}\"\ntimeout = \"2s\"\n"));
+    }
+    let configs = redis_configs(&base);
+    if nats_url.is_none() {
+        return configs;
+    }
+    // The same processes on NATS: the JetStream stream's duplicate window is the dedupe.
+    configs
+        .into_iter()
+        .map(|(name, config)| {
+            let config = config
+                .replace(
+                    "stream = \"chaos:{aggregate_type}\"",
+                    "broker = \"nats\"\nstream = \"chaos.{aggregate_type}\"",
+                )
+                .replace("[relay.dedupe]\nwindow = \"1h\"\n", "")
+                .replace("streams = [{ key = \"chaos:user\"", "broker = \"nats\"\nstreams = [{ key = \"chaos.user\"");
+            (name, config)
+        })
+        .collect()
+}
+
+fn redis_configs(base: &str) -> Vec<(String, String)> {
     let relay = "[[relay]]\nname = \"auth\"\nstream = \"chaos:{aggregate_type}\"\nbatch_size = 200\npoll_interval = \"50ms\"\nlease = \"3s\"\nmax_attempts = 1000\nmax_expired_claims = 1000\n[relay.dedupe]\nwindow = \"1h\"\n";
     let bridge = |instance: &str| {
         format!(
@@ -191,9 +300,9 @@ async fn produce(url: String, total: i64, rate: i64, committed: Arc<AtomicI64>) 
 enum Fault {
     Kill,
     RestartPostgres,
-    RestartRedis,
+    RestartBroker,
     Cut,
-    LoseRedisData,
+    LoseBrokerData,
 }
 
 #[tokio::main]
@@ -202,27 +311,36 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&args.dir);
     std::fs::create_dir_all(&args.dir)?;
     let dir = std::fs::canonicalize(&args.dir)?;
-    println!("chaos: starting private Postgres and Redis under {}", dir.display());
+    println!("chaos: starting private Postgres and {} under {}", args.broker, dir.display());
     let pg = servers::Postgres::start(&dir).await?;
-    let mut redis = servers::Redis::start(&dir).await?;
+    let mut broker = match args.broker.as_str() {
+        "redis" => Broker::Redis(servers::Redis::start(&dir).await?),
+        "nats" => Broker::Nats(servers::Nats::start(&dir).await?),
+        other => anyhow::bail!("--broker is redis or nats, not {other}"),
+    };
     let pg_proxy = proxy::Proxy::start(pg.port).await?;
-    let redis_proxy = proxy::Proxy::start(redis.port).await?;
+    let broker_proxy = proxy::Proxy::start(broker.port()).await?;
     let direct = pg.url(pg.port);
     let through_proxy = pg.url(pg_proxy.port);
-    let redis_url = format!("redis://127.0.0.1:{}", redis_proxy.port);
+    let (redis_url, nats_url) = match broker {
+        Broker::Redis(_) => (format!("redis://127.0.0.1:{}", broker_proxy.port), None),
+        // Redis is not used; its section points at a port nothing listens on.
+        Broker::Nats(_) => ("redis://127.0.0.1:1".to_owned(), Some(format!("nats://127.0.0.1:{}", broker_proxy.port))),
+    };
+    let configs = configs(&through_proxy, &redis_url, nats_url.as_deref());
 
+    // migrate creates the schema and, on NATS, the JetStream stream the relays need.
     let migrate_config = dir.join("migrate.toml");
-    std::fs::write(&migrate_config, format!("[database]\nurl = \"{direct}\"\n"))?;
+    let migrate = match &broker {
+        Broker::Redis(_) => format!("[database]\nurl = \"{direct}\"\n"),
+        Broker::Nats(_) => configs[0].1.replace(&through_proxy, &direct),
+    };
+    std::fs::write(&migrate_config, migrate)?;
     let status =
         Command::new(&args.binary).args(["migrate", "--config"]).arg(&migrate_config).stdout(Stdio::null()).status()?;
     anyhow::ensure!(status.success(), "migrate failed");
 
-    let mut fleet = Fleet {
-        binary: args.binary.clone(),
-        dir: dir.clone(),
-        configs: configs(&through_proxy, &redis_url),
-        children: HashMap::new(),
-    };
+    let mut fleet = Fleet { binary: args.binary.clone(), dir: dir.clone(), configs, children: HashMap::new() };
     for name in fleet.names() {
         fleet.start(&name)?;
     }
@@ -231,9 +349,9 @@ async fn main() -> anyhow::Result<()> {
 
     let mut faults: Vec<Fault> = Vec::new();
     faults.extend((0..args.kills).map(|_| Fault::Kill));
-    faults.extend((0..args.restarts).flat_map(|_| [Fault::RestartPostgres, Fault::RestartRedis]));
+    faults.extend((0..args.restarts).flat_map(|_| [Fault::RestartPostgres, Fault::RestartBroker]));
     faults.extend((0..args.cuts).map(|_| Fault::Cut));
-    faults.extend((0..args.losses).map(|_| Fault::LoseRedisData));
+    faults.extend((0..args.losses).map(|_| Fault::LoseBrokerData));
     let production = Duration::from_secs_f64(args.events as f64 / args.rate as f64);
     let mut rng = rand::rng();
     // Shuffle, then space the faults over the production time.
@@ -259,18 +377,17 @@ async fn main() -> anyhow::Result<()> {
                 pg.crash_and_restart().await?;
                 done.push("crash + restart Postgres".into());
             }
-            Fault::RestartRedis => {
-                redis.crash_and_restart().await?;
-                done.push("crash + restart Redis".into());
+            Fault::RestartBroker => {
+                broker.crash_and_restart().await?;
+                done.push(format!("crash + restart {}", broker.name()));
             }
             Fault::Cut => {
                 pg_proxy.cut();
-                redis_proxy.cut();
+                broker_proxy.cut();
                 done.push("cut every connection".into());
             }
-            Fault::LoseRedisData => {
-                redis.lose_everything().await?;
-                done.push("Redis loses every key".into());
+            Fault::LoseBrokerData => {
+                done.push(broker.lose_everything().await?.into());
             }
         }
         println!("chaos: t={:>5.1}s {}", started.elapsed().as_secs_f64(), done.last().unwrap());
@@ -291,12 +408,10 @@ async fn main() -> anyhow::Result<()> {
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let redis_client = Client::new(Config::from_url(&format!("redis://127.0.0.1:{}", redis.port))?, None, None, None);
-    redis_client.init().await?;
-    let entries: Vec<(String, HashMap<String, String>)> = redis_client.xrange("chaos:user", "-", "+", None).await?;
+    let entries = broker.event_ids().await?;
     let mut per_event: HashMap<String, usize> = HashMap::new();
-    for (_, fields) in &entries {
-        *per_event.entry(fields.get("event_id").cloned().unwrap_or_default()).or_default() += 1;
+    for event_id in &entries {
+        *per_event.entry(event_id.clone()).or_default() += 1;
     }
     let outbox = count("SELECT count(*) FROM audit_outbox").await;
     let delivered = count("SELECT count(*) FROM audit_outbox WHERE status = 'DELIVERED'").await;
@@ -354,9 +469,15 @@ async fn main() -> anyhow::Result<()> {
     }
     drop(fleet);
     pg.stop();
-    redis.stop();
+    broker.stop();
 
-    println!("\nchaos: {} faults in {:.0}s: {}", done.len(), started.elapsed().as_secs_f64(), done.join(", "));
+    println!(
+        "\nchaos ({}): {} faults in {:.0}s: {}",
+        args.broker,
+        done.len(),
+        started.elapsed().as_secs_f64(),
+        done.join(", ")
+    );
     println!("| figure | value |\n|---|---:|");
     for (name, value) in [
         ("events produced (committed)", produced),

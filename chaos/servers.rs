@@ -1,5 +1,5 @@
-//! Postgres and Redis instances of the chaos run's own, on spare ports, to stop and restart
-//! without touching the machine's shared ones.
+//! Postgres, Redis and nats-server instances of the chaos run's own, on spare ports, to stop and
+//! restart without touching the machine's shared ones.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -179,6 +179,85 @@ impl Redis {
 }
 
 impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A nats-server with JetStream of the run's own (never the machine's on 4222), its store under
+/// the run's directory: a crash and restart keeps what it stored (a killed process leaves its
+/// writes in the page cache).
+pub struct Nats {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Nats {
+    pub async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let dir = dir.join("nats");
+        std::fs::create_dir_all(&dir)?;
+        let mut nats = Self { port: spare_port(), dir, child: None };
+        nats.up().await?;
+        Ok(nats)
+    }
+
+    async fn up(&mut self) -> anyhow::Result<()> {
+        let binary = if Path::new("/usr/sbin/nats-server").exists() { "/usr/sbin/nats-server" } else { "nats-server" };
+        let child = Command::new(binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        await_port(self.port).await?;
+        // JetStream answers once it has recovered its streams from the store.
+        for _ in 0..600 {
+            if let Ok(client) = async_nats::connect(format!("nats://127.0.0.1:{}", self.port)).await
+                && async_nats::jetstream::new(client).query_account().await.is_ok()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("JetStream on port {} never answered", self.port)
+    }
+
+    /// The stream deleted and created again empty (its consumers gone with it): an operator's
+    /// mistake or a lost store. Messages it had acknowledged are lost; the relays must notice
+    /// and re-drive.
+    pub async fn lose_everything(&self, stream: &str, subjects: &str) -> anyhow::Result<()> {
+        let client = async_nats::connect(format!("nats://127.0.0.1:{}", self.port)).await?;
+        let jetstream = async_nats::jetstream::new(client);
+        jetstream.delete_stream(stream).await.map_err(|e| anyhow::anyhow!("deleting {stream}: {e}"))?;
+        jetstream
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: stream.into(),
+                subjects: vec![subjects.into()],
+                duplicate_window: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("creating {stream}: {e}"))?;
+        Ok(())
+    }
+
+    pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        self.stop();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.up().await
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Nats {
     fn drop(&mut self) {
         self.stop();
     }

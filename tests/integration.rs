@@ -6,6 +6,7 @@
 mod common;
 
 mod apply_at_takeover;
+mod both_brokers;
 mod bridge;
 mod bridge_memory;
 mod broker_loss;

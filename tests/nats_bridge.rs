@@ -1,24 +1,17 @@
-//! NATS JetStream behind the broker seam, consumer side (`[[bridge]] broker = "nats"`), on a
-//! nats-server of the test's own: the chain outbox → JetStream → inbox → handler applies each
-//! event once; a bridge killed after its commit and before its acknowledgement gets the
-//! messages again after `ack_wait` and recognises them; malformed messages go to poison and
-//! their neighbours on; through an inbox outage and restarts nothing is acknowledged and no
-//! delivery counts towards `max_deliveries`, however often JetStream delivered.
+//! NATS JetStream behind the broker seams, what only NATS has (the scenarios both brokers share
+//! are in `both_brokers.rs`): `check` on a bridge's subjects and what the configuration refuses
+//! on NATS; the server killed and restarted with its store mid-chain; a three-server cluster
+//! whose R3 stream leader is killed mid-run. Nothing lost, one inbox row per event.
 
 use crate::common;
 
 use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
-use common::http::{get, sample};
 use common::nats_cluster::NatsCluster;
 use common::nats_server::NatsServer;
 use common::process::Handoff;
-use common::proxy::Proxy;
 use common::{TestEnv, eventually};
-use handoff::config::NatsConfig;
-use handoff::stream::nats::NatsStream;
-use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 async fn create_stream(server: &NatsServer) {
     let client = async_nats::connect(server.url()).await.unwrap();
@@ -48,31 +41,6 @@ fn bridge_section(extra: &str) -> String {
     )
 }
 
-/// Publishes events `<prefix>-<i>` as the relay would (payload as the body, the rest headers,
-/// the event id as `Nats-Msg-Id`); `malformed` ones lack their event id.
-async fn publish(server: &NatsServer, prefix: &str, n: usize, malformed: &[usize]) {
-    let config = NatsConfig { timeout: Duration::from_secs(2), ..NatsConfig::new(&server.url(), "AUDIT") };
-    let stream = NatsStream::connect(&config, "payload").await.unwrap();
-    let entries: Vec<Entry> = (1..=n)
-        .map(|i| {
-            let id = format!("{prefix}-{i}");
-            let mut fields: Vec<(bytes::Bytes, bytes::Bytes)> = vec![
-                ("event_type".into(), "user.changed".into()),
-                ("aggregate_type".into(), "user".into()),
-                ("aggregate_id".into(), "agg".into()),
-                ("owner".into(), "relay".into()),
-                ("payload".into(), format!(r#"{{"auditId":"{id}","actor":"ops"}}"#).into()),
-            ];
-            if !malformed.contains(&i) {
-                fields.push(("event_id".into(), id.clone().into()));
-            }
-            Entry { stream: "audit.user".into(), fields, event_id: id, run: None, trace: None }
-        })
-        .collect();
-    let outcomes = stream.append(&entries, &AppendOptions::default()).await;
-    assert!(outcomes.iter().all(|o| matches!(o, AppendOutcome::Appended(_))), "{outcomes:?}");
-}
-
 /// (delivered and not acknowledged, not yet delivered) of the bridge's durable consumer.
 async fn consumer_state(url: &str) -> Option<(usize, u64)> {
     let client = async_nats::connect(url).await.ok()?;
@@ -81,167 +49,10 @@ async fn consumer_state(url: &str) -> Option<(usize, u64)> {
     Some((info.num_ack_pending, info.num_pending))
 }
 
-/// Deliveries the bridge's durable consumer made, redeliveries included.
-async fn deliveries(url: &str) -> Option<u64> {
-    let client = async_nats::connect(url).await.ok()?;
-    let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
-    Some(stream.consumer_info("admin-audit_user").await.ok()?.delivered.consumer_sequence)
-}
-
 /// Every message of `audit.user` delivered to the bridge and acknowledged.
 async fn await_acknowledged(url: &str) {
     eventually("every message acknowledged", || async { (consumer_state(url).await == Some((0, 0))).then_some(()) })
         .await;
-}
-
-fn series(name: &str) -> String {
-    format!(r#"{name}{{bridge="bridge",stream="audit.user"}}"#)
-}
-
-#[tokio::test]
-async fn the_chain_outbox_to_jetstream_to_the_handler_applies_each_event_once() {
-    let env = TestEnv::new().await;
-    let server = NatsServer::start().await;
-    create_stream(&server).await;
-    env.insert_events("c", "user", 60).await;
-    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
-    let config = format!("{relay}{}{}{}", bridge_section(""), TestEnv::worker_section(""), nats_section(&server));
-    let handoff = Handoff::run(&config);
-    env.await_delivered(60).await;
-    await_acknowledged(&server.url()).await;
-    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 60);
-    assert_eq!(env.inbox_count("PROCESSED").await, 60);
-    let streams = env.scalar_i64("SELECT count(*) FROM consumer_inbox WHERE stream = 'audit.user'").await;
-    assert_eq!(streams, 60, "each row names the subject it came from");
-    let address = handoff.telemetry_address().await;
-    let metrics = get(&address, "/metrics").1;
-    let info = sample(&metrics, r#"handoff_bridge_info{bridge="bridge",broker="nats",stream="audit.user"}"#);
-    assert_eq!(info, Some(1.0), "the broker label, by join: {metrics}");
-    assert_eq!(sample(&metrics, r#"handoff_relay_info{broker="nats",relay="relay"}"#), Some(1.0), "{metrics}");
-    // Applied at take-over by default (the one worker of this inbox, a SQL handler).
-    assert_eq!(sample(&metrics, &series("handoff_bridge_applied_total")), Some(60.0), "{metrics}");
-    let lag = eventually("the lag gauge from the consumer's info", || async {
-        let body = get(&address, "/metrics").1;
-        sample(&body, &series("handoff_bridge_lag_entries")).filter(|lag| *lag == 0.0)
-    })
-    .await;
-    assert_eq!(lag, 0.0);
-}
-
-#[tokio::test]
-async fn a_bridge_killed_after_its_commit_before_its_ack_gets_the_messages_again_and_recognises_them() {
-    let env = TestEnv::new().await;
-    let server = NatsServer::start().await;
-    create_stream(&server).await;
-    publish(&server, "k", 30, &[]).await;
-    let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
-    let mut crashed = Handoff::run_paused(&config, "bridge_before_ack");
-    crashed.await_paused().await;
-    crashed.kill();
-    let committed = env.inbox_count("PENDING").await;
-    assert!(committed >= 1, "a batch committed");
-    let (unacknowledged, _) = consumer_state(&server.url()).await.unwrap();
-    assert!(unacknowledged as i64 >= committed, "and was not acknowledged");
-
-    let restarted = Handoff::run(&config);
-    await_acknowledged(&server.url()).await;
-    assert_eq!(env.inbox_count("PENDING").await, 30, "one row per event");
-    let address = restarted.telemetry_address().await;
-    eventually("the redelivered messages counted as duplicates", || async {
-        let body = get(&address, "/metrics").1;
-        (sample(&body, &series("handoff_bridge_duplicates_total")) == Some(committed as f64)).then_some(())
-    })
-    .await;
-    let counts = env.scalar_i64("SELECT count(*) FROM consumer_inbox_deliveries").await;
-    assert_eq!(counts, 0, "the counted redeliveries are forgotten once taken over");
-}
-
-#[tokio::test]
-async fn a_malformed_message_goes_to_poison_with_its_reason_and_its_neighbours_go_on() {
-    let env = TestEnv::new().await;
-    let server = NatsServer::start().await;
-    create_stream(&server).await;
-    publish(&server, "m", 10, &[4]).await;
-    let _handoff = Handoff::run(&format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server)));
-    await_acknowledged(&server.url()).await;
-    assert_eq!(env.inbox_count("PENDING").await, 9);
-    let poison = env.poison().await;
-    assert_eq!(poison.len(), 1, "{poison:?}");
-    assert_eq!(poison[0].0, "missing_field");
-    let entry: String =
-        env.db.query_one("SELECT stream_entry_id FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
-    assert_eq!(entry, "4", "the message's stream sequence");
-}
-
-/// A port nothing listens on.
-fn dead_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn database_port() -> u16 {
-    let base = common::base_database_url();
-    base.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse().ok()).unwrap_or(5432)
-}
-
-#[tokio::test]
-async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts() {
-    let env = TestEnv::new().await;
-    let server = NatsServer::start().await;
-    create_stream(&server).await;
-    // One message: every instance below reads that one.
-    publish(&server, "o", 1, &[]).await;
-    let proxy = Proxy::start(database_port()).await;
-    let url = env.database_url.replacen(&format!(":{}/", database_port()), &format!(":{}/", proxy.port), 1);
-    let config = format!("{}{}{}", env.base_config(), bridge_section("max_deliveries = 2"), nats_section(&server))
-        .replace(&env.database_url, &url)
-        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"");
-    proxy.switch(dead_port());
-    // Three instances in turn get the message during the outage (JetStream delivers it again
-    // after each one's ack_wait): more deliveries than max_deliveries, none reached the inbox.
-    for round in 1..=3 {
-        let mut handoff = Handoff::run(&config);
-        let address = handoff.telemetry_address().await;
-        eventually(&format!("delivery {round} of the message"), || async {
-            (deliveries(&server.url()).await == Some(round)).then_some(())
-        })
-        .await;
-        eventually(&format!("instance {round} to hold the message it cannot take over"), || async {
-            let body = get(&address, "/metrics").1;
-            let failed =
-                body.lines().any(|l| l.starts_with("handoff_bridge_inbox_unavailable_total{") && !l.ends_with(" 0"));
-            failed.then_some(())
-        })
-        .await;
-        assert_eq!(consumer_state(&server.url()).await, Some((1, 0)), "delivered, not acknowledged");
-        handoff.kill();
-    }
-    proxy.switch(database_port());
-    let _handoff = Handoff::run(&config);
-    await_acknowledged(&server.url()).await;
-    assert_eq!(env.inbox_count("PENDING").await, 1);
-    assert!(
-        env.poison().await.is_empty(),
-        "deliveries during the outage count against nothing: {:?}",
-        env.poison().await
-    );
-}
-
-#[tokio::test]
-async fn two_instances_share_the_durable_consumer_and_one_killed_mid_batch_leaves_its_messages_to_the_other() {
-    let env = TestEnv::new().await;
-    let server = NatsServer::start().await;
-    create_stream(&server).await;
-    publish(&server, "t", 40, &[]).await;
-    let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
-    let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
-    victim.await_paused().await;
-    let (held, _) = consumer_state(&server.url()).await.unwrap();
-    assert!(held >= 1, "the victim holds messages");
-    victim.kill();
-    let _survivor = Handoff::run(&config.replace("instance = \"b1\"", "instance = \"b2\""));
-    await_acknowledged(&server.url()).await;
-    assert_eq!(env.inbox_count("PENDING").await, 40, "one row per event");
-    assert!(env.poison().await.is_empty());
 }
 
 #[tokio::test]

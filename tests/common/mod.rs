@@ -5,6 +5,7 @@
 //! `HANDOFF_TEST_REDIS_URL`, defaulting to the local services `scripts/test` brings up.
 #![allow(dead_code)]
 
+pub mod brokers;
 pub mod db_env;
 pub mod http;
 pub mod mysql;

@@ -1,0 +1,199 @@
+//! The chain's behaviour written once and run on both brokers (`redis::…` and `nats::…`): each
+//! scenario takes a [`Chain`] on Redis Streams or on NATS JetStream and asserts the same
+//! guarantees — one effect per event through the whole chain, a relay killed between append and
+//! settle leaving one entry per event, a bridge killed after its commit and before its
+//! acknowledgement recognising the redelivered entries, malformed entries poisoned alone, two
+//! bridge instances sharing a group through a kill, and an inbox outage through restarts that
+//! acknowledges nothing and counts no delivery.
+
+use crate::common;
+
+use common::brokers::Chain;
+use common::http::{get, sample};
+use common::process::Handoff;
+use common::proxy::Proxy;
+use common::{TestEnv, eventually};
+
+/// Declares each scenario as a test on Redis (`redis::<name>`) and on NATS (`nats::<name>`).
+macro_rules! on_both_brokers {
+    ($($name:ident),* $(,)?) => {
+        mod redis {
+            $(#[tokio::test] async fn $name() { super::$name(super::Chain::redis().await).await })*
+        }
+        mod nats {
+            $(#[tokio::test] async fn $name() { super::$name(super::Chain::nats().await).await })*
+        }
+    };
+}
+
+on_both_brokers!(
+    the_chain_applies_each_event_once,
+    a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
+    a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_again,
+    a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on,
+    two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
+    through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
+);
+
+fn series(chain: &Chain, name: &str) -> String {
+    format!(r#"{name}{{bridge="bridge",stream="{}"}}"#, chain.user_stream())
+}
+
+async fn the_chain_applies_each_event_once(chain: Chain) {
+    let env = &chain.env;
+    env.insert_events("c", "user", 60).await;
+    let consumer = format!(
+        "\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\n{}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\n{}",
+        if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "broker = \"nats\"\n" } else { "" },
+        chain.user_stream(),
+        TestEnv::worker_section("")
+    );
+    let handoff = Handoff::run(&chain.relay_config("batch_size = 25", &consumer));
+    env.await_delivered(60).await;
+    chain.await_acknowledged().await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 60);
+    assert_eq!(env.inbox_count("PROCESSED").await, 60);
+    let rows = format!("SELECT count(*) FROM consumer_inbox WHERE stream = '{}'", chain.user_stream());
+    assert_eq!(env.scalar_i64(&rows).await, 60, "each row names the stream it came from");
+    let address = handoff.telemetry_address().await;
+    let metrics = get(&address, "/metrics").1;
+    // Applied at take-over by default (the one worker of this inbox, a SQL handler).
+    assert_eq!(sample(&metrics, &series(&chain, "handoff_bridge_applied_total")), Some(60.0), "{metrics}");
+    let broker = match chain.broker {
+        common::brokers::Broker::Redis => "redis",
+        common::brokers::Broker::Nats(_) => "nats",
+    };
+    let info = format!(r#"handoff_bridge_info{{bridge="bridge",broker="{broker}",stream="{}"}}"#, chain.user_stream());
+    assert_eq!(sample(&metrics, &info), Some(1.0), "the broker label, by join: {metrics}");
+    let relay = format!(r#"handoff_relay_info{{broker="{broker}",relay="relay"}}"#);
+    assert_eq!(sample(&metrics, &relay), Some(1.0), "{metrics}");
+    eventually("the lag and pending gauges at 0", || async {
+        let body = get(&address, "/metrics").1;
+        let gauge = |name| sample(&body, &series(&chain, name));
+        (gauge("handoff_bridge_lag_entries") == Some(0.0) && gauge("handoff_bridge_pending_entries") == Some(0.0))
+            .then_some(())
+    })
+    .await;
+}
+
+async fn a_relay_killed_between_append_and_settle_leaves_one_entry_per_event(chain: Chain) {
+    let env = &chain.env;
+    env.insert_events("k", "user", 50).await;
+    let config = chain.relay_config(&format!("batch_size = 25\n{}", chain.dedupe()), "");
+    let mut crashed = Handoff::run_paused(&config, "after_append");
+    crashed.await_paused().await;
+    crashed.kill();
+    assert!(!chain.stream_event_ids().await.is_empty(), "a batch was appended");
+    assert_eq!(env.count("DELIVERED").await, 0, "and not settled");
+
+    let _restarted = Handoff::run(&config);
+    env.await_delivered(50).await;
+    let mut ids = chain.stream_event_ids().await;
+    assert_eq!(ids.len(), 50, "the batch appended again was recognised: {ids:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 50, "one entry per event");
+}
+
+async fn a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_again(chain: Chain) {
+    let env = &chain.env;
+    chain.publish("k", 30, &[]).await;
+    let config = chain.bridge_config("b1", "", "");
+    let mut crashed = Handoff::run_paused(&config, "bridge_before_ack");
+    crashed.await_paused().await;
+    crashed.kill();
+    let committed = env.inbox_count("PENDING").await;
+    assert!(committed >= 1, "a batch committed");
+    assert!(chain.unacknowledged().await.is_some_and(|n| n as i64 >= committed), "and was not acknowledged");
+
+    let restarted = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    assert_eq!(env.inbox_count("PENDING").await, 30, "one row per event");
+    let address = restarted.telemetry_address().await;
+    eventually("the entries delivered again counted as duplicates", || async {
+        let body = get(&address, "/metrics").1;
+        (sample(&body, &series(&chain, "handoff_bridge_duplicates_total")) == Some(committed as f64)).then_some(())
+    })
+    .await;
+    let counts = env.scalar_i64("SELECT count(*) FROM consumer_inbox_deliveries").await;
+    assert_eq!(counts, 0, "the counted redeliveries are forgotten once taken over");
+}
+
+async fn a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on(chain: Chain) {
+    let env = &chain.env;
+    chain.publish("m", 10, &[4]).await;
+    let _handoff = Handoff::run(&chain.bridge_config("b1", "", ""));
+    chain.await_acknowledged().await;
+    assert_eq!(env.inbox_count("PENDING").await, 9);
+    let poison = env.poison().await;
+    assert_eq!(poison.len(), 1, "{poison:?}");
+    assert_eq!(poison[0].0, "missing_field");
+    let fields: serde_json::Value =
+        env.db.query_one("SELECT fields FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
+    assert_eq!(fields["payload"], r#"{"auditId":"m-4","actor":"ops"}"#, "the entry's fields are kept");
+}
+
+async fn two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other(chain: Chain) {
+    let env = &chain.env;
+    chain.publish("t", 40, &[]).await;
+    let mut victim = Handoff::run_paused(&chain.bridge_config("b1", "", ""), "bridge_before_commit");
+    victim.await_paused().await;
+    assert!(chain.unacknowledged().await.is_some_and(|n| n >= 1), "the victim holds entries");
+    victim.kill();
+    let _survivor = Handoff::run(&chain.bridge_config("b2", "", ""));
+    chain.await_acknowledged().await;
+    assert_eq!(env.inbox_count("PENDING").await, 40, "one row per event");
+    assert!(env.poison().await.is_empty());
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn database_port() -> u16 {
+    let base = common::base_database_url();
+    base.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse().ok()).unwrap_or(5432)
+}
+
+async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts(chain: Chain) {
+    let env = &chain.env;
+    // One entry: every instance below gets that one.
+    chain.publish("o", 1, &[]).await;
+    let proxy = Proxy::start(database_port()).await;
+    let url = env.database_url.replacen(&format!(":{}/", database_port()), &format!(":{}/", proxy.port), 1);
+    let config = chain
+        .bridge_config("b1", "max_deliveries = 2", "")
+        .replace(&env.database_url, &url)
+        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"");
+    proxy.switch(dead_port());
+    // Three instances in turn get the entry during the outage (a restart reads its own pending
+    // entries again on Redis; JetStream delivers it again after ack_wait): more deliveries than
+    // max_deliveries, none of which reached the inbox.
+    for round in 1..=3 {
+        let mut handoff = Handoff::run(&config);
+        let address = handoff.telemetry_address().await;
+        eventually(&format!("delivery {round} of the entry"), || async {
+            (chain.deliveries().await == Some(round)).then_some(())
+        })
+        .await;
+        eventually(&format!("instance {round} to hold the entry it cannot take over"), || async {
+            let body = get(&address, "/metrics").1;
+            let failed =
+                body.lines().any(|l| l.starts_with("handoff_bridge_inbox_unavailable_total{") && !l.ends_with(" 0"));
+            failed.then_some(())
+        })
+        .await;
+        assert_eq!(chain.unacknowledged().await, Some(1), "delivered, not acknowledged");
+        handoff.kill();
+    }
+    proxy.switch(database_port());
+    let _handoff = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    assert_eq!(env.inbox_count("PENDING").await, 1);
+    assert!(
+        env.poison().await.is_empty(),
+        "deliveries during the outage count against nothing: {:?}",
+        env.poison().await
+    );
+}

@@ -1,0 +1,212 @@
+//! One test world on either broker: a [`TestEnv`] (its schema, the shared Redis under its own
+//! prefix) and, for NATS JetStream, a nats-server of the test's own with stream `AUDIT` on
+//! `audit.>`. Scenarios written once against [`Chain`] run on both (`tests/both_brokers.rs`).
+
+use std::time::Duration;
+
+use super::TestEnv;
+use super::nats_server::NatsServer;
+use handoff::config::NatsConfig;
+use handoff::stream::nats::NatsStream;
+use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
+
+pub enum Broker {
+    Redis,
+    Nats(NatsServer),
+}
+
+pub struct Chain {
+    pub env: TestEnv,
+    pub broker: Broker,
+}
+
+impl Chain {
+    pub async fn redis() -> Self {
+        Self { env: TestEnv::new().await, broker: Broker::Redis }
+    }
+
+    pub async fn nats() -> Self {
+        let server = NatsServer::start().await;
+        let client = async_nats::connect(server.url()).await.unwrap();
+        async_nats::jetstream::new(client)
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "AUDIT".into(),
+                subjects: vec!["audit.>".into()],
+                duplicate_window: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        Self { env: TestEnv::new().await, broker: Broker::Nats(server) }
+    }
+
+    fn nats_section(&self) -> String {
+        match &self.broker {
+            Broker::Redis => String::new(),
+            Broker::Nats(server) => {
+                format!("\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url())
+            }
+        }
+    }
+
+    /// Where the events of aggregate type `user` go: the Redis stream key or the NATS subject
+    /// (also the `stream` label of the bridge's metrics and the inbox's `stream` column).
+    pub fn user_stream(&self) -> String {
+        match self.broker {
+            Broker::Redis => self.env.stream("user"),
+            Broker::Nats(_) => "audit.user".into(),
+        }
+    }
+
+    /// A relay `relay` on this broker (`extra` goes into `[[relay]]`) and `more` sections after it.
+    pub fn relay_config(&self, extra: &str, more: &str) -> String {
+        let relay = match self.broker {
+            Broker::Redis => self.env.config(extra),
+            Broker::Nats(_) => {
+                self.env.config(&format!("broker = \"nats\"\nstream = \"audit.{{aggregate_type}}\"\n{extra}"))
+            }
+        };
+        format!("{relay}{more}{}", self.nats_section())
+    }
+
+    /// One bridge `bridge` (consumer `admin`, instance `instance`) reading the `user` stream;
+    /// `extra` goes into `[[bridge]]`, `more` sections after it.
+    pub fn bridge_config(&self, instance: &str, extra: &str, more: &str) -> String {
+        let broker = match self.broker {
+            Broker::Redis => "",
+            Broker::Nats(_) => "broker = \"nats\"\n",
+        };
+        format!(
+            "{}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\n{broker}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{extra}\n{more}{}",
+            self.env.base_config(),
+            self.user_stream(),
+            self.nats_section()
+        )
+    }
+
+    /// Appends events `<prefix>-<i>` (1..=n) of type `user` as a relay would; the `malformed`
+    /// ones lack their event id.
+    pub async fn publish(&self, prefix: &str, n: usize, malformed: &[usize]) {
+        let entries: Vec<Entry> = (1..=n)
+            .map(|i| {
+                let id = format!("{prefix}-{i}");
+                let mut fields: Vec<(bytes::Bytes, bytes::Bytes)> = vec![
+                    ("event_type".into(), "user.changed".into()),
+                    ("aggregate_type".into(), "user".into()),
+                    ("aggregate_id".into(), "agg".into()),
+                    ("owner".into(), "relay".into()),
+                    ("payload".into(), format!(r#"{{"auditId":"{id}","actor":"ops"}}"#).into()),
+                ];
+                if !malformed.contains(&i) {
+                    fields.push(("event_id".into(), id.clone().into()));
+                }
+                Entry { stream: self.user_stream(), fields, event_id: id, run: None, trace: None }
+            })
+            .collect();
+        let outcomes = match &self.broker {
+            Broker::Redis => {
+                let config = handoff::config::load_str(&self.env.base_config()).unwrap();
+                let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
+                stream.append(&entries, &AppendOptions::default()).await
+            }
+            Broker::Nats(server) => {
+                let config = NatsConfig { timeout: Duration::from_secs(2), ..NatsConfig::new(&server.url(), "AUDIT") };
+                let stream = NatsStream::connect(&config, "payload").await.unwrap();
+                stream.append(&entries, &AppendOptions::default()).await
+            }
+        };
+        assert!(outcomes.iter().all(|o| matches!(o, AppendOutcome::Appended(_))), "{outcomes:?}");
+    }
+
+    /// What makes the relay's repeated appends land once: handoff's dedupe on Redis (a
+    /// `[relay.dedupe]` table, last in `[[relay]]`), the stream's duplicate window on NATS.
+    pub fn dedupe(&self) -> &'static str {
+        match self.broker {
+            Broker::Redis => "[relay.dedupe]\nwindow = \"1h\"\n",
+            Broker::Nats(_) => "",
+        }
+    }
+
+    /// The event id of every entry the `user` stream holds, in order.
+    pub async fn stream_event_ids(&self) -> Vec<String> {
+        match &self.broker {
+            Broker::Redis => {
+                let entries: Vec<(String, std::collections::HashMap<String, String>)> =
+                    fred::prelude::StreamsInterface::xrange(&self.env.redis, self.env.stream("user"), "-", "+", None)
+                        .await
+                        .unwrap();
+                entries.into_iter().map(|(_, f)| f.get("event_id").cloned().unwrap_or_default()).collect()
+            }
+            Broker::Nats(server) => {
+                let client = async_nats::connect(server.url()).await.unwrap();
+                let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+                let state = stream.info().await.unwrap().state.clone();
+                let mut ids = Vec::new();
+                for sequence in state.first_sequence..=state.last_sequence {
+                    if let Ok(message) = stream.get_raw_message(sequence).await
+                        && message.subject.as_str() == "audit.user"
+                    {
+                        ids.push(message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default());
+                    }
+                }
+                ids
+            }
+        }
+    }
+
+    /// Entries delivered to the bridge's group and not acknowledged; `None` before the group
+    /// exists.
+    pub async fn unacknowledged(&self) -> Option<u64> {
+        match &self.broker {
+            Broker::Redis => self.env.group_pending("user").await,
+            Broker::Nats(server) => nats_consumer(&server.url()).await.map(|info| info.num_ack_pending as u64),
+        }
+    }
+
+    /// Deliveries of entries to the bridge's group so far, redeliveries included.
+    pub async fn deliveries(&self) -> Option<u64> {
+        match &self.broker {
+            Broker::Redis => {
+                let reply: fred::types::Value = fred::prelude::ClientLike::custom(
+                    &self.env.redis,
+                    fred::types::CustomCommand::new_static("XPENDING", fred::types::ClusterHash::FirstKey, false),
+                    vec![self.env.stream("user"), "admin".into(), "-".into(), "+".into(), "100".into()],
+                )
+                .await
+                .ok()?;
+                let fred::types::Value::Array(items) = reply else { return None };
+                Some(
+                    items
+                        .iter()
+                        .filter_map(|item| match item {
+                            fred::types::Value::Array(parts) => parts.get(3)?.as_u64(),
+                            _ => None,
+                        })
+                        .sum(),
+                )
+            }
+            Broker::Nats(server) => nats_consumer(&server.url()).await.map(|info| info.delivered.consumer_sequence),
+        }
+    }
+
+    /// Every entry of the `user` stream read by the bridge's group and acknowledged.
+    pub async fn await_acknowledged(&self) {
+        super::eventually("every entry acknowledged", || async {
+            let done = match &self.broker {
+                Broker::Redis => self.env.group_caught_up("user").await,
+                Broker::Nats(server) => nats_consumer(&server.url())
+                    .await
+                    .is_some_and(|info| info.num_ack_pending == 0 && info.num_pending == 0),
+            };
+            done.then_some(())
+        })
+        .await;
+    }
+}
+
+/// The bridge's durable consumer (group `admin`, subject `audit.user`).
+async fn nats_consumer(url: &str) -> Option<async_nats::jetstream::consumer::Info> {
+    let client = async_nats::connect(url).await.ok()?;
+    let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
+    stream.consumer_info("admin-audit_user").await.ok()
+}
