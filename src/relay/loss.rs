@@ -178,8 +178,10 @@ async fn look_up<P: EventStream>(
     seen: &mut Seen,
 ) -> Result<(), Unavailable> {
     let state = broker.stream_state(stream).await?;
-    let ids: Vec<String> = rows.iter().map(|r| r.entry_id.clone()).collect();
-    let present = if state.exists { broker.entries_exist(stream, &ids).await? } else { vec![false; ids.len()] };
+    let entries: Vec<(String, Option<String>)> =
+        rows.iter().map(|r| (r.entry_id.clone(), r.event_id.clone())).collect();
+    let present =
+        if state.exists { broker.entries_of_events(stream, &entries).await? } else { vec![false; entries.len()] };
     seen.checked += rows.len();
     // An absent entry removed on purpose (trimmed or deleted: at or below the stream's newest
     // removed entry) is not a loss; every entry of a stream that is gone, or was lost and

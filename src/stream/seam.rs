@@ -150,6 +150,19 @@ pub trait EventStream: Send + Sync + 'static {
         entry_ids: &[String],
     ) -> impl Future<Output = Result<Vec<bool>, Unavailable>> + Send;
 
+    /// Like `entries_exist` for `(entry id, event id)` pairs: where an event id is given, an entry
+    /// counts only if it is that event's. A broker that can hand an id out again after losing the
+    /// entry that held it (JetStream's sequences, after a crash lost the stream's tail) answers
+    /// for both; one whose ids are never reused need not look (the default).
+    fn entries_of_events(
+        &self,
+        stream: &str,
+        entries: &[(String, Option<String>)],
+    ) -> impl Future<Output = Result<Vec<bool>, Unavailable>> + Send {
+        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        async move { self.entries_exist(stream, &ids).await }
+    }
+
     /// Resolves when the client reconnected to a server (after a restart, a failover, a cut).
     fn reconnected(&self) -> impl Future<Output = ()> + Send;
 }

@@ -87,7 +87,8 @@ impl StatementKind {
 /// Columns the claim statement must return (any extra column can feed templates).
 pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
 
-/// Columns the `delivered_since` statement must return, one row per delivered row.
+/// Columns the `delivered_since` statement must return, one row per delivered row (an
+/// `event_id` column beside them is used where present: see `DeliveredRow`).
 pub const DELIVERED_COLUMNS: &[&str] = &["id", "stream", "entry_id"];
 
 /// Columns the stats statement must return (one row), sampled into the relay's gauges.

@@ -65,7 +65,7 @@ SET o.status = 'DELIVERED', o.delivered_at = NOW(3), o.stream_entry_id = e.entry
 WHERE {FENCE}"
         ),
         StatementKind::DeliveredSince => "\
-SELECT id, stream_key AS stream, stream_entry_id AS entry_id FROM {table}
+SELECT id, stream_key AS stream, stream_entry_id AS entry_id, event_id FROM {table}
 WHERE status = 'DELIVERED' AND delivered_at > NOW(3) - INTERVAL :age_ms * 1000 MICROSECOND
   AND stream_key IS NOT NULL AND stream_entry_id IS NOT NULL
 ORDER BY delivered_at"

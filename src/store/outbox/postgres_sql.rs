@@ -142,7 +142,7 @@ DELETE FROM {table} o USING old WHERE o.id = old.id";
 
 /// Broker-loss repair: the recently delivered rows, on the partial index of delivered rows.
 const DELIVERED_SINCE: &str = "\
-SELECT id, stream_key AS stream, stream_entry_id AS entry_id FROM {table}
+SELECT id, stream_key AS stream, stream_entry_id AS entry_id, event_id FROM {table}
 WHERE status = 'DELIVERED' AND delivered_at > now() - :age_ms::bigint * interval '1 millisecond'
   AND stream_key IS NOT NULL AND stream_entry_id IS NOT NULL
 ORDER BY delivered_at";

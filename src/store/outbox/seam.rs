@@ -71,6 +71,9 @@ pub struct DeliveredRow {
     pub id: String,
     pub stream: String,
     pub entry_id: String,
+    /// The row's event id, when the statement returns it (the reference statements do): a loss
+    /// check then also asks that the entry found under `entry_id` is this event's.
+    pub event_id: Option<String>,
 }
 
 /// What happens to a row whose append failed for a reason of its own.
@@ -205,5 +208,6 @@ fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
             .map(str::to_owned)
             .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
     };
-    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")? })
+    let event_id = column(row, "event_id").map(str::to_owned);
+    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")?, event_id })
 }

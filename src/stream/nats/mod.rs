@@ -220,12 +220,12 @@ impl NatsStream {
         Ok(true)
     }
 
-    /// The JetStream stream's name.
     /// A bridge's durable pull consumer of this stream.
     pub fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
         group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings, self.timeout)
     }
 
+    /// The JetStream stream's name.
     pub fn stream_name(&self) -> &str {
         &self.stream
     }
@@ -359,15 +359,32 @@ impl EventStream for NatsStream {
 
     /// Whether each sequence still holds a message of `subject`.
     async fn entries_exist(&self, subject: &str, entry_ids: &[String]) -> Result<Vec<bool>, Unavailable> {
-        let Some(stream) = self.stream_handle().await? else { return Ok(vec![false; entry_ids.len()]) };
-        let mut found = Vec::with_capacity(entry_ids.len());
-        for id in entry_ids {
+        let entries: Vec<(String, Option<String>)> = entry_ids.iter().map(|id| (id.clone(), None)).collect();
+        self.entries_of_events(subject, &entries).await
+    }
+
+    /// A sequence holds the event only if its message is on `subject` and carries the event's id
+    /// as `Nats-Msg-Id`: a server killed before its store had the last PubAck'd messages comes
+    /// back without them and gives their sequences to the next messages published.
+    async fn entries_of_events(
+        &self,
+        subject: &str,
+        entries: &[(String, Option<String>)],
+    ) -> Result<Vec<bool>, Unavailable> {
+        let Some(stream) = self.stream_handle().await? else { return Ok(vec![false; entries.len()]) };
+        let mut found = Vec::with_capacity(entries.len());
+        for (id, event_id) in entries {
             let Ok(sequence) = id.parse::<u64>() else {
                 found.push(false);
                 continue;
             };
             match stream.get_raw_message(sequence).await {
-                Ok(message) => found.push(message.subject.as_str() == subject),
+                Ok(message) => {
+                    let ours = event_id.as_deref().is_none_or(|event_id| {
+                        message.headers.get(NATS_MESSAGE_ID).is_some_and(|v| v.as_str() == event_id)
+                    });
+                    found.push(message.subject.as_str() == subject && ours)
+                }
                 Err(e) if matches!(e.kind(), RawMessageErrorKind::NoMessageFound) => found.push(false),
                 Err(e) => return Err(Unavailable(format!("JetStream stream {}: {e}", self.stream))),
             }
