@@ -229,7 +229,8 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
             nats.url
         )),
         Ok(Some(settings)) => {
-            ok.push(format!("nats: reachable at {}", nats.url));
+            ok.push(format!("nats: reachable at {} (nats-server {})", nats.url, stream.server_version()));
+            problems.extend(stream.version_problem());
             for relay in relays {
                 let (fine, wrong) = crate::stream::nats::settings::review(stream.stream_name(), &settings, relay);
                 ok.extend(fine);

@@ -63,6 +63,7 @@ async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration
     let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
     let (ok, out) = common::process::run_to_end(&config, &["check"]);
     assert!(ok && out.contains("bridge `bridge`: JetStream stream AUDIT captures `audit.user`"), "{out}");
+    assert!(out.contains("(nats-server 2."), "the server's version: {out}");
 
     let elsewhere = config.replace("key = \"audit.user\"", "key = \"billing.user\"");
     let (ok, out) = common::process::run_to_end(&elsewhere, &["check"]);

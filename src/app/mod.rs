@@ -64,7 +64,18 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
                     crate::config::TlsMode::Disable
                 },
             );
-            Some(NatsStream::connect(nats, "payload").await.map_err(|e| anyhow!(e))?)
+            let stream = NatsStream::connect(nats, "payload").await.map_err(|e| anyhow!(e))?;
+            // The server's version is known once connected: say it, and warn of one too old.
+            let announced = stream.clone();
+            tokio::spawn(async move {
+                if announced.connected().await {
+                    match announced.version_problem() {
+                        Some(problem) => warn!(%problem, "nats-server too old"),
+                        None => info!(version = %announced.server_version(), "nats-server connected"),
+                    }
+                }
+            });
+            Some(stream)
         }
         _ => None,
     };

@@ -220,6 +220,22 @@ impl NatsStream {
         Ok(true)
     }
 
+    /// The version the connected server announced (empty before the first connection).
+    pub fn server_version(&self) -> String {
+        self.client.server_info().version
+    }
+
+    /// Why the connected server is too old for this client (built for the JetStream API of
+    /// nats-server 2.9, the one Debian ships), if it is.
+    pub fn version_problem(&self) -> Option<String> {
+        let version = self.server_version();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (!version.is_empty() && (major, minor) < (2, 9)).then(|| {
+            format!("nats: server version {version} is older than 2.9, the JetStream API handoff's client speaks")
+        })
+    }
+
     /// A bridge's durable pull consumer of this stream.
     pub fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
         group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings, self.timeout)
