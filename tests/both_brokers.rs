@@ -3,8 +3,9 @@
 //! guarantees — one effect per event through the whole chain, a relay killed between append and
 //! settle leaving one entry per event, a bridge killed after its commit and before its
 //! acknowledgement recognising the redelivered entries, malformed entries poisoned alone, two
-//! bridge instances sharing a group through a kill, and an inbox outage through restarts that
-//! acknowledges nothing and counts no delivery.
+//! bridge instances sharing a group through a kill, an inbox outage through restarts that
+//! acknowledges nothing and counts no delivery; and per-key order: a row committed late is not
+//! overtaken, a DEAD event is parked (`on_failure = "park"`) or holds its key (`"hold"`).
 
 use crate::common;
 
@@ -13,6 +14,7 @@ use common::http::{get, sample};
 use common::process::Handoff;
 use common::proxy::Proxy;
 use common::{TestEnv, eventually};
+use tokio_postgres::NoTls;
 
 /// Declares each scenario as a test on Redis (`redis::<name>`) and on NATS (`nats::<name>`).
 macro_rules! on_both_brokers {
@@ -33,6 +35,9 @@ on_both_brokers!(
     a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on,
     two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
     through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
+    a_row_committed_later_with_a_lower_id_is_not_overtaken,
+    park_sets_a_dead_event_aside_and_lets_the_next_ones_go,
+    hold_keeps_a_key_behind_its_dead_event,
 );
 
 fn series(chain: &Chain, name: &str) -> String {
@@ -196,4 +201,82 @@ async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_del
         "deliveries during the outage count against nothing: {:?}",
         env.poison().await
     );
+}
+
+/// Inserts, in one statement each, events `k<key>-<n>` of aggregate `k<key>`.
+async fn insert_keyed(client: &tokio_postgres::Client, rows: &[(usize, usize)], event_type: &str) {
+    for (key, n) in rows {
+        client
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ($1, 'user', $2, $3, jsonb_build_object('n', $4::int))",
+                &[&format!("k{key}-{n}"), &format!("k{key}"), &event_type, &(*n as i32)],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A relay with per-key ordering, one stream per aggregate id.
+fn ordered_config(chain: &Chain, on_failure: &str) -> String {
+    let extra = format!(
+        "batch_size = 50\nconcurrency = 2\nmax_attempts = 1000\nfields = {{ kind = \"{{event_type}}\" }}\n\
+         [relay.backoff]\ninitial = \"50ms\"\nmax = \"200ms\"\nmultiplier = 2.0\njitter = 0.0\n\
+         [relay.ordering]\non_failure = \"{on_failure}\"\n"
+    );
+    chain.relay_config_by("aggregate_id", &extra, "")
+}
+
+async fn a_row_committed_later_with_a_lower_id_is_not_overtaken(chain: Chain) {
+    let env = &chain.env;
+    let relay = Handoff::run(&ordered_config(&chain, "hold"));
+    relay.await_log("relay started").await;
+    let (late, conn) = tokio_postgres::connect(&env.database_url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    late.batch_execute("BEGIN").await.unwrap();
+    insert_keyed(&late, &[(1, 1)], "user.changed").await;
+    // k1-2 gets the higher id but commits first.
+    insert_keyed(&env.db, &[(1, 2)], "user.changed").await;
+    let claims = relay.logs().matches("claimed").count();
+    eventually("several claims while the first row is uncommitted", || async {
+        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("PENDING").await, 1, "k1-2 waits for the transaction holding k1-1");
+    assert!(chain.event_ids_in("k1").await.is_empty());
+    late.batch_execute("COMMIT").await.unwrap();
+    env.await_delivered(2).await;
+    assert_eq!(chain.event_ids_in("k1").await, ["k1-1", "k1-2"]);
+}
+
+/// Key k1: events 1..5 where event 2 can never become an entry (empty event type → DEAD).
+async fn poisoned_key(env: &TestEnv) {
+    insert_keyed(&env.db, &[(1, 1)], "user.changed").await;
+    insert_keyed(&env.db, &[(1, 2)], "").await;
+    insert_keyed(&env.db, &[(1, 3), (1, 4), (1, 5)], "user.changed").await;
+}
+
+async fn park_sets_a_dead_event_aside_and_lets_the_next_ones_go(chain: Chain) {
+    let env = &chain.env;
+    poisoned_key(env).await;
+    let _relay = Handoff::run(&ordered_config(&chain, "park"));
+    env.await_delivered(4).await;
+    // Deliveries and failures of one batch are settled by separate statements, deliveries first.
+    eventually("event 2 to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    assert_eq!(chain.event_ids_in("k1").await, ["k1-1", "k1-3", "k1-4", "k1-5"]);
+}
+
+async fn hold_keeps_a_key_behind_its_dead_event(chain: Chain) {
+    let env = &chain.env;
+    poisoned_key(env).await;
+    let relay = Handoff::run(&ordered_config(&chain, "hold"));
+    env.await_delivered(1).await;
+    eventually("event 2 to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let claims = relay.logs().matches("claimed").count();
+    eventually("several more claims", || async {
+        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("PENDING").await, 3, "events 3..5 wait behind the DEAD one");
+    assert_eq!(chain.event_ids_in("k1").await, ["k1-1"]);
 }

@@ -1,12 +1,12 @@
-//! Per-key ordering: events of one key reach the stream in commit order, across failures and
-//! concurrent relays; a stuck key holds only itself; a row committed late is not overtaken.
+//! Per-key ordering on Redis: events of one key reach the stream in commit order, across
+//! failures and concurrent relays; a stuck key holds only itself. A row committed late is not
+//! overtaken and a DEAD event is parked or held: on both brokers, in `both_brokers.rs`.
 
 use crate::common;
 
 use common::process::Handoff;
-use common::{TestEnv, eventually};
+use common::TestEnv;
 use fred::prelude::*;
-use tokio_postgres::NoTls;
 
 const KEYS: usize = 10;
 const PER_KEY: usize = 40;
@@ -78,61 +78,4 @@ async fn each_key_keeps_its_order_across_failures_and_two_relays_and_a_stuck_key
     }
     let loops = env.scalar_i64("SELECT count(DISTINCT claimed_by) FROM audit_outbox").await;
     assert!(loops >= 2, "concurrent claim loops took part ({loops})");
-}
-
-#[tokio::test]
-async fn a_row_committed_later_with_a_lower_id_is_not_overtaken() {
-    let env = TestEnv::new().await;
-    let relay = Handoff::run(&ordered_config(&env, "hold"));
-    relay.await_log("relay started").await;
-    let (late, conn) = tokio_postgres::connect(&env.database_url, NoTls).await.unwrap();
-    tokio::spawn(conn);
-    late.batch_execute("BEGIN").await.unwrap();
-    insert(&late, &[(1, 1)], "user.changed").await;
-    // k1-2 gets the higher id but commits first.
-    insert(&env.db, &[(1, 2)], "user.changed").await;
-    let claims = relay.logs().matches("claimed").count();
-    eventually("several claims while the first row is uncommitted", || async {
-        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
-    })
-    .await;
-    assert_eq!(env.count("PENDING").await, 1, "k1-2 waits for the transaction holding k1-1");
-    assert!(key_order(&env, 1).await.is_empty());
-    late.batch_execute("COMMIT").await.unwrap();
-    env.await_delivered(2).await;
-    assert_eq!(key_order(&env, 1).await, expected(1, 2));
-}
-
-/// Key k1: events 1..5 where event 2 can never become an entry (empty event type → DEAD).
-async fn poisoned_key(env: &TestEnv) {
-    insert(&env.db, &[(1, 1)], "user.changed").await;
-    insert(&env.db, &[(1, 2)], "").await;
-    insert(&env.db, &[(1, 3), (1, 4), (1, 5)], "user.changed").await;
-}
-
-#[tokio::test]
-async fn park_sets_a_dead_event_aside_and_lets_the_next_ones_go() {
-    let env = TestEnv::new().await;
-    poisoned_key(&env).await;
-    let _relay = Handoff::run(&ordered_config(&env, "park"));
-    env.await_delivered(4).await;
-    // Deliveries and failures of one batch are settled by separate statements, deliveries first.
-    eventually("event 2 to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
-    assert_eq!(key_order(&env, 1).await, ["k1-1", "k1-3", "k1-4", "k1-5"]);
-}
-
-#[tokio::test]
-async fn hold_keeps_a_key_behind_its_dead_event() {
-    let env = TestEnv::new().await;
-    poisoned_key(&env).await;
-    let relay = Handoff::run(&ordered_config(&env, "hold"));
-    env.await_delivered(1).await;
-    eventually("event 2 to turn DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
-    let claims = relay.logs().matches("claimed").count();
-    eventually("several more claims", || async {
-        (relay.logs().matches("claimed").count() >= claims + 5).then_some(())
-    })
-    .await;
-    assert_eq!(env.count("PENDING").await, 3, "events 3..5 wait behind the DEAD one");
-    assert_eq!(key_order(&env, 1).await, ["k1-1"]);
 }

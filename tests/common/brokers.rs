@@ -58,13 +58,18 @@ impl Chain {
         }
     }
 
-    /// A relay `relay` on this broker (`extra` goes into `[[relay]]`) and `more` sections after it.
+    /// A relay `relay` on this broker, one stream per aggregate type (`extra` goes into
+    /// `[[relay]]`) and `more` sections after it.
     pub fn relay_config(&self, extra: &str, more: &str) -> String {
+        self.relay_config_by("aggregate_type", extra, more)
+    }
+
+    /// Like `relay_config`, one stream per value of `column` (`<prefix>:{column}` on Redis,
+    /// `audit.{column}` on NATS).
+    pub fn relay_config_by(&self, column: &str, extra: &str, more: &str) -> String {
         let relay = match self.broker {
-            Broker::Redis => self.env.config(extra),
-            Broker::Nats(_) => {
-                self.env.config(&format!("broker = \"nats\"\nstream = \"audit.{{aggregate_type}}\"\n{extra}"))
-            }
+            Broker::Redis => self.env.config(&format!("stream = \"{}:{{{column}}}\"\n{extra}", self.env.id)),
+            Broker::Nats(_) => self.env.config(&format!("broker = \"nats\"\nstream = \"audit.{{{column}}}\"\n{extra}")),
         };
         format!("{relay}{more}{}", self.nats_section())
     }
@@ -129,10 +134,16 @@ impl Chain {
 
     /// The event id of every entry the `user` stream holds, in order.
     pub async fn stream_event_ids(&self) -> Vec<String> {
+        self.event_ids_in("user").await
+    }
+
+    /// The event id of every entry of the stream for `value` (of the template's column), in
+    /// order.
+    pub async fn event_ids_in(&self, value: &str) -> Vec<String> {
         match &self.broker {
             Broker::Redis => {
                 let entries: Vec<(String, std::collections::HashMap<String, String>)> =
-                    fred::prelude::StreamsInterface::xrange(&self.env.redis, self.env.stream("user"), "-", "+", None)
+                    fred::prelude::StreamsInterface::xrange(&self.env.redis, self.env.stream(value), "-", "+", None)
                         .await
                         .unwrap();
                 entries.into_iter().map(|(_, f)| f.get("event_id").cloned().unwrap_or_default()).collect()
@@ -144,7 +155,7 @@ impl Chain {
                 let mut ids = Vec::new();
                 for sequence in state.first_sequence..=state.last_sequence {
                     if let Ok(message) = stream.get_raw_message(sequence).await
-                        && message.subject.as_str() == "audit.user"
+                        && message.subject.as_str() == format!("audit.{value}")
                     {
                         ids.push(message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default());
                     }
