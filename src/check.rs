@@ -35,26 +35,10 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         )),
         Err(e) => problems.push(e.to_string()),
     }
-    match RedisStream::connect(&config.redis).await {
-        Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
-        Ok((stream, _)) => match stream.ping().await {
-            Ok(()) => {
-                ok.push(format!("redis: reachable, {}", redis_tls(config).await));
-                for relay in &config.relays {
-                    match stream.check_gate(relay).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => problems.push(e.to_string()),
-                        Err(e) => problems.push(format!("redis: {e}")),
-                    }
-                }
-            }
-            // The client reports a failed handshake as a timeout: say what the handshake said.
-            Err(e) if config.redis.tls_mode() != TlsMode::Disable => {
-                let handshake = redis_tls(config).await;
-                problems.push(format!("redis: {e}; {handshake}"))
-            }
-            Err(e) => problems.push(format!("redis: {e}")),
-        },
+    // Redis where a relay or a bridge uses it, or where `[redis] url` names one (workers alone,
+    // or NATS alone, need none).
+    if config.uses(crate::config::Broker::Redis) || config.redis.named {
+        check_redis(config, &mut ok, &mut problems).await;
     }
     check_nats(config, &mut ok, &mut problems).await;
     let db = match Database::connect(&config.database, "handoff-check") {
@@ -165,6 +149,31 @@ async fn database_tls(config: &Config, db: &Database) -> anyhow::Result<String> 
         }
         None if mode == TlsMode::Disable => Ok(format!("not encrypted (tls mode disable, server `{host}`)")),
         None => anyhow::bail!("tls mode {} asked for TLS but the connection is not encrypted", mode.name()),
+    }
+}
+
+/// The Redis deployment: reachable (saying how TLS went), and each relay's durability gate.
+async fn check_redis(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
+    match RedisStream::connect(&config.redis).await {
+        Err(e) => problems.push(tls::explain("redis.tls", &e.to_string())),
+        Ok((stream, _)) => match stream.ping().await {
+            Ok(()) => {
+                ok.push(format!("redis: reachable, {}", redis_tls(config).await));
+                for relay in &config.relays {
+                    match stream.check_gate(relay).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => problems.push(e.to_string()),
+                        Err(e) => problems.push(format!("redis: {e}")),
+                    }
+                }
+            }
+            // The client reports a failed handshake as a timeout: say what the handshake said.
+            Err(e) if config.redis.tls_mode() != TlsMode::Disable => {
+                let handshake = redis_tls(config).await;
+                problems.push(format!("redis: {e}; {handshake}"))
+            }
+            Err(e) => problems.push(format!("redis: {e}")),
+        },
     }
 }
 

@@ -41,6 +41,13 @@ fn bridge_section(extra: &str) -> String {
     )
 }
 
+/// `config` without its `[redis]` table.
+fn without_redis(config: &str) -> String {
+    let start = config.find("[redis]").expect("a [redis] table");
+    let end = config[start..].find("\n\n").map_or(config.len(), |i| start + i);
+    format!("{}{}", &config[..start], &config[end..])
+}
+
 /// (delivered and not acknowledged, not yet delivered) of the bridge's durable consumer.
 async fn consumer_state(url: &str) -> Option<(usize, u64)> {
     let client = async_nats::connect(url).await.ok()?;
@@ -60,9 +67,11 @@ async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration
     let env = TestEnv::new().await;
     let server = NatsServer::start().await;
     create_stream(&server).await;
-    let config = format!("{}{}{}", env.base_config(), bridge_section(""), nats_section(&server));
+    // No [redis]: on NATS alone nothing asks for it.
+    let config = format!("{}{}{}", without_redis(&env.base_config()), bridge_section(""), nats_section(&server));
     let (ok, out) = common::process::run_to_end(&config, &["check"]);
     assert!(ok && out.contains("bridge `bridge`: JetStream stream AUDIT captures `audit.user`"), "{out}");
+    assert!(!out.contains("redis"), "{out}");
     assert!(out.contains("(nats-server 2."), "the server's version: {out}");
 
     let elsewhere = config.replace("key = \"audit.user\"", "key = \"billing.user\"");
@@ -93,8 +102,14 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
     create_stream(&server).await;
     env.insert_events("r", "user", 100).await;
     let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
-    let config = format!("{relay}{}{}{}", bridge_section(""), TestEnv::worker_section(""), nats_section(&server));
-    let _handoff = Handoff::run(&config);
+    // No [redis]: the process opens no client to a Redis.
+    let config = without_redis(&format!(
+        "{relay}{}{}{}",
+        bridge_section(""),
+        TestEnv::worker_section(""),
+        nats_section(&server)
+    ));
+    let handoff = Handoff::run(&config);
     eventually("part of the chain applied", || async {
         (env.scalar_i64("SELECT count(*) FROM audit_logs").await >= 1).then_some(())
     })
@@ -110,6 +125,7 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
     .await;
     await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PROCESSED").await, 200, "one inbox row per event");
+    assert!(!handoff.logs().contains("redis"), "{}", handoff.logs());
 }
 
 /// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream

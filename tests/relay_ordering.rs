@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use common::process::Handoff;
 use common::TestEnv;
+use common::process::Handoff;
 use fred::prelude::*;
 
 const KEYS: usize = 10;

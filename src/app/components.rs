@@ -33,7 +33,7 @@ pub async fn spawn_all(
     config: &Config,
     shared: &Shared,
     db: &Database,
-    (stream, nats): (&RedisStream, Option<&NatsStream>),
+    (stream, nats): (Option<&RedisStream>, Option<&NatsStream>),
 ) -> anyhow::Result<bool> {
     crate::telemetry::metrics::process::register(&shared.registry)?;
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
@@ -48,14 +48,14 @@ pub async fn spawn_all(
         let style = db.placeholder();
         let store = || Takeover::new(db, bridge);
         let instance = bridge.instance.clone().unwrap_or_else(host_name);
-        match (bridge.broker, nats) {
-            (Broker::Redis, _) => {
+        match (bridge.broker, stream, nats) {
+            (Broker::Redis, Some(stream), _) => {
                 let timeout = config.redis.command_timeout;
                 let group =
                     |source: &StreamSource| RedisGroup::new(stream, &source.key, bridge.group(), &instance, timeout);
                 spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
             }
-            (Broker::Nats, Some(nats)) => {
+            (Broker::Nats, _, Some(nats)) => {
                 let group = |source: &StreamSource| {
                     nats.group(GroupSettings {
                         group: bridge.group().to_owned(),
@@ -69,7 +69,10 @@ pub async fn spawn_all(
                 };
                 spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
             }
-            (Broker::Nats, None) => return Err(anyhow!("bridge `{}`: broker = \"nats\" without [nats]", bridge.name)),
+            (Broker::Nats, _, None) => {
+                return Err(anyhow!("bridge `{}`: broker = \"nats\" without [nats]", bridge.name));
+            }
+            (Broker::Redis, None, _) => return Err(anyhow!("bridge `{}`: no Redis client", bridge.name)),
         }
     }
     for worker in &config.workers {
@@ -86,23 +89,24 @@ async fn spawn_relay(
     relay: &RelayConfig,
     shared: &Shared,
     db: &Database,
-    (stream, nats): (&RedisStream, Option<&NatsStream>),
+    (stream, nats): (Option<&RedisStream>, Option<&NatsStream>),
     metrics: &RelayMetrics,
 ) -> anyhow::Result<bool> {
     let context = format!("relay `{}`", relay.name);
     let (backoff, shutdown) = (&relay.claim_loop.outage_backoff, &shared.shutdown);
     // A gate the server cannot honour is a configuration error (an unreachable server is not).
-    if relay.broker == Broker::Redis
+    if let (Broker::Redis, Some(stream)) = (relay.broker, stream)
         && let Ok(Err(e)) = stream.check_gate(relay).await
     {
         return Err(anyhow!(e));
     }
     let prepared = with_retry(&context, backoff, shutdown, || Outbox::prepare(db, relay)).await?;
     let Some(store) = prepared else { return Ok(false) };
-    match (relay.broker, nats) {
-        (Broker::Redis, _) => start_relay(config, relay, shared, store, stream, metrics)?,
-        (Broker::Nats, Some(nats)) => start_relay(config, relay, shared, store, nats, metrics)?,
-        (Broker::Nats, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
+    match (relay.broker, stream, nats) {
+        (Broker::Redis, Some(stream), _) => start_relay(config, relay, shared, store, stream, metrics)?,
+        (Broker::Redis, None, _) => return Err(anyhow!("relay `{}`: no Redis client", relay.name)),
+        (Broker::Nats, _, Some(nats)) => start_relay(config, relay, shared, store, nats, metrics)?,
+        (Broker::Nats, _, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
     }
     Ok(true)
 }

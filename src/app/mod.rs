@@ -44,16 +44,20 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     }
     let db = Database::connect(&config.database, "handoff").context("database")?;
     log_tls("database", config.database.url.as_ref(), config.database.tls_mode());
-    log_tls("redis", config.redis.url.as_ref(), config.redis.tls_mode());
-    let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
-    if let Some(warning) = warning {
-        warn!(error = %warning, "redis not reachable yet; components wait for it");
-    }
+    // Redis only where a relay or a bridge uses it: a deployment on NATS alone opens no client
+    // to a Redis that is not there.
+    let stream = if config.uses(crate::config::Broker::Redis) {
+        log_tls("redis", config.redis.url.as_ref(), config.redis.tls_mode());
+        let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
+        if let Some(warning) = warning {
+            warn!(error = %warning, "redis not reachable yet; components wait for it");
+        }
+        Some(stream)
+    } else {
+        None
+    };
     let nats = match &config.nats {
-        Some(nats)
-            if config.relays.iter().any(|r| r.broker == crate::config::Broker::Nats)
-                || config.bridges.iter().any(|b| b.broker == crate::config::Broker::Nats) =>
-        {
+        Some(nats) if config.uses(crate::config::Broker::Nats) => {
             // Connects in the background (an unreachable server is an outage the relay waits out).
             log_tls(
                 "nats",
@@ -88,7 +92,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     let server = tokio::spawn(server);
     tokio::pin!(stop);
     let started = tokio::select! {
-        started = components::spawn_all(&config, &shared, &db, (&stream, nats.as_ref())) => started?,
+        started = components::spawn_all(&config, &shared, &db, (stream.as_ref(), nats.as_ref())) => started?,
         _ = &mut stop => false,
     };
     shared.tasks.close();

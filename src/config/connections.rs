@@ -57,6 +57,10 @@ pub struct RedisConfig {
     /// primary, found by IP address, are verified against the host name of the URL.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// Whether the URL was given (file, environment or its file) rather than defaulted (set
+    /// when the configuration is loaded): `check` then looks at it even if nothing uses it.
+    #[serde(skip)]
+    pub named: bool,
 }
 
 impl RedisConfig {
@@ -78,7 +82,13 @@ pub(crate) fn redis_scheme_is_tls(url: &str) -> bool {
 
 impl Default for RedisConfig {
     fn default() -> Self {
-        Self { url: None, url_file: None, command_timeout: defaults::five_seconds(), tls: TlsConfig::default() }
+        Self {
+            url: None,
+            url_file: None,
+            command_timeout: defaults::five_seconds(),
+            tls: TlsConfig::default(),
+            named: false,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub struct Config {
     /// The Redis deployment that carries the streams.
     #[serde(default)]
     pub redis: RedisConfig,
-    /// The NATS server for relays with `broker = "nats"`. Default: none.
+    /// The NATS server for relays and bridges with `broker = "nats"`. Default: none.
     pub nats: Option<super::nats::NatsConfig>,
     /// Metrics, health endpoints and logs.
     #[serde(default)]
@@ -36,6 +36,13 @@ pub struct Config {
     /// Inbox workers: each applies handlers to a consumer's inbox rows.
     #[serde(default, rename = "worker")]
     pub workers: Vec<WorkerConfig>,
+}
+
+impl Config {
+    /// Whether some relay or bridge uses `broker` (only those get a client of it).
+    pub fn uses(&self, broker: super::nats::Broker) -> bool {
+        self.relays.iter().any(|r| r.broker == broker) || self.bridges.iter().any(|b| b.broker == broker)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -79,6 +79,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     let Some(mut config) = extract_all(value, &mut errors) else { return Err(ConfigError { errors }) };
     resolve_secret("database", &mut config.database.url, &mut config.database.url_file, true, &mut errors);
     resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, false, &mut errors);
+    config.redis.named = config.redis.url.is_some();
     if config.redis.url.is_none() && errors.is_empty() {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
     }
