@@ -53,6 +53,23 @@ fn event(i: usize) -> (String, String) {
     (id.clone(), format!(r#"{{"auditId":"{id}","actor":"admin@example.com","reason":"{}"}}"#, "x".repeat(180)))
 }
 
+/// The `i`th valid event for a bridge run, as an entry of `stream`.
+pub fn valid_entry(i: usize, stream: &str) -> Entry {
+    let (id, payload) = event(i);
+    Entry {
+        stream: stream.to_owned(),
+        fields: vec![
+            ("event_id".into(), id.clone().into()),
+            ("event_type".into(), "auth.mfa_policy_changed".into()),
+            ("payload".into(), payload.into()),
+            ("owner".into(), "bench".into()),
+        ],
+        event_id: id,
+        run: None,
+        trace: None,
+    }
+}
+
 /// Bridge: `n` valid entries already in the stream, one bridge process, from its first takeover
 /// until all are in the inbox (with `Mode::AtTakeover`: applied to audit_logs): the rate, the
 /// process's peak RSS and CPU, and the Postgres and Redis servers' CPU over the run.
@@ -61,23 +78,7 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> anyhow:
     let config = load_str(&env.base_config())?;
     let (stream, _) = RedisStream::connect(&config.redis).await?;
     for start in (0..n).step_by(1000) {
-        let entries: Vec<Entry> = (start..(start + 1000).min(n))
-            .map(|i| {
-                let (id, payload) = event(i);
-                Entry {
-                    stream: env.stream("user"),
-                    fields: vec![
-                        ("event_id".into(), id.clone().into()),
-                        ("event_type".into(), "auth.mfa_policy_changed".into()),
-                        ("payload".into(), payload.into()),
-                        ("owner".into(), "bench".into()),
-                    ],
-                    event_id: id,
-                    run: None,
-                    trace: None,
-                }
-            })
-            .collect();
+        let entries: Vec<Entry> = (start..(start + 1000).min(n)).map(|i| valid_entry(i, &env.stream("user"))).collect();
         stream.append(&entries, &AppendOptions::default()).await;
     }
     let (pg_cpu, redis_cpu) = (postgres_cpu_seconds(), env.redis_cpu_seconds().await?);

@@ -11,6 +11,7 @@ use async_nats::jetstream::consumer::{AckPolicy, pull};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use crate::consumer::valid_entry;
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::Run;
 use handoff::config::NatsConfig;
@@ -180,25 +181,7 @@ async fn publish_events(server: &NatsServer, n: usize) -> anyhow::Result<()> {
     let config = NatsConfig { timeout: Duration::from_secs(10), ..NatsConfig::new(&server.url(), STREAM) };
     let stream = NatsStream::connect(&config, "payload").await?;
     for start in (0..n).step_by(1000) {
-        let entries: Vec<Entry> = (start..(start + 1000).min(n))
-            .map(|i| {
-                let id = format!("c-{i}");
-                let payload =
-                    format!(r#"{{"auditId":"{id}","actor":"admin@example.com","reason":"{}"}}"#, "x".repeat(180));
-                Entry {
-                    stream: "bench.user".into(),
-                    fields: vec![
-                        ("event_id".into(), id.clone().into()),
-                        ("event_type".into(), "auth.mfa_policy_changed".into()),
-                        ("payload".into(), payload.into()),
-                        ("owner".into(), "bench".into()),
-                    ],
-                    event_id: id,
-                    run: None,
-                    trace: None,
-                }
-            })
-            .collect();
+        let entries: Vec<Entry> = (start..(start + 1000).min(n)).map(|i| valid_entry(i, "bench.user")).collect();
         let outcomes = stream.append(&entries, &AppendOptions::default()).await;
         anyhow::ensure!(
             outcomes.iter().all(|o| matches!(o, handoff::stream::AppendOutcome::Appended(_))),

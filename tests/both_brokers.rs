@@ -204,7 +204,7 @@ async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_del
 }
 
 /// Inserts, in one statement each, events `k<key>-<n>` of aggregate `k<key>`.
-async fn insert_keyed(client: &tokio_postgres::Client, rows: &[(usize, usize)], event_type: &str) {
+pub(crate) async fn insert_keyed(client: &tokio_postgres::Client, rows: &[(usize, usize)], event_type: &str) {
     for (key, n) in rows {
         client
             .execute(

@@ -13,19 +13,6 @@ use common::nats_server::NatsServer;
 use common::process::Handoff;
 use common::{TestEnv, eventually};
 
-async fn create_stream(server: &NatsServer) {
-    let client = async_nats::connect(server.url()).await.unwrap();
-    async_nats::jetstream::new(client)
-        .create_stream(Config {
-            name: "AUDIT".into(),
-            subjects: vec!["audit.>".into()],
-            duplicate_window: Duration::from_secs(3600),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-}
-
 fn nats_section(server: &NatsServer) -> String {
     nats_section_for(&server.url())
 }
@@ -66,7 +53,7 @@ async fn await_acknowledged(url: &str) {
 async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration_refuses_what_nats_cannot_do() {
     let env = TestEnv::new().await;
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     // No [redis]: on NATS alone nothing asks for it.
     let config = format!("{}{}{}", without_redis(&env.base_config()), bridge_section(""), nats_section(&server));
     let (ok, out) = common::process::run_to_end(&config, &["check"]);
@@ -99,7 +86,7 @@ async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration
 async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_and_applies_each_event_once() {
     let env = TestEnv::new().await;
     let mut server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     env.insert_events("r", "user", 100).await;
     let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
     // No [redis]: the process opens no client to a Redis.

@@ -9,29 +9,13 @@ use crate::common;
 
 use std::time::Duration;
 
-use async_nats::jetstream::stream::{Config, StorageType};
+use async_nats::jetstream::stream::Config;
 use common::nats_server::NatsServer;
 use handoff::config::NatsConfig;
 use handoff::stream::nats::NatsStream;
 use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A JetStream stream `AUDIT` on `audit.>`, on file storage, with a one-hour duplicate window.
-async fn create_stream(server: &NatsServer) {
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let jetstream = async_nats::jetstream::new(client);
-    jetstream
-        .create_stream(Config {
-            name: "AUDIT".into(),
-            subjects: vec!["audit.>".into()],
-            storage: StorageType::File,
-            duplicate_window: Duration::from_secs(3600),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-}
 
 fn entry(subject: &str, event_id: &str, run: Option<u32>) -> Entry {
     Entry {
@@ -66,7 +50,7 @@ fn sequences(outcomes: &[AppendOutcome]) -> Vec<String> {
 #[tokio::test]
 async fn a_batch_is_published_with_its_event_ids_and_a_repeat_is_a_duplicate_of_the_first() {
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     let stream = connect(&server).await;
     let batch: Vec<Entry> = (1..=3).map(|i| entry("audit.user", &format!("e-{i}"), None)).collect();
     let first = stream.append(&batch, &AppendOptions::default()).await;
@@ -95,7 +79,7 @@ async fn a_batch_is_published_with_its_event_ids_and_a_repeat_is_a_duplicate_of_
 #[tokio::test]
 async fn an_entry_whose_fields_cannot_be_headers_is_rejected_alone_and_a_run_stops_at_its_first_failure() {
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     let stream = connect(&server).await;
     let mut bad = entry("audit.user", "bad", None);
     bad.fields.push(("note".into(), "two\r\nlines".into()));
@@ -128,7 +112,7 @@ async fn an_entry_whose_fields_cannot_be_headers_is_rejected_alone_and_a_run_sto
 #[tokio::test]
 async fn what_was_acknowledged_survives_a_restart_with_the_store_and_a_server_down_rejects_nothing() {
     let mut server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     let stream = connect(&server).await;
     let batch: Vec<Entry> = (1..=5).map(|i| entry("audit.user", &format!("s-{i}"), None)).collect();
     // The client connects in the background (it retries an initial connect as any other).
@@ -174,7 +158,7 @@ async fn messages(server: &NatsServer) -> u64 {
 async fn a_relay_with_broker_nats_delivers_each_row_as_one_message_whose_sequence_it_stores() {
     let env = common::TestEnv::new().await;
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     env.insert_events("n", "user", 60).await;
     let _relay = common::process::Handoff::run(&nats_relay_config(&env, &server));
     env.await_delivered(60).await;
@@ -196,7 +180,7 @@ async fn a_relay_with_broker_nats_delivers_each_row_as_one_message_whose_sequenc
 async fn a_relay_killed_between_publish_and_settle_publishes_again_and_the_stream_keeps_one_message_per_event() {
     let env = common::TestEnv::new().await;
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     env.insert_events("k", "user", 50).await;
     let config = nats_relay_config(&env, &server);
     let mut crashed = common::process::Handoff::run_paused(&config, "after_append");
@@ -215,7 +199,7 @@ async fn a_relay_killed_between_publish_and_settle_publishes_again_and_the_strea
 async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_published_again() {
     let env = common::TestEnv::new().await;
     let server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     env.insert_events("l", "user", 20).await;
     let _relay = common::process::Handoff::run(&nats_relay_config(&env, &server));
     env.await_delivered(20).await;
@@ -224,23 +208,10 @@ async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_publi
     // store would leave it): the relay sees its counters go back and re-drives what is missing.
     let client = async_nats::connect(server.url()).await.unwrap();
     async_nats::jetstream::new(client).delete_stream("AUDIT").await.unwrap();
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     common::eventually("the lost rows published again", || async { (messages(&server).await == 20).then_some(()) })
         .await;
     env.await_delivered(20).await;
-}
-
-/// A stream `AUDIT` created through an already configured client.
-async fn create_stream_with(client: async_nats::Client) {
-    async_nats::jetstream::new(client)
-        .create_stream(Config {
-            name: "AUDIT".into(),
-            subjects: vec!["audit.>".into()],
-            duplicate_window: Duration::from_secs(3600),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -252,7 +223,7 @@ async fn tls_is_verified_against_the_configured_ca_and_a_server_it_cannot_verify
     // The certificate names localhost.
     let url = format!("tls://localhost:{}", server.port);
     let trusted = async_nats::ConnectOptions::new().add_root_certificates(pki.ca.clone());
-    create_stream_with(trusted.connect(url.as_str()).await.unwrap()).await;
+    common::nats_server::create_audit_stream(trusted.connect(url.as_str()).await.unwrap()).await;
 
     let mut config = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&url, "AUDIT") };
     config.tls.ca_file = Some(pki.ca.clone());
@@ -271,7 +242,7 @@ async fn tls_is_verified_against_the_configured_ca_and_a_server_it_cannot_verify
 async fn the_token_is_read_from_its_file_and_without_it_the_server_is_unavailable() {
     let server = NatsServer::start_with(&["--auth", "s3cret-token"]).await;
     let admin = async_nats::ConnectOptions::with_token("s3cret-token".into());
-    create_stream_with(admin.connect(server.url()).await.unwrap()).await;
+    common::nats_server::create_audit_stream(admin.connect(server.url()).await.unwrap()).await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
@@ -312,7 +283,7 @@ async fn check_names_a_missing_stream_and_a_duplicate_window_shorter_than_the_re
     assert!(!ok && out.contains("duplicate_window 5s is shorter than relay `relay`'s retry horizon"), "{out}");
 
     jetstream.delete_stream("AUDIT").await.unwrap();
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     let (ok, out) = common::process::run_to_end(&config, &["check"]);
     assert!(ok, "{out}");
     assert!(
@@ -341,14 +312,14 @@ async fn sequences_handed_out_again_after_a_lost_tail_are_not_taken_for_the_deli
     // and refilled to the same last sequence with other events, then the server restarted.
     let env = common::TestEnv::new().await;
     let mut server = NatsServer::start().await;
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     env.insert_events("t", "user", 10).await;
     let _relay = common::process::Handoff::run(&nats_relay_config(&env, &server));
     env.await_delivered(10).await;
     let client = async_nats::connect(server.url()).await.unwrap();
     let jetstream = async_nats::jetstream::new(client);
     jetstream.delete_stream("AUDIT").await.unwrap();
-    create_stream(&server).await;
+    server.create_audit_stream().await;
     let stream = connect(&server).await;
     let others: Vec<Entry> = (1..=10).map(|i| entry("audit.user", &format!("other-{i}"), None)).collect();
     let outcomes = stream.append(&others, &AppendOptions::default()).await;

@@ -4,26 +4,13 @@
 
 use crate::common;
 
+use crate::both_brokers::insert_keyed;
 use common::TestEnv;
 use common::process::Handoff;
 use fred::prelude::*;
 
 const KEYS: usize = 10;
 const PER_KEY: usize = 40;
-
-/// Inserts, in one transaction, the next event of each key in `order` (`k<key>-<n>`).
-async fn insert(client: &tokio_postgres::Client, rows: &[(usize, usize)], event_type: &str) {
-    for (key, n) in rows {
-        client
-            .execute(
-                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
-                 VALUES ($1, 'user', $2, $3, jsonb_build_object('n', $4::int))",
-                &[&format!("k{key}-{n}"), &format!("k{key}"), &event_type, &(*n as i32)],
-            )
-            .await
-            .unwrap();
-    }
-}
 
 fn ordered_config(env: &TestEnv, on_failure: &str) -> String {
     env.config(&format!(
@@ -60,7 +47,7 @@ async fn each_key_keeps_its_order_across_failures_and_two_relays_and_a_stuck_key
     b.await_log("relay started").await;
     for chunk in rows.chunks(25) {
         env.db.batch_execute("BEGIN").await.unwrap();
-        insert(&env.db, chunk, "user.changed").await;
+        insert_keyed(&env.db, chunk, "user.changed").await;
         env.db.batch_execute("COMMIT").await.unwrap();
     }
     let others = ((KEYS - 2) * PER_KEY) as i64;

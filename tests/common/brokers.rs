@@ -27,16 +27,7 @@ impl Chain {
 
     pub async fn nats() -> Self {
         let server = NatsServer::start().await;
-        let client = async_nats::connect(server.url()).await.unwrap();
-        async_nats::jetstream::new(client)
-            .create_stream(async_nats::jetstream::stream::Config {
-                name: "AUDIT".into(),
-                subjects: vec!["audit.>".into()],
-                duplicate_window: Duration::from_secs(3600),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        server.create_audit_stream().await;
         Self { env: TestEnv::new().await, broker: Broker::Nats(server) }
     }
 

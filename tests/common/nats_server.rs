@@ -12,7 +12,27 @@ pub struct NatsServer {
     extra: Vec<String>,
 }
 
+/// Creates stream `AUDIT` on `audit.>` (file storage, a one-hour duplicate window) through
+/// `client`, as an operator (or `handoff migrate`) would.
+pub async fn create_audit_stream(client: async_nats::Client) {
+    async_nats::jetstream::new(client)
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "AUDIT".into(),
+            subjects: vec!["audit.>".into()],
+            storage: async_nats::jetstream::stream::StorageType::File,
+            duplicate_window: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
 impl NatsServer {
+    /// This server's stream `AUDIT` (see [`create_audit_stream`]).
+    pub async fn create_audit_stream(&self) {
+        create_audit_stream(async_nats::connect(self.url()).await.unwrap()).await
+    }
+
     pub async fn start() -> Self {
         Self::start_with(&[]).await
     }
