@@ -5,7 +5,8 @@
 //! acknowledgement recognising the redelivered entries, malformed entries poisoned alone, two
 //! bridge instances sharing a group through a kill, an inbox outage through restarts that
 //! acknowledges nothing and counts no delivery; and per-key order: a row committed late is not
-//! overtaken, a DEAD event is parked (`on_failure = "park"`) or holds its key (`"hold"`).
+//! overtaken, a DEAD event is parked (`on_failure = "park"`) or holds its key (`"hold"`); and a
+//! broker outage that burns no attempt. Each runs on a broker server of its own.
 
 use crate::common;
 
@@ -38,6 +39,7 @@ on_both_brokers!(
     a_row_committed_later_with_a_lower_id_is_not_overtaken,
     park_sets_a_dead_event_aside_and_lets_the_next_ones_go,
     hold_keeps_a_key_behind_its_dead_event,
+    a_broker_outage_burns_no_attempts_and_delivery_resumes,
 );
 
 fn series(chain: &Chain, name: &str) -> String {
@@ -65,7 +67,7 @@ async fn the_chain_applies_each_event_once(chain: Chain) {
     // Applied at take-over by default (the one worker of this inbox, a SQL handler).
     assert_eq!(sample(&metrics, &series(&chain, "handoff_bridge_applied_total")), Some(60.0), "{metrics}");
     let broker = match chain.broker {
-        common::brokers::Broker::Redis => "redis",
+        common::brokers::Broker::Redis(_) => "redis",
         common::brokers::Broker::Nats(_) => "nats",
     };
     let info = format!(r#"handoff_bridge_info{{bridge="bridge",broker="{broker}",stream="{}"}}"#, chain.user_stream());
@@ -279,4 +281,30 @@ async fn hold_keeps_a_key_behind_its_dead_event(chain: Chain) {
     .await;
     assert_eq!(env.count("PENDING").await, 3, "events 3..5 wait behind the DEAD one");
     assert_eq!(chain.event_ids_in("k1").await, ["k1-1"]);
+}
+
+async fn a_broker_outage_burns_no_attempts_and_delivery_resumes(mut chain: Chain) {
+    chain.env.insert_events("before", "user", 100).await;
+    let relay = Handoff::run(&chain.relay_config("max_attempts = 2", ""));
+    chain.env.await_delivered(100).await;
+
+    chain.stop_broker();
+    chain.env.insert_events("during", "user", 300).await;
+    relay.await_log("stream unavailable; releasing rows").await;
+    let env = &chain.env;
+    eventually("the claimed rows to be handed back", || async {
+        (env.count("PENDING").await == 300 && env.count("IN_FLIGHT").await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT COALESCE(MAX(attempts), 0)::bigint FROM audit_outbox").await, 0);
+
+    chain.restart_broker().await;
+    chain.env.await_delivered(400).await;
+    assert_eq!(chain.env.count("DEAD").await, 0);
+    assert_eq!(chain.env.scalar_i64("SELECT COALESCE(MAX(attempts), 0)::bigint FROM audit_outbox").await, 0);
+    let ids = chain.stream_event_ids().await;
+    for i in 1..=300 {
+        assert!(ids.contains(&format!("during-{i}")), "during-{i} reached the restarted broker");
+    }
 }

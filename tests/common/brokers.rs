@@ -1,17 +1,18 @@
-//! One test world on either broker: a [`TestEnv`] (its schema, the shared Redis under its own
-//! prefix) and, for NATS JetStream, a nats-server of the test's own with stream `AUDIT` on
-//! `audit.>`. Scenarios written once against [`Chain`] run on both (`tests/both_brokers.rs`).
+//! One test world on either broker: a [`TestEnv`] (its schema) and a broker server of the
+//! test's own — a redis-server, or a nats-server with stream `AUDIT` on `audit.>` — to stop and
+//! restart. Scenarios written once against [`Chain`] run on both (`tests/both_brokers.rs`).
 
 use std::time::Duration;
 
 use super::TestEnv;
 use super::nats_server::NatsServer;
+use super::redis_server::RedisServer;
 use handoff::config::NatsConfig;
 use handoff::stream::nats::NatsStream;
 use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 pub enum Broker {
-    Redis,
+    Redis(RedisServer),
     Nats(NatsServer),
 }
 
@@ -22,7 +23,25 @@ pub struct Chain {
 
 impl Chain {
     pub async fn redis() -> Self {
-        Self { env: TestEnv::new().await, broker: Broker::Redis }
+        let server = RedisServer::start().await;
+        Self { env: TestEnv::with_redis(&server.url()).await, broker: Broker::Redis(server) }
+    }
+
+    /// Kills the broker's server (an outage).
+    pub fn stop_broker(&mut self) {
+        match &mut self.broker {
+            Broker::Redis(server) => server.stop(),
+            Broker::Nats(server) => server.stop(),
+        }
+    }
+
+    /// Starts the broker's server again on its port (NATS with its store; this Redis keeps
+    /// nothing).
+    pub async fn restart_broker(&mut self) {
+        match &mut self.broker {
+            Broker::Redis(server) => server.restart().await,
+            Broker::Nats(server) => server.restart().await,
+        }
     }
 
     pub async fn nats() -> Self {
@@ -33,7 +52,7 @@ impl Chain {
 
     fn nats_section(&self) -> String {
         match &self.broker {
-            Broker::Redis => String::new(),
+            Broker::Redis(_) => String::new(),
             Broker::Nats(server) => {
                 format!("\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url())
             }
@@ -43,8 +62,8 @@ impl Chain {
     /// Where the events of aggregate type `user` go: the Redis stream key or the NATS subject
     /// (also the `stream` label of the bridge's metrics and the inbox's `stream` column).
     pub fn user_stream(&self) -> String {
-        match self.broker {
-            Broker::Redis => self.env.stream("user"),
+        match &self.broker {
+            Broker::Redis(_) => self.env.stream("user"),
             Broker::Nats(_) => "audit.user".into(),
         }
     }
@@ -58,8 +77,8 @@ impl Chain {
     /// Like `relay_config`, one stream per value of `column` (`<prefix>:{column}` on Redis,
     /// `audit.{column}` on NATS).
     pub fn relay_config_by(&self, column: &str, extra: &str, more: &str) -> String {
-        let relay = match self.broker {
-            Broker::Redis => self.env.config(&format!("stream = \"{}:{{{column}}}\"\n{extra}", self.env.id)),
+        let relay = match &self.broker {
+            Broker::Redis(_) => self.env.config(&format!("stream = \"{}:{{{column}}}\"\n{extra}", self.env.id)),
             Broker::Nats(_) => self.env.config(&format!("broker = \"nats\"\nstream = \"audit.{{{column}}}\"\n{extra}")),
         };
         format!("{relay}{more}{}", self.nats_section())
@@ -68,8 +87,8 @@ impl Chain {
     /// One bridge `bridge` (consumer `admin`, instance `instance`) reading the `user` stream;
     /// `extra` goes into `[[bridge]]`, `more` sections after it.
     pub fn bridge_config(&self, instance: &str, extra: &str, more: &str) -> String {
-        let broker = match self.broker {
-            Broker::Redis => "",
+        let broker = match &self.broker {
+            Broker::Redis(_) => "",
             Broker::Nats(_) => "broker = \"nats\"\n",
         };
         format!(
@@ -100,7 +119,7 @@ impl Chain {
             })
             .collect();
         let outcomes = match &self.broker {
-            Broker::Redis => {
+            Broker::Redis(_) => {
                 let config = handoff::config::load_str(&self.env.base_config()).unwrap();
                 let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
                 stream.append(&entries, &AppendOptions::default()).await
@@ -117,8 +136,8 @@ impl Chain {
     /// What makes the relay's repeated appends land once: handoff's dedupe on Redis (a
     /// `[relay.dedupe]` table, last in `[[relay]]`), the stream's duplicate window on NATS.
     pub fn dedupe(&self) -> &'static str {
-        match self.broker {
-            Broker::Redis => "[relay.dedupe]\nwindow = \"1h\"\n",
+        match &self.broker {
+            Broker::Redis(_) => "[relay.dedupe]\nwindow = \"1h\"\n",
             Broker::Nats(_) => "",
         }
     }
@@ -132,7 +151,7 @@ impl Chain {
     /// order.
     pub async fn event_ids_in(&self, value: &str) -> Vec<String> {
         match &self.broker {
-            Broker::Redis => {
+            Broker::Redis(_) => {
                 let entries: Vec<(String, std::collections::HashMap<String, String>)> =
                     fred::prelude::StreamsInterface::xrange(&self.env.redis, self.env.stream(value), "-", "+", None)
                         .await
@@ -160,7 +179,7 @@ impl Chain {
     /// exists.
     pub async fn unacknowledged(&self) -> Option<u64> {
         match &self.broker {
-            Broker::Redis => self.env.group_pending("user").await,
+            Broker::Redis(_) => self.env.group_pending("user").await,
             Broker::Nats(server) => nats_consumer(&server.url()).await.map(|info| info.num_ack_pending as u64),
         }
     }
@@ -168,7 +187,7 @@ impl Chain {
     /// Deliveries of entries to the bridge's group so far, redeliveries included.
     pub async fn deliveries(&self) -> Option<u64> {
         match &self.broker {
-            Broker::Redis => {
+            Broker::Redis(_) => {
                 let reply: fred::types::Value = fred::prelude::ClientLike::custom(
                     &self.env.redis,
                     fred::types::CustomCommand::new_static("XPENDING", fred::types::ClusterHash::FirstKey, false),
@@ -195,7 +214,7 @@ impl Chain {
     pub async fn await_acknowledged(&self) {
         super::eventually("every entry acknowledged", || async {
             let done = match &self.broker {
-                Broker::Redis => self.env.group_caught_up("user").await,
+                Broker::Redis(_) => self.env.group_caught_up("user").await,
                 Broker::Nats(server) => nats_consumer(&server.url())
                     .await
                     .is_some_and(|info| info.num_ack_pending == 0 && info.num_pending == 0),
