@@ -22,6 +22,7 @@ mod telemetry;
 pub(crate) mod template;
 pub(crate) mod tls;
 mod validate;
+mod validate_nats;
 mod worker;
 
 pub use backoff::BackoffConfig;

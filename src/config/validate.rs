@@ -158,53 +158,7 @@ pub fn validate(config: &Config) -> Vec<String> {
             errors.push("telemetry.tracing.timeout must be > 0".into());
         }
     }
-    if let Some(nats) = &config.nats {
-        errors.extend(nats.problems());
-    }
-    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == super::nats::Broker::Nats) {
-        if config.nats.is_none() {
-            errors.push(format!("relay[{i}].broker: \"nats\" needs a [nats] section"));
-        }
-        // JetStream dedupes on Nats-Msg-Id within the stream's duplicate window, keeps what its
-        // retention policy says and stores on the stream's replicas before its PubAck.
-        for (set, key, instead) in [
-            (relay.dedupe.is_some(), "dedupe", "the JetStream stream's duplicate_window"),
-            (relay.trim.is_some(), "trim", "the JetStream stream's limits or retention policy"),
-            (
-                relay.durability.is_some(),
-                "durability",
-                "the JetStream stream's replicas (a PubAck means stored on a quorum)",
-            ),
-        ] {
-            if set {
-                errors.push(format!("relay[{i}].{key}: not for broker = \"nats\"; use {instead}"));
-            }
-        }
-    }
-    for (i, bridge) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == super::nats::Broker::Nats) {
-        if config.nats.is_none() {
-            errors.push(format!("bridge[{i}].broker: \"nats\" needs a [nats] section"));
-        }
-        if !matches!(bridge.start.as_str(), "0" | "$") {
-            errors.push(format!(
-                "bridge[{i}].start: `{}` on NATS is \"0\" (the whole stream) or \"$\" (new messages)",
-                bridge.start
-            ));
-        }
-        if bridge.dead_letter_stream.is_some() {
-            errors.push(format!(
-                "bridge[{i}].dead_letter_stream: not for broker = \"nats\" yet; poison records stay in the poison table"
-            ));
-        }
-        for (j, source) in bridge.streams.iter().enumerate() {
-            if !super::nats::is_subject(&source.key) {
-                errors.push(format!(
-                    "bridge[{i}].streams[{j}].key: `{}` is not a NATS subject (tokens separated by dots, no spaces)",
-                    source.key
-                ));
-            }
-        }
-    }
+    errors.extend(super::validate_nats::problems(config));
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

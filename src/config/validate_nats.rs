@@ -1,0 +1,58 @@
+//! What the configuration may not ask of NATS JetStream: `[nats]` itself, and the relays and
+//! bridges with `broker = "nats"` (keys JetStream has no use for, or offers in its own way).
+
+use super::file::Config;
+use super::nats::{Broker, is_subject};
+
+/// Every problem, each naming its key.
+pub(super) fn problems(config: &Config) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Some(nats) = &config.nats {
+        errors.extend(nats.problems());
+    }
+    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Nats) {
+        if config.nats.is_none() {
+            errors.push(format!("relay[{i}].broker: \"nats\" needs a [nats] section"));
+        }
+        // JetStream dedupes on Nats-Msg-Id within the stream's duplicate window, keeps what its
+        // retention policy says and stores on the stream's replicas before its PubAck.
+        for (set, key, instead) in [
+            (relay.dedupe.is_some(), "dedupe", "the JetStream stream's duplicate_window"),
+            (relay.trim.is_some(), "trim", "the JetStream stream's limits or retention policy"),
+            (
+                relay.durability.is_some(),
+                "durability",
+                "the JetStream stream's replicas (a PubAck means stored on a quorum)",
+            ),
+        ] {
+            if set {
+                errors.push(format!("relay[{i}].{key}: not for broker = \"nats\"; use {instead}"));
+            }
+        }
+    }
+    for (i, bridge) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == Broker::Nats) {
+        if config.nats.is_none() {
+            errors.push(format!("bridge[{i}].broker: \"nats\" needs a [nats] section"));
+        }
+        if !matches!(bridge.start.as_str(), "0" | "$") {
+            errors.push(format!(
+                "bridge[{i}].start: `{}` on NATS is \"0\" (the whole stream) or \"$\" (new messages)",
+                bridge.start
+            ));
+        }
+        if bridge.dead_letter_stream.is_some() {
+            errors.push(format!(
+                "bridge[{i}].dead_letter_stream: not for broker = \"nats\" yet; poison records stay in the poison table"
+            ));
+        }
+        for (j, source) in bridge.streams.iter().enumerate() {
+            if !is_subject(&source.key) {
+                errors.push(format!(
+                    "bridge[{i}].streams[{j}].key: `{}` is not a NATS subject (tokens separated by dots, no spaces)",
+                    source.key
+                ));
+            }
+        }
+    }
+    errors
+}
