@@ -118,8 +118,8 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
             };
             match read {
                 Ok(Read { entries, redelivered }) => {
-                    budget.observe(&entries);
-                    budget.observe(&redelivered);
+                    // One read, one observation (twice would halve the estimate twice).
+                    budget.observe(entries.iter().chain(&redelivered));
                     outage.succeeded();
                     errors.reset();
                     self.deps.health.set_stream_ok(true);
@@ -275,8 +275,8 @@ impl ReadBudget {
         u32::try_from(self.batch_bytes / self.largest.max(1)).unwrap_or(u32::MAX).clamp(1, self.batch_size)
     }
 
-    fn observe(&mut self, entries: &[RawEntry]) {
-        if let Some(largest) = entries.iter().map(RawEntry::size).max() {
+    fn observe<'a>(&mut self, entries: impl IntoIterator<Item = &'a RawEntry>) {
+        if let Some(largest) = entries.into_iter().map(RawEntry::size).max() {
             self.largest = largest.max(self.largest / 2).max(1);
         }
     }
