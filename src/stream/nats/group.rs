@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::context::GetStreamErrorKind;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
@@ -96,12 +98,13 @@ impl NatsGroup {
         if let Some(consumer) = cached.as_ref() {
             return Ok(consumer.clone());
         }
-        let stream = self.jetstream.get_stream(&self.stream).await.map_err(|e| {
-            if e.to_string().contains("not found") {
+        // The server's error code, not its text, says the stream is missing (as the owner side
+        // asks it in `NatsStream::stream_handle`).
+        let stream = self.jetstream.get_stream(&self.stream).await.map_err(|e| match e.kind() {
+            GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND => {
                 GroupError::NoGroup(format!("JetStream stream {}: {e}", self.stream))
-            } else {
-                unavailable(e)
             }
+            _ => unavailable(e),
         })?;
         let config = pull::Config {
             durable_name: Some(self.durable.clone()),
