@@ -1,4 +1,6 @@
-//! Command line: `run`, `check`, `migrate`.
+//! Command line: `run`, `check`, `migrate`, and the operator commands.
+
+mod control;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,6 +65,12 @@ pub enum Command {
         #[command(subcommand)]
         action: PoisonAction,
     },
+    /// Stop a relay, bridge or worker on every replica (within pause.poll_interval) until
+    /// `resume`: it finishes the batch in hand and claims or reads nothing more; it stays live
+    /// and ready. Survives restarts.
+    Pause(control::PauseArgs),
+    /// End a pause.
+    Resume(control::ResumeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -198,6 +206,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Status { json } => status(&config, json).await,
         Command::Dead { action } => dead(&config, action).await,
         Command::Poison { action } => poison(&config, action).await,
+        Command::Pause(args) => control::pause(&config, args).await,
+        Command::Resume(args) => control::resume(&config, args).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {

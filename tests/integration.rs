@@ -21,6 +21,7 @@ mod mariadb_relay;
 mod metrics_reference;
 mod nats_bridge;
 mod nats_stream;
+mod operations;
 mod redis_failover;
 mod relay_claim_stress;
 mod relay_clock;

@@ -15,6 +15,7 @@ use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
 use crate::sql::params::Placeholder;
+use crate::store::control::{ComponentKind, Target};
 use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
@@ -24,7 +25,7 @@ use crate::stream::group::ConsumerGroup;
 use crate::stream::nats::NatsStream;
 use crate::stream::nats::group::GroupSettings;
 use crate::stream::redis::{RedisGroup, RedisStream};
-use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
+use crate::telemetry::metrics::{BridgeMetrics, PauseMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
@@ -39,6 +40,7 @@ pub async fn spawn_all(
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
     let bridge_metrics = BridgeMetrics::register(&shared.registry)?;
     let worker_metrics = WorkerMetrics::register(&shared.registry)?;
+    watch_pauses(config, shared, db)?;
     for relay in &config.relays {
         if !spawn_relay(config, relay, shared, db, (stream, nats), &relay_metrics).await? {
             return Ok(false);
@@ -82,6 +84,17 @@ pub async fn spawn_all(
         }
     }
     Ok(true)
+}
+
+/// The task that reads the pauses in force for every component of this process.
+fn watch_pauses(config: &Config, shared: &Shared, db: &Database) -> anyhow::Result<()> {
+    let metrics = PauseMetrics::register(&shared.registry)?;
+    metrics.set_alert_after(config.pause.alert_after.as_secs_f64());
+    let targets = crate::store::control::configured(config);
+    let (db, pauses, poll, stop) =
+        (db.clone(), shared.pauses.clone(), config.pause.poll_interval, shared.shutdown.clone());
+    shared.tasks.spawn("pause watch", crate::runtime::pause::watch(db, pauses, targets, poll, metrics, stop));
+    Ok(())
 }
 
 async fn spawn_relay(
@@ -150,7 +163,8 @@ fn start_relay<P: EventStream + Clone>(
     shared.tasks.spawn(format!("{name} trimming"), async move { trimmer.trim_acknowledged(stop).await });
     let (watcher, stop) = (relay.clone(), shared.shutdown.clone());
     shared.tasks.spawn(format!("{name} broker-loss watch"), async move { watcher.watch_broker(stop).await });
-    shared.tasks.spawn(name, relay.run(shared.shutdown.clone()));
+    let pause = shared.pauses.switch(Target { component: ComponentKind::Relay, name: relay.name().to_owned() });
+    shared.tasks.spawn(name, relay.run(pause, shared.shutdown.clone()));
     Ok(())
 }
 
@@ -174,7 +188,8 @@ fn spawn_bridge<G: ConsumerGroup>(
                 .find(|w| &w.name == name)
                 .ok_or_else(|| anyhow!("bridge `{}` apply: no worker named `{name}`", bridge.name))?;
             let apply = Apply::new(worker, style).map_err(|e| anyhow!("bridge `{}` apply: {e}", bridge.name))?;
-            Some(Arc::new(apply))
+            let pause = shared.pauses.switch(Target { component: ComponentKind::Worker, name: name.clone() });
+            Some(Arc::new(apply.paused_with(pause)))
         }
     };
     let chosen = bridge.apply_chosen.as_deref().unwrap_or("configured");
@@ -195,7 +210,8 @@ fn spawn_bridge<G: ConsumerGroup>(
         let sampler = stream_bridge.clone();
         let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
         shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
-        shared.tasks.spawn(name, stream_bridge.run(shared.shutdown.clone()));
+        let pause = shared.pauses.switch(Target { component: ComponentKind::Bridge, name: bridge.name.clone() });
+        shared.tasks.spawn(name, stream_bridge.run(pause, shared.shutdown.clone()));
     }
     Ok(())
 }
@@ -234,7 +250,8 @@ async fn spawn_worker(
     shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
     let (purger, stop) = (worker.clone(), shared.shutdown.clone());
     shared.tasks.spawn(format!("{name} retention"), async move { purger.purge(stop).await });
-    shared.tasks.spawn(name, worker.run(shared.shutdown.clone()));
+    let pause = shared.pauses.switch(Target { component: ComponentKind::Worker, name: worker.name().to_owned() });
+    shared.tasks.spawn(name, worker.run(pause, shared.shutdown.clone()));
     Ok(true)
 }
 

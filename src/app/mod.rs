@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::fault::Faults;
+use crate::runtime::pause::Pauses;
 use crate::runtime::supervisor::Supervisor;
 use crate::store::Database;
 use crate::stream::nats::NatsStream;
@@ -38,6 +39,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         tasks: Supervisor::default(),
         faults,
         claimant: claimant_id(),
+        pauses: Pauses::default(),
     };
     if let Some(tracing) = &config.telemetry.tracing {
         crate::telemetry::traces::install(tracing).map_err(|e| anyhow!(e))?;

@@ -4,6 +4,7 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::fault::Faults;
+use crate::runtime::pause::Pauses;
 use crate::runtime::supervisor::Supervisor;
 use crate::telemetry::health::Health;
 
@@ -19,6 +20,8 @@ pub(super) struct Shared {
     pub(super) tasks: Supervisor,
     pub(super) faults: Faults,
     pub(super) claimant: String,
+    /// The pauses in force, read by one task and seen by every component.
+    pub(super) pauses: Pauses,
 }
 
 /// The host name: the pod name in Kubernetes.

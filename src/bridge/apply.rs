@@ -6,6 +6,7 @@
 //! PENDING and left to the worker, which applies its own rules to it.
 
 use crate::config::{HandlerErrors, WorkerConfig, type_matches};
+use crate::runtime::pause::PauseSwitch;
 use crate::sql::params::Placeholder;
 use crate::store::inbox::{BoundStatement, EventInput, HandlerSql, HandlerSqlError};
 use crate::store::takeover::{Effects, InboxEvent};
@@ -15,6 +16,9 @@ pub struct Apply {
     /// its statements.
     handlers: Vec<(Vec<String>, Option<Vec<HandlerSql>>)>,
     errors: HandlerErrors,
+    /// The worker's pause: while it is paused, the bridge applies nothing either (the events
+    /// wait PENDING for the worker), or pausing a worker would not stop its handlers.
+    worker_pause: Option<PauseSwitch>,
 }
 
 impl Apply {
@@ -30,7 +34,18 @@ impl Apply {
                 Ok((h.event_types.clone(), sql))
             })
             .collect::<Result<_, HandlerSqlError>>()?;
-        Ok(Self { handlers, errors: worker.handler_errors.clone() })
+        Ok(Self { handlers, errors: worker.handler_errors.clone(), worker_pause: None })
+    }
+
+    /// Applies nothing while `switch` (the worker's) holds.
+    pub fn paused_with(mut self, switch: PauseSwitch) -> Self {
+        self.worker_pause = Some(switch);
+        self
+    }
+
+    /// Whether the worker is paused (or its pauses are not known yet).
+    pub fn worker_paused(&self) -> bool {
+        self.worker_pause.as_ref().is_some_and(PauseSwitch::holds)
     }
 
     /// The statements each of `events` is applied with (`None`: left PENDING for the worker).

@@ -202,7 +202,8 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         counted: bool,
     ) -> Option<(Vec<(String, TakenOver)>, Vec<PoisonRecord>)> {
         // Apply at take-over, if configured: the statements are bound once, for every attempt.
-        let effects = self.deps.apply.as_ref().map(|apply| apply.effects(&events));
+        let effects =
+            self.deps.apply.as_ref().filter(|apply| !apply.worker_paused()).map(|apply| apply.effects(&events));
         let store = &self.deps.store;
         // Waiting out an outage is not being stuck: liveness must not restart the bridge for it
         // (a restart would only deliver the entries again; invariant 12).

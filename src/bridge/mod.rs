@@ -20,6 +20,7 @@ use tracing::{debug, info, trace, warn};
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::runtime::backoff::Retrier;
+use crate::runtime::pause::PauseSwitch;
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
 use crate::stream::group::{ConsumerGroup, GroupError, GroupResult, Read};
 use crate::stream::read::RawEntry;
@@ -75,7 +76,7 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
 
     /// Reads until `shutdown`: first this consumer's own pending entries (left by a previous
     /// run under the same name), then new ones; every so often, entries idle on other consumers.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, mut pause: PauseSwitch, shutdown: CancellationToken) {
         info!(bridge = %self.config.name, stream = %self.source.key, consumer = %self.group.consumer(), "bridge started");
         let mut budget = ReadBudget::new(&self.config);
         let mut own_backlog = true;
@@ -93,6 +94,17 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         let mut quiet_since: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             self.deps.health.beat();
+            // Only a pause known to be in force: before the pauses are first read (a start
+            // while the database is down) the bridge reads, as it can take nothing over until
+            // the database answers. Effects wait for the read (`Apply::worker_paused`).
+            if pause.paused() {
+                // Paused: what committed is acknowledged and what was read ahead is taken over
+                // first, so nothing waits out the pause in this consumer's pending list.
+                self.ack(std::mem::take(&mut unacked)).await;
+                self.finish_read_ahead(ahead.take()).await;
+                pause.wait_while_paused(&self.deps.health, &shutdown).await;
+                continue;
+            }
             let recovery_due = last_recovery.is_none_or(|at| at.elapsed() >= self.config.claim_idle / 2);
             if recovery_due || !matches!(ahead, Some(Ok(_))) {
                 // Recovery, a read that may wait for new entries (or return this consumer's own
@@ -189,8 +201,14 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
             }
         }
         self.ack(unacked).await;
-        // Entries already read ahead belong to this consumer now: take them over before leaving
-        // rather than leave them for recovery.
+        self.finish_read_ahead(ahead).await;
+        self.deps.health.stopped();
+        info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
+    }
+
+    /// Entries already read ahead belong to this consumer now: taken over (and acknowledged)
+    /// before it stops or pauses, rather than left for recovery.
+    async fn finish_read_ahead(&self, ahead: Option<GroupResult<(Read, Sorted)>>) {
         if let Some(Ok((read, sorted))) = ahead {
             if !read.entries.is_empty() {
                 self.take_over_and_ack(read.entries, sorted).await;
@@ -199,8 +217,6 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
                 self.redelivered(read.redelivered).await;
             }
         }
-        self.deps.health.stopped();
-        info!(bridge = %self.config.name, stream = %self.source.key, "bridge stopped");
     }
 
     /// Replaces this stream's connection once the stream is quiet ([`QUIET`]) after large entries: the

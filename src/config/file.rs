@@ -27,6 +27,9 @@ pub struct Config {
     /// How SIGTERM / SIGINT drain the process.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// How components learn of `handoff pause` / `resume`.
+    #[serde(default)]
+    pub pause: PauseConfig,
     /// Outbox relays: each moves one table's rows to Redis Streams.
     #[serde(default, rename = "relay")]
     pub relays: Vec<RelayConfig>,
@@ -60,8 +63,36 @@ impl Default for ShutdownConfig {
     }
 }
 
+/// `[pause]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseConfig {
+    /// How often every replica reads the pauses in force: a pause or resume takes effect
+    /// within this long. Default: "1s".
+    #[serde(default = "defaults::pause_poll", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Exported as `handoff_pause_alert_after_seconds`: the shipped alert fires when something
+    /// has been paused longer. Default: "1h".
+    #[serde(default = "defaults::pause_alert_after", with = "humantime_serde")]
+    pub alert_after: Duration,
+}
+
+impl Default for PauseConfig {
+    fn default() -> Self {
+        Self { poll_interval: defaults::pause_poll(), alert_after: defaults::pause_alert_after() }
+    }
+}
+
 mod defaults {
-    pub fn grace_period() -> std::time::Duration {
-        std::time::Duration::from_secs(20)
+    use std::time::Duration;
+
+    pub fn grace_period() -> Duration {
+        Duration::from_secs(20)
+    }
+    pub fn pause_poll() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub fn pause_alert_after() -> Duration {
+        Duration::from_secs(3600)
     }
 }

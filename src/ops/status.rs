@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::store::control::Pause;
 use crate::store::inbox;
 use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::{Database, PrepareError, StoreResult};
@@ -12,6 +13,10 @@ use crate::stream::redis::group::Group;
 #[derive(Debug, Clone, Serialize)]
 pub struct Line {
     pub component: String,
+    /// `running`, `paused`, or `unknown` (the pauses could not be read).
+    pub state: &'static str,
+    /// The pause in force, if paused.
+    pub paused: Option<Pause>,
     /// Rows (or entries) waiting.
     pub pending: Option<i64>,
     /// Rows under a lease (or entries delivered and not acknowledged).
@@ -27,6 +32,8 @@ impl Line {
     fn new(component: String) -> Self {
         Self {
             component,
+            state: "running",
+            paused: None,
             pending: None,
             in_flight: None,
             dead: None,
@@ -38,6 +45,30 @@ impl Line {
 }
 
 pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream>) -> Vec<Line> {
+    let mut lines = collect_counts(config, db, stream).await;
+    let pauses = crate::store::control::active(db).await;
+    let targets = crate::store::control::configured(config);
+    for line in &mut lines {
+        // A bridge's lines are one per stream: `bridge <name> <stream>`.
+        let target = targets.iter().find(|t| {
+            let prefix = t.to_string();
+            line.component == prefix || line.component.starts_with(&format!("{prefix} "))
+        });
+        match (&pauses, target) {
+            (Err(_), _) => line.state = "unknown",
+            (Ok(pauses), Some(target)) => {
+                line.paused = pauses.iter().find(|p| &p.target == target).cloned();
+                if line.paused.is_some() {
+                    line.state = "paused";
+                }
+            }
+            (Ok(_), None) => {}
+        }
+    }
+    lines
+}
+
+async fn collect_counts(config: &Config, db: &Database, stream: Option<&RedisStream>) -> Vec<Line> {
     let mut lines = Vec::new();
     for relay in &config.relays {
         let mut line = Line::new(format!("relay {}", relay.name));
@@ -107,19 +138,28 @@ pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream
 pub fn render(lines: &[Line]) -> String {
     let cell = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
     let mut out = format!(
-        "{:<40} {:>10} {:>10} {:>8} {:>10} {:>14}\n",
-        "COMPONENT", "PENDING", "IN FLIGHT", "DEAD", "LAG", "OLDEST (s)"
+        "{:<40} {:<8} {:>10} {:>10} {:>8} {:>10} {:>14}\n",
+        "COMPONENT", "STATE", "PENDING", "IN FLIGHT", "DEAD", "LAG", "OLDEST (s)"
     );
     for l in lines {
         out.push_str(&format!(
-            "{:<40} {:>10} {:>10} {:>8} {:>10} {:>14}",
+            "{:<40} {:<8} {:>10} {:>10} {:>8} {:>10} {:>14}",
             l.component,
+            l.state,
             cell(l.pending),
             cell(l.in_flight),
             cell(l.dead),
             cell(l.lag),
             l.oldest_pending_age_seconds.map_or("-".to_owned(), |a| format!("{a:.1}")),
         ));
+        if let Some(pause) = &l.paused {
+            out.push_str(&format!(
+                "  paused {:.0}s ago by {}{}",
+                pause.paused_for_seconds,
+                pause.paused_by,
+                pause.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+            ));
+        }
         if let Some(error) = &l.error {
             out.push_str(&format!("  error: {error}"));
         }

@@ -27,6 +27,7 @@ use crate::config::RelayConfig;
 use crate::error::error_chain;
 use crate::fault::Faults;
 use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
+use crate::runtime::pause::PauseSwitch;
 use crate::store::StoreError;
 use crate::store::outbox::contract::ORDER_KEY_COLUMN;
 use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
@@ -105,10 +106,10 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
     /// Runs the claim loops until `shutdown`; returns once every in-flight batch has been settled
     /// or released.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
         let (claimant, health) = (self.deps.claimant.clone(), self.deps.health.clone());
         let settings = ClaimLoop::from(&self.config.claim_loop);
-        claim_loop::run(ClaimLoops { turns: self, settings, health }, &claimant, shutdown).await
+        claim_loop::run(ClaimLoops { turns: self, settings, health, pause }, &claimant, shutdown).await
     }
 
     /// A statement failed: readiness and `source_up` say so, and the failure is counted by

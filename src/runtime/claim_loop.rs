@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::backoff::Retrier;
+use super::pause::PauseSwitch;
 use super::supervisor::join_loops;
 use super::turns::LockedTurns;
 use super::wait::sleep_or;
@@ -154,20 +155,25 @@ pub struct ClaimLoops<T> {
     pub turns: Arc<T>,
     pub settings: ClaimLoop,
     pub health: Arc<Component>,
+    /// Whether the component is paused: checked between two turns.
+    pub pause: PauseSwitch,
 }
 
 /// Runs the component's claim loops until `shutdown`; returns once every loop has settled or
 /// handed back what it held. `claimant`: this process's id for the component (each loop
 /// appends `#<n>`). A loop that panics panics this task, so the supervisor sees it.
 pub async fn run<T: ClaimTurns>(loops: ClaimLoops<T>, claimant: &str, shutdown: CancellationToken) {
-    let ClaimLoops { turns, settings, health } = loops;
+    let ClaimLoops { turns, settings, health, pause } = loops;
     let settings = Arc::new(settings);
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..settings.concurrency {
         let id = LoopId { index, claimant: format!("{claimant}#{index}") };
         let (turns, settings, health, shutdown) = (turns.clone(), settings.clone(), health.clone(), shutdown.clone());
         let span = turns.span(index);
-        tasks.spawn(async move { claim_loop(&*turns, &settings, &health, id, shutdown).await }.instrument(span));
+        let pause = pause.clone();
+        tasks.spawn(
+            async move { claim_loop(&*turns, &settings, (&health, pause), id, shutdown).await }.instrument(span),
+        );
     }
     join_loops(&mut tasks).await;
     health.stopped();
@@ -177,7 +183,7 @@ pub async fn run<T: ClaimTurns>(loops: ClaimLoops<T>, claimant: &str, shutdown: 
 async fn claim_loop<T: ClaimTurns>(
     turns: &T,
     settings: &ClaimLoop,
-    health: &Component,
+    (health, mut pause): (&Component, PauseSwitch),
     id: LoopId,
     shutdown: CancellationToken,
 ) {
@@ -186,6 +192,11 @@ async fn claim_loop<T: ClaimTurns>(
     let mut locked_turns = LockedTurns::default();
     while !shutdown.is_cancelled() {
         health.beat();
+        // Paused: nothing is held between two turns, so there is nothing to release first.
+        if pause.holds() {
+            pause.wait_while_paused(health, &shutdown).await;
+            continue;
+        }
         // See `turns`: a leased turn first, once per lease, and after one that reclaimed a row.
         let locked =
             settings.claim == ClaimMode::Locked && locked_turns.locked(settings.lease, || turns.switched_to_locked());

@@ -20,6 +20,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0008_outbox_stream_key", include_str!("../../migrations/postgres/0008_outbox_stream_key.sql")),
     ("0009_inbox_fields", include_str!("../../migrations/postgres/0009_inbox_fields.sql")),
     ("0010_inbox_deliveries", include_str!("../../migrations/postgres/0010_inbox_deliveries.sql")),
+    ("0011_pauses", include_str!("../../migrations/postgres/0011_pauses.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
@@ -31,6 +32,7 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0005_outbox_stream_key", include_str!("../../migrations/mysql/0005_outbox_stream_key.sql")),
     ("0006_inbox_fields", include_str!("../../migrations/mysql/0006_inbox_fields.sql")),
     ("0007_inbox_deliveries", include_str!("../../migrations/mysql/0007_inbox_deliveries.sql")),
+    ("0008_pauses", include_str!("../../migrations/mysql/0008_pauses.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

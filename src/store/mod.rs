@@ -5,6 +5,7 @@
 //! classification, parameter values and result rows.
 
 pub(crate) mod columns;
+pub mod control;
 pub mod database;
 pub(crate) mod dead;
 pub(crate) mod error;

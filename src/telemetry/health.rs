@@ -23,6 +23,8 @@ pub struct Component {
     work_ok: AtomicBool,
     stream_ok: AtomicBool,
     running: AtomicBool,
+    /// While paused (`handoff pause`): the reason given, empty if none. Still live and ready.
+    paused: Mutex<Option<String>>,
 }
 
 impl Default for Health {
@@ -43,6 +45,7 @@ impl Health {
             work_ok: AtomicBool::new(true),
             stream_ok: AtomicBool::new(false),
             running: AtomicBool::new(true),
+            paused: Mutex::new(None),
         });
         self.components.lock().expect("health lock").push(component.clone());
         component
@@ -77,12 +80,29 @@ impl Health {
             } else if !c.work_ok.load(Ordering::Relaxed) {
                 reasons.push(format!("{}: database refuses the work", c.name));
             }
-            if !c.stream_ok.load(Ordering::Relaxed) {
+            // A paused component does not use its broker: it is not waiting for it.
+            let paused = c.paused.lock().expect("health lock").is_some();
+            if !c.stream_ok.load(Ordering::Relaxed) && !paused {
                 reasons.push(format!("{}: redis unreachable", c.name));
             }
         }
         reasons.extend(self.stalled().into_iter().map(|n| format!("{n}: stalled")));
         reasons
+    }
+
+    /// The running components that are paused, each as `name (reason)`: ready, but doing nothing
+    /// on purpose (`/readyz` says so beside its 200).
+    pub fn paused(&self) -> Vec<String> {
+        let components: Vec<Arc<Component>> = self.components.lock().expect("health lock").clone();
+        components
+            .iter()
+            .filter(|c| c.running.load(Ordering::Relaxed))
+            .filter_map(|c| match c.paused.lock().expect("health lock").as_deref() {
+                None => None,
+                Some("") => Some(c.name.clone()),
+                Some(reason) => Some(format!("{} ({reason})", c.name)),
+            })
+            .collect()
     }
 }
 
@@ -115,6 +135,11 @@ impl Component {
 
     pub fn set_stream_ok(&self, ok: bool) {
         self.stream_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// Paused with `reason` (empty if none given), or running again (`None`).
+    pub fn set_paused(&self, reason: Option<String>) {
+        *self.paused.lock().expect("health lock") = reason;
     }
 
     pub fn stopped(&self) {

@@ -155,7 +155,12 @@ fn respond(req: Request<Incoming>, endpoints: &Endpoints, auth: Option<&MetricsA
             stalled => text(StatusCode::SERVICE_UNAVAILABLE, format!("stalled: {}\n", stalled.join(", "))),
         },
         "/readyz" => match endpoints.health.not_ready() {
-            reasons if reasons.is_empty() => text(StatusCode::OK, "ready\n".into()),
+            // Paused on purpose is still ready: a rollout or a load balancer must not treat an
+            // operator's pause as a failure.
+            reasons if reasons.is_empty() => match endpoints.health.paused() {
+                paused if paused.is_empty() => text(StatusCode::OK, "ready\n".into()),
+                paused => text(StatusCode::OK, format!("ready, paused: {}\n", paused.join("; "))),
+            },
             reasons => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {}\n", reasons.join("; "))),
         },
         _ => text(StatusCode::NOT_FOUND, "not found: try /metrics, /healthz, /readyz\n".into()),

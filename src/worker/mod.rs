@@ -18,6 +18,7 @@ use crate::config::WorkerConfig;
 use crate::error::error_chain;
 use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::runtime::outage::{Failed, retry_through};
+use crate::runtime::pause::PauseSwitch;
 use crate::sql::params::Placeholder;
 use crate::store::StoreError;
 use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
@@ -90,10 +91,10 @@ impl<S: InboxStore> Worker<S> {
 
     /// Runs the claim loops until `shutdown`; returns once every batch in hand has been
     /// applied or released.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
         let (owner, health) = (self.deps.owner.clone(), self.deps.health.clone());
         let settings = ClaimLoop::from(&self.config.claim_loop);
-        claim_loop::run(ClaimLoops { turns: self, settings, health }, &owner, shutdown).await
+        claim_loop::run(ClaimLoops { turns: self, settings, health, pause }, &owner, shutdown).await
     }
 
     fn mark_locked(&self, n: u32, since: Option<std::time::Instant>) {

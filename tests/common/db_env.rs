@@ -247,6 +247,26 @@ impl DbEnv {
         row[0].clone().unwrap_or_else(|| panic!("NULL from {sql}"))
     }
 
+    /// Appends a valid event entry to this test's stream of `aggregate_type`, as the relay
+    /// would (owner `relay`).
+    pub async fn xadd_event(&self, aggregate_type: &str, event_id: &str, payload: &str) -> String {
+        match self {
+            Self::Postgres(env) => env.xadd_event(aggregate_type, event_id, payload).await,
+            Self::Mariadb(_) => {
+                let fields: Vec<(&str, &str)> = vec![
+                    ("event_id", event_id),
+                    ("event_type", "user.changed"),
+                    ("aggregate_type", aggregate_type),
+                    ("aggregate_id", "agg"),
+                    ("payload", payload),
+                    ("headers", "{}"),
+                    ("owner", "relay"),
+                ];
+                self.redis().xadd(self.stream(aggregate_type), false, None::<()>, "*", fields).await.unwrap()
+            }
+        }
+    }
+
     /// Event ids of every entry in `stream`, in stream order.
     pub async fn stream_event_ids(&self, stream: &str) -> Vec<String> {
         self.stream_entries(stream).await.into_iter().map(|(_, fields)| fields["event_id"].clone()).collect()

@@ -1,0 +1,146 @@
+//! Operating an incident without SQL: pause and resume, on both dialects. Every replica reads the
+//! pauses from the component's own database, so the scenarios run two replicas, restart across
+//! a pause, and watch the replicas' own metrics and probes.
+
+use crate::common;
+
+use common::db_env::{DbEnv, Dialect};
+use common::eventually;
+use common::http::{get, sample};
+use common::process::{Handoff, run_to_end};
+
+const POLL: &str = "[pause]\npoll_interval = \"100ms\"\n";
+
+/// `handoff_paused` and `handoff_paused_seconds` of `component name` as one replica exports them.
+async fn paused_metrics(handoff: &Handoff, component: &str, name: &str) -> (Option<f64>, Option<f64>) {
+    let address = handoff.telemetry_address().await;
+    let (_, metrics) = get(&address, "/metrics");
+    let labels = format!("{{component=\"{component}\",name=\"{name}\"}}");
+    (sample(&metrics, &format!("handoff_paused{labels}")), sample(&metrics, &format!("handoff_paused_seconds{labels}")))
+}
+
+/// Waits until every replica has read the pauses again, twice, after now: each of them exports
+/// a `handoff_paused_seconds` that grew by more than two poll intervals (100 ms) since this call.
+/// A replica that did not honour the pause would have claimed within one of its 50 ms polls.
+async fn two_more_reads(replicas: &[&Handoff], component: &str, name: &str) {
+    let mut from = Vec::new();
+    for replica in replicas {
+        from.push(paused_metrics(replica, component, name).await.1.expect("paused seconds exported"));
+    }
+    for (replica, from) in replicas.iter().zip(from) {
+        eventually("the replica to read the pauses twice more", || async {
+            (paused_metrics(replica, component, name).await.1.is_some_and(|s| s > from + 0.25)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Pausing a relay stops appends on both replicas within one poll interval of theirs; status
+/// and the probes say so; resume delivers what waited, nothing lost and nothing twice.
+async fn a_pause_stops_both_relay_replicas_until_resumed(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let config = format!("{}{POLL}", env.config(""));
+    let (ok, out) = run_to_end(&config, &["pause", "--relay", "nope"]);
+    assert!(!ok && out.contains("no relay named `nope`") && out.contains("configured: relay"), "{out}");
+
+    env.insert_events("a", "user", 100).await;
+    let replicas = [Handoff::run(&config), Handoff::run(&config)];
+    env.await_delivered(100).await;
+    for replica in &replicas {
+        assert_eq!(paused_metrics(replica, "relay", "relay").await.0, Some(0.0));
+    }
+
+    let (ok, out) = run_to_end(&config, &["pause", "--relay", "relay", "--reason", "broker migration"]);
+    assert!(ok && out.contains("paused: relay relay (broker migration)"), "{out}");
+    for replica in &replicas {
+        eventually("the replica to export the pause", || async {
+            (paused_metrics(replica, "relay", "relay").await.0 == Some(1.0)).then_some(())
+        })
+        .await;
+        let address = replica.telemetry_address().await;
+        eventually("/readyz to say paused, with 200", || async {
+            (get(&address, "/readyz") == (200, "ready, paused: relay relay (broker migration)\n".to_owned()))
+                .then_some(())
+        })
+        .await;
+    }
+    env.insert_events("b", "user", 50).await;
+    two_more_reads(&[&replicas[0], &replicas[1]], "relay", "relay").await;
+    assert_eq!(env.count("PENDING").await, 50, "nothing claimed while paused");
+    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 100);
+    let (ok, out) = run_to_end(&config, &["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{ok} {out}"));
+    let relay = &status[0];
+    assert_eq!((relay["component"].as_str(), relay["state"].as_str()), (Some("relay relay"), Some("paused")), "{out}");
+    assert_eq!(relay["paused"]["reason"], "broker migration");
+    assert!(relay["paused"]["paused_by"].as_str().is_some_and(|by| by.starts_with("cli")), "{out}");
+
+    // A second pause (a retried command) keeps the first one's start.
+    let before = paused_metrics(&replicas[0], "relay", "relay").await.1.unwrap();
+    let (ok, out) = run_to_end(&config, &["pause", "--relay", "relay", "--reason", "broker migration", "--json"]);
+    let again: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{ok} {out}"));
+    assert!(again["pause"]["paused_for_seconds"].as_f64().unwrap() >= before, "{out}");
+
+    let (ok, out) = run_to_end(&config, &["resume", "--relay", "relay"]);
+    assert!(ok && out.contains("resumed: relay relay"), "{out}");
+    env.await_delivered(150).await;
+    let mut ids = env.stream_event_ids(&env.stream("user")).await;
+    assert_eq!(ids.len(), 150, "each event appended once");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 150);
+    for replica in &replicas {
+        eventually("the replica to export the resume", || async {
+            (paused_metrics(replica, "relay", "relay").await == (Some(0.0), Some(0.0))).then_some(())
+        })
+        .await;
+    }
+    let (ok, out) = run_to_end(&config, &["resume", "--relay", "relay"]);
+    assert!(ok && out.contains("was not paused"), "resuming twice is harmless: {out}");
+}
+
+/// A pause written before the process starts holds from its first turn (it survives restarts):
+/// the bridge reads nothing and the worker applies nothing until each is resumed, the worker's
+/// pause ending by itself (`--for`).
+async fn paused_bridge_and_worker_hold_across_a_restart(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let config = format!("{}{}{POLL}", env.bridge_config("b1", &["user"], ""), env.worker_section(""));
+    // The schema exists before the first run: the tests' environment applied the migrations.
+    let (ok, out) = run_to_end(&config, &["pause", "--bridge", "bridge", "--reason", "inbox maintenance"]);
+    assert!(ok, "{out}");
+    let (ok, out) = run_to_end(&config, &["pause", "--worker", "worker"]);
+    assert!(ok, "{out}");
+    for n in 0..20 {
+        env.xadd_event("user", &format!("e-{n}"), "{\"actor\":\"a\"}").await;
+    }
+    let handoff = Handoff::run(&config);
+    let address = handoff.telemetry_address().await;
+    eventually("/readyz to name both pauses", || async {
+        let (status, body) = get(&address, "/readyz");
+        let both = body.contains(&format!("bridge bridge {} (inbox maintenance)", env.stream("user")))
+            && body.contains("worker worker");
+        (status == 200 && both).then_some(())
+    })
+    .await;
+    two_more_reads(&[&handoff], "bridge", "bridge").await;
+    assert_eq!(env.inbox_count("PENDING").await + env.inbox_count("PROCESSED").await, 0, "the bridge read nothing");
+
+    let (ok, out) = run_to_end(&config, &["resume", "--bridge", "bridge"]);
+    assert!(ok, "{out}");
+    eventually("every entry taken over", || async { (env.inbox_count("PENDING").await == 20).then_some(()) }).await;
+    two_more_reads(&[&handoff], "worker", "worker").await;
+    assert_eq!(env.inbox_count("PROCESSED").await, 0, "the paused worker applied nothing");
+
+    let (ok, out) = run_to_end(&config, &["pause", "--worker", "worker", "--for", "300ms"]);
+    assert!(ok && out.contains("ends by itself"), "{out}");
+    eventually("the pause to expire and every event to be applied", || async {
+        (env.inbox_count("PROCESSED").await == 20).then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 20);
+}
+
+crate::on_both_dialects!(
+    a_pause_stops_both_relay_replicas_until_resumed,
+    paused_bridge_and_worker_hold_across_a_restart
+);
