@@ -1,6 +1,10 @@
 //! Command line: `run`, `check`, `migrate`, and the operator commands.
 
+mod bridge;
 mod control;
+mod inbox;
+mod selection;
+mod set_aside;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +46,7 @@ pub enum Command {
     /// DEAD rows of the outboxes (relays) and inboxes (workers).
     Dead {
         #[command(subcommand)]
-        action: DeadAction,
+        action: set_aside::DeadAction,
     },
     /// Look up the entries of recently delivered rows in their streams: present, trimmed, or
     /// lost by the broker; `--repair` re-drives the lost ones.
@@ -63,7 +67,7 @@ pub enum Command {
     /// Entries the bridges recorded as poison.
     Poison {
         #[command(subcommand)]
-        action: PoisonAction,
+        action: set_aside::PoisonAction,
     },
     /// Stop a relay, bridge or worker on every replica (within pause.poll_interval) until
     /// `resume`: it finishes the batch in hand and claims or reads nothing more; it stays live
@@ -71,78 +75,16 @@ pub enum Command {
     Pause(control::PauseArgs),
     /// End a pause.
     Resume(control::ResumeArgs),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum PoisonAction {
-    /// Show poison records.
-    List(PoisonArgs),
-    /// Append each record's original entry to its stream again (after fixing the cause); the
-    /// bridge takes it over like a new entry. The record stays and counts the re-drive.
-    Retry(PoisonArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct PoisonArgs {
-    /// Only this bridge's poison table.
-    #[arg(long)]
-    bridge: Option<String>,
-    /// Only records with this reason (e.g. rejected_by_database).
-    #[arg(long)]
-    reason: Option<String>,
-    /// Only this event.
-    #[arg(long)]
-    event_id: Option<String>,
-    /// At most this many records.
-    #[arg(long, default_value_t = 100)]
-    limit: u32,
-    #[command(flatten)]
-    output: Output,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DeadAction {
-    /// Show DEAD rows.
-    List(DeadArgs),
-    /// Re-drive DEAD rows to PENDING with attempts reset (their last error is kept).
-    Retry(DeadArgs),
-    /// Delete DEAD rows.
-    Purge(DeadArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct DeadArgs {
-    /// Only this relay's outbox.
-    #[arg(long, conflicts_with = "worker")]
-    relay: Option<String>,
-    /// Only this worker's inbox.
-    #[arg(long)]
-    worker: Option<String>,
-    /// Only this event.
-    #[arg(long)]
-    event_id: Option<String>,
-    /// Only rows DEAD for longer than this, e.g. "1h".
-    #[arg(long, value_parser = humantime::parse_duration)]
-    older_than: Option<std::time::Duration>,
-    /// Only rows whose last error contains this text.
-    #[arg(long)]
-    error: Option<String>,
-    /// At most this many rows.
-    #[arg(long, default_value_t = 100)]
-    limit: u32,
-    #[command(flatten)]
-    output: Output,
-}
-
-/// How an operator command shows what it does.
-#[derive(Debug, clap::Args)]
-pub struct Output {
-    /// Show what would be done, do nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    /// A bridge's consumer groups.
+    Bridge {
+        #[command(subcommand)]
+        action: bridge::BridgeAction,
+    },
+    /// A worker's inbox rows.
+    Inbox {
+        #[command(subcommand)]
+        action: inbox::InboxAction,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -204,10 +146,12 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             }
         },
         Command::Status { json } => status(&config, json).await,
-        Command::Dead { action } => dead(&config, action).await,
-        Command::Poison { action } => poison(&config, action).await,
+        Command::Dead { action } => set_aside::dead(&config, action).await,
+        Command::Poison { action } => set_aside::poison(&config, action).await,
         Command::Pause(args) => control::pause(&config, args).await,
         Command::Resume(args) => control::resume(&config, args).await,
+        Command::Inbox { action } => inbox::run(&config, action).await,
+        Command::Bridge { action } => bridge::run(&config, action).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {
@@ -271,62 +215,6 @@ async fn status(config: &Config, json: bool) -> ExitCode {
     if lines.iter().any(|l| l.error.is_some()) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
-async fn dead(config: &Config, action: DeadAction) -> ExitCode {
-    let (kind, args) = match action {
-        DeadAction::List(a) => (store::dead::DeadAction::List, a),
-        DeadAction::Retry(a) => (store::dead::DeadAction::Retry, a),
-        DeadAction::Purge(a) => (store::dead::DeadAction::Purge, a),
-    };
-    let rows = store::dead::DeadFilter {
-        event_id: args.event_id,
-        older_than: args.older_than,
-        error_contains: args.error,
-        limit: args.limit,
-    };
-    let filter = ops::dead::Filter { relay: args.relay, worker: args.worker, rows };
-    let db = match crate::store::Database::connect(&config.database, "handoff-dead") {
-        Ok(db) => db,
-        Err(e) => {
-            eprintln!("{e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let rows = match ops::dead::run(config, &db, &filter, kind, args.output.dry_run).await {
-        Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("error: {}", crate::error::error_chain(&e));
-            return ExitCode::FAILURE;
-        }
-    };
-    let verb = match (kind, args.output.dry_run) {
-        (store::dead::DeadAction::List, _) => "DEAD",
-        (store::dead::DeadAction::Retry, true) => "would re-drive",
-        (store::dead::DeadAction::Retry, false) => "re-driven",
-        (store::dead::DeadAction::Purge, true) => "would purge",
-        (store::dead::DeadAction::Purge, false) => "purged",
-    };
-    if args.output.json {
-        let doc =
-            serde_json::json!({ "action": verb, "dry_run": args.output.dry_run, "count": rows.len(), "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-    } else {
-        for r in &rows {
-            println!(
-                "{:<22} {:<36} {:<28} attempts={} dead_for={:.0}s redrives={} error={}",
-                r.source,
-                r.event_id,
-                r.event_type,
-                r.attempts,
-                r.dead_for_seconds,
-                r.redrives,
-                r.last_error.as_deref().unwrap_or("-")
-            );
-        }
-        println!("{verb}: {} row(s)", rows.len());
-    }
-    ExitCode::SUCCESS
-}
-
 async fn verify(
     config: &Config,
     relay: Option<&str>,
@@ -369,67 +257,4 @@ async fn verify(
         );
     }
     if unrepaired > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-}
-
-async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
-    let (retry, args) = match action {
-        PoisonAction::List(a) => (false, a),
-        PoisonAction::Retry(a) => (true, a),
-    };
-    let db = match crate::store::Database::connect(&config.database, "handoff-poison") {
-        Ok(db) => db,
-        Err(e) => {
-            eprintln!("{e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let records = store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit };
-    let filter = ops::poison::Filter { bridge: args.bridge, records };
-    let result = if retry {
-        ops::poison::retry(config, &db, &filter, args.output.dry_run).await
-    } else {
-        ops::poison::list(config, &db, &filter).await
-    };
-    let rows = match result {
-        Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("error: {}", crate::error::error_chain(&e));
-            return ExitCode::FAILURE;
-        }
-    };
-    let failed = rows.iter().filter(|r| matches!(r.appended, Some(ops::poison::Reappended::Failed(_)))).count();
-    let verb = match (retry, args.output.dry_run) {
-        (false, _) => "poison",
-        (true, true) => "would re-append",
-        (true, false) => "re-appended",
-    };
-    if args.output.json {
-        let doc = serde_json::json!({ "action": verb, "count": rows.len() - failed, "failed": failed, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-    } else {
-        for r in &rows {
-            let outcome = match &r.appended {
-                Some(ops::poison::Reappended::Entry(id)) => format!(" -> {id}"),
-                Some(ops::poison::Reappended::Failed(e)) => format!(" NOT re-appended: {e}"),
-                None => String::new(),
-            };
-            println!(
-                "{:<16} #{:<6} {:<28} {:<36} {:<22} age={:.0}s redrives={} {}{outcome}",
-                r.bridge,
-                r.record.id,
-                r.record.stream,
-                r.record.event_id.as_deref().unwrap_or("-"),
-                r.record.reason,
-                r.record.age_seconds,
-                r.record.redrives,
-                r.record.detail
-            );
-        }
-        println!(
-            "{verb}: {} record(s){}",
-            rows.len() - failed,
-            if failed > 0 { format!(", {failed} failed") } else { String::new() }
-        );
-    }
-    if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

@@ -144,3 +144,102 @@ crate::on_both_dialects!(
     a_pause_stops_both_relay_replicas_until_resumed,
     paused_bridge_and_worker_hold_across_a_restart
 );
+
+/// A bridge and worker that took `n` events over and applied them (audit_logs holds `n`).
+async fn applied_chain(env: &DbEnv, n: usize) -> (String, Handoff) {
+    let config = format!("{}{}{POLL}", env.bridge_config("b1", &["user"], ""), env.worker_section(""));
+    for i in 0..n {
+        env.xadd_event("user", &format!("e-{i}"), "{\"actor\":\"a\"}").await;
+    }
+    let handoff = Handoff::run(&config);
+    eventually("every event applied", || async {
+        (env.scalar("SELECT COUNT(*) FROM audit_logs").await == n as i64).then_some(())
+    })
+    .await;
+    (config, handoff)
+}
+
+/// `inbox reprocess` puts PROCESSED rows back to PENDING and the worker applies them again: the
+/// effects a buggy handler lost come back. It refuses to run without a filter, counts without
+/// changing anything on `--dry-run`, and stops at `--limit`.
+async fn reprocess_runs_the_handlers_again_on_the_chosen_rows(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let (config, _handoff) = applied_chain(&env, 20).await;
+    // The "bug": the handler's effects are gone.
+    env.exec("DELETE FROM audit_logs").await;
+
+    let (ok, out) = run_to_end(&config, &["inbox", "reprocess", "--worker", "worker"]);
+    assert!(!ok && out.contains("choose the rows"), "no filter, no reprocess: {out}");
+    let (ok, out) = run_to_end(&config, &["inbox", "reprocess", "--worker", "worker", "--since", "1h", "--dry-run"]);
+    assert!(ok && out.contains("would reprocess 20 row(s)"), "{out}");
+    assert_eq!(
+        env.scalar("SELECT COALESCE(SUM(redrives), 0) FROM consumer_inbox").await,
+        0,
+        "a dry run changes nothing"
+    );
+
+    let (ok, out) = run_to_end(&config, &["inbox", "reprocess", "--worker", "worker", "--since", "1h", "--limit", "5"]);
+    assert!(ok && out.contains("reprocessed 5 row(s) (15 more match"), "{out}");
+    eventually("the five to be applied again", || async {
+        (env.scalar("SELECT COUNT(*) FROM audit_logs").await == 5).then_some(())
+    })
+    .await;
+    let (ok, out) = run_to_end(
+        &config,
+        &[
+            "inbox",
+            "reprocess",
+            "--worker",
+            "worker",
+            "--event-type",
+            "user.*",
+            "--until",
+            "2099-01-01T00:00:00Z",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{ok} {out}"));
+    assert_eq!((report["matching"].as_i64(), report["reprocessed"].as_i64()), (Some(20), Some(20)), "{out}");
+    eventually("every event applied again", || async {
+        (env.inbox_count("PROCESSED").await == 20 && env.scalar("SELECT COUNT(*) FROM audit_logs").await == 20)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar("SELECT SUM(redrives) FROM consumer_inbox").await, 25, "each reprocess counted on its row");
+    let (ok, out) = run_to_end(&config, &["inbox", "reprocess", "--worker", "nope", "--all"]);
+    assert!(!ok && out.contains("no worker named `nope`"), "{out}");
+}
+
+/// `bridge rewind --to 1h` moves the group back over every entry: each is delivered again and
+/// recognised by the inbox as a duplicate, so audit_logs is unchanged; a move forward is refused.
+async fn rewind_delivers_again_and_dedupe_keeps_the_effects_once(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let (config, handoff) = applied_chain(&env, 30).await;
+    let stream = env.stream("user");
+    let (ok, out) = run_to_end(&config, &["bridge", "rewind", "--bridge", "bridge", "--to", "99999999999999-0"]);
+    assert!(!ok && out.contains("rewind only moves back"), "{out}");
+    let (ok, out) = run_to_end(&config, &["bridge", "rewind", "--bridge", "bridge", "--to", "1h", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{ok} {out}"));
+    let moved = &doc["streams"][0];
+    assert_eq!(moved["stream"], stream.as_str());
+    let ms = |id: &serde_json::Value| id.as_str().and_then(|i| i.split('-').next()?.parse::<u64>().ok()).unwrap();
+    assert!(ms(&moved["from"]) > ms(&moved["to"]) + 3_500_000, "moved back by an hour: {out}");
+
+    let address = handoff.telemetry_address().await;
+    let duplicates = format!("handoff_bridge_duplicates_total{{bridge=\"bridge\",stream=\"{stream}\"}}");
+    eventually("every entry delivered again, as a duplicate", || async {
+        (sample(&get(&address, "/metrics").1, &duplicates) == Some(30.0)).then_some(())
+    })
+    .await;
+    eventually("the group to catch up again", || async {
+        common::group_caught_up(env.redis(), &stream, "admin").await.then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 30, "effects once");
+    assert_eq!(env.inbox_count("PROCESSED").await, 30);
+}
+
+crate::on_both_dialects!(
+    reprocess_runs_the_handlers_again_on_the_chosen_rows,
+    rewind_delivers_again_and_dedupe_keeps_the_effects_once
+);

@@ -16,6 +16,7 @@ pub mod outbox;
 pub(crate) mod param;
 pub mod postgres;
 pub(crate) mod rows;
+pub mod selection;
 pub mod takeover;
 
 pub use database::{Database, Dialect};

@@ -178,6 +178,28 @@ impl Group {
         Ok(GroupInfo { pending, lag: Some(lag) })
     }
 
+    /// The id of the last entry delivered to the group (`last-delivered-id`).
+    pub async fn position(&self) -> GroupResult<String> {
+        Ok(self.group_fields().await?.2)
+    }
+
+    /// XGROUP SETID: the group's next `>` read starts after `id`. Its pending entries stay
+    /// pending (an entry read again is handed to the reader, and the inbox deduplicates it).
+    pub async fn set_position(&self, id: &str) -> GroupResult<()> {
+        let args: Vec<Value> = vec!["SETID".into(), self.key.as_str().into(), self.group.as_str().into(), id.into()];
+        let _: Value =
+            self.client().custom(CustomCommand::new_static("XGROUP", ClusterHash::Offset(1), false), args).await?;
+        Ok(())
+    }
+
+    /// The server's clock, in Unix milliseconds (entry ids are made from it).
+    pub async fn server_millis(&self) -> GroupResult<i64> {
+        let command = CustomCommand::new_static("TIME", ClusterHash::Random, false);
+        let reply: Vec<String> = self.client().custom(command, Vec::<Value>::new()).await?;
+        let n = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        Ok(n(0) * 1000 + n(1) / 1000)
+    }
+
     /// `pending`, `lag` and `last-delivered-id` of this group in `XINFO GROUPS`.
     async fn group_fields(&self) -> GroupResult<(u64, Option<u64>, String)> {
         let reply: Value = self

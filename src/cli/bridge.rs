@@ -1,0 +1,63 @@
+//! `handoff bridge rewind`.
+
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::ops::rewind::{self, RewindTo};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BridgeAction {
+    /// Move a bridge's consumer group back (XGROUP SETID) so the entries after the new position
+    /// are delivered again; the inbox deduplicates what it already holds. Redis only.
+    Rewind(RewindArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RewindArgs {
+    /// The bridge whose group moves.
+    #[arg(long)]
+    bridge: String,
+    /// Only this stream of the bridge (its key). Default: all of them.
+    #[arg(long)]
+    stream: Option<String>,
+    /// An entry id ("1700000000000-0": delivered again from the entry after it), a duration
+    /// ago ("1h") or an RFC 3339 time (entries added from then on are delivered again).
+    #[arg(long, value_parser = RewindTo::parse)]
+    to: RewindTo,
+    /// Show where the group would move, move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(config: &Config, action: BridgeAction) -> ExitCode {
+    let BridgeAction::Rewind(args) = action;
+    match rewind::rewind(config, &args.bridge, args.stream.as_deref(), &args.to, args.dry_run).await {
+        Ok(moved) if args.json => {
+            let doc = serde_json::json!({ "bridge": args.bridge, "dry_run": args.dry_run, "streams": moved });
+            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(moved) => {
+            let verb = if args.dry_run { "would move" } else { "moved" };
+            for m in &moved {
+                println!(
+                    "bridge {} stream {}: {verb} from {} to {} ({} pending entr{} stay pending)",
+                    args.bridge,
+                    m.stream,
+                    m.from,
+                    m.to,
+                    m.pending,
+                    if m.pending == 1 { "y" } else { "ies" }
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
