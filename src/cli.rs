@@ -3,6 +3,7 @@
 mod bridge;
 mod control;
 mod inbox;
+mod replay;
 mod selection;
 mod set_aside;
 
@@ -75,6 +76,9 @@ pub enum Command {
     Pause(control::PauseArgs),
     /// End a pause.
     Resume(control::ResumeArgs),
+    /// Append a relay's DELIVERED rows again (chosen by time, type, aggregate, event or id), to
+    /// their own streams or to a backfill stream; throttled, resumable after a crash or Ctrl-C.
+    Replay(replay::ReplayArgs),
     /// A bridge's consumer groups.
     Bridge {
         #[command(subcommand)]
@@ -152,6 +156,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Resume(args) => control::resume(&config, args).await,
         Command::Inbox { action } => inbox::run(&config, action).await,
         Command::Bridge { action } => bridge::run(&config, action).await,
+        Command::Replay(args) => replay::run(&config, args).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {

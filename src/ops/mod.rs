@@ -1,9 +1,10 @@
 //! Operator commands: `status`, `dead list | retry | purge`, `poison list | retry`, `verify`,
-//! `pause | resume`, `inbox reprocess`, `bridge rewind`.
+//! `pause | resume`, `replay`, `inbox reprocess`, `bridge rewind`.
 
 pub mod control;
 pub mod dead;
 pub mod poison;
+pub mod replay;
 pub mod reprocess;
 pub mod rewind;
 pub mod status;

@@ -21,6 +21,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0009_inbox_fields", include_str!("../../migrations/postgres/0009_inbox_fields.sql")),
     ("0010_inbox_deliveries", include_str!("../../migrations/postgres/0010_inbox_deliveries.sql")),
     ("0011_pauses", include_str!("../../migrations/postgres/0011_pauses.sql")),
+    ("0012_replays", include_str!("../../migrations/postgres/0012_replays.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
@@ -33,6 +34,7 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0006_inbox_fields", include_str!("../../migrations/mysql/0006_inbox_fields.sql")),
     ("0007_inbox_deliveries", include_str!("../../migrations/mysql/0007_inbox_deliveries.sql")),
     ("0008_pauses", include_str!("../../migrations/mysql/0008_pauses.sql")),
+    ("0009_replays", include_str!("../../migrations/mysql/0009_replays.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

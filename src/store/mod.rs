@@ -15,6 +15,7 @@ pub(crate) mod mysql;
 pub mod outbox;
 pub(crate) mod param;
 pub mod postgres;
+pub mod replay;
 pub(crate) mod rows;
 pub mod selection;
 pub mod takeover;

@@ -63,38 +63,11 @@ impl Selection {
     /// `values`, placeholders numbered after those already there (Postgres) or `?` (MySQL).
     pub fn render(&self, dialect: Dialect, time_column: &str, values: &mut Vec<Bound>) -> String {
         let mut sql = String::new();
-        let bind = |values: &mut Vec<Bound>, value: Bound| {
-            let cast = match (&value, dialect) {
-                (Bound::Text(_), Dialect::Postgres) => "::text",
-                (Bound::Int(_), Dialect::Postgres) => "::bigint",
-                (_, Dialect::Mysql) => "",
-            };
-            values.push(value);
-            match dialect {
-                Dialect::Postgres => format!("${}{cast}", values.len()),
-                Dialect::Mysql => "?".to_owned(),
-            }
-        };
+        let bind = |values: &mut Vec<Bound>, value: Bound| bind(dialect, values, value);
         for (moment, op) in [(self.since, ">="), (self.until, "<")] {
-            let Some(moment) = moment else { continue };
-            let instant = match (moment, dialect) {
-                (Moment::Ago(d), Dialect::Postgres) => {
-                    format!("now() - {} * interval '1 millisecond'", bind(values, Bound::Int(millis(d))))
-                }
-                (Moment::Ago(d), Dialect::Mysql) => {
-                    format!("NOW(3) - INTERVAL {} * 1000 MICROSECOND", bind(values, Bound::Int(millis(d))))
-                }
-                (Moment::UnixMillis(ms), Dialect::Postgres) => {
-                    format!("to_timestamp({} / 1000.0)", bind(values, Bound::Int(ms)))
-                }
-                // Counted from NOW(3): FROM_UNIXTIME stops at 2038 on MariaDB before 11.5, and
-                // DATETIME columns hold the session's local time, as NOW(3) does.
-                (Moment::UnixMillis(ms), Dialect::Mysql) => format!(
-                    "NOW(3) + INTERVAL ({} - UNIX_TIMESTAMP(NOW(3)) * 1000) * 1000 MICROSECOND",
-                    bind(values, Bound::Int(ms))
-                ),
-            };
-            sql.push_str(&format!(" AND {time_column} {op} {instant}"));
+            if let Some(moment) = moment {
+                sql.push_str(&format!(" AND {time_column} {op} {}", instant(dialect, moment, values)));
+            }
         }
         if let Some(pattern) = &self.event_type {
             match pattern.strip_suffix('*') {
@@ -131,6 +104,65 @@ impl Selection {
         }
         sql
     }
+}
+
+/// Appends `value` and returns its placeholder (typed on Postgres).
+pub fn bind(dialect: Dialect, values: &mut Vec<Bound>, value: Bound) -> String {
+    let cast = match (&value, dialect) {
+        (Bound::Text(_), Dialect::Postgres) => "::text",
+        (Bound::Int(_), Dialect::Postgres) => "::bigint",
+        (_, Dialect::Mysql) => "",
+    };
+    values.push(value);
+    match dialect {
+        Dialect::Postgres => format!("${}{cast}", values.len()),
+        Dialect::Mysql => "?".to_owned(),
+    }
+}
+
+/// `moment` as an SQL time by the database's clock, its value bound.
+pub fn instant(dialect: Dialect, moment: Moment, values: &mut Vec<Bound>) -> String {
+    match (moment, dialect) {
+        (Moment::Ago(d), Dialect::Postgres) => {
+            format!("now() - {} * interval '1 millisecond'", bind(dialect, values, Bound::Int(millis(d))))
+        }
+        (Moment::Ago(d), Dialect::Mysql) => {
+            format!("NOW(3) - INTERVAL {} * 1000 MICROSECOND", bind(dialect, values, Bound::Int(millis(d))))
+        }
+        (Moment::UnixMillis(ms), Dialect::Postgres) => {
+            format!("to_timestamp({} / 1000.0)", bind(dialect, values, Bound::Int(ms)))
+        }
+        // Counted from NOW(3): FROM_UNIXTIME stops at 2038 on MariaDB before 11.5, and DATETIME
+        // columns hold the session's local time, as NOW(3) does.
+        (Moment::UnixMillis(ms), Dialect::Mysql) => format!(
+            "NOW(3) + INTERVAL ({} - UNIX_TIMESTAMP(NOW(3)) * 1000) * 1000 MICROSECOND",
+            bind(dialect, values, Bound::Int(ms))
+        ),
+    }
+}
+
+/// The values as Postgres parameters.
+pub(crate) fn postgres_params(values: &[Bound]) -> Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> {
+    values
+        .iter()
+        .map(|v| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+            match v {
+                Bound::Text(t) => Box::new(t.clone()),
+                Bound::Int(i) => Box::new(*i),
+            }
+        })
+        .collect()
+}
+
+/// The values as MySQL parameters.
+pub(crate) fn mysql_params(values: &[Bound]) -> Vec<mysql_async::Value> {
+    values
+        .iter()
+        .map(|v| match v {
+            Bound::Text(t) => t.clone().into(),
+            Bound::Int(i) => (*i).into(),
+        })
+        .collect()
 }
 
 fn millis(d: Duration) -> i64 {

@@ -10,7 +10,7 @@ use crate::store::database::{Database, Dialect};
 use crate::store::error::StoreResult;
 use crate::store::mysql::errors::error;
 use crate::store::postgres::errors::{pool_error, query_error};
-use crate::store::selection::{Bound, Selection};
+use crate::store::selection::{Bound, Selection, mysql_params, postgres_params};
 
 const CHUNK: u32 = 1000;
 const LABEL: &str = "reprocess inbox rows";
@@ -82,19 +82,8 @@ async fn postgres(pool: &deadpool_postgres::Pool, request: &Reprocess<'_>, dry_r
     let mut values = Vec::new();
     let conditions = request.conditions(Dialect::Postgres, &mut values);
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
-    let params = |values: &[Bound]| -> Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> {
-        values
-            .iter()
-            .map(|v| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
-                match v {
-                    Bound::Text(t) => Box::new(t.clone()),
-                    Bound::Int(i) => Box::new(*i),
-                }
-            })
-            .collect()
-    };
     let failed = |e| query_error(LABEL, e);
-    let bound = params(&values);
+    let bound = postgres_params(&values);
     let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = bound.iter().map(|b| &**b as _).collect();
     let count = format!("SELECT count(*) FROM {t} WHERE {conditions}");
     let matching: i64 = client.query_one(&count, &refs).await.map_err(failed)?.get(0);
@@ -137,13 +126,7 @@ async fn mysql(
     let failed = |e| error(LABEL, e);
     let mut values = Vec::new();
     let conditions = request.conditions(Dialect::Mysql, &mut values);
-    let params: Vec<mysql_async::Value> = values
-        .iter()
-        .map(|v| match v {
-            Bound::Text(t) => t.clone().into(),
-            Bound::Int(i) => (*i).into(),
-        })
-        .collect();
+    let params = mysql_params(&values);
     let mut conn = pool.get_conn().await.map_err(failed)?;
     let count = format!("SELECT COUNT(*) FROM {t} WHERE {conditions}");
     let matching: i64 = conn.exec_first(count, params.clone()).await.map_err(failed)?.unwrap_or(0);
