@@ -8,6 +8,7 @@
 //! the operator commands are inside.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod app;
 mod base64;
 mod bridge;

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod admin;
 mod apply_at_takeover;
 mod both_brokers;
 mod bridge;

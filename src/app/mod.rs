@@ -92,6 +92,22 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         .await
         .with_context(|| format!("telemetry.listen {}", config.telemetry.listen))?;
     let server = tokio::spawn(server);
+    let admin = match &config.admin {
+        Some(_) => {
+            let state = crate::admin::AdminState::new(
+                std::sync::Arc::new(config.clone()),
+                db.clone(),
+                (stream.clone(), nats.clone()),
+                shared.shutdown.clone(),
+            );
+            let (_, admin) =
+                crate::admin::bind(std::sync::Arc::new(state), server_stop.clone()).await.with_context(|| {
+                    format!("admin.listen {}", config.admin.as_ref().map(|a| a.listen.to_string()).unwrap_or_default())
+                })?;
+            Some(tokio::spawn(admin))
+        }
+        None => None,
+    };
     tokio::pin!(stop);
     let started = tokio::select! {
         started = components::spawn_all(&config, &shared, &db, (stream.as_ref(), nats.as_ref())) => started?,
@@ -112,6 +128,9 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     };
     server_stop.cancel();
     let _ = server.await;
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
     // Blocks until the last spans are exported (on this runtime): off the async threads.
     let _ = tokio::task::spawn_blocking(crate::telemetry::traces::shutdown).await;
     result

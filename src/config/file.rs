@@ -30,6 +30,8 @@ pub struct Config {
     /// How components learn of `handoff pause` / `resume`.
     #[serde(default)]
     pub pause: PauseConfig,
+    /// The admin API and status page. Default: off.
+    pub admin: Option<super::admin::AdminConfig>,
     /// Outbox relays: each moves one table's rows to Redis Streams.
     #[serde(default, rename = "relay")]
     pub relays: Vec<RelayConfig>,

@@ -84,6 +84,9 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
     }
     database_tls(&mut config.database, &mut errors);
+    if let Some(admin) = &mut config.admin {
+        super::admin::read_tokens(admin, &mut errors);
+    }
     if let Some(auth) = &mut config.telemetry.auth {
         metrics_auth(auth, &mut errors);
     }

@@ -4,6 +4,7 @@
 //! every field documents its default. Loading (file + environment + `*_file` secrets) lives in
 //! `load`, cross-field checks in `validate`, the choice `claim = "auto"` makes in `claim`.
 
+pub mod admin;
 pub(crate) mod apply;
 mod backoff;
 mod bridge;

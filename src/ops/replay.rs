@@ -19,13 +19,13 @@ use crate::store::outbox::ClaimedRow;
 use crate::store::replay::{self, COLUMNS, Checkpoint, ReplayRow, Source};
 use crate::store::selection::{Moment, Selection};
 use crate::store::{Database, StoreError};
-use crate::stream::{AppendOptions, AppendOutcome, Durability, EventStream, Trim};
+use crate::stream::{AppendOptions, AppendOutcome, EventStream};
 
 /// The field every replayed entry carries: the job's name.
 pub const REPLAY_FIELD: &str = "replay";
 
 /// Which time `--since` / `--until` look at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OutboxTime {
     Created,
@@ -286,14 +286,7 @@ pub async fn run<P: EventStream>(
 /// The relay's trimming and durability gate; no dedupe (a replay must not be skipped as a
 /// repeat of the event it repeats).
 fn append_options(relay: &RelayConfig) -> AppendOptions {
-    let trim = relay.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
-        (Some(n), _) => Some(Trim::MaxLen(n)),
-        (None, Some(age)) => Some(Trim::MinAge(age)),
-        (None, None) => None,
-    });
-    let durability =
-        relay.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
-    AppendOptions { trim, dedupe: None, durability }
+    AppendOptions { dedupe: None, ..crate::relay::append_options(relay) }
 }
 
 /// The row's entry as the relay builds it, plus the replay field; to `to_stream` if given. Its

@@ -11,7 +11,7 @@ use crate::store::inbox::reprocess::{self, Reprocess, Settled};
 use crate::store::selection::Selection;
 
 /// Which time a reprocess's `--since` / `--until` look at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum InboxTime {
     /// When the bridge took the event over.

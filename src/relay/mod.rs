@@ -86,15 +86,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         if config.ordering.is_some() && !columns.iter().any(|c| c == ORDER_KEY_COLUMN) {
             return Err(RelayError::NoOrderKey(config.name.clone()));
         }
-        let trim = config.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
-            (Some(n), _) => Some(Trim::MaxLen(n)),
-            (None, Some(age)) => Some(Trim::MinAge(age)),
-            (None, None) => None,
-        });
-        let dedupe = config.dedupe.as_ref().map(|d| Dedupe { window: d.window, key_prefix: d.key_prefix.clone() });
-        let durability =
-            config.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
-        let options = AppendOptions { trim, dedupe, durability };
+        let options = append_options(&config);
         let unavailable_log = std::sync::Mutex::new(Throttle::new(Duration::from_secs(10)));
         let partial_since = Default::default();
         Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log, partial_since })
@@ -232,4 +224,17 @@ impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
     fn stopped(&self) {
         info!(relay = %self.config.name, "relay stopped");
     }
+}
+
+/// How the relay appends: trimming, dedupe and the durability gate from its config.
+pub(crate) fn append_options(config: &RelayConfig) -> AppendOptions {
+    let trim = config.trim.as_ref().and_then(|t| match (t.maxlen, t.min_age) {
+        (Some(n), _) => Some(Trim::MaxLen(n)),
+        (None, Some(age)) => Some(Trim::MinAge(age)),
+        (None, None) => None,
+    });
+    let dedupe = config.dedupe.as_ref().map(|d| Dedupe { window: d.window, key_prefix: d.key_prefix.clone() });
+    let durability =
+        config.durability.as_ref().map(|d| Durability { replicas: d.replicas, aof: d.aof, timeout: d.timeout });
+    AppendOptions { trim, dedupe, durability }
 }

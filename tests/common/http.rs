@@ -64,3 +64,21 @@ pub fn read_request(stream: &std::net::TcpStream) -> (impl Fn(&str) -> String + 
     reader.read_exact(&mut body).unwrap();
     (header, serde_json::from_slice(&body).unwrap())
 }
+
+/// `(status code, body)` of a request to `http://{address}{path}` with `headers` and `body`.
+pub fn request(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() {
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    }
+    write!(stream, "{head}\r\n{body}").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}

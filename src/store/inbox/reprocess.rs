@@ -1,7 +1,9 @@
 //! `handoff inbox reprocess`: PROCESSED (or DEAD) inbox rows chosen by a [`Selection`] back to
 //! PENDING, counters reset, so the worker runs its (fixed) handlers on them again. Chunks of
-//! [`CHUNK`] rows, each in a transaction of its own that locks what it moves (`FOR UPDATE SKIP
-//! LOCKED`): a row the worker holds is not touched.
+//! [`CHUNK`] rows, each in a transaction of its own that locks what it moves (`FOR UPDATE`, not
+//! `SKIP LOCKED`: the worker holds only PENDING and PROCESSING rows, but InnoDB's locking reads
+//! lock settled rows they merely scan, and skipping those would leave rows out); a chunk that
+//! meets a deadlock or a lock timeout is tried again.
 
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
@@ -16,7 +18,8 @@ const CHUNK: u32 = 1000;
 const LABEL: &str = "reprocess inbox rows";
 
 /// The settled states a reprocess takes rows from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Settled {
     Processed,
     Dead,
@@ -97,7 +100,7 @@ async fn postgres(pool: &deadpool_postgres::Pool, request: &Reprocess<'_>, dry_r
     let (after_at, limit_at) = (values.len() + 1, values.len() + 2);
     let sql = format!(
         "WITH chosen AS (SELECT id FROM {t} WHERE {conditions} AND id > ${after_at}::bigint
-                         ORDER BY id LIMIT ${limit_at}::bigint FOR UPDATE SKIP LOCKED)
+                         ORDER BY id LIMIT ${limit_at}::bigint FOR UPDATE)
          UPDATE {t} i SET {RESET}, next_retry_at = now(), redriven_at = now() FROM chosen WHERE i.id = chosen.id
          RETURNING i.id"
     );
@@ -107,7 +110,7 @@ async fn postgres(pool: &deadpool_postgres::Pool, request: &Reprocess<'_>, dry_r
         let mut refs = refs.clone();
         refs.push(&after);
         refs.push(&chunk);
-        let moved = client.query(&sql, &refs).await.map_err(failed)?;
+        let moved = retrying(|| async { client.query(&sql, &refs).await.map_err(failed) }).await?;
         done.reprocessed += moved.len() as i64;
         match moved.iter().map(|r| r.get::<_, i64>(0)).max() {
             Some(last) if (moved.len() as i64) == chunk => after = last,
@@ -140,20 +143,10 @@ async fn mysql(
     let mut after = i64::MIN;
     while done.reprocessed < i64::from(request.limit) {
         let chunk = (i64::from(request.limit) - done.reprocessed).min(i64::from(CHUNK));
-        let mut tx = pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(failed)?;
-        let select =
-            format!("SELECT id FROM {t} WHERE {conditions} AND id > ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED");
         let mut chosen_params = params.clone();
         chosen_params.push(after.into());
         chosen_params.push(chunk.into());
-        let ids: Vec<i64> = tx.exec(select, chosen_params).await.map_err(failed)?;
-        if !ids.is_empty() {
-            let list = vec!["?"; ids.len()].join(", ");
-            let update =
-                format!("UPDATE {t} SET {RESET}, next_retry_at = NOW(3), redriven_at = NOW(3) WHERE id IN ({list})");
-            tx.exec_drop(update, ids.clone()).await.map_err(failed)?;
-        }
-        tx.commit().await.map_err(failed)?;
+        let ids = retrying(|| mysql_chunk(pool, (t, &conditions), chosen_params.clone())).await?;
         done.reprocessed += ids.len() as i64;
         match ids.iter().max() {
             Some(last) if (ids.len() as i64) == chunk => after = *last,
@@ -161,4 +154,43 @@ async fn mysql(
         }
     }
     Ok(done)
+}
+
+/// One chunk on MySQL: the chosen rows locked, then moved, in one transaction; their ids.
+async fn mysql_chunk(
+    pool: &crate::store::mysql::pool::Pool,
+    (t, conditions): (&str, &str),
+    params: Vec<mysql_async::Value>,
+) -> StoreResult<Vec<i64>> {
+    let failed = |e| error(LABEL, e);
+    let mut tx = pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(failed)?;
+    let select = format!("SELECT id FROM {t} WHERE {conditions} AND id > ? ORDER BY id LIMIT ? FOR UPDATE");
+    let ids: Vec<i64> = tx.exec(select, params).await.map_err(failed)?;
+    if !ids.is_empty() {
+        let list = vec!["?"; ids.len()].join(", ");
+        let update =
+            format!("UPDATE {t} SET {RESET}, next_retry_at = NOW(3), redriven_at = NOW(3) WHERE id IN ({list})");
+        tx.exec_drop(update, ids.clone()).await.map_err(failed)?;
+    }
+    tx.commit().await.map_err(failed)?;
+    Ok(ids)
+}
+
+/// Runs `attempt` again (up to five times, backing off) while it meets a deadlock or a lock
+/// timeout: the worker's claims lock rows for a moment, and that passes.
+async fn retrying<T, F, Fut>(mut attempt: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut tries = 0u32;
+    loop {
+        match attempt().await {
+            Err(e) if e.outage_kind() == Some(crate::store::OutageKind::Conflict) && tries < 5 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20 << tries)).await;
+            }
+            other => return other,
+        }
+    }
 }

@@ -107,16 +107,7 @@ pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
                    through_id = VALUES(through_id), after_id = VALUES(after_id), appended = VALUES(appended),
                    total = VALUES(total), started_at = NOW(3), updated_at = NOW(3), finished_at = NULL"
         .to_owned();
-    let values = [
-        Bound::Text(c.job.clone()),
-        Bound::Text(c.relay.clone()),
-        Bound::Text(c.target.clone()),
-        Bound::Text(c.selection.clone()),
-        Bound::Int(c.through_id),
-        Bound::Int(c.after_id),
-        Bound::Int(c.appended),
-        Bound::Int(c.total),
-    ];
+    let values = c.values();
     rows(pool, sql, &values).await.map(drop)
 }
 

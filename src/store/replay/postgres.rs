@@ -92,16 +92,7 @@ pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
                    selection = excluded.selection, through_id = excluded.through_id, after_id = excluded.after_id,
                    appended = excluded.appended, total = excluded.total, started_at = now(), updated_at = now(),
                    finished_at = NULL";
-    let values = [
-        Bound::Text(c.job.clone()),
-        Bound::Text(c.relay.clone()),
-        Bound::Text(c.target.clone()),
-        Bound::Text(c.selection.clone()),
-        Bound::Int(c.through_id),
-        Bound::Int(c.after_id),
-        Bound::Int(c.appended),
-        Bound::Int(c.total),
-    ];
+    let values = c.values();
     query(pool, sql, &values).await.map(drop)
 }
 

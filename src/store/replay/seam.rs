@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::store::selection::Selection;
+use crate::store::selection::{Bound, Selection};
 
 /// The columns a replayed row carries, in order: those the reference claim returns that an
 /// entry is built from (the relay's templates may name them).
@@ -58,4 +58,21 @@ pub struct Checkpoint {
     /// Matching rows when the job started.
     pub total: i64,
     pub finished: bool,
+}
+
+impl Checkpoint {
+    /// Its columns as bound values, in the order `handoff_replays` inserts them: job, relay,
+    /// target, selection, through_id, after_id, appended, total.
+    pub(crate) fn values(&self) -> [Bound; 8] {
+        [
+            Bound::Text(self.job.clone()),
+            Bound::Text(self.relay.clone()),
+            Bound::Text(self.target.clone()),
+            Bound::Text(self.selection.clone()),
+            Bound::Int(self.through_id),
+            Bound::Int(self.after_id),
+            Bound::Int(self.appended),
+            Bound::Int(self.total),
+        ]
+    }
 }

@@ -1,0 +1,275 @@
+//! The admin API: routes, authentication and scopes, the audit log, idempotent retries. Each
+//! call runs the same operation as its CLI command (`ops`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tracing::info;
+
+use super::auth::{Caller, authenticate};
+use super::bodies::{DeadBody, PauseBody, PoisonBody, ReplayBody, ReprocessBody, ResumeBody, RewindBody};
+use super::reply::response;
+use super::state::AdminState;
+use crate::ops;
+
+/// A request body larger than this is refused.
+const MAX_BODY: usize = 64 * 1024;
+/// Responses remembered for a retried `Idempotency-Key`, and for how long.
+const REMEMBERED: usize = 1000;
+const REMEMBER_FOR: Duration = Duration::from_secs(3600);
+
+type Reply = (StatusCode, Value);
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Reply {
+    (status, json!({ "error": message.to_string() }))
+}
+
+pub async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let tokens = state.config.admin.as_ref().map(|a| a.tokens.as_slice()).unwrap_or_default();
+    let Some(caller) = authenticate(tokens, request.headers().get(hyper::header::AUTHORIZATION)) else {
+        let mut denied = json_response(error(StatusCode::UNAUTHORIZED, "credentials required (a bearer token)"));
+        let challenge = hyper::header::HeaderValue::from_static("Basic realm=\"handoff admin\", charset=\"UTF-8\"");
+        denied.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, challenge);
+        return denied;
+    };
+    let (method, path, query) = (request.method().clone(), request.uri().path().to_owned(), request.uri().query());
+    let query = parse_query(query.unwrap_or_default());
+    if method == Method::GET {
+        return match path.as_str() {
+            "/" => response(StatusCode::OK, "text/html; charset=utf-8", super::page::render(state).await),
+            _ => json_response(read(state, &path, &query).await),
+        };
+    }
+    if method != Method::POST {
+        return json_response(error(StatusCode::METHOD_NOT_ALLOWED, "GET or POST"));
+    }
+    if !caller.may_write() {
+        return json_response(error(StatusCode::FORBIDDEN, format!("token `{}` may only read", caller.name)));
+    }
+    let key = request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if let Some(key) = &key
+        && let Some((status, body)) = remembered(state, &caller, key)
+    {
+        return response(status, "application/json", body);
+    }
+    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => return json_response(error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {e}"))),
+    };
+    let (status, value) = write(state, &caller, &path, &body).await;
+    let summary = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
+    info!(target: "handoff::admin", caller = %caller.name, %path, request = %summary, status = status.as_u16(), "admin call");
+    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    if let Some(key) = key {
+        remember(state, &caller, key, status, &text);
+    }
+    response(status, "application/json", text)
+}
+
+fn json_response((status, value): Reply) -> Response<Full<Bytes>> {
+    response(status, "application/json", serde_json::to_string_pretty(&value).unwrap_or_default())
+}
+
+fn remembered(state: &AdminState, caller: &Caller, key: &str) -> Option<(StatusCode, String)> {
+    let answered = state.answered.lock().unwrap_or_else(|e| e.into_inner());
+    answered
+        .get(&(caller.name.clone(), key.to_owned()))
+        .filter(|(at, _, _)| at.elapsed() < REMEMBER_FOR)
+        .map(|(_, status, body)| (*status, body.clone()))
+}
+
+fn remember(state: &AdminState, caller: &Caller, key: String, status: StatusCode, body: &str) {
+    let mut answered = state.answered.lock().unwrap_or_else(|e| e.into_inner());
+    answered.retain(|_, (at, _, _)| at.elapsed() < REMEMBER_FOR);
+    if answered.len() < REMEMBERED {
+        answered.insert((caller.name.clone(), key), (Instant::now(), status, body.to_owned()));
+    }
+}
+
+/// `a=1&b=x%20y` → pairs (later keys win).
+fn parse_query(query: &str) -> HashMap<String, String> {
+    let decode = |s: &str| {
+        let bytes = s.replace('+', " ").into_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let hex = |b: u8| (b as char).to_digit(16);
+            match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+                (b'%', Some(high), Some(low)) => {
+                    out.push((high * 16 + low) as u8);
+                    i += 3;
+                }
+                (byte, _, _) => {
+                    out.push(byte);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
+}
+
+async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -> Reply {
+    let param = |k: &str| query.get(k).cloned().filter(|v| !v.is_empty());
+    let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100u32).min(1000);
+    match path {
+        "/api/status" => {
+            let lines = ops::status::collect(&state.config, &state.db, state.redis.as_ref()).await;
+            (StatusCode::OK, json!({ "components": lines }))
+        }
+        "/api/dead" => {
+            let rows = crate::store::dead::DeadFilter {
+                event_id: param("event_id"),
+                older_than: None,
+                error_contains: param("error"),
+                limit,
+            };
+            let filter = ops::dead::Filter { relay: param("relay"), worker: param("worker"), rows };
+            match ops::dead::run(&state.config, &state.db, &filter, crate::store::dead::DeadAction::List, true).await {
+                Ok(rows) => (StatusCode::OK, json!({ "count": rows.len(), "rows": rows })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/poison" => {
+            let records =
+                crate::store::takeover::PoisonFilter { reason: param("reason"), event_id: param("event_id"), limit };
+            let filter = ops::poison::Filter { bridge: param("bridge"), records };
+            match ops::poison::list(&state.config, &state.db, &filter).await {
+                Ok(rows) => (StatusCode::OK, json!({ "count": rows.len(), "rows": rows })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        _ => match path.strip_prefix("/api/replay/") {
+            Some(job) => replay_status(state, job).await,
+            None => error(StatusCode::NOT_FOUND, format!("no such endpoint: GET {path}")),
+        },
+    }
+}
+
+async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]) -> Reply {
+    macro_rules! parse {
+        ($t:ty) => {
+            match serde_json::from_slice::<$t>(if body.is_empty() { b"{}" } else { body }) {
+                Ok(value) => value,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
+            }
+        };
+    }
+    let config = &state.config;
+    match path {
+        "/api/dead/retry" | "/api/dead/purge" => {
+            let b = parse!(DeadBody);
+            let older_than = match b.older_than.as_deref().map(humantime::parse_duration).transpose() {
+                Ok(d) => d,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("older_than: {e}")),
+            };
+            let rows = crate::store::dead::DeadFilter {
+                event_id: b.event_id,
+                older_than,
+                error_contains: b.error,
+                limit: b.limit,
+            };
+            let filter = ops::dead::Filter { relay: b.relay, worker: b.worker, rows };
+            let action = if path.ends_with("retry") {
+                crate::store::dead::DeadAction::Retry
+            } else {
+                crate::store::dead::DeadAction::Purge
+            };
+            match ops::dead::run(config, &state.db, &filter, action, b.dry_run).await {
+                Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/poison/retry" => {
+            let b = parse!(PoisonBody);
+            let records =
+                crate::store::takeover::PoisonFilter { reason: b.reason, event_id: b.event_id, limit: b.limit };
+            let filter = ops::poison::Filter { bridge: b.bridge, records };
+            match ops::poison::retry(config, &state.db, &filter, b.dry_run).await {
+                Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/pause" => {
+            let b = parse!(PauseBody);
+            let expires = match b.expires_after.as_deref().map(humantime::parse_duration).transpose() {
+                Ok(d) => d,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("for: {e}")),
+            };
+            let target = match ops::control::known(config, b.component, &b.name) {
+                Ok(target) => target,
+                Err(e) => return error(StatusCode::NOT_FOUND, e),
+            };
+            match ops::control::pause(&state.db, target, b.reason, expires, &format!("admin:{}", caller.name)).await {
+                Ok(pause) => (StatusCode::OK, json!({ "paused": pause })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/resume" => {
+            let b = parse!(ResumeBody);
+            let target = match ops::control::known(config, b.component, &b.name) {
+                Ok(target) => target,
+                Err(e) => return error(StatusCode::NOT_FOUND, e),
+            };
+            match ops::control::resume(&state.db, &target).await {
+                Ok(was) => (StatusCode::OK, json!({ "resumed": target.to_string(), "was_paused": was })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/reprocess" => {
+            let b = parse!(ReprocessBody);
+            let selection = match b.selection.into_selection() {
+                Ok(s) => s,
+                Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            };
+            let request = ops::reprocess::Request {
+                worker: b.worker,
+                from: b.states,
+                time: b.time,
+                selection,
+                all: b.all,
+                limit: b.limit,
+                dry_run: b.dry_run,
+            };
+            match ops::reprocess::run(config, &state.db, request).await {
+                Ok(report) => (StatusCode::OK, json!(report)),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/rewind" => {
+            let b = parse!(RewindBody);
+            let to = match ops::rewind::RewindTo::parse(&b.to) {
+                Ok(to) => to,
+                Err(e) => return error(StatusCode::BAD_REQUEST, format!("to: {e}")),
+            };
+            match ops::rewind::rewind(config, &b.bridge, b.stream.as_deref(), &to, b.dry_run).await {
+                Ok(moved) => (StatusCode::OK, json!({ "bridge": b.bridge, "dry_run": b.dry_run, "streams": moved })),
+                Err(e) => error(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        "/api/replay" => super::replay::start(state, parse!(ReplayBody)).await,
+        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint: POST {path}")),
+    }
+}
+
+async fn replay_status(state: &AdminState, job: &str) -> Reply {
+    if let Some(progress) = state.replays.lock().unwrap_or_else(|e| e.into_inner()).get(job) {
+        return (StatusCode::OK, progress.clone());
+    }
+    match crate::store::replay::load(&state.db, job).await {
+        Ok(Some(checkpoint)) => (StatusCode::OK, json!({ "checkpoint": checkpoint })),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no replay job `{job}`")),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, crate::error::error_chain(&e)),
+    }
+}

@@ -1,0 +1,69 @@
+//! Who calls the admin listener: a bearer token, or basic authentication with the token's name
+//! as the user and the token as the password (what a browser asks for on the status page).
+//! Tokens are compared in time that does not depend on where they differ.
+
+use hyper::header::HeaderValue;
+
+use crate::config::admin::{AdminToken, Scope};
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub name: String,
+    pub scope: Scope,
+}
+
+impl Caller {
+    pub fn may_write(&self) -> bool {
+        self.scope == Scope::Write
+    }
+}
+
+/// The caller the `Authorization` header proves, if it proves one.
+pub fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) -> Option<Caller> {
+    let given = header?.to_str().ok()?;
+    let caller = |t: &AdminToken| Caller { name: t.name.clone(), scope: t.scope };
+    if let Some(bearer) = given.strip_prefix("Bearer ") {
+        return tokens
+            .iter()
+            .find(|t| t.token.as_ref().is_some_and(|secret| same(bearer.trim().as_bytes(), secret.expose().as_bytes())))
+            .map(caller);
+    }
+    let basic = crate::base64::decode(given.strip_prefix("Basic ")?.trim())?;
+    let (user, password) = std::str::from_utf8(&basic).ok()?.split_once(':')?;
+    tokens
+        .iter()
+        .filter(|t| t.name == user)
+        .find(|t| t.token.as_ref().is_some_and(|secret| same(password.as_bytes(), secret.expose().as_bytes())))
+        .map(caller)
+}
+
+/// Equal bytes, compared without an early exit.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    fn token(name: &str, scope: Scope, secret: &str) -> AdminToken {
+        AdminToken { name: name.into(), scope, token_file: "/dev/null".into(), token: Some(Secret::new(secret)) }
+    }
+
+    #[test]
+    fn a_bearer_or_basic_token_proves_its_name_and_scope_and_nothing_else_does() {
+        let tokens =
+            [token("oncall", Scope::Read, "read-token-0123456"), token("ops", Scope::Write, "write-token-0123456")];
+        let header = |v: &str| HeaderValue::from_str(v).unwrap();
+        let caller = authenticate(&tokens, Some(&header("Bearer write-token-0123456"))).unwrap();
+        assert_eq!((caller.name.as_str(), caller.may_write()), ("ops", true));
+        let basic = format!("Basic {}", crate::base64::encode(b"oncall:read-token-0123456"));
+        assert!(!authenticate(&tokens, Some(&header(&basic))).unwrap().may_write());
+        let wrong_user = format!("Basic {}", crate::base64::encode(b"ops:read-token-0123456"));
+        assert!(authenticate(&tokens, Some(&header(&wrong_user))).is_none(), "a token proves only its own name");
+        assert!(authenticate(&tokens, Some(&header("Bearer write-token-012345"))).is_none());
+        assert!(authenticate(&tokens, None).is_none());
+    }
+}

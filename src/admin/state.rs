@@ -1,0 +1,60 @@
+//! What the admin handlers work with: the config, the database and brokers `run` connected to,
+//! the replays started here, and the answers kept for retried idempotency keys.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hyper::StatusCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::store::Database;
+use crate::stream::nats::NatsStream;
+use crate::stream::redis::RedisStream;
+
+/// A mutation's answer, kept for a retry with the same key: when, status, body.
+pub(super) type Answered = (Instant, StatusCode, String);
+
+/// What the handlers work with: the config, the database and brokers `run` connected to.
+pub struct AdminState {
+    pub config: Arc<Config>,
+    pub db: Database,
+    pub redis: Option<RedisStream>,
+    pub nats: Option<NatsStream>,
+    /// Replays started here: their latest progress (or error), by job.
+    pub(super) replays: Mutex<HashMap<String, Value>>,
+    /// Responses to mutations by (caller, `Idempotency-Key`).
+    pub(super) answered: Mutex<HashMap<(String, String), Answered>>,
+    /// Stops replays started here when the process drains.
+    shutdown: CancellationToken,
+}
+
+impl AdminState {
+    pub fn new(
+        config: Arc<Config>,
+        db: Database,
+        (redis, nats): (Option<RedisStream>, Option<NatsStream>),
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self { config, db, redis, nats, replays: Mutex::default(), answered: Mutex::default(), shutdown }
+    }
+}
+
+impl AdminState {
+    /// Records a replay's latest progress (or its end) for `GET /api/replay/<job>`.
+    pub(super) fn replay_progress(&self, job: &str, value: Value) {
+        self.replays.lock().unwrap_or_else(|e| e.into_inner()).insert(job.to_owned(), value);
+    }
+
+    /// Whether a replay of `job` runs in this process now.
+    pub(super) fn replay_running(&self, job: &str) -> Option<Value> {
+        let replays = self.replays.lock().unwrap_or_else(|e| e.into_inner());
+        replays.get(job).filter(|v| v["running"] == true).cloned()
+    }
+
+    pub(super) fn shutdown(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
