@@ -83,6 +83,13 @@ async fn tokens_and_scopes_guard_every_call_and_mutations_are_logged_and_idempot
     let dead: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!((status, dead["rows"][0]["event_id"].as_str()), (200, Some("dead-1")), "{answer}");
     assert_eq!(dead["rows"][0]["last_error"], "<b>boom</b>");
+    let page = |path: &str| {
+        let (_, answer) = request(&address, "GET", path, &[("Authorization", &bearer(READ))], "");
+        serde_json::from_str::<serde_json::Value>(&answer).unwrap()
+    };
+    assert_eq!(page("/api/dead?relay=relay&limit=1")["next_offset"], 1, "a full page says where the next starts");
+    let second = page("/api/dead?relay=relay&limit=1&offset=1");
+    assert_eq!((second["count"].as_i64(), second["next_offset"].is_null()), (Some(0), true));
 
     let write = bearer(WRITE);
     let with_key = [("Authorization", write.as_str()), ("Idempotency-Key", "pause-1")];

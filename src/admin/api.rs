@@ -122,7 +122,10 @@ fn parse_query(query: &str) -> HashMap<String, String> {
 
 async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -> Reply {
     let param = |k: &str| query.get(k).cloned().filter(|v| !v.is_empty());
-    let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100u32).min(1000);
+    let limit = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100u32).clamp(1, 1000);
+    let offset = query.get("offset").and_then(|o| o.parse().ok()).unwrap_or(0u32);
+    // A full page says where the next one starts.
+    let page = |count: usize| (count as u32 >= limit).then(|| offset + limit);
     match path {
         "/api/status" => {
             let lines = ops::status::collect(&state.config, &state.db, state.redis.as_ref()).await;
@@ -134,19 +137,24 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
                 older_than: None,
                 error_contains: param("error"),
                 limit,
+                offset,
             };
             let filter = ops::dead::Filter { relay: param("relay"), worker: param("worker"), rows };
             match ops::dead::run(&state.config, &state.db, &filter, crate::store::dead::DeadAction::List, true).await {
-                Ok(rows) => (StatusCode::OK, json!({ "count": rows.len(), "rows": rows })),
+                Ok(rows) => {
+                    (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
+                }
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
         }
         "/api/poison" => {
-            let records =
-                crate::store::takeover::PoisonFilter { reason: param("reason"), event_id: param("event_id"), limit };
+            let (reason, event_id) = (param("reason"), param("event_id"));
+            let records = crate::store::takeover::PoisonFilter { reason, event_id, limit, offset };
             let filter = ops::poison::Filter { bridge: param("bridge"), records };
             match ops::poison::list(&state.config, &state.db, &filter).await {
-                Ok(rows) => (StatusCode::OK, json!({ "count": rows.len(), "rows": rows })),
+                Ok(rows) => {
+                    (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
+                }
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
         }
@@ -179,6 +187,7 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 older_than,
                 error_contains: b.error,
                 limit: b.limit,
+                offset: 0,
             };
             let filter = ops::dead::Filter { relay: b.relay, worker: b.worker, rows };
             let action = if path.ends_with("retry") {
@@ -193,8 +202,12 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
         }
         "/api/poison/retry" => {
             let b = parse!(PoisonBody);
-            let records =
-                crate::store::takeover::PoisonFilter { reason: b.reason, event_id: b.event_id, limit: b.limit };
+            let records = crate::store::takeover::PoisonFilter {
+                reason: b.reason,
+                event_id: b.event_id,
+                limit: b.limit,
+                offset: 0,
+            };
             let filter = ops::poison::Filter { bridge: b.bridge, records };
             match ops::poison::retry(config, &state.db, &filter, b.dry_run).await {
                 Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),

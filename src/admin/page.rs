@@ -25,7 +25,7 @@ pub(super) async fn render(state: &AdminState) -> String {
     let dead = ops::dead::run(&state.config, &state.db, &dead_filter, crate::store::dead::DeadAction::List, true).await;
     let poison_filter = ops::poison::Filter {
         bridge: None,
-        records: crate::store::takeover::PoisonFilter { reason: None, event_id: None, limit: LATEST },
+        records: crate::store::takeover::PoisonFilter { reason: None, event_id: None, limit: LATEST, offset: 0 },
     };
     let poison = ops::poison::list(&state.config, &state.db, &poison_filter).await;
 
@@ -103,8 +103,48 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}}
             let _ = writeln!(html, "<p class=\"why\">Cannot list poison records: {}</p>", escape(&e.to_string()));
         }
     }
+    html.push_str("<h2>Broker loss</h2>\n");
+    let losses = broker_losses(&state.registry);
+    if losses.is_empty() {
+        html.push_str("<p>None seen by this replica since it started.</p>\n");
+    } else {
+        html.push_str(
+            "<p class=\"why\">Seen by this replica since it started (handoff_relay_broker_* counters).</p>\n",
+        );
+        html.push_str("<div class=\"table\"><table id=\"loss\"><tr><th>relay</th><th>events</th><th>entries lost</th><th>rows re-driven</th></tr>\n");
+        for (relay, [events, lost, redriven]) in losses {
+            let _ = writeln!(
+                html,
+                "<tr><td>{}</td><td class=\"n\">{events}</td><td class=\"n\">{lost}</td><td class=\"n\">{redriven}</td></tr>",
+                escape(&relay)
+            );
+        }
+        html.push_str("</table></div>\n");
+    }
     html.push_str("</body></html>\n");
     html
+}
+
+/// Per relay with a broker-loss event: events, entries lost, rows re-driven — as this process's
+/// counters have them.
+fn broker_losses(registry: &prometheus::Registry) -> Vec<(String, [u64; 3])> {
+    const FAMILIES: [&str; 3] = [
+        "handoff_relay_broker_loss_events_total",
+        "handoff_relay_broker_lost_entries_total",
+        "handoff_relay_broker_redriven_total",
+    ];
+    let mut by_relay: std::collections::BTreeMap<String, [u64; 3]> = Default::default();
+    for family in registry.gather() {
+        let Some(column) = FAMILIES.iter().position(|name| *name == family.name()) else { continue };
+        for metric in family.get_metric() {
+            let relay = metric.get_label().iter().find(|l| l.name() == "relay").map(|l| l.value().to_owned());
+            let value = metric.get_counter().get_value() as u64;
+            if let (Some(relay), true) = (relay, value > 0) {
+                by_relay.entry(relay).or_default()[column] = value;
+            }
+        }
+    }
+    by_relay.into_iter().filter(|(_, counts)| counts[0] > 0).collect()
 }
 
 /// One component's row: its state and why, then its numbers.
@@ -169,6 +209,18 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_losses_come_from_the_relays_counters() {
+        let registry = prometheus::Registry::new();
+        let relays = crate::telemetry::metrics::RelayMetrics::register(&registry).unwrap();
+        let (_quiet, lossy) = (relays.for_relay("quiet", "redis"), relays.for_relay("lossy", "redis"));
+        assert!(broker_losses(&registry).is_empty(), "no loss, no line");
+        lossy.loss_events.inc();
+        lossy.lost_entries.inc_by(3);
+        lossy.redriven.inc_by(2);
+        assert_eq!(broker_losses(&registry), [("lossy".to_owned(), [1, 3, 2])]);
+    }
 
     #[test]
     fn data_is_escaped_and_ages_are_short() {

@@ -23,6 +23,8 @@ pub struct AdminState {
     pub db: Database,
     pub redis: Option<RedisStream>,
     pub nats: Option<NatsStream>,
+    /// This process's metrics: the status page reads the broker-loss counters from them.
+    pub registry: prometheus::Registry,
     /// Replays started here: their latest progress (or error), by job.
     pub(super) replays: Mutex<HashMap<String, Value>>,
     /// Responses to mutations by (caller, `Idempotency-Key`).
@@ -36,9 +38,11 @@ impl AdminState {
         config: Arc<Config>,
         db: Database,
         (redis, nats): (Option<RedisStream>, Option<NatsStream>),
+        registry: prometheus::Registry,
         shutdown: CancellationToken,
     ) -> Self {
-        Self { config, db, redis, nats, replays: Mutex::default(), answered: Mutex::default(), shutdown }
+        let (replays, answered) = (Mutex::default(), Mutex::default());
+        Self { config, db, redis, nats, registry, replays, answered, shutdown }
     }
 }
 

@@ -98,6 +98,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
                 std::sync::Arc::new(config.clone()),
                 db.clone(),
                 (stream.clone(), nats.clone()),
+                shared.registry.clone(),
                 shared.shutdown.clone(),
             );
             let (_, admin) =

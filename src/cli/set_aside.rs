@@ -90,6 +90,7 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         older_than: args.older_than,
         error_contains: args.error,
         limit: args.limit,
+        offset: 0,
     };
     let filter = ops::dead::Filter { relay: args.relay, worker: args.worker, rows };
     let db = match crate::store::Database::connect(&config.database, "handoff-dead") {
@@ -147,7 +148,8 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let records = store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit };
+    let records =
+        store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit, offset: 0 };
     let filter = ops::poison::Filter { bridge: args.bridge, records };
     let result = if retry {
         ops::poison::retry(config, &db, &filter, args.output.dry_run).await

@@ -24,7 +24,7 @@ pub async fn run(
            AND (? IS NULL OR event_id = ?)
            AND (? IS NULL OR dead_at < NOW(3) - INTERVAL ? * 1000 MICROSECOND)
            AND (? IS NULL OR LOCATE(?, last_error) > 0)
-         ORDER BY dead_at, id LIMIT ? {lock}"
+         ORDER BY dead_at, id LIMIT ? OFFSET ? {lock}"
     );
     let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
     let mut params: Vec<Value> = target.consumer.iter().map(|c| c.as_str().into()).collect();
@@ -32,6 +32,7 @@ pub async fn run(
     params.extend([older_ms.into(), older_ms.into()]);
     params.extend([filter.error_contains.clone().into(), filter.error_contains.clone().into()]);
     params.push(i64::from(filter.limit).into());
+    params.push(i64::from(filter.offset).into());
     let mut tx = pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(failed)?;
     let ids: Vec<i64> = tx.exec(matching, params).await.map_err(failed)?;
     if ids.is_empty() {

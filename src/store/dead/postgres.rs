@@ -19,7 +19,7 @@ pub async fn run(
            AND ($1::text IS NULL OR event_id = $1)
            AND ($2::bigint IS NULL OR dead_at < now() - $2 * interval '1 millisecond')
            AND ($3::text IS NULL OR strpos(last_error, $3) > 0)
-         ORDER BY dead_at, id LIMIT $4"
+         ORDER BY dead_at, id LIMIT $4 OFFSET $6"
     );
     let columns =
         "id::text, event_id, event_type, attempts, extract(epoch FROM now() - dead_at)::float8, redrives, last_error";
@@ -35,14 +35,14 @@ pub async fn run(
     let label = "dead rows";
     let mut client = pool.get().await.map_err(|e| pool_error(label, e))?;
     let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
-    let limit = i64::from(filter.limit);
+    let (limit, offset) = (i64::from(filter.limit), i64::from(filter.offset));
     let failed = |e: tokio_postgres::Error| query_error(label, e);
     let tx = client.transaction().await.map_err(failed)?;
     // The reference schema refuses to move a DEAD row back unless the transaction says it is a
     // re-drive (migrations/postgres/0006).
     tx.batch_execute("SET LOCAL handoff.redrive = 'on'").await.map_err(failed)?;
     let rows = tx
-        .query(&sql, &[&filter.event_id, &older_ms, &filter.error_contains, &limit, &target.consumer])
+        .query(&sql, &[&filter.event_id, &older_ms, &filter.error_contains, &limit, &target.consumer, &offset])
         .await
         .map_err(failed)?;
     tx.commit().await.map_err(failed)?;

@@ -11,6 +11,8 @@ pub struct DeadFilter {
     pub older_than: Option<Duration>,
     pub error_contains: Option<String>,
     pub limit: u32,
+    /// Rows skipped first (a listing's later pages; 0 for a re-drive or purge).
+    pub offset: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

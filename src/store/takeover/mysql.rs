@@ -277,12 +277,12 @@ pub async fn poison_records(
                 CAST(fields AS CHAR)
          FROM {table} WHERE consumer = ?
            AND (? IS NULL OR reason = ?) AND (? IS NULL OR event_id = ?)
-         ORDER BY id LIMIT ?"
+         ORDER BY id LIMIT ? OFFSET ?"
     );
     let label = "read poison records";
     let mut conn = pool.get_conn().await.map_err(|e| error(label, e))?;
-    let params =
-        (consumer, &filter.reason, &filter.reason, &filter.event_id, &filter.event_id, i64::from(filter.limit));
+    let (limit, offset) = (i64::from(filter.limit), i64::from(filter.offset));
+    let params = (consumer, &filter.reason, &filter.reason, &filter.event_id, &filter.event_id, limit, offset);
     let rows: Vec<Row> = conn.exec(sql, params).await.map_err(|e| error(label, e))?;
     Ok(rows
         .into_iter()

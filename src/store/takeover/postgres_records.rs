@@ -19,13 +19,13 @@ pub async fn poison_records(
                 extract(epoch FROM now() - received_at)::float8, redrives, fields
          FROM {table} WHERE consumer = $1
            AND ($2::text IS NULL OR reason = $2) AND ($3::text IS NULL OR event_id = $3)
-         ORDER BY id LIMIT $4"
+         ORDER BY id LIMIT $4 OFFSET $5"
     );
     let label = "read poison records";
     let client = pool.get().await.map_err(|e| pool_error(label, e))?;
-    let limit = i64::from(filter.limit);
+    let (limit, offset) = (i64::from(filter.limit), i64::from(filter.offset));
     let rows = client
-        .query(&sql, &[&consumer, &filter.reason, &filter.event_id, &limit])
+        .query(&sql, &[&consumer, &filter.reason, &filter.event_id, &limit, &offset])
         .await
         .map_err(|e| query_error(label, e))?;
     Ok(rows

@@ -7,6 +7,8 @@ pub struct PoisonFilter {
     pub reason: Option<String>,
     pub event_id: Option<String>,
     pub limit: u32,
+    /// Records skipped first (a listing's later pages).
+    pub offset: u32,
 }
 
 /// One record of a poison table, with the entry's fields as they were read.
