@@ -145,6 +145,11 @@ seccompProfile:
     - name: handoff-metrics
       containerPort: {{ $v.telemetry.port }}
       protocol: TCP
+    {{- if $v.admin.port }}
+    - name: handoff-admin
+      containerPort: {{ $v.admin.port }}
+      protocol: TCP
+    {{- end }}
   env:
     {{- if $v.secrets.asFiles }}
     - name: HANDOFF_DATABASE__URL_FILE
