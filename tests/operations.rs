@@ -304,3 +304,16 @@ async fn a_replay_killed_midway_resumes_and_a_fresh_consumer_gets_every_event_on
 }
 
 crate::on_both_dialects!(a_replay_killed_midway_resumes_and_a_fresh_consumer_gets_every_event_once);
+
+/// A database without `handoff_pauses` (a schema that predates it) holds no pause: the relay
+/// delivers, and says once why pauses cannot reach it.
+async fn without_the_pauses_table_components_run_and_say_so(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    env.exec("DROP TABLE handoff_pauses").await;
+    env.insert_events("n", "user", 10).await;
+    let relay = Handoff::run(&format!("{}{POLL}", env.config("")));
+    env.await_delivered(10).await;
+    relay.await_log("handoff_pauses cannot be read").await;
+}
+
+crate::on_both_dialects!(without_the_pauses_table_components_run_and_say_so);

@@ -134,7 +134,7 @@ impl PauseSwitch {
 
 /// Reads the pauses every `poll`, publishes them, and keeps `handoff_paused` for `targets` (every
 /// configured component) current, until `shutdown`. An outage keeps what was read last; a
-/// database without `handoff_pauses` (the reference schema not applied) has no pauses, said once.
+/// database without `handoff_pauses`, or a user without SELECT on it, has no pauses, said once.
 pub async fn watch(
     db: Database,
     pauses: Pauses,
@@ -161,9 +161,12 @@ pub async fn watch(
                 }
                 pauses.publish(active);
             }
-            Err(e) if e.outage_kind() == Some(OutageKind::Schema) => {
+            // A table that is not there, or not granted, holds no pause this process could
+            // honour: waiting on it would stop every component of a deployment that upgraded
+            // without the new table or its grant. Said once, loudly.
+            Err(e) if matches!(e.outage_kind(), Some(OutageKind::Schema | OutageKind::Permission)) => {
                 if !std::mem::replace(&mut missing_said, true) {
-                    warn!(error = %crate::error::error_chain(&e), "handoff_pauses cannot be read (run `handoff migrate`); nothing can be paused");
+                    warn!(error = %crate::error::error_chain(&e), "handoff_pauses cannot be read (run `handoff migrate`, or grant SELECT on it); pauses will not reach this process");
                 }
                 pauses.publish(Vec::new());
             }

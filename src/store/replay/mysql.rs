@@ -7,20 +7,9 @@ use crate::store::database::Dialect;
 use crate::store::error::StoreResult;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::Pool;
-use crate::store::selection::{Bound, bind, mysql_params};
+use crate::store::selection::{Bound, mysql_params};
 
 const LABEL: &str = "replay";
-
-/// `status = 'DELIVERED'`, the selection, and `after < id <= through`.
-fn matching(source: Source<'_>, (after, through): (i64, Option<i64>), values: &mut Vec<Bound>) -> String {
-    let mut sql =
-        format!("status = 'DELIVERED'{}", source.selection.render(Dialect::Mysql, source.time_column, values));
-    sql.push_str(&format!(" AND id > {}", bind(Dialect::Mysql, values, Bound::Int(after))));
-    if let Some(through) = through {
-        sql.push_str(&format!(" AND id <= {}", bind(Dialect::Mysql, values, Bound::Int(through))));
-    }
-    sql
-}
 
 async fn rows(pool: &Pool, sql: String, values: &[Bound]) -> StoreResult<Vec<mysql_async::Row>> {
     let mut conn = pool.get_conn().await.map_err(|e| error(LABEL, e))?;
@@ -29,7 +18,7 @@ async fn rows(pool: &Pool, sql: String, values: &[Bound]) -> StoreResult<Vec<mys
 
 pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
     let mut values = Vec::new();
-    let condition = matching(source, (after, None), &mut values);
+    let condition = source.matching(Dialect::Mysql, (after, None), &mut values);
     let sql = format!("SELECT COUNT(*), CAST(COALESCE(MAX(id), 0) AS SIGNED) FROM {} WHERE {condition}", source.table);
     let mut found = rows(pool, sql, &values).await?;
     Ok(found
@@ -48,7 +37,7 @@ pub async fn page(
     limit: u32,
 ) -> StoreResult<Vec<ReplayRow>> {
     let mut values = Vec::new();
-    let condition = matching(source, (after, Some(through)), &mut values);
+    let condition = source.matching(Dialect::Mysql, (after, Some(through)), &mut values);
     values.push(Bound::Int(i64::from(limit)));
     let sql = format!(
         "SELECT id, CAST(id AS CHAR), event_id, event_type, aggregate_type, aggregate_id, CAST(payload AS CHAR),

@@ -11,17 +11,6 @@ use crate::store::selection::{Bound, bind, postgres_params};
 
 const LABEL: &str = "replay";
 
-/// `status = 'DELIVERED'`, the selection, and `after < id <= through`.
-fn matching(source: Source<'_>, (after, through): (i64, Option<i64>), values: &mut Vec<Bound>) -> String {
-    let mut sql =
-        format!("status = 'DELIVERED'{}", source.selection.render(Dialect::Postgres, source.time_column, values));
-    sql.push_str(&format!(" AND id > {}", bind(Dialect::Postgres, values, Bound::Int(after))));
-    if let Some(through) = through {
-        sql.push_str(&format!(" AND id <= {}", bind(Dialect::Postgres, values, Bound::Int(through))));
-    }
-    sql
-}
-
 async fn query(pool: &Pool, sql: &str, values: &[Bound]) -> StoreResult<Vec<tokio_postgres::Row>> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let params = postgres_params(values);
@@ -31,7 +20,7 @@ async fn query(pool: &Pool, sql: &str, values: &[Bound]) -> StoreResult<Vec<toki
 
 pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
     let mut values = Vec::new();
-    let condition = matching(source, (after, None), &mut values);
+    let condition = source.matching(Dialect::Postgres, (after, None), &mut values);
     let sql = format!("SELECT count(*), coalesce(max(id), 0)::bigint FROM {} WHERE {condition}", source.table);
     let rows = query(pool, &sql, &values).await?;
     Ok(rows.first().map(|r| Extent { matching: r.get(0), through_id: r.get(1) }).unwrap_or_default())
@@ -44,7 +33,7 @@ pub async fn page(
     limit: u32,
 ) -> StoreResult<Vec<ReplayRow>> {
     let mut values = Vec::new();
-    let condition = matching(source, (after, Some(through)), &mut values);
+    let condition = source.matching(Dialect::Postgres, (after, Some(through)), &mut values);
     let limit = bind(Dialect::Postgres, &mut values, Bound::Int(i64::from(limit)));
     let sql = format!(
         "SELECT id, id::text AS id_text, event_id, event_type, aggregate_type, aggregate_id, payload::text, headers::text

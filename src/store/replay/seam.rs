@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use crate::store::selection::{Bound, Selection};
+use crate::store::database::Dialect;
+use crate::store::selection::{Bound, Selection, bind};
 
 /// The columns a replayed row carries, in order: those the reference claim returns that an
 /// entry is built from (the relay's templates may name them).
@@ -15,6 +16,23 @@ pub struct Source<'a> {
     /// `created_at` or `delivered_at`.
     pub time_column: &'static str,
     pub selection: &'a Selection,
+}
+
+impl Source<'_> {
+    /// `status = 'DELIVERED'`, the selection, and `after < id <= through`, its values appended.
+    pub(super) fn matching(
+        &self,
+        dialect: Dialect,
+        (after, through): (i64, Option<i64>),
+        values: &mut Vec<Bound>,
+    ) -> String {
+        let mut sql = format!("status = 'DELIVERED'{}", self.selection.render(dialect, self.time_column, values));
+        sql.push_str(&format!(" AND id > {}", bind(dialect, values, Bound::Int(after))));
+        if let Some(through) = through {
+            sql.push_str(&format!(" AND id <= {}", bind(dialect, values, Bound::Int(through))));
+        }
+        sql
+    }
 }
 
 /// One DELIVERED row to append again.
