@@ -42,6 +42,23 @@ async fn audit_logs(env: &TestEnv, n: i64) {
     .await;
 }
 
+/// Waits until the first round of events is settled DELIVERED and the replica holds everything
+/// the primary has: what the bridge applied is not yet settled (the relay settles after the
+/// append), nor replicated (replication is asynchronous).
+async fn first_round_settled_and_replicated(env: &TestEnv, primary: u16, replica: u16, n: i64) {
+    env.await_delivered(n).await;
+    let offset = |port: u16, field: &str| {
+        redis_cli(port, &["info", "replication"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(field)?.strip_prefix(':')?.trim().parse::<u64>().ok())
+    };
+    eventually("the replica to hold what the primary has", || async {
+        let (primary, replica) = (offset(primary, "master_repl_offset"), offset(replica, "slave_repl_offset"));
+        (primary.is_some() && primary == replica).then_some(())
+    })
+    .await;
+}
+
 fn metric(address: &str, name: &str) -> f64 {
     sample(&get(address, "/metrics").1, &format!("{name}{{relay=\"relay\"}}")).unwrap_or(0.0)
 }
@@ -67,6 +84,7 @@ async fn a_failover_to_a_replica_that_had_not_caught_up_is_detected_and_repaired
     let address = handoff.telemetry_address().await;
     env.insert_events("a", "user", 30).await;
     audit_logs(&env, 30).await;
+    first_round_settled_and_replicated(&env, primary.port, replica.port, 30).await;
 
     // The replica stops following; what the primary acknowledges from now on is not on it.
     redis_cli(replica.port, &["replicaof", "no", "one"]);
@@ -102,6 +120,7 @@ async fn with_the_durability_gate_the_same_failover_loses_nothing() {
     let address = handoff.telemetry_address().await;
     env.insert_events("a", "user", 30).await;
     audit_logs(&env, 30).await;
+    first_round_settled_and_replicated(&env, primary.port, replica.port, 30).await;
 
     redis_cli(replica.port, &["replicaof", "no", "one"]);
     env.insert_events("b", "user", 30).await;
