@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::bridge::validate::Validator;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
+use crate::ops::shards::Agreement;
 use crate::relay::entries::EntryBuilder;
 use crate::store::inbox::Inbox;
 use crate::store::outbox::{Outbox, OutboxStore};
@@ -76,6 +77,14 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                     ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
                     let (claim, chosen) = relay.claim_loop.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
+                    match crate::ops::shards::agree(&db, relay, false).await {
+                        Ok(Agreement::NotSharded) => {}
+                        Ok(Agreement::Agrees { family, count }) => {
+                            ok.push(format!("relay `{}`: {count} shards of `{family}`", relay.name))
+                        }
+                        Ok(Agreement::Unguarded(why) | Agreement::Differs(why)) => problems.push(why),
+                        Err(e) => problems.push(format!("relay `{}`: {}", relay.name, crate::error::error_chain(&e))),
+                    }
                 }
                 Err(e) => problems.push(e.to_string()),
             },

@@ -79,6 +79,14 @@ pub enum Command {
     /// Append a relay's DELIVERED rows again (chosen by time, type, aggregate, event or id), to
     /// their own streams or to a backfill stream; throttled, resumable after a crash or Ctrl-C.
     Replay(replay::ReplayArgs),
+    /// Record a sharded relay's new shard count (`{shard(column, N)}` changed), once its outbox
+    /// holds no undelivered row and the bridges drained the old shards; until then the relay
+    /// refuses to start.
+    Reshard {
+        /// The relay whose template changed.
+        #[arg(long)]
+        relay: String,
+    },
     /// A bridge's consumer groups.
     Bridge {
         #[command(subcommand)]
@@ -89,6 +97,24 @@ pub enum Command {
         #[command(subcommand)]
         action: inbox::InboxAction,
     },
+}
+
+async fn reshard(config: &Config, relay: &str) -> ExitCode {
+    let result = async {
+        let db = crate::store::Database::connect(&config.database, "handoff-reshard")?;
+        crate::ops::shards::reshard(config, &db, relay).await
+    };
+    match result.await {
+        Ok(done) => {
+            let from = done.from.map_or("none recorded".to_owned(), |n| n.to_string());
+            println!("`{}`: {} shards recorded (was {from})", done.family, done.to);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -157,6 +183,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Inbox { action } => inbox::run(&config, action).await,
         Command::Bridge { action } => bridge::run(&config, action).await,
         Command::Replay(args) => replay::run(&config, args).await,
+        Command::Reshard { relay } => reshard(&config, &relay).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { .. } => {
             let result = async {

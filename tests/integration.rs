@@ -34,6 +34,7 @@ mod relay_locked;
 mod relay_ordering;
 mod relay_outages;
 mod relay_semantics;
+mod scale_out;
 mod telemetry;
 mod tls;
 mod tracing;

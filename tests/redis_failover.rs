@@ -1,4 +1,5 @@
-//! Redis failover: a primary killed mid-run, events flowing to streams on every shard. Nothing is
+//! Redis failover: a primary killed mid-run, events flowing to streams on every shard (one
+//! stream per event type, or the shards of one sharded stream). Nothing is
 //! lost or taken over twice; streams on the healthy shards keep flowing while the dead shard
 //! waits for its replica to be promoted; afterwards the lag gauge says 0 on every stream.
 
@@ -13,46 +14,93 @@ use common::redis_sentinel::RedisSentinel;
 use common::redis_server::redis_cli;
 use common::{TestEnv, eventually, relay_defaults};
 
-fn chain(env: &TestEnv, types: &[String]) -> String {
-    let streams: Vec<String> =
-        types.iter().map(|t| format!("{{ key = \"{}\", owner = \"relay\" }}", env.stream(t))).collect();
+/// Where a test's events go: one stream, fed with events of one aggregate type and id.
+#[derive(Clone)]
+struct Lane {
+    stream: String,
+    aggregate_type: String,
+    aggregate_id: String,
+}
+
+impl Lane {
+    /// The stream of `aggregate_type` (template `<id>:{aggregate_type}`).
+    fn of_type(env: &TestEnv, aggregate_type: &str) -> Self {
+        let (stream, aggregate_type) = (env.stream(aggregate_type), aggregate_type.to_owned());
+        Self { stream, aggregate_type, aggregate_id: "agg-1".into() }
+    }
+}
+
+/// Sharded streams: every lane is a shard of `<id>:order:{shard(aggregate_id, SHARDS)}`.
+const SHARDS: u32 = 8;
+
+/// The relay's stream template and the bridge's streams for `lanes`.
+fn chain(env: &TestEnv, lanes: &[Lane], sharded: bool) -> String {
+    let (template, streams) = if sharded {
+        let template = format!("stream = \"{}:order:{{shard(aggregate_id, {SHARDS})}}\"\n", env.id);
+        let streams = format!("{{ key = \"{}:order:{{shard}}\", shard_count = {SHARDS}, owner = \"relay\" }}", env.id);
+        (template, streams)
+    } else {
+        let streams: Vec<String> =
+            lanes.iter().map(|l| format!("{{ key = \"{}\", owner = \"relay\" }}", l.stream)).collect();
+        (String::new(), streams.join(", "))
+    };
     format!(
-        "{}\n[[relay]]\nname = \"relay\"\n{}outage_backoff = {{ initial = \"50ms\", max = \"200ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+        "{}\n[[relay]]\nname = \"relay\"\n{template}{}outage_backoff = {{ initial = \"50ms\", max = \"200ms\", multiplier = 2.0, jitter = 0.0 }}\n\
          [relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"20s\"\n\n\
          [[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\nblock = \"200ms\"\nclaim_idle = \"2s\"\n\
-         streams = [{}]\n{}",
+         streams = [{streams}]\n{}",
         env.base_config(),
-        relay_defaults(&env.id, ""),
-        streams.join(", "),
+        relay_defaults(&env.id, &template),
         TestEnv::worker_section("")
     )
 }
 
-/// Inbox rows of events of `aggregate_type` (taken over from its stream).
+/// Inbox rows of events taken over from `stream`.
 async fn inbox_of(env: &TestEnv, stream: &str) -> i64 {
     env.db.query_one("SELECT count(*) FROM consumer_inbox WHERE stream = $1", &[&stream]).await.unwrap().get(0)
 }
 
-#[tokio::test]
-async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_afterwards() {
-    let mut cluster = RedisCluster::start_with(1).await;
-    let env = TestEnv::with_redis(&cluster.url()).await;
-    // One event type (one stream) per primary.
-    let mut types: Vec<(String, u16)> = Vec::new();
+/// Three lanes, each on another primary: one stream per event type, or (`sharded`) three
+/// shards of one sharded stream, each fed by a key that hashes into it.
+fn lanes_on_every_primary(env: &TestEnv, cluster: &RedisCluster, sharded: bool) -> Vec<(Lane, u16)> {
+    let mut lanes: Vec<(Lane, u16)> = Vec::new();
     for i in 0.. {
-        let t = format!("t{i}");
-        let primary = cluster.primary_of(&env.stream(&t));
-        if !types.iter().any(|(_, p)| *p == primary) {
-            types.push((t, primary));
+        let lane = if sharded {
+            let key = format!("k-{i}");
+            let stream = format!("{}:order:{}", env.id, crc32fast::hash(key.as_bytes()) % SHARDS);
+            Lane { stream, aggregate_type: "order".into(), aggregate_id: key }
+        } else {
+            Lane::of_type(env, &format!("t{i}"))
+        };
+        let primary = cluster.primary_of(&lane.stream);
+        if !lanes.iter().any(|(l, p)| *p == primary || l.stream == lane.stream) {
+            lanes.push((lane, primary));
         }
-        if types.len() == 3 {
-            break;
+        if lanes.len() == 3 {
+            return lanes;
         }
     }
-    let names: Vec<String> = types.iter().map(|(t, _)| t.clone()).collect();
+    unreachable!()
+}
+
+#[tokio::test]
+async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_afterwards() {
+    a_dead_primary_holds_up_only_its_own_streams(false).await
+}
+
+#[tokio::test]
+async fn a_dead_primary_holds_up_only_the_stream_shards_it_serves_and_the_lag_is_true_afterwards() {
+    a_dead_primary_holds_up_only_its_own_streams(true).await
+}
+
+async fn a_dead_primary_holds_up_only_its_own_streams(sharded: bool) {
+    let mut cluster = RedisCluster::start_with(1).await;
+    let env = TestEnv::with_redis(&cluster.url()).await;
+    let lanes_and_primaries = lanes_on_every_primary(&env, &cluster, sharded);
+    let lanes: Vec<Lane> = lanes_and_primaries.iter().map(|(l, _)| l.clone()).collect();
     // Small batches: the dead shard's rows soon outnumber a batch, and only rows that step
     // aside keep them from filling every claim and stalling the healthy shards too.
-    let config = chain(&env, &names).replacen(
+    let config = chain(&env, &lanes, sharded).replacen(
         "[[relay]]\nname = \"relay\"\n",
         "[[relay]]\nname = \"relay\"\nbatch_size = 5\n",
         1,
@@ -63,24 +111,24 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
     // A steady flow to every stream while the test watches.
     let inserted = Cell::new(0usize);
     let stop = Cell::new(false);
-    let produce = produce(&env, &names, &inserted, &stop);
+    let produce = produce(&env, &lanes, &inserted, &stop);
     let watch = async {
         eventually("events of every stream in the inbox", || async {
             let mut all = true;
-            for t in &names {
-                all &= inbox_of(&env, &env.stream(t)).await >= 5;
+            for lane in &lanes {
+                all &= inbox_of(&env, &lane.stream).await >= 5;
             }
             all.then_some(())
         })
         .await;
-        let (dead, victim) = types[0].clone();
+        let (dead, victim) = lanes_and_primaries[0].clone();
         let replica = cluster.replica_of(victim);
-        let healthy: Vec<(String, u16)> = types[1..].to_vec();
+        let healthy: Vec<(Lane, u16)> = lanes_and_primaries[1..].to_vec();
         let mut before = Vec::new();
-        for (t, port) in &healthy {
-            let length = xlen(*port, &env.stream(t));
+        for (lane, port) in &healthy {
+            let length = xlen(*port, &lane.stream);
             assert!(length > 0, "the healthy primary on {port} answers with the stream's entries");
-            before.push((length, inbox_of(&env, &env.stream(t)).await));
+            before.push((length, inbox_of(&env, &lane.stream).await));
         }
         cluster.kill(victim);
 
@@ -90,9 +138,9 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
         eventually("the healthy shards to keep flowing", || async {
             let still_replica = redis_cli(replica, &["role"]).starts_with("slave");
             let mut flowing = true;
-            for ((t, port), (length, taken)) in healthy.iter().zip(&before) {
-                let now = xlen(*port, &env.stream(t));
-                flowing &= now >= length + 10 && inbox_of(&env, &env.stream(t)).await >= taken + 10;
+            for ((lane, port), (length, taken)) in healthy.iter().zip(&before) {
+                let now = xlen(*port, &lane.stream);
+                flowing &= now >= length + 10 && inbox_of(&env, &lane.stream).await >= taken + 10;
             }
             if flowing && !still_replica {
                 promoted_first.set(true);
@@ -109,7 +157,7 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
         })
         .await;
         eventually("the promoted shard's stream to flow again", || async {
-            (xlen(replica, &env.stream(&dead)) >= 10).then_some(())
+            (xlen(replica, &dead.stream) >= 10).then_some(())
         })
         .await;
         stop.set(true);
@@ -117,15 +165,15 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
     tokio::join!(produce, watch);
 
     each_event_once(&env, inserted.get() as i64).await;
-    for t in &names {
-        let key = env.stream(t);
-        let gap = longest_gap_ms(cluster.primary_of(&key), &key);
+    for (i, lane) in lanes.iter().enumerate() {
+        let key = &lane.stream;
+        let gap = longest_gap_ms(cluster.primary_of(key), key);
         eprintln!(
             "failover: longest gap between appends on {key} ({}): {gap} ms",
-            if *t == names[0] { "dead shard" } else { "healthy shard" }
+            if i == 0 { "dead shard" } else { "healthy shard" }
         );
     }
-    lag_is_zero(&env, &address, &names).await;
+    lag_is_zero(&address, &lanes).await;
 }
 
 /// A Sentinel failover mid-run: handoff follows the promoted replica; nothing is lost or taken
@@ -134,12 +182,12 @@ async fn a_dead_cluster_shard_holds_up_only_its_own_streams_and_the_lag_is_true_
 async fn a_sentinel_failover_mid_run_loses_nothing_and_the_lag_is_true_afterwards() {
     let mut setup = RedisSentinel::start().await;
     let env = TestEnv::with_redis(&setup.url()).await;
-    let names = vec!["user".to_owned()];
-    let handoff = Handoff::run(&chain(&env, &names));
+    let lanes = vec![Lane::of_type(&env, "user")];
+    let handoff = Handoff::run(&chain(&env, &lanes, false));
     let address = handoff.telemetry_address().await;
     let inserted = Cell::new(0usize);
     let stop = Cell::new(false);
-    let produce = produce(&env, &names, &inserted, &stop);
+    let produce = produce(&env, &lanes, &inserted, &stop);
     let watch = async {
         eventually("events in the inbox", || async { (inbox_of(&env, &env.stream("user")).await >= 10).then_some(()) })
             .await;
@@ -165,16 +213,23 @@ async fn a_sentinel_failover_mid_run_loses_nothing_and_the_lag_is_true_afterward
         "failover: longest gap between appends on {key} (sentinel): {} ms",
         longest_gap_ms(setup.primary_port(), &key)
     );
-    lag_is_zero(&env, &address, &names).await;
+    lag_is_zero(&address, &lanes).await;
 }
 
-/// One event of each of `names` every 20 ms until `stop`, counting them in `inserted`.
-async fn produce(env: &TestEnv, names: &[String], inserted: &Cell<usize>, stop: &Cell<bool>) {
+/// One event into each of `lanes` every 20 ms until `stop`, counting them in `inserted`.
+async fn produce(env: &TestEnv, lanes: &[Lane], inserted: &Cell<usize>, stop: &Cell<bool>) {
     let mut round = 0;
     while !stop.get() {
         round += 1;
-        for t in names {
-            env.insert_events(&format!("{t}-{round}"), t, 1).await;
+        for (i, lane) in lanes.iter().enumerate() {
+            env.db
+                .execute(
+                    "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+                     VALUES ($1, $2, $3, 'user.changed', jsonb_build_object('auditId', $1::text, 'actor', 'admin'))",
+                    &[&format!("{i}-{round}"), &lane.aggregate_type, &lane.aggregate_id],
+                )
+                .await
+                .unwrap();
             inserted.set(inserted.get() + 1);
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -197,10 +252,10 @@ fn xlen(port: u16, key: &str) -> u64 {
     redis_cli(port, &["xlen", key]).trim().parse().unwrap_or(0)
 }
 
-async fn lag_is_zero(env: &TestEnv, address: &str, names: &[String]) {
-    for t in names {
-        let series = format!(r#"handoff_bridge_lag_entries{{bridge="bridge",stream="{}"}}"#, env.stream(t));
-        eventually(&format!("lag 0 on {t}"), || async {
+async fn lag_is_zero(address: &str, lanes: &[Lane]) {
+    for lane in lanes {
+        let series = format!(r#"handoff_bridge_lag_entries{{bridge="bridge",stream="{}"}}"#, lane.stream);
+        eventually(&format!("lag 0 on {}", lane.stream), || async {
             (sample(&get(address, "/metrics").1, &series) == Some(0.0)).then_some(())
         })
         .await;

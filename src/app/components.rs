@@ -11,6 +11,7 @@ use super::shared::{Shared, host_name};
 use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, StreamSource, WorkerConfig};
+use crate::ops::shards::Agreement;
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
@@ -115,6 +116,9 @@ async fn spawn_relay(
     }
     let prepared = with_retry(&context, backoff, shutdown, || Outbox::prepare(db, relay)).await?;
     let Some(store) = prepared else { return Ok(false) };
+    if !shards_agree(relay, db, shared).await? {
+        return Ok(false);
+    }
     match (relay.broker, stream, nats) {
         (Broker::Redis, Some(stream), _) => start_relay(config, relay, shared, store, stream, metrics)?,
         (Broker::Redis, None, _) => return Err(anyhow!("relay `{}`: no Redis client", relay.name)),
@@ -253,6 +257,35 @@ async fn spawn_worker(
     let pause = shared.pauses.switch(Target { component: ComponentKind::Worker, name: worker.name().to_owned() });
     shared.tasks.spawn(name, worker.run(pause, shared.shutdown.clone()));
     Ok(true)
+}
+
+/// A sharded relay records its shard count, or refuses to start when its stream family was
+/// written with another one (per-key order). `Ok(false)` if shutdown came first.
+async fn shards_agree(relay: &RelayConfig, db: &Database, shared: &Shared) -> anyhow::Result<bool> {
+    let mut retrier = Retrier::new(relay.claim_loop.outage_backoff.clone());
+    loop {
+        match crate::ops::shards::agree(db, relay, true).await {
+            Ok(Agreement::NotSharded) => return Ok(true),
+            Ok(Agreement::Agrees { family, count }) => {
+                info!(relay = %relay.name, %family, shards = count, "shard count agrees with the recorded one");
+                return Ok(true);
+            }
+            Ok(Agreement::Unguarded(why)) => {
+                warn!("{why}");
+                return Ok(true);
+            }
+            Ok(Agreement::Differs(why)) => return Err(anyhow!(why)),
+            Err(e) => {
+                let wait = retrier.failed();
+                let error = crate::error::error_chain(&e);
+                warn!(relay = %relay.name, %error, retry_in_ms = wait.as_millis() as u64, "shard count not read yet");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shared.shutdown.cancelled() => return Ok(false),
+                }
+            }
+        }
+    }
 }
 
 /// Runs a startup check, waiting for the database while it is unreachable. Invalid statements

@@ -141,6 +141,14 @@ pub struct StreamSource {
     pub key: String,
     /// The `owner` field every entry must carry; unset accepts any owner.
     pub owner: Option<String>,
+    /// Sharded streams: the number of shards the relay's `{shard(column, N)}` writes; the key
+    /// then carries `{shard}` where the shard number goes. Expanded by the loader into one
+    /// stream per shard (unset afterwards).
+    #[serde(default)]
+    pub shard_count: Option<u32>,
+    /// The shards this bridge reads: "all" (default), or "0-7", "0,4,8-11".
+    #[serde(default)]
+    pub shards: Option<String>,
 }
 
 /// `[bridge.validate]`

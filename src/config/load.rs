@@ -99,6 +99,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         }
     }
     super::ordered::restore(config.relays.iter_mut().map(|r| (&mut r.fields, &mut r.envelope)), text);
+    super::shards::expand(&mut config.bridges, &mut errors);
     errors.extend(validate::validate(&config));
     if !errors.is_empty() {
         return Err(ConfigError { errors });

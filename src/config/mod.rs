@@ -19,6 +19,7 @@ mod nats;
 pub(crate) mod ordered;
 mod relay;
 pub(crate) mod secret;
+mod shards;
 mod telemetry;
 pub(crate) mod template;
 pub(crate) mod tls;

@@ -2,6 +2,11 @@
 //!
 //! `{column}` is replaced by the row's value; `{{` and `}}` are literal braces, which Redis
 //! Cluster hash tags need (`audit:{{{tenant}}}` renders `audit:{acme}`).
+//!
+//! `{shard(column, N)}` is replaced by the shard of the row's value: CRC-32 (IEEE, as zlib's
+//! `crc32`) of its UTF-8 bytes modulo N, written in decimal (`0` … `N-1`). The same value always
+//! lands in the same shard, so events of one key keep their order within it; any language can
+//! compute it (Python: `zlib.crc32(key.encode()) % 16`).
 
 use std::fmt;
 
@@ -15,7 +20,11 @@ pub struct Template {
 enum Part {
     Text(String),
     Column(String),
+    Shard { column: String, count: u32 },
 }
+
+/// Most shards a template may spread a key over (streams per family and per other column).
+pub const MAX_SHARDS: u32 = 4096;
 
 /// A template whose columns were found in the claim result; renders rows by index.
 #[derive(Debug, Clone)]
@@ -27,6 +36,7 @@ pub struct BoundTemplate {
 enum BoundPart {
     Text(String),
     Column { index: usize, name: String },
+    Shard { index: usize, name: String, count: u32 },
 }
 
 /// A template that cannot be used, and why.
@@ -40,6 +50,10 @@ pub enum TemplateError {
     Unmatched,
     #[error("column `{0}` is not returned by the claim statement")]
     NotReturned(String),
+    #[error("`{{{0}}}`: write shard(column, N) with N between 1 and {MAX_SHARDS}")]
+    BadShard(String),
+    #[error("more than one shard(…) in one template")]
+    TwoShards,
 }
 
 impl Template {
@@ -58,13 +72,19 @@ impl Template {
                     if !closed {
                         return Err(TemplateError::Unclosed(name));
                     }
-                    if !is_column_name(&name) {
-                        return Err(TemplateError::NotAColumn(name));
+                    let part = match shard_call(&name) {
+                        Some(Ok((column, count))) => Part::Shard { column, count },
+                        Some(Err(())) => return Err(TemplateError::BadShard(name)),
+                        None if is_column_name(&name) => Part::Column(name),
+                        None => return Err(TemplateError::NotAColumn(name)),
+                    };
+                    if matches!(part, Part::Shard { .. }) && parts.iter().any(|p| matches!(p, Part::Shard { .. })) {
+                        return Err(TemplateError::TwoShards);
                     }
                     if !literal.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut literal)));
                     }
-                    parts.push(Part::Column(name));
+                    parts.push(part);
                 }
                 ('}', _) => return Err(TemplateError::Unmatched),
                 _ => literal.push(c),
@@ -84,6 +104,28 @@ impl Template {
         }
     }
 
+    /// The shard count, when the template spreads keys over shards.
+    pub fn shard_count(&self) -> Option<u32> {
+        self.parts.iter().find_map(|p| match p {
+            Part::Shard { count, .. } => Some(*count),
+            _ => None,
+        })
+    }
+
+    /// The template with its shard count left out (`audit:{aggregate_type}:{shard(aggregate_id)}`):
+    /// what names a family of sharded streams, whatever its count.
+    pub fn family(&self) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Part::Column(name) => out.push_str(&format!("{{{name}}}")),
+                Part::Shard { column, .. } => out.push_str(&format!("{{shard({column})}}")),
+            }
+        }
+        out
+    }
+
     /// Resolves column names to positions in `columns`; names the first missing one.
     pub fn bind(&self, columns: &[String]) -> Result<BoundTemplate, TemplateError> {
         let parts = self
@@ -96,6 +138,11 @@ impl Template {
                     .position(|c| c == name)
                     .map(|index| BoundPart::Column { index, name: name.clone() })
                     .ok_or_else(|| TemplateError::NotReturned(name.clone())),
+                Part::Shard { column, count } => columns
+                    .iter()
+                    .position(|c| c == column)
+                    .map(|index| BoundPart::Shard { index, name: column.clone(), count: *count })
+                    .ok_or_else(|| TemplateError::NotReturned(column.clone())),
             })
             .collect::<Result<_, _>>()?;
         Ok(BoundTemplate { parts })
@@ -122,10 +169,32 @@ impl BoundTemplate {
                     Some(value) if !value.is_empty() => out.push_str(value),
                     _ => return Err(MissingValue(name.clone())),
                 },
+                BoundPart::Shard { index, name, count } => match row.get(*index).and_then(Option::as_deref) {
+                    Some(value) if !value.is_empty() => {
+                        out.push_str(itoa::Buffer::new().format(shard_of(value, *count)));
+                    }
+                    _ => return Err(MissingValue(name.clone())),
+                },
             }
         }
         Ok(out)
     }
+}
+
+/// The shard of `key` among `count`: CRC-32 (IEEE) of its bytes, modulo `count`.
+pub fn shard_of(key: &str, count: u32) -> u32 {
+    crc32fast::hash(key.as_bytes()) % count.max(1)
+}
+
+/// `shard(column, N)` → `Some(Ok((column, N)))`; another call shape → `Some(Err)`; not a call → `None`.
+fn shard_call(inside: &str) -> Option<Result<(String, u32), ()>> {
+    let args = inside.trim().strip_prefix("shard(")?.strip_suffix(')');
+    let parsed = args.and_then(|args| {
+        let (column, count) = args.split_once(',')?;
+        let (column, count) = (column.trim(), count.trim().parse::<u32>().ok()?);
+        (is_column_name(column) && (1..=MAX_SHARDS).contains(&count)).then(|| (column.to_owned(), count))
+    });
+    Some(parsed.ok_or(()))
 }
 
 fn read_until_close(chars: &mut impl Iterator<Item = char>) -> (String, bool) {
@@ -170,6 +239,32 @@ mod tests {
         let bound = Template::parse("s:{kind}").unwrap().bind(&cols(&["kind"])).unwrap();
         assert_eq!(bound.render(&[None]).unwrap_err(), MissingValue("kind".into()));
         assert_eq!(bound.render(&[Some(String::new())]).unwrap_err(), MissingValue("kind".into()));
+    }
+
+    #[test]
+    fn shard_renders_crc32_modulo_count_and_names_its_family() {
+        let t = Template::parse("audit:{aggregate_type}:{shard(aggregate_id, 16)}").unwrap();
+        assert_eq!(t.shard_count(), Some(16));
+        assert_eq!(t.family(), "audit:{aggregate_type}:{shard(aggregate_id)}");
+        let bound = t.bind(&cols(&["aggregate_type", "aggregate_id"])).unwrap();
+        // Python's `zlib.crc32(b"order-42") % 16` is 14: the documented function, by value.
+        let expected = 14;
+        let row = vec![Some("order".into()), Some("order-42".into())];
+        assert_eq!(bound.render(&row).unwrap(), format!("audit:order:{expected}"));
+        assert_eq!(shard_of("123456789", 1_000_000), 0xCBF4_3926 % 1_000_000, "the CRC-32 check value");
+        assert_eq!(bound.render(&[Some("order".into()), None]).unwrap_err(), MissingValue("aggregate_id".into()));
+        let tagged = Template::parse("audit:{{{shard(aggregate_id,4)}}}").unwrap();
+        assert_eq!(tagged.family(), "audit:{{{shard(aggregate_id)}}}");
+        assert_eq!(Template::parse("audit").unwrap().shard_count(), None);
+    }
+
+    #[test]
+    fn bad_shard_calls_are_errors() {
+        for bad in ["s:{shard(id)}", "s:{shard(id, 0)}", "s:{shard(id, 5000)}", "s:{shard(a b, 2)}", "s:{shard(id, x)}"]
+        {
+            assert!(matches!(Template::parse(bad), Err(TemplateError::BadShard(_))), "{bad}");
+        }
+        assert_eq!(Template::parse("s:{shard(a, 2)}:{shard(b, 2)}"), Err(TemplateError::TwoShards));
     }
 
     #[test]

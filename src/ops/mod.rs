@@ -7,5 +7,6 @@ pub mod poison;
 pub mod replay;
 pub mod reprocess;
 pub mod rewind;
+pub mod shards;
 pub mod status;
 pub mod verify;

@@ -22,6 +22,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0010_inbox_deliveries", include_str!("../../migrations/postgres/0010_inbox_deliveries.sql")),
     ("0011_pauses", include_str!("../../migrations/postgres/0011_pauses.sql")),
     ("0012_replays", include_str!("../../migrations/postgres/0012_replays.sql")),
+    ("0013_stream_shards", include_str!("../../migrations/postgres/0013_stream_shards.sql")),
 ];
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
@@ -35,6 +36,7 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0007_inbox_deliveries", include_str!("../../migrations/mysql/0007_inbox_deliveries.sql")),
     ("0008_pauses", include_str!("../../migrations/mysql/0008_pauses.sql")),
     ("0009_replays", include_str!("../../migrations/mysql/0009_replays.sql")),
+    ("0010_stream_shards", include_str!("../../migrations/mysql/0010_stream_shards.sql")),
 ];
 
 /// Applies the MySQL versions not yet recorded. DDL commits implicitly in MySQL, so each file is

@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod replay;
 pub(crate) mod rows;
 pub mod selection;
+pub mod shards;
 pub mod takeover;
 
 pub use database::{Database, Dialect};
