@@ -68,6 +68,14 @@ impl BenchEnv {
             .sum())
     }
 
+    /// What a stream takes in Redis's memory (`MEMORY USAGE key SAMPLES 0`: every node counted).
+    pub async fn stream_memory(&self, key: &str) -> anyhow::Result<i64> {
+        use fred::interfaces::ClientLike;
+        let memory = fred::types::CustomCommand::new_static("MEMORY", fred::types::ClusterHash::Offset(1), false);
+        let bytes: Option<i64> = self.redis.custom(memory, vec!["USAGE", key, "SAMPLES", "0"]).await?;
+        Ok(bytes.unwrap_or(0))
+    }
+
     pub fn stream(&self, name: &str) -> String {
         format!("{}:{name}", self.schema)
     }
@@ -116,6 +124,11 @@ impl BenchEnv {
         }
         self.db.batch_execute("ANALYZE audit_outbox").await?;
         Ok(())
+    }
+
+    /// WAL the server has written so far, in bytes (`pg_stat_wal`, Postgres 14 and later).
+    pub async fn wal_bytes(&self) -> anyhow::Result<i64> {
+        self.scalar("SELECT wal_bytes::bigint FROM pg_stat_wal").await
     }
 
     pub async fn scalar(&self, sql: &str) -> anyhow::Result<i64> {

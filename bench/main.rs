@@ -10,6 +10,7 @@ use consumer::Mode;
 mod env;
 mod latency;
 mod nats;
+mod plan;
 mod relay;
 
 use std::path::PathBuf;
@@ -66,9 +67,33 @@ struct Args {
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
     /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker, nats (default: all); sustained
-    /// only when named; bridge (the consumer part's bridge runs alone) when named.
+    /// only when named; bridge (the consumer part's bridge runs alone) when named; replicas (1 to 8
+    /// relay processes on one outbox) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Print the capacity model (docs/scaling.md) for --services, --rate, --bytes, --groups
+    /// and --headroom instead of measuring; costs from --costs where it holds them.
+    #[arg(long)]
+    plan: bool,
+    /// Owner services (each with its outbox), for --plan.
+    #[arg(long, default_value_t = 40)]
+    services: u32,
+    /// Peak events per second of each service, for --plan.
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    /// Payload bytes per event, for --plan.
+    #[arg(long, default_value_t = 300.0)]
+    bytes: f64,
+    /// Consumer groups reading every event, for --plan.
+    #[arg(long, default_value_t = 2)]
+    groups: u32,
+    /// Share of a core each process may use at peak, for --plan.
+    #[arg(long, default_value_t = 0.5)]
+    headroom: f64,
+    /// results.json files whose measured costs --plan uses (a later one winning; built-in
+    /// figures for what none holds).
+    #[arg(long, value_delimiter = ',', default_value = "target/bench/results.json")]
+    costs: Vec<PathBuf>,
 }
 
 impl Args {
@@ -115,6 +140,18 @@ where
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.plan {
+        anyhow::ensure!(args.headroom > 0.0 && args.headroom <= 1.0, "--headroom must be above 0 and at most 1");
+        let inputs = plan::Inputs {
+            services: args.services,
+            rate: args.rate,
+            bytes: args.bytes,
+            groups: args.groups,
+            headroom: args.headroom,
+        };
+        plan::print(&inputs, &plan::Costs::load(&args.costs));
+        return Ok(());
+    }
     let env = env::BenchEnv::new(&args.database_url, &args.redis_url, args.binary.clone(), args.out.clone()).await?;
     let mut report = Report(Vec::new());
     // Every figure ran under these server settings (a CI server may run without autovacuum,
@@ -136,6 +173,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.wants("dwell") {
         dwell(&env, &args, &mut report).await?;
+    }
+    if args.only.iter().any(|p| p == "replicas") {
+        replicas_part(&env, &args, &mut report).await?;
     }
     if args.wants("bloat") {
         history_part(&env, &args, &mut report).await?;
@@ -228,6 +268,44 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
             report.add("resources", format!("Redis CPU per 100k events, claim {claim}, batch 500"), redis, "s");
             let startup = median(results.iter().map(|x| x.startup.as_secs_f64() * 1e3).collect());
             report.add("resources", format!("relay start-up to its first entry, claim {claim}"), startup, "ms");
+        }
+    }
+    Ok(())
+}
+
+/// N relay replicas (processes, default config) on one outbox, N from 1 to 8: rows/s and what
+/// each delivered row costs Postgres (CPU, WAL) and the relays as N grows.
+async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let n = args.events;
+    for instances in [1, 2, 4, 8] {
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            let wal = env.wal_bytes().await?;
+            let run = relay::throughput(env, n, 500, instances, "concurrency = 2\nclaim = \"locked\"").await?;
+            let wal = (env.wal_bytes().await? - wal) as f64 / n as f64;
+            runs.push((run, wal));
+        }
+        let pick = |f: &dyn Fn(&(relay::Run, f64)) -> f64| median(runs.iter().map(f).collect());
+        let name =
+            format!("{instances} relay replica{}, default config, batch 500", if instances == 1 { "" } else { "s" });
+        report.add("replicas", format!("{name}: rows/s"), pick(&|r| r.0.rows_per_sec), "rows/s");
+        report.add(
+            "replicas",
+            format!("{name}: Postgres CPU per row"),
+            pick(&|r| r.0.pg_cpu_seconds / n as f64 * 1e6),
+            "µs",
+        );
+        report.add(
+            "replicas",
+            format!("{name}: relay CPU per row, all replicas"),
+            pick(&|r| r.0.cpu_seconds / n as f64 * 1e6),
+            "µs",
+        );
+        report.add("replicas", format!("{name}: WAL per row"), pick(&|r| r.1), "bytes");
+        if instances == 1 {
+            // The last run's stream still holds its n entries (~300-byte JSON payloads).
+            let bytes = env.stream_memory(&env.stream("user")).await? as f64 / n as f64;
+            report.add("replicas", "Redis memory per stream entry, ~300-byte payload", bytes, "bytes");
         }
     }
     Ok(())

@@ -1,0 +1,341 @@
+//! `handoff-bench --plan`: the capacity model of docs/scaling.md, printed for given inputs.
+//!
+//! Every output is a per-event cost the benchmark measures, times the events per second that
+//! pay it, divided by the share of a core a process may use at peak (the headroom rule). The
+//! costs come from a results.json of the benchmark where it holds them (`--costs`), from the
+//! figures in docs/scaling.md otherwise; the printout says which.
+
+use std::path::PathBuf;
+
+/// What a deployment asks of the model.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Owner services, each with its own outbox (and database).
+    pub services: u32,
+    /// Peak events per second each service writes.
+    pub rate: f64,
+    /// Bytes of an event's payload.
+    pub bytes: f64,
+    /// Consumer groups reading every event (each with its own inbox database).
+    pub groups: u32,
+    /// Share of one core a process (or a Redis primary, or a database's CPU budget) may use at
+    /// peak; the rest is headroom for bursts, failover and catch-up.
+    pub headroom: f64,
+}
+
+/// CPU per event (µs) of each process, and what an entry takes in Redis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Costs {
+    /// Owner Postgres per delivered row, the relay's default config.
+    pub owner_pg_us: f64,
+    pub relay_us: f64,
+    pub redis_append_us: f64,
+    /// The bridge applying the handler at take-over (the default for a SQL handler).
+    pub bridge_us: f64,
+    pub redis_read_us: f64,
+    /// Consumer Postgres per event: the inbox insert and the seed's handler, one transaction.
+    pub consumer_pg_us: f64,
+    /// Redis memory per entry for `entry_payload_bytes` of payload.
+    pub entry_bytes: f64,
+    pub entry_payload_bytes: f64,
+}
+
+/// Where each cost came from, for the printout.
+pub struct Sourced {
+    pub costs: Costs,
+    pub from_results: Vec<&'static str>,
+    /// The chain run of the same results (events/s, CPU µs per event of every process), to
+    /// check the model's sum against.
+    pub chain: Option<(f64, f64)>,
+}
+
+impl Costs {
+    /// The costs docs/scaling.md states (the 2-vCPU development machine, 2026-12-04, one sitting
+    /// of `scripts/bench --only relay,consumer` and `--only replicas`).
+    pub const MEASURED: Costs = Costs {
+        owner_pg_us: 12.5,
+        relay_us: 2.2,
+        redis_append_us: 1.7,
+        bridge_us: 4.1,
+        redis_read_us: 1.2,
+        consumer_pg_us: 14.1,
+        entry_bytes: 487.0,
+        entry_payload_bytes: 300.0,
+    };
+
+    /// The built-in costs, each replaced by the one in `paths` (results.json files, a later one
+    /// winning) where they hold it.
+    pub fn load(paths: &[PathBuf]) -> Sourced {
+        let mut costs = Self::MEASURED;
+        let mut from_results = Vec::new();
+        let figures: Vec<serde_json::Value> = paths
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let find = |name: &str| {
+            figures.iter().rev().find(|f| f["name"].as_str() == Some(name)).and_then(|f| f["value"].as_f64())
+        };
+        let per_100k = |v: f64| v * 10.0; // s per 100k events → µs per event
+        let mut take = |field: &mut f64, label: &'static str, name: &str, scale: &dyn Fn(f64) -> f64| {
+            if let Some(v) = find(name) {
+                *field = scale(v);
+                from_results.push(label);
+            }
+        };
+        let same = |v: f64| v;
+        take(
+            &mut costs.owner_pg_us,
+            "owner Postgres",
+            "Postgres CPU per delivered row, 1 relay, concurrency 2, claim locked (the default config), batch 500",
+            &same,
+        );
+        take(&mut costs.relay_us, "relay", "relay CPU per 100k events, claim locked, batch 500", &per_100k);
+        take(
+            &mut costs.redis_append_us,
+            "Redis append",
+            "Redis CPU per 100k events, claim locked, batch 500",
+            &per_100k,
+        );
+        take(&mut costs.bridge_us, "bridge", "bridge CPU per 100k events, applying at take-over", &per_100k);
+        take(
+            &mut costs.redis_read_us,
+            "Redis read",
+            "Redis CPU per 100k events, bridge, applying at take-over",
+            &per_100k,
+        );
+        take(
+            &mut costs.consumer_pg_us,
+            "consumer Postgres",
+            "Postgres CPU per event taken over, bridge, applying at take-over",
+            &same,
+        );
+        take(&mut costs.entry_bytes, "entry bytes", "Redis memory per stream entry, ~300-byte payload", &same);
+        let chain = find("outbox → audit_logs, bridge applies at take-over, batch handler")
+            .zip(find("all processes, bridge applies at take-over, batch handler"));
+        Sourced { costs, from_results, chain }
+    }
+}
+
+/// What the model says a deployment needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Events per second across every service.
+    pub total: f64,
+    pub owner_pg_cores: f64,
+    pub relays_per_service: u32,
+    pub redis_cores: f64,
+    pub redis_primaries: u32,
+    /// Most events per second one stream (one key, so one primary) may carry.
+    pub stream_ceiling: f64,
+    pub shards_per_family: u32,
+    pub bridges_per_group: u32,
+    pub consumer_pg_cores: f64,
+    /// Redis memory one minute of unread backlog takes.
+    pub backlog_minute_bytes: f64,
+    /// Bytes per second into Redis (payloads alone; every group reads them out again).
+    pub ingress_bytes: f64,
+}
+
+/// Processes a load needs when each may use `headroom` of a core; at least one.
+fn processes(cores: f64, headroom: f64) -> u32 {
+    ((cores / headroom).ceil() as u32).max(1)
+}
+
+pub fn plan(i: &Inputs, c: &Costs) -> Plan {
+    let total = i.services as f64 * i.rate;
+    let us = 1e-6;
+    let redis_per_event = c.redis_append_us + i.groups as f64 * c.redis_read_us;
+    let redis_cores = total * redis_per_event * us;
+    // Redis runs commands on one thread: a primary is one core.
+    let redis_primaries = processes(redis_cores, i.headroom);
+    let stream_ceiling = i.headroom / (redis_per_event * us);
+    // A family's shards hash over the cluster's slots: four or more per primary spread them
+    // about evenly. (Enough primaries for the whole load are always enough for its hottest
+    // family: a family carries at most every event.)
+    let shards_per_family = if redis_primaries == 1 { 1 } else { (4 * redis_primaries).next_power_of_two() };
+    let entry = c.entry_bytes - c.entry_payload_bytes + i.bytes;
+    Plan {
+        total,
+        owner_pg_cores: i.rate * c.owner_pg_us * us,
+        relays_per_service: processes(i.rate * c.relay_us * us, i.headroom),
+        redis_cores,
+        redis_primaries,
+        stream_ceiling,
+        shards_per_family,
+        bridges_per_group: processes(total * c.bridge_us * us, i.headroom),
+        consumer_pg_cores: total * c.consumer_pg_us * us,
+        backlog_minute_bytes: total * 60.0 * entry,
+        ingress_bytes: total * i.bytes,
+    }
+}
+
+impl Costs {
+    /// CPU of every process for one event through the whole chain, one group: what the chain
+    /// measured alone should use, if the components cost together what they cost apart.
+    pub fn chain_us(&self) -> f64 {
+        self.owner_pg_us
+            + self.relay_us
+            + self.redis_append_us
+            + self.bridge_us
+            + self.redis_read_us
+            + self.consumer_pg_us
+    }
+}
+
+pub fn print(i: &Inputs, sourced: &Sourced) {
+    let c = &sourced.costs;
+    let p = plan(i, c);
+    let from = if sourced.from_results.is_empty() {
+        "built-in (docs/scaling.md)".to_owned()
+    } else if sourced.from_results.len() == 7 {
+        "results.json".to_owned()
+    } else {
+        format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
+    };
+    println!(
+        "inputs: {} services × {} events/s × {} bytes, {} consumer group(s), headroom {:.0}% of a core per process",
+        i.services,
+        i.rate,
+        i.bytes,
+        i.groups,
+        i.headroom * 100.0
+    );
+    println!(
+        "costs, {from}: owner Postgres {:.1} µs/row, relay {:.1} µs, Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
+        c.owner_pg_us,
+        c.relay_us,
+        c.redis_append_us,
+        c.redis_read_us,
+        c.bridge_us,
+        c.consumer_pg_us,
+        c.entry_bytes,
+        c.entry_payload_bytes
+    );
+    println!();
+    let rows = [
+        ("events/s, all services", format!("{:.0}", p.total), "S × R".to_owned()),
+        ("owner Postgres CPU, each database", format!("{:.2} cores", p.owner_pg_cores), "R × owner Postgres µs".into()),
+        (
+            "relay processes, each outbox",
+            format!("{}", p.relays_per_service),
+            "⌈R × relay µs / headroom⌉ (2 for availability)".into(),
+        ),
+        ("Redis CPU, all primaries", format!("{:.2} cores", p.redis_cores), "S × R × (append + G × read) µs".into()),
+        ("Redis primaries", format!("{}", p.redis_primaries), "⌈Redis cores / headroom⌉".into()),
+        (
+            "one stream's ceiling",
+            format!("{:.0} events/s", p.stream_ceiling),
+            "headroom / (append + G × read) µs".into(),
+        ),
+        (
+            "shards per stream family",
+            format!("{}", p.shards_per_family),
+            "power of 2 ≥ 4 × primaries (1 on one primary)".into(),
+        ),
+        (
+            "bridge processes, each group",
+            format!("{}", p.bridges_per_group),
+            "⌈S × R × bridge µs / headroom⌉ (2 for availability)".into(),
+        ),
+        (
+            "consumer Postgres CPU, each group",
+            format!("{:.2} cores", p.consumer_pg_cores),
+            "S × R × consumer Postgres µs".into(),
+        ),
+        (
+            "Redis memory per minute of backlog",
+            format!("{:.1} MiB", p.backlog_minute_bytes / 1048576.0),
+            "S × R × 60 × entry bytes".into(),
+        ),
+        ("payload bytes into Redis", format!("{:.1} MiB/s", p.ingress_bytes / 1048576.0), "S × R × E (× G out)".into()),
+    ];
+    for (what, value, how) in rows {
+        println!("  {what:<36} {value:>16}   {how}");
+    }
+    if let Some((rate, measured_us)) = sourced.chain {
+        let model_us = c.chain_us();
+        println!();
+        println!(
+            "check: the chain of the same results ran {rate:.0} events/s using {measured_us:.1} µs of CPU per event \
+             (every process, {:.2} cores); the model's costs measured apart sum to {model_us:.1} µs ({:.2} cores, {:+.0}%)",
+            rate * measured_us * 1e-6,
+            rate * model_us * 1e-6,
+            (model_us / measured_us - 1.0) * 100.0
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Round costs, so that the arithmetic below can be checked by hand.
+    const COSTS: Costs = Costs {
+        owner_pg_us: 20.0,
+        relay_us: 4.0,
+        redis_append_us: 3.0,
+        bridge_us: 10.0,
+        redis_read_us: 3.0,
+        consumer_pg_us: 40.0,
+        entry_bytes: 500.0,
+        entry_payload_bytes: 300.0,
+    };
+
+    fn inputs() -> Inputs {
+        Inputs { services: 40, rate: 2000.0, bytes: 300.0, groups: 2, headroom: 0.5 }
+    }
+
+    #[test]
+    fn forty_services_at_two_thousand_need_two_primaries_and_eight_shards() {
+        let p = plan(&inputs(), &COSTS);
+        assert_eq!(p.total, 80_000.0);
+        // 80k × (3 + 2 × 3) µs = 0.72 cores of Redis → 2 primaries at half a core each.
+        assert!((p.redis_cores - 0.72).abs() < 1e-9, "{}", p.redis_cores);
+        assert_eq!((p.redis_primaries, p.shards_per_family), (2, 8));
+        assert!((p.stream_ceiling - 0.5 / 9e-6).abs() < 1e-6);
+        // 80k × 10 µs = 0.8 cores → 2 bridges per group; 2k × 4 µs → 1 relay per outbox.
+        assert_eq!((p.bridges_per_group, p.relays_per_service), (2, 1));
+        assert!((p.owner_pg_cores - 0.04).abs() < 1e-9);
+        assert!((p.consumer_pg_cores - 3.2).abs() < 1e-9);
+        assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 500.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_load_on_four_primaries_spreads_each_family_over_sixteen_shards() {
+        let p = plan(&Inputs { services: 1, rate: 200_000.0, ..inputs() }, &COSTS);
+        // 200k × 9 µs = 1.8 cores → 4 primaries → 16 shards.
+        assert_eq!((p.redis_primaries, p.shards_per_family), (4, 16));
+        let tighter = plan(&Inputs { services: 1, rate: 200_000.0, headroom: 0.25, ..inputs() }, &COSTS);
+        assert_eq!((tighter.redis_primaries, tighter.shards_per_family), (8, 32));
+    }
+
+    #[test]
+    fn a_small_load_needs_no_sharding() {
+        let p = plan(&Inputs { services: 2, rate: 500.0, ..inputs() }, &COSTS);
+        assert_eq!((p.redis_primaries, p.shards_per_family, p.bridges_per_group), (1, 1, 1));
+    }
+
+    #[test]
+    fn bigger_payloads_take_more_memory_per_entry() {
+        let p = plan(&Inputs { bytes: 1300.0, ..inputs() }, &COSTS);
+        assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 1500.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn costs_come_from_results_where_they_are_held() {
+        let dir = std::env::temp_dir().join(format!("handoff-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("results.json");
+        let json = serde_json::json!({"figures": [
+            {"section": "resources", "name": "relay CPU per 100k events, claim locked, batch 500", "value": 0.5, "unit": "s"}
+        ]});
+        std::fs::write(&path, json.to_string()).unwrap();
+        let sourced = Costs::load(&[dir.join("missing.json"), path]);
+        assert_eq!(sourced.costs.relay_us, 5.0);
+        assert_eq!(sourced.costs.bridge_us, Costs::MEASURED.bridge_us);
+        assert_eq!(sourced.from_results, vec!["relay"]);
+        assert_eq!(Costs::load(&[dir.join("missing.json")]).costs, Costs::MEASURED);
+    }
+}
