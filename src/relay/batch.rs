@@ -269,7 +269,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         if !outage || progress {
             self.stream_health(true);
         }
-        self.loss.appended(entries.iter().map(|entry| entry.stream.as_str()));
+        self.loss.appended(settlement.delivered.iter().map(|d| (d.stream.as_str(), d.entry_id.as_str())));
         Turn { stream_outage: outage && !progress, partial_outage: outage && progress, gate_missed }
     }
 

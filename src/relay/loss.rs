@@ -27,6 +27,8 @@ pub struct LossWatch {
 #[derive(Debug, Clone, Copy)]
 struct StreamMark {
     last_appended: Instant,
+    /// The newest entry this relay appended (or found appended) to the stream.
+    newest_appended: Option<EntryId>,
     entries_added: Option<u64>,
     /// When the oldest entry some consumer group still needed was appended (ms, stream clock).
     needed_since_ms: Option<u64>,
@@ -46,18 +48,19 @@ pub struct StreamReport {
 }
 
 impl LossWatch {
-    /// Records the streams a batch appended to.
-    pub fn appended<'a>(&self, streams: impl Iterator<Item = &'a str>) {
+    /// Records the entries a batch appended (or found appended), by stream.
+    pub fn appended<'a>(&self, entries: impl Iterator<Item = (&'a str, &'a str)>) {
         let now = Instant::now();
         let mut map = self.streams.lock().expect("loss watch lock");
-        for stream in streams {
-            match map.get_mut(stream) {
-                Some(mark) => mark.last_appended = now,
-                None => {
-                    let mark = StreamMark { last_appended: now, entries_added: None, needed_since_ms: None };
-                    map.insert(stream.to_owned(), mark);
-                }
-            }
+        for (stream, entry_id) in entries {
+            let mark = map.entry(stream.to_owned()).or_insert(StreamMark {
+                last_appended: now,
+                newest_appended: None,
+                entries_added: None,
+                needed_since_ms: None,
+            });
+            mark.last_appended = now;
+            mark.newest_appended = mark.newest_appended.max(EntryId::parse(entry_id));
         }
     }
 
@@ -85,8 +88,20 @@ impl LossWatch {
         let mut map = self.streams.lock().expect("loss watch lock");
         let mark = map.get_mut(stream)?;
         let needed = mark.needed_since_ms;
-        if !state.exists && mark.entries_added.is_some() {
+        // Appended to, and not there: flushed or deleted, even if no look saw it before (it may
+        // have gone between the append and the first look). At worst — an append that failed
+        // to create the stream — this costs one verification, which finds nothing to re-drive.
+        if !state.exists {
             reason.get_or_insert_with(|| format!("stream {stream} vanished"));
+        }
+        // A stream that ends before an entry this relay appended was emptied or recreated,
+        // even if this is the first look since the append (no counter seen before to compare).
+        if let (Some(last), Some(ours)) = (state.last_entry, mark.newest_appended)
+            && last < ours
+        {
+            reason.get_or_insert_with(|| {
+                format!("stream {stream} ends at {last}, before {ours} which this relay appended")
+            });
         }
         if let (Some(before), Some(now)) = (mark.entries_added, state.entries_added)
             && now < before
@@ -198,4 +213,51 @@ async fn look_up<P: EventStream>(
 
 pub(super) fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(watch: &LossWatch, state: StreamState) -> Option<String> {
+        let mut reason = None;
+        watch.observe("s", &state, None, &mut reason);
+        reason
+    }
+
+    fn there(entries_added: u64) -> StreamState {
+        StreamState { exists: true, entries_added: Some(entries_added), ..StreamState::default() }
+    }
+
+    #[test]
+    fn a_stream_appended_to_and_missing_at_the_first_look_is_a_sign() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "100-0")].into_iter());
+        assert_eq!(look(&watch, StreamState::default()).as_deref(), Some("stream s vanished"));
+    }
+
+    #[test]
+    fn a_stream_recreated_before_the_first_look_ends_before_what_was_appended() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "20"), ("s", "19")].into_iter());
+        let recreated = StreamState { last_entry: Some(EntryId(3, 0)), ..there(3) };
+        assert!(look(&watch, recreated).is_some_and(|r| r.contains("ends at 3-0, before 20-0")));
+        let kept = StreamState { last_entry: Some(EntryId(20, 0)), ..there(20) };
+        assert_eq!(look(&watch, kept), None);
+    }
+
+    #[test]
+    fn a_stream_that_vanishes_or_counts_fewer_entries_is_a_sign_and_one_that_grows_is_not() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "100-0")].into_iter());
+        assert_eq!(look(&watch, there(5)), None);
+        assert_eq!(look(&watch, there(7)), None);
+        assert!(look(&watch, there(3)).is_some_and(|r| r.contains("fewer entries")));
+        assert_eq!(look(&watch, StreamState::default()).as_deref(), Some("stream s vanished"));
+    }
+
+    #[test]
+    fn a_stream_never_appended_to_is_not_watched() {
+        assert_eq!(look(&LossWatch::default(), StreamState::default()), None);
+    }
 }

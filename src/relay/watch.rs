@@ -13,8 +13,11 @@ use crate::stream::{EventStream, ServerId};
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`: every `check_interval` (and at each reconnect) looks for signs of
-    /// lost appends and verifies the recent window after one. The first check after startup
-    /// verifies `lookback`, in case the broker lost data while this relay was not running.
+    /// lost appends and verifies the recent window after one. The first check runs at startup
+    /// and verifies `lookback`, in case the broker lost data while this relay was not running.
+    /// At once rather than after the first interval: by then the window would also hold every
+    /// row this process delivered meanwhile (a relay catching up on a backlog delivers hundreds
+    /// of thousands in ten seconds), which later checks cover anyway.
     pub async fn watch_broker(&self, shutdown: CancellationToken) {
         let config = self.config.broker_loss.clone();
         if !config.enabled {
@@ -23,27 +26,29 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut servers: Option<Vec<ServerId>> = None;
         let mut clean_at = Instant::now();
         let mut reason = Some("startup".to_owned());
+        let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(config.check_interval) => {}
-                _ = self.deps.stream.reconnected() => { reason.get_or_insert_with(|| "reconnected to redis".into()); }
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.deps.stream.reconnected() => { reason.get_or_insert_with(|| "reconnected to the broker".into()); }
                 _ = shutdown.cancelled() => return,
             }
+            wait = config.check_interval;
             let checked_at = Instant::now();
             match self.deps.stream.servers().await {
                 Ok(now) => {
                     if servers.as_ref().is_some_and(|before| *before != now) {
-                        reason = Some("a redis server restarted or failed over".into());
+                        reason = Some("a broker server restarted or failed over".into());
                     }
                     servers = Some(now);
                 }
                 Err(e) => {
-                    debug!(error = %e, "broker check skipped: redis unreachable");
+                    debug!(error = %e, "broker check skipped: broker unreachable");
                     continue;
                 }
             }
             if self.loss.take_suspect() {
-                reason.get_or_insert_with(|| "redis was unavailable".into());
+                reason.get_or_insert_with(|| "the broker was unavailable".into());
             }
             let window_floor = self.look_at_streams(&mut reason).await;
             let Some(why) = reason.take() else {
@@ -104,7 +109,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 first = report.first_missing.as_deref().unwrap_or(""),
                 last = report.last_missing.as_deref().unwrap_or(""),
                 redriven = report.redriven,
-                "BROKER DATA LOSS: entries redis had acknowledged are gone from the stream"
+                "BROKER DATA LOSS: entries the broker had acknowledged are gone from the stream"
             );
         }
         if reports.iter().all(|r| r.missing == 0) {

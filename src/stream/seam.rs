@@ -91,6 +91,9 @@ pub struct StreamState {
     pub max_deleted: Option<EntryId>,
     /// The oldest entry still in the stream.
     pub first_entry: Option<EntryId>,
+    /// The newest id the stream has given (Redis `last-generated-id`, JetStream's last
+    /// sequence): below an entry a relay appended only if the stream lost it.
+    pub last_entry: Option<EntryId>,
 }
 
 impl StreamState {
@@ -205,6 +208,7 @@ mod tests {
             entries_added: Some(20),
             max_deleted: Some(EntryId(0, 0)),
             first_entry: Some(EntryId(100, 10)),
+            last_entry: Some(EntryId(100, 19)),
         };
         assert!(trimmed.removed_on_purpose(EntryId(100, 3)));
         assert!(!trimmed.removed_on_purpose(EntryId(100, 12)), "newer than what is left: lost");

@@ -370,6 +370,7 @@ impl EventStream for NatsStream {
             entries_added: Some(state.last_sequence),
             max_deleted: None,
             first_entry: (state.messages > 0).then_some(EntryId(state.first_sequence, 0)),
+            last_entry: Some(EntryId(state.last_sequence, 0)),
         })
     }
 

@@ -59,6 +59,7 @@ impl RedisStream {
             entries_added: get("entries-added").and_then(|v| v.as_u64()),
             max_deleted,
             first_entry,
+            last_entry: get("last-generated-id").and_then(text).and_then(|id| EntryId::parse(&id)),
         })
     }
 
