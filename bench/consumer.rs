@@ -21,7 +21,7 @@ use handoff::stream::{AppendOptions, Entry, EventStream};
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";
 
 /// The same handler written once for a batch (what config/demo.toml ships).
-const BATCH_HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) SELECT e.id, e.owner, e.type, e.payload ->> 'actor', e.payload FROM unnest(:event_ids::text[], :owners::text[], :event_types::text[], :payloads::jsonb[]) AS e(id, owner, type, payload) ON CONFLICT (audit_id) DO NOTHING";
+pub const BATCH_HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) SELECT e.id, e.owner, e.type, e.payload ->> 'actor', e.payload FROM unnest(:event_ids::text[], :owners::text[], :event_types::text[], :payloads::jsonb[]) AS e(id, owner, type, payload) ON CONFLICT (audit_id) DO NOTHING";
 
 /// How the consumer side applies the seed's handler.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -43,8 +43,19 @@ fn bridge_section(env: &BenchEnv, batch: u32, mode: Mode) -> String {
 
 fn worker_section(batch: u32, mode: Mode) -> String {
     let handler = if mode == Mode::AtTakeover { BATCH_HANDLER } else { HANDLER };
+    let section = worker_section_with("bench", "admin", handler);
+    section.replacen(
+        "[[worker.handler]]",
+        &format!("batch_size = {batch}\npoll_interval = \"50ms\"\n[[worker.handler]]"),
+        1,
+    )
+}
+
+/// A `[[worker]]` named `name` for `consumer`'s inbox, running `handler` for every event type,
+/// with the defaults otherwise.
+pub fn worker_section_with(name: &str, consumer: &str, handler: &str) -> String {
     format!(
-        "[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nbatch_size = {batch}\npoll_interval = \"50ms\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"{handler}\"]\n"
+        "[[worker]]\nname = \"{name}\"\nconsumer = \"{consumer}\"\n[[worker.handler]]\nevent_types = [\"*\"]\nsql = [\"{handler}\"]\n"
     )
 }
 

@@ -12,6 +12,7 @@ mod latency;
 mod nats;
 mod plan;
 mod relay;
+mod scale;
 
 use std::path::PathBuf;
 
@@ -90,6 +91,9 @@ struct Args {
     /// Share of a core each process may use at peak, for --plan.
     #[arg(long, default_value_t = 0.5)]
     headroom: f64,
+    /// Events of the scale run (`--only scale`), spread over its four owner databases.
+    #[arg(long, default_value_t = 200_000)]
+    scale_events: usize,
     /// results.json files whose measured costs --plan uses (a later one winning; built-in
     /// figures for what none holds).
     #[arg(long, value_delimiter = ',', default_value = "target/bench/results.json")]
@@ -176,6 +180,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only.iter().any(|p| p == "replicas") {
         replicas_part(&env, &args, &mut report).await?;
+    }
+    if args.only.iter().any(|p| p == "scale") {
+        scale_part(&args, &mut report).await?;
     }
     if args.wants("bloat") {
         history_part(&env, &args, &mut report).await?;
@@ -307,6 +314,43 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
             let bytes = env.stream_memory(&env.stream("user")).await? as f64 / n as f64;
             report.add("replicas", "Redis memory per stream entry, ~300-byte payload", bytes, "bytes");
         }
+    }
+    Ok(())
+}
+
+/// The scale run against the capacity model: the model's costs from this run's own figures
+/// where it measured them (`--only relay,consumer,scale`), else from `--costs`, else built in.
+async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
+    let mut figures: Vec<serde_json::Value> = args
+        .costs
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
+        .collect();
+    figures.extend(report.0.iter().filter_map(|f| serde_json::to_value(f).ok()));
+    let sourced = plan::Costs::from_figures(&figures);
+    let name = "8 relays / 4 owners, 3 primaries, 8 shards a family, 2 groups × 2 bridges";
+    report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
+    // The rate this machine gives the deployment if it gives it the CPU it gave the one-group
+    // chain: the chain's CPU per second over the deployment's modelled CPU per event.
+    if let Some((chain_rate, chain_us)) = sourced.chain {
+        let predicted = chain_rate * chain_us / scale::modelled_us(&sourced.costs);
+        report.add("scale", format!("{name}: events/s the model predicts here"), predicted, "events/s");
+        report.add("ratio", "scale run: measured / predicted events/s", run.rate() / predicted * 100.0, "%");
+    }
+    for (what, measured, predicted, idle) in scale::compared(&run, &sourced.costs) {
+        report.add("scale", format!("{what}: cores measured"), measured, "cores");
+        report.add("scale", format!("{what}: cores the model predicts at that rate"), predicted, "cores");
+        report.add("scale", format!("{what}: cores idle, after the run"), idle, "cores");
+        report.add("ratio", format!("scale run, {what}: measured / predicted CPU"), measured / predicted * 100.0, "%");
+    }
+    report.add("scale", "events per bridge transaction (takeover), both groups", run.bridge_fill, "events");
+    report.add("scale", "rows per relay settle transaction", run.relay_fill, "rows");
+    let redis: f64 = run.redis_cpu.iter().sum();
+    for (i, cpu) in run.redis_cpu.iter().enumerate() {
+        report.add("scale", format!("Redis primary {i}: share of Redis CPU"), cpu / redis * 100.0, "%");
     }
     Ok(())
 }

@@ -66,14 +66,20 @@ impl Costs {
     /// The built-in costs, each replaced by the one in `paths` (results.json files, a later one
     /// winning) where they hold it.
     pub fn load(paths: &[PathBuf]) -> Sourced {
-        let mut costs = Self::MEASURED;
-        let mut from_results = Vec::new();
         let figures: Vec<serde_json::Value> = paths
             .iter()
             .filter_map(|p| std::fs::read_to_string(p).ok())
             .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
             .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
             .collect();
+        Self::from_figures(&figures)
+    }
+
+    /// The built-in costs, each replaced by the one `figures` (the benchmark's, as in a
+    /// results.json; a later one winning) hold.
+    pub fn from_figures(figures: &[serde_json::Value]) -> Sourced {
+        let mut costs = Self::MEASURED;
+        let mut from_results = Vec::new();
         let find = |name: &str| {
             figures.iter().rev().find(|f| f["name"].as_str() == Some(name)).and_then(|f| f["value"].as_f64())
         };
