@@ -107,22 +107,30 @@ impl BenchEnv {
     pub async fn fill(&self, n: usize, prefix: &str) -> anyhow::Result<()> {
         let mut done = 0;
         while done < n {
-            let chunk = (n - done).min(50_000) as i64;
-            self.db
-                .execute(
-                    "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+            let chunk = (n - done).min(50_000);
+            self.insert_events(prefix, done, chunk).await?;
+            done += chunk;
+        }
+        self.db.batch_execute("ANALYZE audit_outbox").await?;
+        Ok(())
+    }
+
+    /// Inserts the pending events `prefix-(after+1)` … `prefix-(after+count)`, ~300-byte JSON
+    /// payloads, in one statement.
+    pub async fn insert_events(&self, prefix: &str, after: usize, count: usize) -> anyhow::Result<()> {
+        let (after, count) = (after as i64, count as i64);
+        self.db
+            .execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
                      SELECT $1 || '-' || ($2 + g), 'user', 'user-' || (($2 + g) % 1000), 'auth.mfa_policy_changed',
                             jsonb_build_object('auditId', $1 || '-' || ($2 + g), 'actor', 'admin@example.com',
                                                'userId', 'user-' || (($2 + g) % 1000), 'policy', 'mfa_required',
                                                'reason', repeat(md5(g::text), 5)),
                             '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}'
                      FROM generate_series(1, $3::bigint) g",
-                    &[&prefix, &(done as i64), &chunk],
-                )
-                .await?;
-            done += chunk as usize;
-        }
-        self.db.batch_execute("ANALYZE audit_outbox").await?;
+                &[&prefix, &after, &count],
+            )
+            .await?;
         Ok(())
     }
 

@@ -94,6 +94,13 @@ struct Args {
     /// Events of the scale run (`--only scale`), spread over its four owner databases.
     #[arg(long, default_value_t = 200_000)]
     scale_events: usize,
+    /// Rates (events/s) of the scale run's steady form, a producer writing while it runs; none
+    /// by default (`scripts/bench --scale` names some).
+    #[arg(long, value_delimiter = ',')]
+    scale_rates: Vec<f64>,
+    /// Seconds each steady scale run is measured over (after 5 s of warm-up).
+    #[arg(long, default_value_t = 15)]
+    scale_seconds: u64,
     /// results.json files whose measured costs --plan uses (a later one winning; built-in
     /// figures for what none holds).
     #[arg(long, value_delimiter = ',', default_value = "target/bench/results.json")]
@@ -320,6 +327,7 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 
 /// The scale run against the capacity model: the model's costs from this run's own figures
 /// where it measured them (`--only relay,consumer,scale`), else from `--costs`, else built in.
+/// First the backlog form, then the steady form at each of `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
     let mut figures: Vec<serde_json::Value> = args
@@ -331,7 +339,7 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         .collect();
     figures.extend(report.0.iter().filter_map(|f| serde_json::to_value(f).ok()));
     let sourced = plan::Costs::from_figures(&figures);
-    let name = "8 relays / 4 owners, 3 primaries, 8 shards a family, 2 groups × 2 bridges";
+    let name = "backlog";
     report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
     // The rate this machine gives the deployment if it gives it the CPU it gave the one-group
     // chain: the chain's CPU per second over the deployment's modelled CPU per event.
@@ -340,19 +348,38 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         report.add("scale", format!("{name}: events/s the model predicts here"), predicted, "events/s");
         report.add("ratio", "scale run: measured / predicted events/s", run.rate() / predicted * 100.0, "%");
     }
-    for (what, measured, predicted, idle) in scale::compared(&run, &sourced.costs) {
-        report.add("scale", format!("{what}: cores measured"), measured, "cores");
-        report.add("scale", format!("{what}: cores the model predicts at that rate"), predicted, "cores");
-        report.add("scale", format!("{what}: cores idle, after the run"), idle, "cores");
-        report.add("ratio", format!("scale run, {what}: measured / predicted CPU"), measured / predicted * 100.0, "%");
-    }
-    report.add("scale", "events per bridge transaction (takeover), both groups", run.bridge_fill, "events");
-    report.add("scale", "rows per relay settle transaction", run.relay_fill, "rows");
-    let redis: f64 = run.redis_cpu.iter().sum();
-    for (i, cpu) in run.redis_cpu.iter().enumerate() {
+    scale_figures(name, &run, &sourced.costs, report);
+    let redis: f64 = run.cpu.redis.iter().sum();
+    for (i, cpu) in run.cpu.redis.iter().enumerate() {
         report.add("scale", format!("Redis primary {i}: share of Redis CPU"), cpu / redis * 100.0, "%");
     }
+    for &rate in &args.scale_rates {
+        let (warmup, window) = (std::time::Duration::from_secs(5), std::time::Duration::from_secs(args.scale_seconds));
+        let run = scale::run_at(&args.database_url, &args.binary, &args.out, rate, warmup, window).await?;
+        let name = format!("steady {rate:.0}/s");
+        report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
+        report.add("scale", format!("{name}: Postgres CPU per event, the producer's inserts"), run.insert_us, "µs");
+        scale_figures(&name, &run, &sourced.costs, report);
+    }
     Ok(())
+}
+
+fn scale_figures(name: &str, run: &scale::ScaleRun, costs: &plan::Costs, report: &mut Report) {
+    for (what, measured, predicted, idle) in scale::compared(run, costs) {
+        report.add("scale", format!("{name}, {what}: cores measured"), measured, "cores");
+        report.add("scale", format!("{name}, {what}: cores the model predicts"), predicted, "cores");
+        if let Some(idle) = idle {
+            report.add("scale", format!("{name}, {what}: cores idle, after the run"), idle, "cores");
+        }
+        report.add(
+            "ratio",
+            format!("scale {name}, {what}: measured / predicted CPU"),
+            measured / predicted * 100.0,
+            "%",
+        );
+    }
+    report.add("scale", format!("{name}: events per bridge transaction (takeover)"), run.bridge_fill, "events");
+    report.add("scale", format!("{name}: rows per relay settle transaction"), run.relay_fill, "rows");
 }
 
 /// The relay over a million delivered rows (with their dead tuples, and vacuumed) against a
@@ -488,20 +515,35 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 /// The bridge against its insert-if-absent statement alone, taking turns so that each ratio
 /// compares two runs a few seconds apart, and the median of those ratios.
 async fn bridge_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
-    bridge_mode(env, args, Mode::Worker, report).await?;
-    bridge_mode(env, args, Mode::AtTakeover, report).await
+    bridge_mode(env, args, Mode::Worker, 500, report).await?;
+    bridge_mode(env, args, Mode::AtTakeover, 500, report).await?;
+    // Small batches, as a stream read at a modest rate gives: with the figures at 500, what a
+    // takeover transaction costs apart from its events (the capacity model's per-batch term).
+    bridge_mode(env, args, Mode::AtTakeover, SMALL_BRIDGE_BATCH, report).await
 }
 
-async fn bridge_mode(env: &env::BenchEnv, args: &Args, mode: Mode, report: &mut Report) -> anyhow::Result<()> {
-    let n = args.bridge_events;
+/// The bridge batch of the capacity model's second point (see `plan::Costs`).
+const SMALL_BRIDGE_BATCH: u32 = plan::SMALL_BATCH;
+
+async fn bridge_mode(
+    env: &env::BenchEnv,
+    args: &Args,
+    mode: Mode,
+    batch: u32,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    // Small batches take as many transactions for a tenth of the events.
+    let n = if batch >= 500 { args.bridge_events } else { args.bridge_events / 10 };
     let (what, limit_what) = match mode {
-        Mode::Worker => ("", "insert-if-absent alone"),
-        Mode::AtTakeover => (", applying at take-over", "insert-if-absent + batch handler alone"),
+        Mode::Worker => (String::new(), "insert-if-absent alone"),
+        Mode::AtTakeover => (", applying at take-over".to_owned(), "insert-if-absent + batch handler alone"),
     };
+    let (mode_what, what) =
+        if batch == 500 { (what.clone(), what) } else { (what.clone(), format!("{what}, batch {batch}")) };
     let (mut limits, mut bridges, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for turn in 1..=args.repeat {
-        let limit = consumer::bridge_limit(env, n, 500, mode).await?;
-        let bridge = consumer::bridge(env, n, 500, mode).await?;
+        let limit = consumer::bridge_limit(env, n, batch, mode).await?;
+        let bridge = consumer::bridge(env, n, batch, mode).await?;
         let ratio = bridge.rows_per_sec / limit * 100.0;
         eprintln!(
             "  bridge{what} turn {turn}: {limit_what} {limit:.0}, bridge {:.0} events/s ({ratio:.1}%)",
@@ -513,12 +555,17 @@ async fn bridge_mode(env: &env::BenchEnv, args: &Args, mode: Mode, report: &mut 
     }
     let pick = |f: fn(&relay::Run) -> f64| median(bridges.iter().map(f).collect());
     let per_100k = 100_000.0 / n as f64;
-    report.add("limit", format!("bridge {limit_what}, batch 500, {n} events"), median(limits), "events/s");
-    report.add("bridge", format!("1 bridge, batch 500, {n} events{what}"), pick(|b| b.rows_per_sec), "events/s");
+    report.add("limit", format!("bridge {limit_what}, batch {batch}, {n} events"), median(limits), "events/s");
+    report.add(
+        "bridge",
+        format!("1 bridge, batch {batch}, {n} events{mode_what}"),
+        pick(|b| b.rows_per_sec),
+        "events/s",
+    );
     report.add("ratio", format!("bridge{what} / its SQL limit (median of each turn's)"), median(ratios), "%");
     report.add(
         "resources",
-        format!("bridge peak RSS, batch 500{what}"),
+        format!("bridge peak RSS, batch {batch}{mode_what}"),
         pick(|b| b.peak_rss_kb as f64 / 1024.0),
         "MiB",
     );

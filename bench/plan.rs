@@ -35,6 +35,13 @@ pub struct Costs {
     pub redis_read_us: f64,
     /// Consumer Postgres per event: the inbox insert and the seed's handler, one transaction.
     pub consumer_pg_us: f64,
+    /// What a takeover transaction costs the bridge and the consumer's Postgres apart from its
+    /// events, from the bridge at batch 500 and at [`SMALL_BATCH`]: an event in a batch of `f`
+    /// costs the batch-500 figure + this × (1/f − 1/500).
+    pub bridge_txn_us: f64,
+    pub consumer_pg_txn_us: f64,
+    /// What a bridge's read and acknowledgement cost Redis apart from their events, likewise.
+    pub redis_read_txn_us: f64,
     /// Redis memory per entry for `entry_payload_bytes` of payload.
     pub entry_bytes: f64,
     pub entry_payload_bytes: f64,
@@ -59,6 +66,9 @@ impl Costs {
         bridge_us: 4.1,
         redis_read_us: 1.2,
         consumer_pg_us: 14.1,
+        bridge_txn_us: 173.0,
+        consumer_pg_txn_us: 270.0,
+        redis_read_txn_us: 33.0,
         entry_bytes: 487.0,
         entry_payload_bytes: 300.0,
     };
@@ -118,6 +128,29 @@ impl Costs {
             &same,
         );
         take(&mut costs.entry_bytes, "entry bytes", "Redis memory per stream entry, ~300-byte payload", &same);
+        // The per-transaction terms, where both batch sizes were measured.
+        let small = |name: &str| find(&format!("{name}, applying at take-over, batch {SMALL_BATCH}"));
+        let per_txn = |at_500: f64, at_small: f64| (at_small - at_500) / (1.0 / SMALL_BATCH as f64 - 1.0 / 500.0);
+        if let (Some(big), Some(little)) =
+            (find("bridge CPU per 100k events, applying at take-over"), small("bridge CPU per 100k events"))
+        {
+            costs.bridge_txn_us = per_txn(per_100k(big), per_100k(little));
+            from_results.push("bridge per transaction");
+        }
+        if let (Some(big), Some(little)) = (
+            find("Postgres CPU per event taken over, bridge, applying at take-over"),
+            small("Postgres CPU per event taken over, bridge"),
+        ) {
+            costs.consumer_pg_txn_us = per_txn(big, little);
+            from_results.push("consumer Postgres per transaction");
+        }
+        if let (Some(big), Some(little)) = (
+            find("Redis CPU per 100k events, bridge, applying at take-over"),
+            find(&format!("Redis CPU per 100k events, bridge, applying at take-over, batch {SMALL_BATCH}")),
+        ) {
+            costs.redis_read_txn_us = per_txn(per_100k(big), per_100k(little));
+            from_results.push("Redis read per transaction");
+        }
         let chain = find("outbox → audit_logs, bridge applies at take-over, batch handler")
             .zip(find("all processes, bridge applies at take-over, batch handler"));
         Sourced { costs, from_results, chain }
@@ -177,7 +210,25 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
     }
 }
 
+/// The bridge batch of the second point the per-transaction costs are measured at.
+pub const SMALL_BATCH: u32 = 20;
+
 impl Costs {
+    /// The bridge's CPU per event (µs) when its transactions carry `fill` events.
+    pub fn bridge_at(&self, fill: f64) -> f64 {
+        self.bridge_us + self.bridge_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
+    }
+
+    /// The consumer Postgres's CPU per event (µs) when takeover transactions carry `fill` events.
+    pub fn consumer_pg_at(&self, fill: f64) -> f64 {
+        self.consumer_pg_us + self.consumer_pg_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
+    }
+
+    /// Redis's CPU per event (µs) for a bridge's reads and acknowledgements of `fill` events.
+    pub fn redis_read_at(&self, fill: f64) -> f64 {
+        self.redis_read_us + self.redis_read_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
+    }
+
     /// CPU of every process for one event through the whole chain, one group: what the chain
     /// measured alone should use, if the components cost together what they cost apart.
     pub fn chain_us(&self) -> f64 {
@@ -195,7 +246,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     let p = plan(i, c);
     let from = if sourced.from_results.is_empty() {
         "built-in (docs/scaling.md)".to_owned()
-    } else if sourced.from_results.len() == 7 {
+    } else if sourced.from_results.len() == 10 {
         "results.json".to_owned()
     } else {
         format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
@@ -260,6 +311,12 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     for (what, value, how) in rows {
         println!("  {what:<36} {value:>16}   {how}");
     }
+    println!();
+    println!(
+        "bridges and consumer databases are counted at full batches (500 events a takeover); a takeover \
+         carrying f events costs each event {:.0}/f µs more of the bridge and {:.0}/f µs more of its database",
+        c.bridge_txn_us, c.consumer_pg_txn_us
+    );
     if let Some((rate, measured_us)) = sourced.chain {
         let model_us = c.chain_us();
         println!();
@@ -285,6 +342,9 @@ mod tests {
         bridge_us: 10.0,
         redis_read_us: 3.0,
         consumer_pg_us: 40.0,
+        bridge_txn_us: 100.0,
+        consumer_pg_txn_us: 400.0,
+        redis_read_txn_us: 50.0,
         entry_bytes: 500.0,
         entry_payload_bytes: 300.0,
     };
@@ -327,6 +387,13 @@ mod tests {
     fn bigger_payloads_take_more_memory_per_entry() {
         let p = plan(&Inputs { bytes: 1300.0, ..inputs() }, &COSTS);
         assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 1500.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn small_batches_add_each_transaction_s_cost_spread_over_fewer_events() {
+        assert!((COSTS.bridge_at(500.0) - 10.0).abs() < 1e-9);
+        assert!((COSTS.bridge_at(10.0) - (10.0 + 100.0 * (0.1 - 0.002))).abs() < 1e-9);
+        assert!((COSTS.consumer_pg_at(1.0) - (40.0 + 400.0 * 0.998)).abs() < 1e-9);
     }
 
     #[test]

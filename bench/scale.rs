@@ -112,28 +112,19 @@ fn cli(port: u16, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// What the run measured: the rate, and CPU seconds per kind of process.
+/// What a run measured: the rate, and CPU seconds per kind of process.
 pub struct ScaleRun {
     pub events: usize,
     pub seconds: f64,
-    pub relays_cpu: f64,
-    pub bridges_cpu: f64,
-    pub redis_cpu: Vec<f64>,
-    pub postgres_cpu: f64,
+    pub cpu: Cpu,
     /// Events per takeover transaction (each writes its rows with one `received_at`), both groups.
     pub bridge_fill: f64,
     /// Rows per relay settle transaction (one `delivered_at` each), every owner.
     pub relay_fill: f64,
-    /// Cores each kind of process used once everything was delivered.
-    pub idle: Idle,
-}
-
-/// Cores per kind of process with nothing to do.
-pub struct Idle {
-    pub relays: f64,
-    pub bridges: f64,
-    pub redis: f64,
-    pub postgres: f64,
+    /// Cores each kind of process used once everything was delivered (the backlog run).
+    pub idle: Option<Cpu>,
+    /// Postgres CPU (µs) the producer's own inserts took per event (the steady run).
+    pub insert_us: f64,
 }
 
 impl ScaleRun {
@@ -142,147 +133,282 @@ impl ScaleRun {
     }
 }
 
-/// Runs the deployment until both groups' audit logs hold every event once.
+/// CPU seconds per kind of process (or, divided by a time, cores).
+#[derive(Clone, Default)]
+pub struct Cpu {
+    pub relays: f64,
+    pub bridges: f64,
+    pub redis: Vec<f64>,
+    pub postgres: f64,
+}
+
+impl Cpu {
+    fn since(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            relays: self.relays - earlier.relays,
+            bridges: self.bridges - earlier.bridges,
+            redis: self.redis.iter().zip(&earlier.redis).map(|(a, b)| a - b).collect(),
+            postgres: self.postgres - earlier.postgres,
+        }
+    }
+
+    fn per_second(&self, seconds: f64) -> Cpu {
+        Cpu {
+            relays: self.relays / seconds,
+            bridges: self.bridges / seconds,
+            redis: self.redis.iter().map(|r| r / seconds).collect(),
+            postgres: self.postgres / seconds,
+        }
+    }
+}
+
+/// The deployment: the cluster, and the owners' and the groups' schemas.
+struct Deployment {
+    cluster: Cluster,
+    owners: Vec<BenchEnv>,
+    groups: Vec<BenchEnv>,
+}
+
+/// The deployment's handoff processes.
+struct Processes {
+    relays: Vec<Child>,
+    bridges: Vec<Child>,
+}
+
+impl Deployment {
+    async fn new(database_url: &str, binary: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<Self> {
+        let cluster = Cluster::start(dir).await?;
+        let url = cluster.url();
+        let mut owners = Vec::new();
+        for _ in 0..OWNERS {
+            owners.push(BenchEnv::new(database_url, &url, binary.to_owned(), dir.to_owned()).await?);
+        }
+        let mut groups = Vec::new();
+        for _ in 0..GROUPS {
+            groups.push(BenchEnv::new(database_url, &url, binary.to_owned(), dir.to_owned()).await?);
+        }
+        Ok(Self { cluster, owners, groups })
+    }
+
+    fn spawn(&self) -> anyhow::Result<Processes> {
+        let mut processes = Processes { relays: Vec::new(), bridges: Vec::new() };
+        let streams: Vec<String> = self
+            .owners
+            .iter()
+            .enumerate()
+            .map(|(k, o)| {
+                format!("{{ key = \"{}\", shard_count = {SHARDS}, owner = \"o{k}\" }}", o.stream("user:{shard}"))
+            })
+            .collect();
+        for (g, group) in self.groups.iter().enumerate() {
+            for b in 0..BRIDGES_PER_GROUP {
+                let config = format!(
+                    "{}[[bridge]]\nname = \"g{g}\"\nconsumer = \"g{g}\"\ninstance = \"g{g}-{b}\"\napply = \"g{g}\"\n\
+                     streams = [{}]\nbatch_size = 500\n{}",
+                    group.base_config(),
+                    streams.join(", "),
+                    worker_section_with(&format!("g{g}"), &format!("g{g}"), BATCH_HANDLER)
+                );
+                processes.bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
+            }
+        }
+        for (k, owner) in self.owners.iter().enumerate() {
+            let config = format!(
+                "{}[[relay]]\nname = \"o{k}\"\nstream = \"{}\"\n",
+                owner.base_config(),
+                owner.stream(&format!("{{aggregate_type}}:{{shard(aggregate_id, {SHARDS})}}"))
+            );
+            for r in 0..RELAYS_PER_OWNER {
+                processes.relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
+            }
+        }
+        Ok(processes)
+    }
+
+    fn cpu(&self, processes: &Processes) -> Cpu {
+        let of = |children: &[Child]| children.iter().map(|c| resources(c.id()).1).sum::<f64>();
+        Cpu {
+            relays: of(&processes.relays),
+            bridges: of(&processes.bridges),
+            redis: self.cluster.cpu_seconds(),
+            postgres: postgres_cpu_seconds(),
+        }
+    }
+
+    /// Waits until each group's audit log holds `per_owner` events of every owner.
+    async fn until_applied(&self, per_owner: usize) -> anyhow::Result<()> {
+        let lasts: Vec<String> = (0..OWNERS).map(|k| format!("'o{k}-{per_owner}'")).collect();
+        let probe = format!("SELECT count(*) FROM audit_logs WHERE audit_id IN ({})", lasts.join(", "));
+        let total = (per_owner * OWNERS) as i64;
+        for group in &self.groups {
+            time_until(Duration::from_secs(1800), || async {
+                Ok(group.scalar(&probe).await? == OWNERS as i64
+                    && group.scalar("SELECT count(*) FROM audit_logs").await? >= total)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn applied(&self) -> anyhow::Result<i64> {
+        let mut sum = 0;
+        for group in &self.groups {
+            sum += group.scalar("SELECT count(*) FROM audit_logs").await?;
+        }
+        Ok(sum)
+    }
+
+    /// Stops the processes; fails unless each group's audit log and inbox hold every one of the
+    /// `total` events once. Returns (events per takeover, rows per settle) and drops the schemas.
+    async fn finish(self, mut processes: Processes, total: usize) -> anyhow::Result<(f64, f64)> {
+        processes.relays.iter_mut().chain(processes.bridges.iter_mut()).for_each(stop);
+        for (g, group) in self.groups.iter().enumerate() {
+            let logged = group.scalar("SELECT count(DISTINCT audit_id) FROM audit_logs").await?;
+            let rows = group.scalar("SELECT count(*) FROM audit_logs").await?;
+            let inbox = group.scalar("SELECT count(*) FROM consumer_inbox").await?;
+            anyhow::ensure!(
+                logged == total as i64 && rows == total as i64 && inbox == total as i64,
+                "group g{g}: {logged} distinct events in audit_logs, {rows} rows, {inbox} inbox rows; expected {total} each"
+            );
+        }
+        for owner in &self.owners {
+            owner.ensure_none_dead().await?;
+        }
+        let (mut transactions, mut settles) = (0, 0);
+        for group in &self.groups {
+            transactions += group.scalar("SELECT count(DISTINCT received_at) FROM consumer_inbox").await?;
+        }
+        for owner in &self.owners {
+            settles += owner.scalar("SELECT count(DISTINCT delivered_at) FROM audit_outbox").await?;
+        }
+        for env in self.owners.iter().chain(&self.groups) {
+            env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
+        }
+        Ok(((total * GROUPS) as f64 / transactions.max(1) as f64, total as f64 / settles.max(1) as f64))
+    }
+}
+
+/// The backlog run: `events` written before the processes start, timed until both groups'
+/// audit logs hold every one; then as long again (10 s at most) with nothing to do.
 pub async fn run(
     database_url: &str,
     binary: &std::path::Path,
     dir: &std::path::Path,
     events: usize,
 ) -> anyhow::Result<ScaleRun> {
-    let cluster = Cluster::start(dir).await?;
-    let url = cluster.url();
-    let mut owners = Vec::new();
-    for _ in 0..OWNERS {
-        owners.push(BenchEnv::new(database_url, &url, binary.to_owned(), dir.to_owned()).await?);
-    }
-    let mut groups = Vec::new();
-    for _ in 0..GROUPS {
-        groups.push(BenchEnv::new(database_url, &url, binary.to_owned(), dir.to_owned()).await?);
-    }
+    let deployment = Deployment::new(database_url, binary, dir).await?;
     let per_owner = events / OWNERS;
-    for (k, owner) in owners.iter().enumerate() {
+    for (k, owner) in deployment.owners.iter().enumerate() {
         owner.fill(per_owner, &format!("o{k}")).await?;
     }
-    let total = per_owner * OWNERS;
-    let streams: Vec<String> = owners
-        .iter()
-        .enumerate()
-        .map(|(k, o)| format!("{{ key = \"{}\", shard_count = {SHARDS}, owner = \"o{k}\" }}", o.stream("user:{shard}")))
-        .collect();
-
-    let (pg_before, redis_before) = (postgres_cpu_seconds(), cluster.cpu_seconds());
+    let before = deployment.cpu(&Processes { relays: Vec::new(), bridges: Vec::new() });
     let started = Instant::now();
-    let mut bridges = Vec::new();
-    for (g, group) in groups.iter().enumerate() {
-        for b in 0..BRIDGES_PER_GROUP {
-            let config = format!(
-                "{}[[bridge]]\nname = \"g{g}\"\nconsumer = \"g{g}\"\ninstance = \"g{g}-{b}\"\napply = \"g{g}\"\n\
-                 streams = [{}]\nbatch_size = 500\n{}",
-                group.base_config(),
-                streams.join(", "),
-                worker_section_with(&format!("g{g}"), &format!("g{g}"), BATCH_HANDLER)
-            );
-            bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
-        }
-    }
-    let mut relays = Vec::new();
-    for (k, owner) in owners.iter().enumerate() {
-        let config = format!(
-            "{}[[relay]]\nname = \"o{k}\"\nstream = \"{}\"\n",
-            owner.base_config(),
-            owner.stream("{aggregate_type}:{shard(aggregate_id, 8)}")
-        );
-        for r in 0..RELAYS_PER_OWNER {
-            relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
-        }
-    }
-    let lasts: Vec<String> = (0..OWNERS).map(|k| format!("'o{k}-{per_owner}'")).collect();
-    let probe = format!("SELECT count(*) FROM audit_logs WHERE audit_id IN ({})", lasts.join(", "));
-    for group in &groups {
-        time_until(Duration::from_secs(1800), || async {
-            Ok(group.scalar(&probe).await? == OWNERS as i64
-                && group.scalar("SELECT count(*) FROM audit_logs").await? >= total as i64)
-        })
-        .await?;
-    }
+    let processes = deployment.spawn()?;
+    deployment.until_applied(per_owner).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = |children: &[Child]| children.iter().map(|c| resources(c.id()).1).sum::<f64>();
-    let (relays_cpu, bridges_cpu) = (cpu(&relays), cpu(&bridges));
-    let postgres_cpu = postgres_cpu_seconds() - pg_before;
-    let redis_after = cluster.cpu_seconds();
-    let redis_cpu = redis_after.iter().zip(&redis_before).map(|(after, before)| after - before).collect();
-    // The same deployment with nothing to do, for as long: what its processes cost idle
-    // (claims that find nothing, blocking reads of every shard that return nothing, workers'
-    // polls, recovery and trimming ticks). A measurement window, not a wait for anything.
-    let idle_window = Duration::from_secs_f64(seconds.min(10.0));
-    let pg_idle_before = postgres_cpu_seconds();
-    tokio::time::sleep(idle_window).await;
-    let w = idle_window.as_secs_f64();
-    let idle = Idle {
-        relays: (cpu(&relays) - relays_cpu) / w,
-        bridges: (cpu(&bridges) - bridges_cpu) / w,
-        redis: cluster.cpu_seconds().iter().zip(&redis_after).map(|(a, b)| a - b).sum::<f64>() / w,
-        postgres: (postgres_cpu_seconds() - pg_idle_before) / w,
-    };
-    relays.iter_mut().chain(bridges.iter_mut()).for_each(stop);
+    let after = deployment.cpu(&processes);
+    // What the processes cost idle (claims that find nothing, blocking reads of every shard
+    // that return nothing, workers' polls, broker checks). A measurement window, not a wait.
+    let window = seconds.min(10.0);
+    tokio::time::sleep(Duration::from_secs_f64(window)).await;
+    let idle = deployment.cpu(&processes).since(&after).per_second(window);
+    let total = per_owner * OWNERS;
+    let (bridge_fill, relay_fill) = deployment.finish(processes, total).await?;
+    let cpu = after.since(&before);
+    Ok(ScaleRun { events: total, seconds, cpu, bridge_fill, relay_fill, idle: Some(idle), insert_us: 0.0 })
+}
 
-    // Exactly once: each group's audit log and inbox hold every event of every owner, once.
-    for (g, group) in groups.iter().enumerate() {
-        let logged = group.scalar("SELECT count(DISTINCT audit_id) FROM audit_logs").await?;
-        let rows = group.scalar("SELECT count(*) FROM audit_logs").await?;
-        let inbox = group.scalar("SELECT count(*) FROM consumer_inbox").await?;
-        anyhow::ensure!(
-            logged == total as i64 && rows == total as i64 && inbox == total as i64,
-            "group g{g}: {logged} distinct events in audit_logs, {rows} rows, {inbox} inbox rows; expected {total} each"
-        );
-    }
-    for owner in &owners {
-        owner.ensure_none_dead().await?;
-    }
-    let (mut transactions, mut settles) = (0, 0);
-    for group in &groups {
-        transactions += group.scalar("SELECT count(DISTINCT received_at) FROM consumer_inbox").await?;
-    }
-    for owner in &owners {
-        settles += owner.scalar("SELECT count(DISTINCT delivered_at) FROM audit_outbox").await?;
-    }
-    let bridge_fill = (total * GROUPS) as f64 / transactions.max(1) as f64;
-    let relay_fill = total as f64 / settles.max(1) as f64;
-    for env in owners.iter().chain(&groups) {
-        env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
-    }
+/// The steady run: a producer writes `rate` events/s (spread over the owners, every 50 ms)
+/// while everything runs; after `warmup`, CPU and the events applied are measured over
+/// `window`. The producer's own inserts are measured first, alone, for 2 s.
+pub async fn run_at(
+    database_url: &str,
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+    rate: f64,
+    warmup: Duration,
+    window: Duration,
+) -> anyhow::Result<ScaleRun> {
+    let deployment = Deployment::new(database_url, binary, dir).await?;
+    const TICK: Duration = Duration::from_millis(50);
+    let per_tick = ((rate / OWNERS as f64) * TICK.as_secs_f64()).round().max(1.0) as usize;
+    let written: Vec<std::sync::atomic::AtomicUsize> = (0..OWNERS).map(|_| Default::default()).collect();
+    let produce = |until: Instant| {
+        let (owners, written) = (&deployment.owners, &written);
+        async move {
+            let mut tick = tokio::time::interval(TICK);
+            while Instant::now() < until {
+                tick.tick().await;
+                for (k, owner) in owners.iter().enumerate() {
+                    let after = written[k].fetch_add(per_tick, std::sync::atomic::Ordering::Relaxed);
+                    owner.insert_events(&format!("o{k}"), after, per_tick).await?;
+                }
+            }
+            anyhow::Ok(())
+        }
+    };
+    // The producer alone for 2 s: what its inserts cost Postgres (the rows become a small
+    // backlog, delivered during the warm-up).
+    let pg = postgres_cpu_seconds();
+    produce(Instant::now() + Duration::from_secs(2)).await?;
+    let produced = written.iter().map(|w| w.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>();
+    let insert_us = (postgres_cpu_seconds() - pg) / produced as f64 * 1e6;
+
+    let processes = deployment.spawn()?;
+    let measured = async {
+        tokio::time::sleep(warmup).await;
+        let (before, applied) = (deployment.cpu(&processes), deployment.applied().await?);
+        let started = Instant::now();
+        tokio::time::sleep(window).await;
+        let (after, applied_after) = (deployment.cpu(&processes), deployment.applied().await?);
+        anyhow::Ok((after.since(&before), (applied_after - applied) as f64 / GROUPS as f64, started.elapsed()))
+    };
+    let (produced, measured) = futures_util::future::join(produce(Instant::now() + warmup + window), measured).await;
+    produced?;
+    let (cpu, events, elapsed) = measured?;
+    let per_owner = written[0].load(std::sync::atomic::Ordering::Relaxed);
+    deployment.until_applied(per_owner).await?;
+    let (bridge_fill, relay_fill) = deployment.finish(processes, per_owner * OWNERS).await?;
     Ok(ScaleRun {
-        events: total,
-        seconds,
-        relays_cpu,
-        bridges_cpu,
-        redis_cpu,
-        postgres_cpu,
+        events: events as usize,
+        seconds: elapsed.as_secs_f64(),
+        cpu,
         bridge_fill,
         relay_fill,
-        idle,
+        idle: None,
+        insert_us,
     })
 }
 
 /// The model's prediction for each measured figure at the rate the run reached, as
-/// (what, measured cores, predicted cores, the deployment's idle cores).
-pub fn compared(run: &ScaleRun, costs: &Costs) -> Vec<(&'static str, f64, f64, f64)> {
-    let (rate, s, g, idle) = (run.rate(), run.seconds, GROUPS as f64, &run.idle);
+/// (what, measured cores, predicted cores, idle cores if measured). The bridges' and the
+/// consumers' costs are taken at the events per transaction the run measured. Postgres's
+/// measured figure leaves out the producer's inserts.
+pub fn compared(run: &ScaleRun, costs: &Costs) -> Vec<(&'static str, f64, f64, Option<f64>)> {
+    let (rate, g) = (run.rate(), GROUPS as f64);
+    let cpu = run.cpu.per_second(run.seconds);
+    let idle = run.idle.as_ref();
     let cores = |us: f64| rate * us * 1e-6;
     vec![
-        ("relays (8)", run.relays_cpu / s, cores(costs.relay_us), idle.relays),
-        ("bridges with their workers (4)", run.bridges_cpu / s, cores(g * costs.bridge_us), idle.bridges),
+        ("relays (8)", cpu.relays, cores(costs.relay_us), idle.map(|i| i.relays)),
+        // At the batch the run's takeover transactions carried (the model's per-batch term).
+        (
+            "bridges with their workers (4)",
+            cpu.bridges,
+            cores(g * costs.bridge_at(run.bridge_fill)),
+            idle.map(|i| i.bridges),
+        ),
         (
             "Redis, 3 primaries",
-            run.redis_cpu.iter().sum::<f64>() / s,
-            cores(costs.redis_append_us + g * costs.redis_read_us),
-            idle.redis,
+            cpu.redis.iter().sum(),
+            cores(costs.redis_append_us + g * costs.redis_read_at(run.bridge_fill)),
+            idle.map(|i| i.redis.iter().sum()),
         ),
         (
             "Postgres, 4 owners + 2 consumers",
-            run.postgres_cpu / s,
-            cores(costs.owner_pg_us + g * costs.consumer_pg_us),
-            idle.postgres,
+            cpu.postgres - cores(run.insert_us),
+            cores(costs.owner_pg_us + g * costs.consumer_pg_at(run.bridge_fill)),
+            idle.map(|i| i.postgres),
         ),
     ]
 }
