@@ -72,8 +72,8 @@ struct Args {
     /// relay processes on one outbox) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Print the capacity model (docs/scaling.md) for --services, --rate, --bytes, --groups
-    /// and --headroom instead of measuring; costs from --costs where it holds them.
+    /// Print the capacity model (docs/scaling.md) for --services, --rate, --bytes, --groups,
+    /// --families and --headroom instead of measuring; costs from --costs where it holds them.
     #[arg(long)]
     plan: bool,
     /// Owner services (each with its outbox), for --plan.
@@ -88,6 +88,9 @@ struct Args {
     /// Consumer groups reading every event, for --plan.
     #[arg(long, default_value_t = 2)]
     groups: u32,
+    /// Stream families the events spread over, for --plan (0: one per service).
+    #[arg(long, default_value_t = 0)]
+    families: u32,
     /// Share of a core each process may use at peak, for --plan.
     #[arg(long, default_value_t = 0.5)]
     headroom: f64,
@@ -158,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
             rate: args.rate,
             bytes: args.bytes,
             groups: args.groups,
+            families: args.families,
             headroom: args.headroom,
         };
         plan::print(&inputs, &plan::Costs::load(&args.costs));

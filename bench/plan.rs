@@ -18,6 +18,9 @@ pub struct Inputs {
     pub bytes: f64,
     /// Consumer groups reading every event (each with its own inbox database).
     pub groups: u32,
+    /// Stream families the events spread over, evenly (0: one per service, each relay's
+    /// template its own family; 1: every event in one family, the hottest case).
+    pub families: u32,
     /// Share of one core a process (or a Redis primary, or a database's CPU budget) may use at
     /// peak; the rest is headroom for bursts, failover and catch-up.
     pub headroom: f64,
@@ -169,6 +172,8 @@ pub struct Plan {
     /// Most events per second one stream (one key, so one primary) may carry.
     pub stream_ceiling: f64,
     pub shards_per_family: u32,
+    /// Events per second each stream carries (the rate each group reads it at).
+    pub stream_rate: f64,
     pub bridges_per_group: u32,
     pub consumer_pg_cores: f64,
     /// Redis memory one minute of unread backlog takes.
@@ -190,10 +195,15 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
     // Redis runs commands on one thread: a primary is one core.
     let redis_primaries = processes(redis_cores, i.headroom);
     let stream_ceiling = i.headroom / (redis_per_event * us);
-    // A family's shards hash over the cluster's slots: four or more per primary spread them
-    // about evenly. (Enough primaries for the whole load are always enough for its hottest
-    // family: a family carries at most every event.)
-    let shards_per_family = if redis_primaries == 1 { 1 } else { (4 * redis_primaries).next_power_of_two() };
+    // A family is sharded only as far as Redis needs: its streams must stay under one primary's
+    // ceiling, and all streams together must number four or more per primary to hash about
+    // evenly over the slots. Fewer shards than that leave each stream more events per read,
+    // which the bridges' cost depends on (a takeover's cost is spread over its events).
+    let families = if i.families == 0 { i.services } else { i.families }.max(1);
+    let family_rate = total / families as f64;
+    let hot = (family_rate / stream_ceiling).ceil().max(1.0) as u32;
+    let spread = if redis_primaries == 1 { 1 } else { (4 * redis_primaries).div_ceil(families) };
+    let shards_per_family = hot.max(spread).next_power_of_two();
     let entry = c.entry_bytes - c.entry_payload_bytes + i.bytes;
     Plan {
         total,
@@ -203,6 +213,7 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
         redis_primaries,
         stream_ceiling,
         shards_per_family,
+        stream_rate: family_rate / shards_per_family as f64,
         bridges_per_group: processes(total * c.bridge_us * us, i.headroom),
         consumer_pg_cores: total * c.consumer_pg_us * us,
         backlog_minute_bytes: total * 60.0 * entry,
@@ -252,11 +263,12 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
         format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
     };
     println!(
-        "inputs: {} services × {} events/s × {} bytes, {} consumer group(s), headroom {:.0}% of a core per process",
+        "inputs: {} services × {} events/s × {} bytes, {} consumer group(s), {} stream families, headroom {:.0}% of a core per process",
         i.services,
         i.rate,
         i.bytes,
         i.groups,
+        if i.families == 0 { i.services } else { i.families },
         i.headroom * 100.0
     );
     println!(
@@ -289,8 +301,9 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
         (
             "shards per stream family",
             format!("{}", p.shards_per_family),
-            "power of 2 ≥ 4 × primaries (1 on one primary)".into(),
+            "power of 2 ≥ family rate / ceiling, and ≥ 4 × primaries over all families".into(),
         ),
+        ("events/s each stream carries", format!("{:.0}", p.stream_rate), "S × R / (families × shards)".into()),
         (
             "bridge processes, each group",
             format!("{}", p.bridges_per_group),
@@ -350,16 +363,19 @@ mod tests {
     };
 
     fn inputs() -> Inputs {
-        Inputs { services: 40, rate: 2000.0, bytes: 300.0, groups: 2, headroom: 0.5 }
+        Inputs { services: 40, rate: 2000.0, bytes: 300.0, groups: 2, families: 0, headroom: 0.5 }
     }
 
     #[test]
-    fn forty_services_at_two_thousand_need_two_primaries_and_eight_shards() {
+    fn forty_services_at_two_thousand_need_two_primaries_and_no_shards() {
         let p = plan(&inputs(), &COSTS);
         assert_eq!(p.total, 80_000.0);
         // 80k × (3 + 2 × 3) µs = 0.72 cores of Redis → 2 primaries at half a core each.
         assert!((p.redis_cores - 0.72).abs() < 1e-9, "{}", p.redis_cores);
-        assert_eq!((p.redis_primaries, p.shards_per_family), (2, 8));
+        // 40 families hash over 2 primaries without sharding, and none outgrows a stream.
+        assert_eq!((p.redis_primaries, p.shards_per_family, p.stream_rate), (2, 1, 2000.0));
+        let one_family = plan(&Inputs { families: 1, ..inputs() }, &COSTS);
+        assert_eq!((one_family.shards_per_family, one_family.stream_rate), (8, 10_000.0));
         assert!((p.stream_ceiling - 0.5 / 9e-6).abs() < 1e-6);
         // 80k × 10 µs = 0.8 cores → 2 bridges per group; 2k × 4 µs → 1 relay per outbox.
         assert_eq!((p.bridges_per_group, p.relays_per_service), (2, 1));
@@ -375,6 +391,9 @@ mod tests {
         assert_eq!((p.redis_primaries, p.shards_per_family), (4, 16));
         let tighter = plan(&Inputs { services: 1, rate: 200_000.0, headroom: 0.25, ..inputs() }, &COSTS);
         assert_eq!((tighter.redis_primaries, tighter.shards_per_family), (8, 32));
+        // Four families share the spread: 16 streams over 4 primaries from 4 shards each.
+        let four = plan(&Inputs { services: 4, rate: 50_000.0, ..inputs() }, &COSTS);
+        assert_eq!((four.redis_primaries, four.shards_per_family), (4, 4));
     }
 
     #[test]
