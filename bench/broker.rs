@@ -51,7 +51,8 @@ impl Drop for PrivateRedis {
     }
 }
 
-fn cli(port: u16, args: &[&str]) -> String {
+/// `redis-cli -p <port> <args>`'s output (empty if it could not run).
+pub fn cli(port: u16, args: &[&str]) -> String {
     Command::new("redis-cli")
         .args(["-p", &port.to_string()])
         .args(args)

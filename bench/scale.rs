@@ -12,6 +12,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::broker::cli;
 use crate::consumer::{BATCH_HANDLER, worker_section_with};
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop, time_until};
 use crate::plan::Costs;
@@ -101,15 +102,6 @@ impl Drop for Cluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
 }
 
 /// What a run measured: the rate, and CPU seconds per kind of process.
