@@ -88,9 +88,8 @@ impl LossWatch {
         let mut map = self.streams.lock().expect("loss watch lock");
         let mark = map.get_mut(stream)?;
         let needed = mark.needed_since_ms;
-        // Appended to, and not there: flushed or deleted, even if no look saw it before (it may
-        // have gone between the append and the first look). At worst — an append that failed
-        // to create the stream — this costs one verification, which finds nothing to re-drive.
+        // Marked only by entries it stored, and not there: flushed or deleted, even if no look
+        // saw it before (it may have gone between the append and the first look).
         if !state.exists {
             reason.get_or_insert_with(|| format!("stream {stream} vanished"));
         }
