@@ -9,6 +9,7 @@ mod housekeeping;
 mod locked;
 pub mod loss;
 mod sampler;
+mod settle;
 #[cfg(test)]
 mod tests;
 pub mod wake;
