@@ -334,13 +334,7 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 /// First the backlog form, then the steady form at each of `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
-    let mut figures: Vec<serde_json::Value> = args
-        .costs
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
-        .collect();
+    let mut figures = plan::figures_in(&args.costs);
     figures.extend(report.0.iter().filter_map(|f| serde_json::to_value(f).ok()));
     let sourced = plan::Costs::from_figures(&figures);
     let name = "backlog";

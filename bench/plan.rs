@@ -79,13 +79,7 @@ impl Costs {
     /// The built-in costs, each replaced by the one in `paths` (results.json files, a later one
     /// winning) where they hold it.
     pub fn load(paths: &[PathBuf]) -> Sourced {
-        let figures: Vec<serde_json::Value> = paths
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(p).ok())
-            .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-            .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
-            .collect();
-        Self::from_figures(&figures)
+        Self::from_figures(&figures_in(paths))
     }
 
     /// The built-in costs, each replaced by the one `figures` (the benchmark's, as in a
@@ -158,6 +152,17 @@ impl Costs {
             .zip(find("all processes, bridge applies at take-over, batch handler"));
         Sourced { costs, from_results, chain }
     }
+}
+
+/// The figures of the results.json files at `paths`, in order (files that cannot be read
+/// are skipped).
+pub fn figures_in(paths: &[PathBuf]) -> Vec<serde_json::Value> {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .flat_map(|json| json["figures"].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 /// What the model says a deployment needs.
