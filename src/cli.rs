@@ -37,6 +37,10 @@ pub enum Command {
         /// Print the SQL instead of applying it.
         #[arg(long)]
         print: bool,
+        /// Create the outbox partitioned by range of `created_at` (Postgres), for retention by
+        /// dropping partitions (`[relay.partitions]`). Only where no outbox exists yet.
+        #[arg(long)]
+        partitioned: bool,
     },
     /// Per relay, worker and bridge stream: pending, in flight, DEAD, lag, oldest age.
     Status {
@@ -119,7 +123,7 @@ async fn reshard(config: &Config, relay: &str) -> ExitCode {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Migrate { print: true } = cli.command {
+    if let Command::Migrate { print: true, partitioned } = cli.command {
         // The dialect comes from the config: a config that does not load is an error, not a
         // reason to print another dialect's schema.
         let config = match config::load(&cli.config) {
@@ -133,7 +137,10 @@ pub fn main() -> ExitCode {
             .database
             .url
             .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
-        for (version, sql) in if mysql { store::migrate::MYSQL } else { store::migrate::POSTGRES } {
+        let layout =
+            if partitioned { store::migrate::OutboxLayout::Partitioned } else { store::migrate::OutboxLayout::Plain };
+        let versions = if mysql { store::migrate::MYSQL.to_vec() } else { store::migrate::postgres_versions(layout) };
+        for (version, sql) in versions {
             println!("-- {version}\n{sql}");
         }
         return ExitCode::SUCCESS;
@@ -185,10 +192,16 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Reshard { relay } => reshard(&config, &relay).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
-        Command::Migrate { .. } => {
+        Command::Migrate { partitioned, .. } => {
+            let layout = if partitioned {
+                store::migrate::OutboxLayout::Partitioned
+            } else {
+                store::migrate::OutboxLayout::Plain
+            };
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
-                let mut applied: Vec<String> = db.migrate().await?.into_iter().map(str::to_owned).collect();
+                let mut applied: Vec<String> = db.migrate(layout).await?.into_iter().map(str::to_owned).collect();
+                applied.extend(create_partitions(&config, &db).await?);
                 applied.extend(create_nats_stream(&config).await?);
                 anyhow::Ok(applied)
             };
@@ -208,6 +221,29 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             }
         }
     }
+}
+
+/// `migrate` for relays with `[relay.partitions]` on a partitioned outbox: the partitions for now
+/// and ahead, so the service's first inserts land in them rather than in the default partition.
+async fn create_partitions(config: &Config, db: &store::Database) -> anyhow::Result<Vec<String>> {
+    let mut created = Vec::new();
+    for relay in &config.relays {
+        let (Some(partitions), Some(outbox)) =
+            (&relay.partitions, store::partitions::PartitionedOutbox::new(db, &relay.table))
+        else {
+            continue;
+        };
+        if let Some(why) = store::partitions::unfit(db, relay).await? {
+            anyhow::bail!(why);
+        }
+        let now = std::time::SystemTime::now();
+        for span in store::partitions::plan::wanted(now, partitions.every, partitions.ahead) {
+            if outbox.create(span).await?.is_some() {
+                created.push(span.name(&relay.table));
+            }
+        }
+    }
+    Ok(created)
 }
 
 /// `migrate` for relays with `broker = "nats"`: the JetStream stream they publish to, created if

@@ -23,6 +23,7 @@ mod metrics_reference;
 mod nats_bridge;
 mod nats_stream;
 mod operations;
+mod partitions;
 mod redis_failover;
 mod relay_claim_stress;
 mod relay_clock;

@@ -12,6 +12,7 @@ use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
 use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, StreamSource, WorkerConfig};
 use crate::ops::shards::Agreement;
+use crate::relay::partitions::PartitionKeeper;
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
@@ -116,7 +117,7 @@ async fn spawn_relay(
     }
     let prepared = with_retry(&context, backoff, shutdown, || Outbox::prepare(db, relay)).await?;
     let Some(store) = prepared else { return Ok(false) };
-    if !shards_agree(relay, db, shared).await? {
+    if !shards_agree(relay, db, shared).await? || !keep_partitions(relay, db, shared, metrics).await? {
         return Ok(false);
     }
     match (relay.broker, stream, nats) {
@@ -286,6 +287,43 @@ async fn shards_agree(relay: &RelayConfig, db: &Database, shared: &Shared) -> an
             }
         }
     }
+}
+
+/// With `[relay.partitions]`: checks the table is partitioned by `created_at` (waiting for the
+/// database while it is unreachable) and starts its housekeeping. `false` if shutdown came first.
+async fn keep_partitions(
+    relay: &RelayConfig,
+    db: &Database,
+    shared: &Shared,
+    metrics: &RelayMetrics,
+) -> anyhow::Result<bool> {
+    let Some(config) = relay.partitions.clone() else { return Ok(true) };
+    let mut retrier = Retrier::new(relay.claim_loop.outage_backoff.clone());
+    loop {
+        match crate::store::partitions::unfit(db, relay).await {
+            Ok(Some(why)) => return Err(anyhow!(why)),
+            Ok(None) => break,
+            Err(e) => {
+                let wait = retrier.failed();
+                warn!(relay = %relay.name, error = %crate::error::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "partitioning not checked yet");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shared.shutdown.cancelled() => return Ok(false),
+                }
+            }
+        }
+    }
+    let outbox = crate::store::partitions::PartitionedOutbox::new(db, &relay.table)
+        .ok_or_else(|| anyhow!("relay `{}`: a partitioned outbox needs Postgres", relay.name))?;
+    let keeper = PartitionKeeper {
+        relay: relay.name.clone(),
+        config,
+        outbox,
+        metrics: metrics.for_relay(&relay.name, relay.broker.label()),
+    };
+    let stop = shared.shutdown.clone();
+    shared.tasks.spawn(format!("relay {} partitions", relay.name), async move { keeper.run(stop).await });
+    Ok(true)
 }
 
 /// Runs a startup check, waiting for the database while it is unreachable. Invalid statements

@@ -17,6 +17,7 @@ mod file;
 mod load;
 mod nats;
 pub(crate) mod ordered;
+mod partitions;
 mod relay;
 pub(crate) mod secret;
 mod shards;
@@ -36,6 +37,7 @@ pub(crate) use event_types::type_matches;
 pub use file::{Config, PauseConfig, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
 pub use nats::{Broker, NatsConfig};
+pub use partitions::PartitionsConfig;
 pub use relay::{
     BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
     RetentionConfig, SettleMode, SqlOverrides, TrimConfig,

@@ -112,6 +112,11 @@ pub fn validate(config: &Config) -> Vec<String> {
             if relay.ordering.is_some() || relay.notify.is_some() {
                 errors.push(format!("relay[{i}]: ordering and notify need Postgres (commit-order horizon, LISTEN)"));
             }
+            if relay.partitions.is_some() {
+                errors.push(format!(
+                    "relay[{i}].partitions: a partitioned outbox needs Postgres (on MariaDB use relay.retention)"
+                ));
+            }
         }
     }
     errors.extend(validate_tls(config, dialect));
@@ -246,6 +251,14 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
         errors.push(format!(
             "{path}.broker_loss: check_interval and lookback must be > 0 and max_window at least lookback"
         ));
+    }
+    if let Some(partitions) = &relay.partitions {
+        errors.extend(partitions.problems(path));
+        if relay.retention.is_some() {
+            errors.push(format!(
+                "{path}: partitions drops old partitions and retention deletes old rows: choose one (partitions)"
+            ));
+        }
     }
     if let Some(retention) = &relay.retention {
         if retention.delivered_after.is_zero() || retention.interval.is_zero() {

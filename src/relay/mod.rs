@@ -8,6 +8,7 @@ pub mod entries;
 mod housekeeping;
 mod locked;
 pub mod loss;
+pub mod partitions;
 mod sampler;
 mod settle;
 #[cfg(test)]

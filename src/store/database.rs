@@ -41,10 +41,13 @@ impl Database {
     }
 
     /// Applies the reference schema; returns the versions applied now.
-    pub async fn migrate(&self) -> Result<Vec<&'static str>, MigrateError> {
-        match self {
-            Database::Postgres(pool) => super::migrate::postgres(pool).await,
-            Database::Mysql(pool) => super::migrate::mysql(pool).await,
+    pub async fn migrate(&self, layout: super::migrate::OutboxLayout) -> Result<Vec<&'static str>, MigrateError> {
+        match (self, layout) {
+            (Database::Postgres(pool), _) => super::migrate::postgres_with(pool, layout).await,
+            (Database::Mysql(pool), super::migrate::OutboxLayout::Plain) => super::migrate::mysql(pool).await,
+            (Database::Mysql(_), super::migrate::OutboxLayout::Partitioned) => Err(MigrateError::Layout(
+                "--partitioned: a partitioned outbox needs Postgres (on MariaDB, relay.retention deletes delivered rows)".into(),
+            )),
         }
     }
 

@@ -247,6 +247,8 @@ pub enum ConnectError {
 pub enum MigrateError {
     #[error("another migration holds the lock")]
     Locked,
+    #[error("{0}")]
+    Layout(String),
     #[error("migration {version} failed")]
     Version {
         version: &'static str,

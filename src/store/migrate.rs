@@ -25,6 +25,34 @@ pub const POSTGRES: &[(&str, &str)] = &[
     ("0013_stream_shards", include_str!("../../migrations/postgres/0013_stream_shards.sql")),
 ];
 
+/// `migrate --partitioned`: the versions whose text differs for an outbox partitioned by range
+/// of `created_at` (the others are the same for both layouts).
+pub const POSTGRES_PARTITIONED: &[(&str, &str)] = &[
+    ("0001_audit_outbox", include_str!("../../migrations/postgres/partitioned/0001_audit_outbox.sql")),
+    ("0005_queue_vacuum", include_str!("../../migrations/postgres/partitioned/0005_queue_vacuum.sql")),
+];
+
+/// The outbox a migration creates: one table, or one partitioned by time (Postgres).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutboxLayout {
+    #[default]
+    Plain,
+    Partitioned,
+}
+
+/// The Postgres versions, in order, for `layout`.
+pub fn postgres_versions(layout: OutboxLayout) -> Vec<(&'static str, &'static str)> {
+    POSTGRES
+        .iter()
+        .map(|&(version, sql)| match layout {
+            OutboxLayout::Plain => (version, sql),
+            OutboxLayout::Partitioned => {
+                POSTGRES_PARTITIONED.iter().find(|(v, _)| *v == version).map_or((version, sql), |&(v, s)| (v, s))
+            }
+        })
+        .collect()
+}
+
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
 pub const MYSQL: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../../migrations/mysql/0001_audit_outbox.sql")),
@@ -85,6 +113,13 @@ const LOCK_KEY: i64 = 0x68616e646f6666;
 
 /// Applies the versions not yet recorded; returns the ones applied now.
 pub async fn postgres(pool: &Pool) -> Result<Vec<&'static str>, MigrateError> {
+    postgres_with(pool, OutboxLayout::Plain).await
+}
+
+/// Applies the versions of `layout` not yet recorded; returns the ones applied now. A table
+/// cannot become partitioned in place: asking for a partitioned outbox where a plain one
+/// exists is refused, naming the way (docs/scaling.md).
+pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<&'static str>, MigrateError> {
     let e = |e| query_error("migrate", e);
     let mut client = pool.get().await.map_err(|e| pool_error("migrate", e))?;
     let tx = client.transaction().await.map_err(e)?;
@@ -97,17 +132,35 @@ pub async fn postgres(pool: &Pool) -> Result<Vec<&'static str>, MigrateError> {
     )
     .await
     .map_err(e)?;
+    if layout == OutboxLayout::Partitioned {
+        let plain: bool = tx
+            .query_one(
+                "SELECT to_regclass('audit_outbox') IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass('audit_outbox'))",
+                &[],
+            )
+            .await
+            .map_err(e)?
+            .get(0);
+        if plain {
+            return Err(MigrateError::Layout(
+                "--partitioned: audit_outbox exists and is not partitioned; a table cannot be partitioned in place \
+                 (docs/scaling.md, \"Moving to a partitioned outbox\")"
+                    .into(),
+            ));
+        }
+    }
     let mut applied = Vec::new();
-    for (version, sql) in POSTGRES {
+    for (version, sql) in postgres_versions(layout) {
         let done =
-            tx.query_opt("SELECT 1 FROM handoff_schema_migrations WHERE version = $1", &[version]).await.map_err(e)?;
+            tx.query_opt("SELECT 1 FROM handoff_schema_migrations WHERE version = $1", &[&version]).await.map_err(e)?;
         if done.is_some() {
             continue;
         }
         tx.batch_execute(sql).await.map_err(|source| MigrateError::Version { version, source: e(source) })?;
-        tx.execute("INSERT INTO handoff_schema_migrations (version) VALUES ($1)", &[version]).await.map_err(e)?;
+        tx.execute("INSERT INTO handoff_schema_migrations (version) VALUES ($1)", &[&version]).await.map_err(e)?;
         info!(version, "migration applied");
-        applied.push(*version);
+        applied.push(version);
     }
     tx.commit().await.map_err(e)?;
     Ok(applied)

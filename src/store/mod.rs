@@ -14,6 +14,7 @@ pub mod migrate;
 pub(crate) mod mysql;
 pub mod outbox;
 pub(crate) mod param;
+pub mod partitions;
 pub mod postgres;
 pub mod replay;
 pub(crate) mod rows;

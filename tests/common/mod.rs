@@ -119,6 +119,17 @@ impl TestEnv {
     /// Like `with_redis` for a `rediss://` URL and the lines of its `[redis.tls]` table; the
     /// test's own Redis client connects the way handoff does.
     pub async fn with_tls_redis(redis_url: &str, redis_tls: &str) -> Self {
+        let env = Self::unmigrated(redis_url, redis_tls).await;
+        env.migrate().await;
+        env
+    }
+
+    /// A schema of its own with nothing in it yet (a test runs `handoff migrate` itself).
+    pub async fn empty() -> Self {
+        Self::unmigrated(&base_redis_url(), "").await
+    }
+
+    async fn unmigrated(redis_url: &str, redis_tls: &str) -> Self {
         let id = format!("t{:08x}", rand::random::<u32>());
         let schema = id.clone();
         let base = base_database_url();
@@ -138,17 +149,7 @@ impl TestEnv {
             let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
             stream.client().clone()
         };
-        let env = Self {
-            id,
-            schema,
-            database_url,
-            db,
-            redis,
-            redis_url: redis_url.to_owned(),
-            redis_tls: redis_tls.to_owned(),
-        };
-        env.migrate().await;
-        env
+        Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned(), redis_tls: redis_tls.to_owned() }
     }
 
     /// A Redis client for assertions that reconnects by itself (tests stop their own servers).

@@ -36,6 +36,9 @@ pub struct RelayMetrics {
     loss_events: IntCounterVec,
     lost_entries: IntCounterVec,
     redriven: IntCounterVec,
+    partitions_created: IntCounterVec,
+    partitions_dropped: IntCounterVec,
+    partitions_held: IntGaugeVec,
 }
 
 /// Why an append did not deliver a row.
@@ -138,6 +141,21 @@ impl RelayMetrics {
                 "Delivered rows moved back to PENDING because the broker lost their entries.",
                 &["relay"],
             )?,
+            partitions_created: r.counter(
+                "handoff_relay_partitions_created_total",
+                "Outbox partitions created ahead of time (relay.partitions).",
+                &["relay"],
+            )?,
+            partitions_dropped: r.counter(
+                "handoff_relay_partitions_dropped_total",
+                "Outbox partitions dropped because every row in them was delivered (relay.partitions).",
+                &["relay"],
+            )?,
+            partitions_held: r.gauge(
+                "handoff_relay_partitions_held",
+                "Outbox partitions past drop_after kept because rows in them are PENDING, IN_FLIGHT, DEAD or recently delivered.",
+                &["relay"],
+            )?,
         })
     }
 
@@ -181,6 +199,9 @@ impl RelayMetrics {
             loss_events: self.loss_events.with_label_values(l),
             lost_entries: self.lost_entries.with_label_values(l),
             redriven: self.redriven.with_label_values(l),
+            partitions_created: self.partitions_created.with_label_values(l),
+            partitions_dropped: self.partitions_dropped.with_label_values(l),
+            partitions_held: self.partitions_held.with_label_values(l),
         }
     }
 }
@@ -212,6 +233,9 @@ pub struct RelayHandles {
     pub loss_events: IntCounter,
     pub lost_entries: IntCounter,
     pub redriven: IntCounter,
+    pub partitions_created: IntCounter,
+    pub partitions_dropped: IntCounter,
+    pub partitions_held: IntGauge,
 }
 
 impl RelayHandles {
