@@ -8,6 +8,7 @@ mod broker;
 mod consumer;
 use consumer::Mode;
 mod env;
+mod explain;
 mod latency;
 mod nats;
 mod plan;
@@ -76,6 +77,12 @@ struct Args {
     /// --families and --headroom instead of measuring; costs from --costs where it holds them.
     #[arg(long)]
     plan: bool,
+    /// Write docs/claim-plans.md: the relay's statements' plans on a plain and a partitioned outbox.
+    #[arg(long)]
+    explain: bool,
+    /// Rows of the outbox --explain builds.
+    #[arg(long, default_value_t = 1_000_000)]
+    explain_rows: usize,
     /// Owner services (each with its outbox), for --plan.
     #[arg(long, default_value_t = 40)]
     services: u32,
@@ -166,6 +173,9 @@ async fn main() -> anyhow::Result<()> {
         };
         plan::print(&inputs, &plan::Costs::load(&args.costs));
         return Ok(());
+    }
+    if args.explain {
+        return explain::write(&args.database_url, args.explain_rows).await;
     }
     let env = env::BenchEnv::new(&args.database_url, &args.redis_url, args.binary.clone(), args.out.clone()).await?;
     let mut report = Report(Vec::new());
