@@ -24,6 +24,17 @@ pub struct BenchEnv {
 
 impl BenchEnv {
     pub async fn new(base_url: &str, redis_url: &str, binary: PathBuf, dir: PathBuf) -> anyhow::Result<Self> {
+        Self::with_layout(base_url, redis_url, binary, dir, handoff::store::migrate::OutboxLayout::Plain).await
+    }
+
+    /// Like `new`, with the outbox created plain or partitioned by time.
+    pub async fn with_layout(
+        base_url: &str,
+        redis_url: &str,
+        binary: PathBuf,
+        dir: PathBuf,
+        layout: handoff::store::migrate::OutboxLayout,
+    ) -> anyhow::Result<Self> {
         static ENVIRONMENTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let made = ENVIRONMENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let schema = format!("bench_{}_{made}", std::process::id());
@@ -49,7 +60,7 @@ impl BenchEnv {
         let redis_url = redis_url.to_owned();
         let env = Self { schema, database_url, redis_url, redis_tls, db, redis, broker, binary, dir };
         let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
-        handoff::store::migrate::postgres(&pool).await?;
+        handoff::store::migrate::postgres_with(&pool, layout).await?;
         Ok(env)
     }
 
@@ -105,10 +116,15 @@ impl BenchEnv {
 
     /// Inserts `n` pending events with ~300-byte JSON payloads (one statement per 50k rows).
     pub async fn fill(&self, n: usize, prefix: &str) -> anyhow::Result<()> {
+        self.fill_as(n, prefix, "user").await
+    }
+
+    /// Like `fill`, with another aggregate type (so the events go to another stream).
+    pub async fn fill_as(&self, n: usize, prefix: &str, aggregate_type: &str) -> anyhow::Result<()> {
         let mut done = 0;
         while done < n {
             let chunk = (n - done).min(50_000);
-            self.insert_events(prefix, done, chunk).await?;
+            self.insert_typed(prefix, aggregate_type, done, chunk).await?;
             done += chunk;
         }
         self.db.batch_execute("ANALYZE audit_outbox").await?;
@@ -118,17 +134,21 @@ impl BenchEnv {
     /// Inserts the pending events `prefix-(after+1)` … `prefix-(after+count)`, ~300-byte JSON
     /// payloads, in one statement.
     pub async fn insert_events(&self, prefix: &str, after: usize, count: usize) -> anyhow::Result<()> {
+        self.insert_typed(prefix, "user", after, count).await
+    }
+
+    async fn insert_typed(&self, prefix: &str, aggregate_type: &str, after: usize, count: usize) -> anyhow::Result<()> {
         let (after, count) = (after as i64, count as i64);
         self.db
             .execute(
                 "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
-                     SELECT $1 || '-' || ($2 + g), 'user', 'user-' || (($2 + g) % 1000), 'auth.mfa_policy_changed',
+                     SELECT $1 || '-' || ($2 + g), $4, 'user-' || (($2 + g) % 1000), 'auth.mfa_policy_changed',
                             jsonb_build_object('auditId', $1 || '-' || ($2 + g), 'actor', 'admin@example.com',
                                                'userId', 'user-' || (($2 + g) % 1000), 'policy', 'mfa_required',
                                                'reason', repeat(md5(g::text), 5)),
                             '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}'
                      FROM generate_series(1, $3::bigint) g",
-                &[&prefix, &after, &count],
+                &[&prefix, &after, &count, &aggregate_type],
             )
             .await?;
         Ok(())

@@ -13,6 +13,7 @@ mod latency;
 mod nats;
 mod plan;
 mod relay;
+mod retention;
 mod scale;
 
 use std::path::PathBuf;
@@ -77,6 +78,10 @@ struct Args {
     /// --families and --headroom instead of measuring; costs from --costs where it holds them.
     #[arg(long)]
     plan: bool,
+    /// Delivered rows of history for the retention run (`--only retention`; not part of the
+    /// default parts).
+    #[arg(long, default_value_t = 10_000_000)]
+    retention_history: usize,
     /// Write docs/claim-plans.md: the relay's statements' plans on a plain and a partitioned outbox.
     #[arg(long)]
     explain: bool,
@@ -205,6 +210,9 @@ async fn main() -> anyhow::Result<()> {
     if args.only.iter().any(|p| p == "scale") {
         scale_part(&args, &mut report).await?;
     }
+    if args.only.iter().any(|p| p == "retention") {
+        retention_part(&args, &mut report).await?;
+    }
     if args.wants("bloat") {
         history_part(&env, &args, &mut report).await?;
     }
@@ -297,6 +305,35 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
             let startup = median(results.iter().map(|x| x.startup.as_secs_f64() * 1e3).collect());
             report.add("resources", format!("relay start-up to its first entry, claim {claim}"), startup, "ms");
         }
+    }
+    Ok(())
+}
+
+/// Retention over `--retention-history` delivered rows: deleting rows from a plain outbox
+/// against dropping the partitions of one partitioned by day, the relay delivering meanwhile.
+async fn retention_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    use handoff::store::migrate::OutboxLayout;
+    let (h, n) = (args.retention_history, args.events);
+    for (layout, name, how) in [
+        (OutboxLayout::Plain, "plain outbox", "relay.retention deleting rows"),
+        (OutboxLayout::Partitioned, "partitioned by day", "relay.partitions dropping partitions"),
+    ] {
+        let place = (args.database_url.as_str(), args.redis_url.as_str(), args.binary.clone(), args.out.clone());
+        let runs = retention::layout(place, layout, h, n).await?;
+        let about = format!("{name}, {h} delivered rows, {n} events, batch 500");
+        report.add("retention", format!("{about}, no retention: rows/s"), runs.without.rows_per_sec, "rows/s");
+        report.add("retention", format!("{about}, {how}: rows/s"), runs.with.rows_per_sec, "rows/s");
+        report.add(
+            "retention",
+            format!("{about}, no retention: Postgres CPU per row"),
+            runs.without.pg_cpu_per_row_us,
+            "µs",
+        );
+        report.add("retention", format!("{about}, {how}: Postgres CPU per row"), runs.with.pg_cpu_per_row_us, "µs");
+        let cleared = runs.with.cleared_seconds.unwrap_or(f64::NAN);
+        report.add("retention", format!("{name}: {h} rows of history removed by {how} in"), cleared, "s");
+        let wal = runs.with.wal_bytes as f64 / (1 << 20) as f64;
+        report.add("retention", format!("{name}: WAL while {how} and the relay ran"), wal, "MiB");
     }
     Ok(())
 }

@@ -33,16 +33,16 @@ pub struct Run {
 }
 
 /// How long a relay took to deliver its first entry, and its rate from then on.
-struct Timed {
-    startup: Duration,
-    rows_per_sec: f64,
+pub struct Timed {
+    pub startup: Duration,
+    pub rows_per_sec: f64,
 }
 
 /// Waits until the stream holds `n` entries and no row is open. The rate is timed from the
 /// first entry seen in the stream (entries appended by then are not counted), as the SQL limits,
 /// the bridge and the worker are: the process's start (connecting, preparing, the first leased
 /// turn) is reported as its own figure instead of being spread over the events.
-async fn until_settled(env: &BenchEnv, stream: &str, n: usize) -> anyhow::Result<Timed> {
+pub async fn until_settled(env: &BenchEnv, stream: &str, n: usize) -> anyhow::Result<Timed> {
     let started = Instant::now();
     let limit = Duration::from_secs(600);
     let mut first: Option<(Instant, u64)> = None;

@@ -145,7 +145,7 @@ pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<&'st
         if plain {
             return Err(MigrateError::Layout(
                 "--partitioned: audit_outbox exists and is not partitioned; a table cannot be partitioned in place \
-                 (docs/scaling.md, \"Moving to a partitioned outbox\")"
+                 (docs/scaling.md, \"Partitioned outbox\"): create it where no outbox exists yet"
                     .into(),
             ));
         }
