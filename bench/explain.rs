@@ -9,7 +9,7 @@ use handoff::config::SettleMode;
 use handoff::store::Database;
 use handoff::store::migrate::OutboxLayout;
 use handoff::store::outbox::contract::StatementKind;
-use handoff::store::outbox::postgres_locked::LockedSql;
+use handoff::store::outbox::postgres_locked::{LockedSql, delivered_sql};
 use handoff::store::outbox::postgres_sql::default_sql;
 use handoff::store::partitions::{PartitionedOutbox, Span};
 use tokio_postgres::NoTls;
@@ -67,13 +67,17 @@ async fn plans(base_url: &str, layout: OutboxLayout, rows: usize) -> anyhow::Res
     .await
     .map_err(pg("filling the outbox"))?;
     db.batch_execute("VACUUM ANALYZE audit_outbox").await.map_err(pg("vacuum"))?;
-    let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered);
+    let partitioned = layout == OutboxLayout::Partitioned;
+    let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered, partitioned);
+    // The relay settles a partitioned outbox's rows in their partition (all of today's here).
+    let target =
+        if partitioned { Span::holding(SystemTime::now(), DAY).name("audit_outbox") } else { "audit_outbox".into() };
     let named =
         |sql: String| sql.replace(":batch_size", "500").replace(":claimant", "'explain'").replace(":lease_ms", "30000");
     let picked = "(SELECT array_agg(id) FROM (SELECT id FROM audit_outbox WHERE status = 'PENDING' ORDER BY next_attempt_at, id LIMIT 500) p)";
     let statements = [
         ("lock (claim = \"locked\", the default; batch 500)", locked.lock.replace("$1", "500").replace("$2", "0")),
-        ("locked mark delivered (500 rows)", locked_delivered(&locked, picked)),
+        ("locked mark delivered (500 rows)", locked_delivered(&target, picked)),
         ("claim (claim = \"leased\"; batch 500)", named(default_sql(StatementKind::Claim, "audit_outbox"))),
         ("stats", default_sql(StatementKind::Stats, "audit_outbox")),
     ];
@@ -94,11 +98,9 @@ async fn plans(base_url: &str, layout: OutboxLayout, rows: usize) -> anyhow::Res
     Ok(plans)
 }
 
-/// The locked settle with the first 500 due rows as its ids.
-fn locked_delivered(locked: &LockedSql, picked: &str) -> String {
-    let (_, delivered) =
-        locked.statements().into_iter().find(|(name, _)| *name == "locked delivered").expect("statement");
-    delivered
+/// The locked settle on `target` with the first 500 due rows as its ids.
+fn locked_delivered(target: &str, picked: &str) -> String {
+    delivered_sql(target, SettleMode::MarkDelivered)
         .replace("$4::text[]", &format!("array_fill('audit:user'::text, ARRAY[cardinality({picked})])"))
         .replace("$3::text[]", &format!("array_fill('1-0'::text, ARRAY[cardinality({picked})])"))
         .replace("$2::bigint[]", picked)
@@ -127,9 +129,10 @@ two days ahead and the default partition, as `[relay.partitions]` keeps them).\n
         doc,
         "No plan reads delivered rows: the claims and stats read only the partial indexes \
 (`audit_outbox_due`, `audit_outbox_in_flight`, `audit_outbox_dead`, on each partition), and the \
-settle finds its rows by primary key. On the partitioned outbox the settle probes every partition's \
-primary key for each id (its rows are found by `id` alone, and the partition key is `created_at`): \
-cheap probes of empty ranges, but one per partition. Stats read today's partition whole: every row \
+settle finds its rows by primary key. On the partitioned outbox the lock also returns each row's \
+partition and the relay settles the rows in their partition (all in today's here); the leased \
+claim's take, by id through the outbox, probes every partition's primary key for each row (the \
+partition key is `created_at`): cheap probes of empty ranges, but one per partition. Stats read today's partition whole: every row \
 in it is PENDING and counts.\n"
     )?;
     writeln!(doc, "| statement | plain (ms) | partitioned (ms) |\n|---|---:|---:|")?;

@@ -52,7 +52,7 @@ async fn claim_and_stats_read_only_the_partial_indexes_on_a_mostly_delivered_tab
 /// `from` as the lower bound on `next_attempt_at` (seconds since the epoch), and the rows it
 /// took; rolled back.
 async fn locked_claim_reads(env: &TestEnv, from: f64) -> (i64, i64) {
-    let lock = LockedSql::new("audit_outbox", SettleMode::MarkDelivered).lock;
+    let lock = LockedSql::new("audit_outbox", SettleMode::MarkDelivered, false).lock;
     env.db.batch_execute("BEGIN").await.unwrap();
     let explain = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", lock.replace("$1", "50").replace("$2", "$1"));
     let plan: serde_json::Value = env.db.query_one(&explain, &[&from]).await.unwrap().get(0);
@@ -190,8 +190,10 @@ async fn on_a_partitioned_outbox_no_statement_scans_a_partition_of_delivered_his
         )
         .await
         .unwrap();
-    let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered);
-    let delivered = locked.statements()[1].1.to_owned();
+    // The relay's lock on a partitioned outbox, and its settle through the outbox (the relay
+    // settles in each row's partition; through the outbox is what a settle by id alone costs).
+    let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered, true);
+    let delivered = handoff::store::outbox::postgres_locked::delivered_sql("audit_outbox", SettleMode::MarkDelivered);
     let picked = "(SELECT array_agg(id) FROM (SELECT id FROM audit_outbox WHERE status = 'PENDING' LIMIT 500) p)";
     let statements = [
         ("claim", plan(&env, StatementKind::Claim).await),

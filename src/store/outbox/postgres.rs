@@ -91,12 +91,16 @@ impl PgOutbox {
         let locked = match relay.claim_loop.claim {
             ClaimMode::Leased | ClaimMode::Auto => None,
             ClaimMode::Locked => {
-                let sql = LockedSql::new(&relay.table, relay.settle);
+                let sql = LockedSql::new(&relay.table, relay.settle, relay.partitions.is_some());
                 for (name, text) in sql.statements() {
                     match client.prepare(text).await {
                         Err(e) => errors.push(prepare_refusal(&format!("{prefix} {name}"), e)?),
                         Ok(stmt) if name == "lock" => {
-                            let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+                            let mut names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+                            // A partitioned outbox's lock returns each row's partition last.
+                            if relay.partitions.is_some() && names.last() == Some(&postgres_locked::PARTITION) {
+                                names.pop();
+                            }
                             let matches = names.split_last().is_some_and(|(last, rest)| {
                                 *last == SCAN_DUE && rest.iter().copied().eq(columns.iter().map(String::as_str))
                             });

@@ -7,6 +7,7 @@
 //! rows are as they were. So nothing in a row's settled state can come from a claim that did
 //! not commit, and no settle needs a fencing token: the rows are ours until the commit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ use crate::store::postgres::errors::query_error;
 use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
 use crate::store::postgres::tx::OpenTx;
 
+/// The column a partitioned outbox's lock returns last: the partition holding the row.
+pub const PARTITION: &str = "handoff_partition";
+
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
 /// every row it settles.
@@ -32,22 +36,36 @@ pub struct LockedSql {
     retry: String,
     dead: String,
     defer: String,
+    /// A partitioned outbox (`[relay.partitions]`): the lock returns each row's partition and
+    /// delivered rows are settled in their partition, not through the outbox. Through the
+    /// outbox, a settle that finds rows by id probes every partition's primary key for each row
+    /// (the partition key is `created_at`): measured with 12 partitions, 6.0 ms per 500 rows
+    /// against 4.3 ms in the partition itself and 3.8 ms on a plain outbox.
+    partitioned: bool,
+}
+
+/// The delivered settle on `target` (the outbox, or one of its partitions).
+pub fn delivered_sql(target: &str, settle: SettleMode) -> String {
+    match settle {
+        SettleMode::MarkDelivered => format!(
+            "UPDATE {target} o
+             SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id, stream_key = s.stream,
+                 claimed_by = $1, last_error = NULL
+             FROM unnest($2::bigint[], $3::text[], $4::text[]) AS s(id, entry_id, stream)
+             WHERE o.id = s.id"
+        ),
+        SettleMode::Delete => format!("DELETE FROM {target} WHERE id = ANY($1::bigint[])"),
+    }
 }
 
 impl LockedSql {
-    pub fn new(table: &str, settle: SettleMode) -> Self {
-        let delivered = match settle {
-            SettleMode::MarkDelivered => format!(
-                "UPDATE {table} o
-                 SET status = 'DELIVERED', delivered_at = now(), stream_entry_id = s.entry_id, stream_key = s.stream,
-                     claimed_by = $1, last_error = NULL
-                 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS s(id, entry_id, stream)
-                 WHERE o.id = s.id"
-            ),
-            SettleMode::Delete => format!("DELETE FROM {table} WHERE id = ANY($1::bigint[])"),
-        };
+    /// The statements on `table`; `partitioned` for an outbox whose partitions the relay keeps.
+    pub fn new(table: &str, settle: SettleMode, partitioned: bool) -> Self {
+        // The catalog's name for the row's partition (quoted and qualified as SQL needs it).
+        let partition = if partitioned { format!(", tableoid::regclass::text AS {PARTITION}") } else { String::new() };
         Self {
             settle,
+            partitioned,
             scan: ScanStart::default(),
             // The same result columns, in the same order, as the leased claim's, then the row's
             // `next_attempt_at` for where the next claim starts ($2: see `scan_start`).
@@ -55,14 +73,14 @@ impl LockedSql {
                 "SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id, payload,
                         headers, attempts, expired_claims,
                         ((extract(epoch FROM now()) - extract(epoch FROM created_at)) * 1000)::float8 AS age_ms, false AS reclaimed,
-                        extract(epoch FROM next_attempt_at)::float8 AS {SCAN_DUE}
+                        extract(epoch FROM next_attempt_at)::float8 AS {SCAN_DUE}{partition}
                  FROM {table}
                  WHERE status = 'PENDING' AND next_attempt_at <= now() AND next_attempt_at >= to_timestamp($2::float8)
                  ORDER BY next_attempt_at, id
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED"
             ),
-            delivered,
+            delivered: delivered_sql(table, settle),
             retry: format!(
                 "UPDATE {table}
                  SET attempts = attempts + 1, last_error = $2, claimed_by = $3,
@@ -115,16 +133,52 @@ pub(crate) async fn lock(
         return Ok((Vec::new(), None));
     }
     let mut claimed = Vec::with_capacity(rows.len());
+    let mut partitions = HashMap::new();
     for row in &rows {
-        claimed.push(parse(row)?);
+        let parsed = parse(row)?;
+        if sql.partitioned {
+            let partition: String = row.try_get(PARTITION).map_err(|e| query_error("lock", e))?;
+            partitions.insert(parsed.id.clone(), partition);
+        }
+        claimed.push(parsed);
     }
-    Ok((claimed, Some(Box::new(PgLocked { tx, sql: sql.clone() }))))
+    Ok((claimed, Some(Box::new(PgLocked { tx, sql: sql.clone(), partitions }))))
 }
 
 /// The open transaction of a locked batch.
 struct PgLocked {
     tx: OpenTx,
     sql: Arc<LockedSql>,
+    /// A partitioned outbox: each locked row's partition, by id.
+    partitions: HashMap<String, String>,
+}
+
+impl PgLocked {
+    /// The delivered rows grouped by where they are settled: the outbox, or (partitioned) each
+    /// row's partition. The transaction holds the rows, and housekeeping's lock on the outbox
+    /// waits for it, so no row leaves its partition in between.
+    fn delivered_by_target<'d>(&self, delivered: &'d [Delivered]) -> Vec<(String, Vec<&'d Delivered>)> {
+        if !self.sql.partitioned {
+            return vec![(self.sql.delivered.clone(), delivered.iter().collect())];
+        }
+        let mut groups: Vec<(&str, Vec<&Delivered>)> = Vec::new();
+        for d in delivered {
+            let target = self.partitions.get(&d.row.id).map_or("", String::as_str);
+            match groups.iter_mut().find(|(t, _)| *t == target) {
+                Some((_, rows)) => rows.push(d),
+                None => groups.push((target, vec![d])),
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(target, rows)| {
+                // A row whose partition is unknown (none is) is settled through the outbox.
+                let sql =
+                    if target.is_empty() { self.sql.delivered.clone() } else { delivered_sql(target, self.sql.settle) };
+                (sql, rows)
+            })
+            .collect()
+    }
 }
 
 fn row_id(id: &str) -> StoreResult<i64> {
@@ -141,18 +195,18 @@ impl LockedBatch for PgLocked {
     ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>> {
         Box::pin(async move {
             let client = self.tx.client()?;
-            let ids = delivered.iter().map(|d| row_id(&d.row.id)).collect::<StoreResult<Vec<i64>>>()?;
-            let entry_ids: Vec<&str> = delivered.iter().map(|d| d.entry_id.as_str()).collect();
-            let streams: Vec<&str> = delivered.iter().map(|d| d.stream.as_str()).collect();
             let mut steps: Vec<(String, Vec<Box<dyn ToSql + Sync + Send + 'a>>)> = Vec::new();
-            if !delivered.is_empty() {
+            for (sql, rows) in self.delivered_by_target(delivered).into_iter().filter(|(_, rows)| !rows.is_empty()) {
+                let ids = rows.iter().map(|d| row_id(&d.row.id)).collect::<StoreResult<Vec<i64>>>()?;
+                let entry_ids: Vec<&str> = rows.iter().map(|d| d.entry_id.as_str()).collect();
+                let streams: Vec<&str> = rows.iter().map(|d| d.stream.as_str()).collect();
                 let values: Vec<Box<dyn ToSql + Sync + Send + 'a>> = match self.sql.settle {
                     SettleMode::MarkDelivered => {
                         vec![Box::new(claimant), Box::new(ids), Box::new(entry_ids), Box::new(streams)]
                     }
                     SettleMode::Delete => vec![Box::new(ids)],
                 };
-                steps.push((self.sql.delivered.clone(), values));
+                steps.push((sql, values));
             }
             for failure in failed {
                 let id = row_id(&failure.row.id)?;
