@@ -71,19 +71,25 @@ pub async fn layout(
     env.db.batch_execute("VACUUM ANALYZE audit_outbox").await?;
     env.db.batch_execute("CHECKPOINT").await?;
     eprintln!("  retention  {layout:?}: {history} delivered rows written in {:.0} s", started.elapsed().as_secs_f64());
-    let without = run(&env, n, "t", "").await?;
+    // A partitioned outbox's relay always has `[relay.partitions]` (its settles depend on it);
+    // "without retention" keeps every partition.
+    let keep = match layout {
+        OutboxLayout::Plain => "",
+        OutboxLayout::Partitioned => "[relay.partitions]\ndrop_after = \"30d\"\nahead = 1\ninterval = \"1s\"\n",
+    };
+    let without = run(&env, n, "t", keep, false).await?;
     let retention = match layout {
         OutboxLayout::Plain => "[relay.retention]\ndelivered_after = \"1d\"\ninterval = \"1s\"\n",
         OutboxLayout::Partitioned => "[relay.partitions]\ndrop_after = \"1d\"\nahead = 1\ninterval = \"1s\"\n",
     };
-    let with = run(&env, n, "r", retention).await?;
+    let with = run(&env, n, "r", retention, true).await?;
     env.drop_schema().await?;
     Ok(Layout { without, with })
 }
 
 /// Fills `n` events, runs one relay (`extra` in its `[[relay]]`) until they are delivered and,
-/// with retention, until the history is gone.
-async fn run(env: &BenchEnv, n: usize, prefix: &str, extra: &str) -> anyhow::Result<RetentionRun> {
+/// with `retention`, until the history is gone.
+async fn run(env: &BenchEnv, n: usize, prefix: &str, extra: &str, retention: bool) -> anyhow::Result<RetentionRun> {
     // Each run to a stream of its own: deleting the last run's would be, to the relay's
     // broker-loss watch, a broker losing what it had acknowledged.
     let kind = format!("user_{prefix}");
@@ -95,7 +101,7 @@ async fn run(env: &BenchEnv, n: usize, prefix: &str, extra: &str) -> anyhow::Res
     let timed = until_settled(env, &stream, n).await;
     let pg_cpu_per_row_us = (postgres_cpu_seconds() - pg_cpu) / n as f64 * 1e6;
     let mut cleared_seconds = None;
-    if !extra.is_empty() {
+    if retention {
         let limit = Duration::from_secs(3600);
         loop {
             let old = "SELECT count(*) FROM (SELECT 1 FROM audit_outbox
