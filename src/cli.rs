@@ -274,7 +274,15 @@ async fn status(config: &Config, json: bool) -> ExitCode {
         }
     };
     let stream = crate::stream::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
-    let lines = ops::status::collect(config, &db, stream.as_ref()).await;
+    // NATS only where a bridge reads from it: the group figures status shows are the bridges'.
+    let nats = match &config.nats {
+        Some(nats) if config.bridges.iter().any(|b| b.broker == crate::config::Broker::Nats) => {
+            crate::stream::nats::NatsStream::connect(nats, "payload").await.ok()
+        }
+        _ => None,
+    };
+    let brokers = ops::status::Brokers { redis: stream.as_ref(), nats: nats.as_ref() };
+    let lines = ops::status::collect(config, &db, brokers).await;
     if json {
         println!("{}", serde_json::to_string_pretty(&lines).unwrap_or_default());
     } else {

@@ -104,6 +104,13 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
     server.stop();
     // Written while the broker is down: the relay waits, nothing is lost.
     env.insert_events("s", "user", 100).await;
+    let address = handoff.telemetry_address().await;
+    let reasons = eventually("not ready, naming the broker that is down", || async {
+        let (status, body) = common::http::get(&address, "/readyz");
+        (status == 503 && body.contains("bridge bridge audit.user: nats unreachable")).then_some(body)
+    })
+    .await;
+    assert!(!reasons.contains("redis") && !reasons.contains("worker"), "{reasons}");
     server.restart().await;
     env.await_delivered(200).await;
     eventually("every event applied", || async {
@@ -113,6 +120,23 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
     await_acknowledged(&server.url()).await;
     assert_eq!(env.inbox_count("PROCESSED").await, 200, "one inbox row per event");
     assert!(!handoff.logs().contains("redis"), "{}", handoff.logs());
+    // Ready again, the worker included (it uses no broker).
+    eventually("ready once the broker is back", || async {
+        (common::http::get(&address, "/readyz").0 == 200).then_some(())
+    })
+    .await;
+    // `handoff status` reads the bridge's figures from its durable consumer.
+    let (ok, out) = common::process::run_to_end(&config, &["status", "--json"]);
+    assert!(ok, "{out}");
+    // The JSON document (stdout) comes first; log lines may follow.
+    let lines: serde_json::Value =
+        serde_json::Deserializer::from_str(&out).into_iter().next().expect("a JSON document").unwrap();
+    let bridge = lines.as_array().unwrap().iter().find(|l| l["component"] == "bridge bridge audit.user").unwrap();
+    assert_eq!(
+        (&bridge["lag"], &bridge["in_flight"], &bridge["error"]),
+        (&0.into(), &0.into(), &serde_json::Value::Null),
+        "{out}"
+    );
 }
 
 /// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream

@@ -128,7 +128,7 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
     let page = |count: usize| (count as u32 >= limit).then(|| offset + limit);
     match path {
         "/api/status" => {
-            let lines = ops::status::collect(&state.config, &state.db, state.redis.as_ref()).await;
+            let lines = ops::status::collect(&state.config, &state.db, state.brokers()).await;
             (StatusCode::OK, json!({ "components": lines }))
         }
         "/api/dead" => {

@@ -16,7 +16,7 @@ const REFRESH_SECONDS: u32 = 10;
 const LATEST: u32 = 10;
 
 pub(super) async fn render(state: &AdminState) -> String {
-    let lines = ops::status::collect(&state.config, &state.db, state.redis.as_ref()).await;
+    let lines = ops::status::collect(&state.config, &state.db, state.brokers()).await;
     let dead_filter = ops::dead::Filter {
         relay: None,
         worker: None,

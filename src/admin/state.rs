@@ -47,6 +47,11 @@ impl AdminState {
 }
 
 impl AdminState {
+    /// The brokers status reads from.
+    pub(super) fn brokers(&self) -> crate::ops::status::Brokers<'_> {
+        crate::ops::status::Brokers { redis: self.redis.as_ref(), nats: self.nats.as_ref() }
+    }
+
     /// Records a replay's latest progress (or its end) for `GET /api/replay/<job>`.
     pub(super) fn replay_progress(&self, job: &str, value: Value) {
         self.replays.lock().unwrap_or_else(|e| e.into_inner()).insert(job.to_owned(), value);

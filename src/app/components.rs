@@ -143,7 +143,7 @@ fn start_relay<P: EventStream + Clone>(
         store,
         stream: stream.clone(),
         metrics: metrics.for_relay(&relay.name, relay.broker.label()),
-        health: shared.health.register(format!("relay {}", relay.name), stall_after),
+        health: shared.health.register_on(format!("relay {}", relay.name), stall_after, relay.broker.label()),
         faults: shared.faults.clone(),
         claimant: format!("{}/{}", shared.claimant, relay.name),
         abandon: shared.abandon.clone(),
@@ -204,7 +204,11 @@ fn spawn_bridge<G: ConsumerGroup>(
         let deps = BridgeDeps {
             store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
             metrics: metrics.for_stream(&bridge.name, &source.key, bridge.broker.label()),
-            health: shared.health.register(format!("bridge {} {}", bridge.name, source.key), stall_after),
+            health: shared.health.register_on(
+                format!("bridge {} {}", bridge.name, source.key),
+                stall_after,
+                bridge.broker.label(),
+            ),
             faults: shared.faults.clone(),
             abandon: shared.abandon.clone(),
             apply: apply.clone(),

@@ -2,11 +2,12 @@
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Broker, Config};
 use crate::store::control::Pause;
 use crate::store::inbox;
 use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::{Database, PrepareError, StoreResult};
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::Group;
 
@@ -44,8 +45,15 @@ impl Line {
     }
 }
 
-pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream>) -> Vec<Line> {
-    let mut lines = collect_counts(config, db, stream).await;
+/// The brokers status reads group figures from, each if configured and reachable.
+#[derive(Clone, Copy, Default)]
+pub struct Brokers<'a> {
+    pub redis: Option<&'a RedisStream>,
+    pub nats: Option<&'a NatsStream>,
+}
+
+pub async fn collect(config: &Config, db: &Database, brokers: Brokers<'_>) -> Vec<Line> {
+    let mut lines = collect_counts(config, db, brokers).await;
     let pauses = crate::store::control::active(db).await;
     let targets = crate::store::control::configured(config);
     for line in &mut lines {
@@ -68,7 +76,7 @@ pub async fn collect(config: &Config, db: &Database, stream: Option<&RedisStream
     lines
 }
 
-async fn collect_counts(config: &Config, db: &Database, stream: Option<&RedisStream>) -> Vec<Line> {
+async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) -> Vec<Line> {
     let mut lines = Vec::new();
     for relay in &config.relays {
         let mut line = Line::new(format!("relay {}", relay.name));
@@ -106,9 +114,23 @@ async fn collect_counts(config: &Config, db: &Database, stream: Option<&RedisStr
     for bridge in &config.bridges {
         for source in &bridge.streams {
             let mut line = Line::new(format!("bridge {} {}", bridge.name, source.key));
-            match stream {
-                None => line.error = Some("redis unreachable".into()),
-                Some(stream) => {
+            match (bridge.broker, brokers.redis, brokers.nats) {
+                (Broker::Nats, _, None) => line.error = Some("nats unreachable".into()),
+                (Broker::Nats, _, Some(nats)) => match nats.consumer_info(bridge.group(), &source.key).await {
+                    Ok(Some(info)) => {
+                        line.in_flight = Some(info.pending as i64);
+                        line.lag = info.lag.map(|l| l as i64);
+                    }
+                    Ok(None) => {
+                        line.error = Some(format!(
+                            "JetStream consumer {} does not exist yet (the bridge creates it when it starts)",
+                            crate::stream::nats::group::durable_name(bridge.group(), &source.key)
+                        ))
+                    }
+                    Err(e) => line.error = Some(e.0),
+                },
+                (Broker::Redis, None, _) => line.error = Some("redis unreachable".into()),
+                (Broker::Redis, Some(stream), _) => {
                     let group = Group::new(
                         stream.client().clone(),
                         &source.key,

@@ -22,6 +22,9 @@ pub struct Component {
     /// answers pings but refuses the work (a missing column, a lost privilege) is not ready.
     work_ok: AtomicBool,
     stream_ok: AtomicBool,
+    /// The broker `stream_ok` is about ("redis", "nats"), for the not-ready reason; none for a
+    /// loop that uses no broker (a worker), whose readiness is its database's alone.
+    broker: Option<&'static str>,
     running: AtomicBool,
     /// While paused (`handoff pause`): the reason given, empty if none. Still live and ready.
     paused: Mutex<Option<String>>,
@@ -34,9 +37,25 @@ impl Default for Health {
 }
 
 impl Health {
-    /// A loop that must beat at least every `stall_after` to count as alive.
+    /// A loop that uses no broker (a worker) and must beat at least every `stall_after` to
+    /// count as alive.
     pub fn register(&self, name: impl Into<String>, stall_after: Duration) -> Arc<Component> {
+        self.register_with(name, stall_after, None)
+    }
+
+    /// Like `register`, for a loop that is ready only while `broker` ("redis", "nats") answers.
+    pub fn register_on(&self, name: impl Into<String>, stall_after: Duration, broker: &'static str) -> Arc<Component> {
+        self.register_with(name, stall_after, Some(broker))
+    }
+
+    fn register_with(
+        &self,
+        name: impl Into<String>,
+        stall_after: Duration,
+        broker: Option<&'static str>,
+    ) -> Arc<Component> {
         let component = Arc::new(Component {
+            broker,
             name: name.into(),
             started: self.started,
             stall_after,
@@ -82,8 +101,8 @@ impl Health {
             }
             // A paused component does not use its broker: it is not waiting for it.
             let paused = c.paused.lock().expect("health lock").is_some();
-            if !c.stream_ok.load(Ordering::Relaxed) && !paused {
-                reasons.push(format!("{}: redis unreachable", c.name));
+            if let Some(broker) = c.broker.filter(|_| !c.stream_ok.load(Ordering::Relaxed) && !paused) {
+                reasons.push(format!("{}: {broker} unreachable", c.name));
             }
         }
         reasons.extend(self.stalled().into_iter().map(|n| format!("{n}: stalled")));
@@ -154,7 +173,7 @@ mod tests {
     #[test]
     fn a_component_is_ready_only_when_both_ends_answer() {
         let health = Health::default();
-        let c = health.register("relay audit", Duration::from_secs(60));
+        let c = health.register_on("relay audit", Duration::from_secs(60), "redis");
         assert_eq!(health.not_ready().len(), 2);
         c.set_source_ok(true);
         c.set_stream_ok(true);
@@ -164,14 +183,31 @@ mod tests {
     }
 
     #[test]
+    fn the_not_ready_reason_names_the_component_s_broker() {
+        let health = Health::default();
+        let c = health.register_on("bridge audit.user", Duration::from_secs(60), "nats");
+        c.set_source_ok(true);
+        assert_eq!(health.not_ready(), ["bridge audit.user: nats unreachable"]);
+    }
+
+    #[test]
     fn a_database_that_answers_pings_but_refuses_the_work_is_not_ready() {
         let health = Health::default();
-        let c = health.register("bridge user", Duration::from_secs(60));
+        let c = health.register_on("bridge user", Duration::from_secs(60), "redis");
         c.set_stream_ok(true);
         c.set_work_ok(false);
         c.set_source_ok(true);
         assert_eq!(health.not_ready(), ["bridge user: database refuses the work"]);
         c.set_work_ok(true);
+        assert!(health.not_ready().is_empty());
+    }
+
+    #[test]
+    fn a_worker_uses_no_broker_and_is_ready_when_its_database_answers() {
+        let health = Health::default();
+        let c = health.register("worker audit", Duration::from_secs(60));
+        assert_eq!(health.not_ready(), ["worker audit: database unreachable"]);
+        c.set_source_ok(true);
         assert!(health.not_ready().is_empty());
     }
 

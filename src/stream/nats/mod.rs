@@ -241,6 +241,31 @@ impl NatsStream {
         group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings, self.timeout)
     }
 
+    /// What the durable consumer of `group` on `subject` holds, read without creating anything:
+    /// `None` while the stream or the consumer does not exist (a bridge creates it at start).
+    pub async fn consumer_info(
+        &self,
+        group: &str,
+        subject: &str,
+    ) -> Result<Option<crate::stream::group::GroupInfo>, Unavailable> {
+        use async_nats::jetstream::context::ConsumerInfoErrorKind;
+        let Some(stream) = self.stream_handle().await? else { return Ok(None) };
+        let durable = group::durable_name(group, subject);
+        match stream.consumer_info(&durable).await {
+            Ok(info) => Ok(Some(crate::stream::group::GroupInfo {
+                pending: info.num_ack_pending as u64,
+                lag: Some(info.num_pending),
+            })),
+            Err(e) if matches!(e.kind(), ConsumerInfoErrorKind::NotFound | ConsumerInfoErrorKind::StreamNotFound) => {
+                Ok(None)
+            }
+            Err(e) if matches!(e.kind(), ConsumerInfoErrorKind::JetStream(j) if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND) => {
+                Ok(None)
+            }
+            Err(e) => Err(Unavailable(format!("JetStream consumer {durable}: {e}"))),
+        }
+    }
+
     /// The JetStream stream's name.
     pub fn stream_name(&self) -> &str {
         &self.stream
