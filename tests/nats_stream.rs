@@ -236,6 +236,18 @@ async fn tls_is_verified_against_the_configured_ca_and_a_server_it_cannot_verify
     let outcomes = unverifiable.append(&[entry("audit.user", "t-2", None)], &AppendOptions::default()).await;
     assert!(matches!(outcomes[0], AppendOutcome::Unavailable(_)), "nothing sent to an unverified server: {outcomes:?}");
     assert!(unverifiable.ping().await.is_err());
+
+    // By address, the certificate's name does not match, unless `server_name` says which to check.
+    let by_address = format!("tls://127.0.0.1:{}", server.port);
+    let mut config = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&by_address, "AUDIT") };
+    config.tls.ca_file = Some(pki.ca.clone());
+    let mismatched = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = mismatched.append(&[entry("audit.user", "t-3", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Unavailable(_)), "{outcomes:?}");
+    config.tls.server_name = Some("localhost".into());
+    let renamed = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = renamed.append(&[entry("audit.user", "t-3", None)], &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
 }
 
 #[tokio::test]

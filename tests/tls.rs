@@ -225,7 +225,13 @@ async fn redis_over_tls_carries_the_chain_and_refuses_the_wrong_ca_or_host() {
     let (ok, out) = check(&redis_base(&redis.url("localhost"), &ca(&pki.other_ca)));
     assert!(!ok && out.contains("redis.tls.ca_file"), "{out}");
     let (ok, out) = check(&redis_base(&redis.url("127.0.0.1"), &ca(&pki.ca)));
-    assert!(!ok && out.contains("redis.tls.mode = \"verify-ca\""), "{out}");
+    assert!(!ok && out.contains("redis.tls.mode = \"verify-ca\"") && out.contains("redis.tls.server_name"), "{out}");
+    // By address, verified against the name the certificate carries; a name it does not carry fails.
+    let renamed = |name: &str| format!("{}server_name = \"{name}\"\n", ca(&pki.ca));
+    let (ok, out) = check(&redis_base(&redis.url("127.0.0.1"), &renamed("localhost")));
+    assert!(ok && out.contains("certificate and host name verified"), "{out}");
+    let (ok, out) = check(&redis_base(&redis.url("localhost"), &renamed("elsewhere.example")));
+    assert!(!ok && out.contains("does not name the host"), "{out}");
 
     // A Redis that wants client certificates.
     let mutual = TlsRedis::start(&pki, true).await;

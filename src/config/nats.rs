@@ -128,6 +128,7 @@ impl NatsConfig {
             || self.tls.ca_file.is_some()
             || self.tls.cert_file.is_some()
             || matches!(self.tls.mode, Some(m) if m != super::tls::TlsMode::Disable && m != super::tls::TlsMode::Prefer)
+            || self.tls.server_name.is_some()
     }
 }
 

@@ -77,6 +77,10 @@ pub struct TlsConfig {
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
     pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must carry, where it is not the host the URL connects
+    /// to (an IP address, an internal load balancer's name). Only in `verify-full`. Default: the
+    /// URL's host.
+    pub server_name: Option<String>,
 }
 
 impl TlsConfig {
@@ -183,6 +187,8 @@ pub fn merge(section: &str, explicit: &TlsConfig, from_url: &TlsConfig) -> Resul
             &mut errors,
         ),
         key_file: pick(&explicit.key_file, &from_url.key_file, &format!("{section}.tls.key_file"), "key", &mut errors),
+        // No URL carries a server name of its own.
+        server_name: explicit.server_name.clone(),
     };
     if errors.is_empty() { Ok(merged) } else { Err(errors) }
 }
@@ -195,6 +201,17 @@ pub fn check_shape(path: &str, tls: &TlsConfig, mode: TlsMode) -> Vec<String> {
     }
     if mode == TlsMode::Disable && (tls.ca_file.is_some() || tls.cert_file.is_some()) {
         errors.push(format!("{path}: certificates are given but mode is disable"));
+    }
+    if let Some(name) = &tls.server_name {
+        if mode != TlsMode::VerifyFull {
+            errors.push(format!(
+                "{path}.server_name is the name verify-full checks the certificate for; mode is {}",
+                mode.name()
+            ));
+        }
+        if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+            errors.push(format!("{path}.server_name `{name}` is not a DNS name or an IP address"));
+        }
     }
     errors
 }
@@ -262,5 +279,23 @@ mod tests {
         assert!(errors[0].contains("database.tls.mode"), "{errors:?}");
         let same = TlsConfig { mode: Some(TlsMode::VerifyFull), ..Default::default() };
         assert_eq!(merge("database", &same, &url).unwrap().ca_file, Some(PathBuf::from("/ca")));
+    }
+
+    #[test]
+    fn server_name_is_checked_only_in_verify_full_and_must_be_a_name() {
+        let named = |name: &str| TlsConfig { server_name: Some(name.into()), ..Default::default() };
+        assert!(check_shape("redis.tls", &named("redis.internal"), TlsMode::VerifyFull).is_empty());
+        assert!(check_shape("redis.tls", &named("10.0.0.7"), TlsMode::VerifyFull).is_empty());
+        let errors = check_shape("redis.tls", &named("redis.internal"), TlsMode::VerifyCa);
+        assert!(errors[0].contains("redis.tls.server_name") && errors[0].contains("verify-ca"), "{errors:?}");
+        let errors = check_shape("nats.tls", &named("not a name"), TlsMode::VerifyFull);
+        assert!(errors[0].contains("nats.tls.server_name `not a name`"), "{errors:?}");
+    }
+
+    #[test]
+    fn mariadb_refuses_a_server_name_its_driver_cannot_check() {
+        let toml = "[database]\nurl = \"mysql://db/app\"\n[database.tls]\nmode = \"verify-full\"\nserver_name = \"db.internal\"\n";
+        let error = crate::config::load_str(toml).unwrap_err().to_string();
+        assert!(error.contains("database.tls.server_name cannot be honoured on MySQL"), "{error}");
     }
 }

@@ -32,6 +32,12 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
             if mode == TlsMode::Prefer { "fall back to plain TCP" } else { "verify the chain without the host name" }
         ));
     }
+    if dialect == Some(Dialect::Mysql) && database.tls.server_name.is_some() {
+        errors.push(
+            "database.tls.server_name cannot be honoured on MySQL / MariaDB (its driver checks the host it connects to)"
+                .into(),
+        );
+    }
     let redis = &config.redis;
     let tls_scheme = redis.url.as_ref().is_some_and(|u| super::connections::redis_scheme_is_tls(u.expose()));
     if !tls_scheme && redis.tls.is_set() {

@@ -9,6 +9,10 @@ pub(super) fn problems(config: &Config) -> Vec<String> {
     let mut errors = Vec::new();
     if let Some(nats) = &config.nats {
         errors.extend(nats.problems());
+        if nats.tls_required() {
+            let mode = nats.tls.mode_or(super::tls::TlsMode::VerifyFull);
+            errors.extend(super::tls::check_shape("nats.tls", &nats.tls, mode));
+        }
     }
     for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Nats) {
         if config.nats.is_none() {

@@ -62,7 +62,14 @@ pub(crate) fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Resul
         .map_err(|e| refused(path, e))?;
     let builder = match mode {
         TlsMode::Disable => return Err(TlsError::Disabled { path: path.to_owned() }),
-        TlsMode::VerifyFull => builder.with_root_certificates(roots(path, mode, tls)?),
+        TlsMode::VerifyFull => match &tls.server_name {
+            None => builder.with_root_certificates(roots(path, mode, tls)?),
+            Some(name) => {
+                let verifier =
+                    verify::Renamed::new(roots(path, mode, tls)?, provider, name).map_err(|e| refused(path, e))?;
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
+            }
+        },
         TlsMode::VerifyCa => {
             let verifier =
                 verify::Lenient::chain_only(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
@@ -205,7 +212,7 @@ pub(crate) fn explain(path: &str, error: &str) -> String {
     let lower = error.to_ascii_lowercase();
     let advice = if lower.contains("not valid for name") {
         format!(
-            "the server's certificate does not name the host the URL connects to: connect by a name it lists, or set {path}.mode = \"verify-ca\""
+            "the server's certificate does not name the host the URL connects to: connect by a name it lists, set {path}.server_name to one, or set {path}.mode = \"verify-ca\""
         )
     } else if lower.contains("unknownissuer") || lower.contains("unknown issuer") || lower.contains("badsignature") {
         format!(
