@@ -158,6 +158,13 @@ async fn rows_inserted_before_their_partition_existed_move_into_it_while_the_rel
     let moved = outbox(&env).create(day(0)).await.unwrap();
     assert_eq!(moved, Some(2000), "every row of the span moves, whatever its state");
     assert_eq!(outbox(&env).create(day(0)).await.unwrap(), None, "created once");
+    // A pass that finds the partition in place takes no lock: a transaction reading the outbox
+    // (as every claim does) does not hold it up.
+    let (reader, connection) = tokio_postgres::connect(&env.database_url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    reader.batch_execute("BEGIN; LOCK TABLE audit_outbox IN ACCESS SHARE MODE").await.unwrap();
+    assert_eq!(outbox(&env).create(day(0)).await.unwrap(), None, "no lock taken for a partition in place");
+    reader.batch_execute("ROLLBACK").await.unwrap();
 
     env.await_delivered(1999).await;
     assert_eq!(placement(&env).await, vec![(day(0).name("audit_outbox"), 2000)]);

@@ -131,6 +131,15 @@ async fn locked(pool: &Pool, table: &str) -> StoreResult<OpenTx> {
 /// states unchanged. Returns whether it was created and how many rows moved.
 pub async fn create(pool: &Pool, table: &str, span: Span) -> StoreResult<Option<u64>> {
     let name = span.name(table);
+    // Looked up first without a lock: a pass that finds every partition in place takes none.
+    {
+        let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
+        let sql = "SELECT to_regclass($1) IS NOT NULL";
+        let exists: bool = client.query_one(sql, &[&name]).await.map_err(|e| query_error(LABEL, e))?.get(0);
+        if exists {
+            return Ok(None);
+        }
+    }
     let tx = locked(pool, table).await?;
     let client = tx.client()?;
     let e = |e| query_error(LABEL, e);
