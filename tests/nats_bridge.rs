@@ -1,7 +1,8 @@
 //! NATS JetStream behind the broker seams, what only NATS has (the scenarios both brokers share
 //! are in `both_brokers.rs`): `check` on a bridge's subjects and what the configuration refuses
-//! on NATS; the server killed and restarted with its store mid-chain; a three-server cluster
-//! whose R3 stream leader is killed mid-run. Nothing lost, one inbox row per event.
+//! on NATS; the server killed and restarted with its store mid-chain; a replay within the
+//! stream's duplicate window; a three-server cluster whose R3 stream leader is killed mid-run.
+//! Nothing lost, one inbox row per event.
 
 use crate::common;
 
@@ -137,6 +138,52 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
         (&0.into(), &0.into(), &serde_json::Value::Null),
         "{out}"
     );
+}
+
+/// Messages the `AUDIT` stream holds.
+async fn stream_messages(url: &str) -> Option<u64> {
+    let client = async_nats::connect(url).await.ok()?;
+    let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
+    Some(stream.info().await.ok()?.state.messages)
+}
+
+/// `handoff replay` on a relay that publishes to JetStream, within the stream's duplicate
+/// window: every event is published again (its message id is scoped to the replay job, so the
+/// server does not drop it as a repeat of the first delivery), the bridge reads it and the
+/// inbox keeps each effect once.
+#[tokio::test]
+async fn a_replay_to_jetstream_within_the_duplicate_window_publishes_every_event_again_and_consumers_apply_it_once() {
+    let env = TestEnv::new().await;
+    let server = NatsServer::start().await;
+    server.create_audit_stream().await;
+    env.insert_events("r", "user", 50).await;
+    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 20");
+    let config = without_redis(&format!(
+        "{relay}{}{}{}",
+        bridge_section(""),
+        TestEnv::worker_section(""),
+        nats_section(&server)
+    ));
+    let handoff = Handoff::run(&config);
+    eventually("every event applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 50).then_some(())
+    })
+    .await;
+    await_acknowledged(&server.url()).await;
+    assert_eq!(stream_messages(&server.url()).await, Some(50));
+
+    let (ok, out) = common::process::run_to_end(&config, &["replay", "--relay", "relay", "--batch", "20"]);
+    assert!(ok, "{out}");
+    assert_eq!(stream_messages(&server.url()).await, Some(100), "published again, not dropped as duplicates");
+    await_acknowledged(&server.url()).await;
+    let address = handoff.telemetry_address().await;
+    let duplicates = r#"handoff_bridge_duplicates_total{bridge="bridge",stream="audit.user"}"#;
+    eventually("the replayed events recognised by the inbox", || async {
+        (common::http::sample(&common::http::get(&address, "/metrics").1, duplicates) == Some(50.0)).then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 50, "each effect once");
+    assert_eq!(env.inbox_count("PROCESSED").await, 50);
 }
 
 /// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream
