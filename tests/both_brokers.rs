@@ -34,6 +34,7 @@ on_both_brokers!(
     a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
     a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_again,
     a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on,
+    a_poison_entry_is_also_written_to_the_dead_letter_stream,
     two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
     through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
     a_row_committed_later_with_a_lower_id_is_not_overtaken,
@@ -138,6 +139,23 @@ async fn a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_
     let fields: serde_json::Value =
         env.db.query_one("SELECT fields FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
     assert_eq!(fields["payload"], r#"{"auditId":"m-4","actor":"ops"}"#, "the entry's fields are kept");
+}
+
+async fn a_poison_entry_is_also_written_to_the_dead_letter_stream(chain: Chain) {
+    let env = &chain.env;
+    chain.publish("d", 6, &[2, 5]).await;
+    let extra = format!("dead_letter_stream = \"{}\"", chain.dead_letter_key());
+    let _handoff = Handoff::run(&chain.bridge_config("b1", &extra, ""));
+    chain.await_acknowledged().await;
+    assert_eq!(env.inbox_count("PENDING").await, 4);
+    assert_eq!(env.poison().await.len(), 2);
+    // Written before the entries were acknowledged: there once they are.
+    let dead = chain.dead_letters().await;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    for (reason, source_stream, payload) in &dead {
+        assert_eq!((reason.as_str(), source_stream.as_str()), ("missing_field", chain.user_stream().as_str()));
+        assert!(payload.contains("\"actor\":\"ops\""), "the entry's fields travel with it: {payload}");
+    }
 }
 
 async fn two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other(chain: Chain) {

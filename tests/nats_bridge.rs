@@ -69,7 +69,7 @@ async fn check_names_a_subject_the_stream_does_not_capture_and_the_configuration
     let refused = format!(
         "{}{}{}",
         env.base_config(),
-        bridge_section("start = \"1700000000000-0\"\ndead_letter_stream = \"dead\""),
+        bridge_section("start = \"1700000000000-0\"\ndead_letter_stream = \"audit.*\""),
         nats_section(&server)
     )
     .replace("key = \"audit.user\"", "key = \"audit user\"");

@@ -44,9 +44,11 @@ pub(super) fn problems(config: &Config) -> Vec<String> {
                 bridge.start
             ));
         }
-        if bridge.dead_letter_stream.is_some() {
+        if let Some(key) = &bridge.dead_letter_stream
+            && (!is_subject(key) || key.split('.').any(|t| t == "*" || t == ">"))
+        {
             errors.push(format!(
-                "bridge[{i}].dead_letter_stream: not for broker = \"nats\" yet; poison records stay in the poison table"
+                "bridge[{i}].dead_letter_stream: `{key}` is not a NATS subject to publish to (tokens separated by dots, no wildcards)"
             ));
         }
         for (j, source) in bridge.streams.iter().enumerate() {

@@ -142,6 +142,58 @@ impl Chain {
         }
     }
 
+    /// Where the bridge's dead letters go: a Redis stream under the test's prefix, or a subject
+    /// the `AUDIT` stream captures (the bridge reads only `audit.user`).
+    pub fn dead_letter_key(&self) -> String {
+        match &self.broker {
+            Broker::Redis(_) => self.env.stream("dead"),
+            Broker::Nats(_) => "audit.dead".into(),
+        }
+    }
+
+    /// Each dead-letter record as (reason, source stream, the entry's `payload` field).
+    pub async fn dead_letters(&self) -> Vec<(String, String, String)> {
+        match &self.broker {
+            Broker::Redis(_) => {
+                let entries: Vec<(String, std::collections::HashMap<String, String>)> =
+                    fred::prelude::StreamsInterface::xrange(&self.env.redis, self.dead_letter_key(), "-", "+", None)
+                        .await
+                        .unwrap();
+                entries
+                    .into_iter()
+                    .map(|(_, f)| {
+                        let fields: serde_json::Value = serde_json::from_str(&f["fields"]).unwrap();
+                        (
+                            f["reason"].clone(),
+                            f["source_stream"].clone(),
+                            fields["payload"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            }
+            Broker::Nats(server) => {
+                let client = async_nats::connect(server.url()).await.unwrap();
+                let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+                let state = stream.info().await.unwrap().state.clone();
+                let mut records = Vec::new();
+                for sequence in state.first_sequence..=state.last_sequence {
+                    if let Ok(message) = stream.get_raw_message(sequence).await
+                        && message.subject.as_str() == "audit.dead"
+                    {
+                        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+                        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                        records.push((
+                            text(&body["reason"]),
+                            text(&body["source_stream"]),
+                            text(&body["fields"]["payload"]),
+                        ));
+                    }
+                }
+                records
+            }
+        }
+    }
+
     /// The event id of every entry the `user` stream holds, in order.
     pub async fn stream_event_ids(&self) -> Vec<String> {
         self.event_ids_in("user").await

@@ -238,8 +238,30 @@ impl ConsumerGroup for NatsGroup {
         Ok(None)
     }
 
-    async fn dead_letters(&self, _key: &str, _records: &[PoisonRecord]) -> bool {
-        // Refused by the configuration (`dead_letter_stream` is Redis only so far).
-        true
+    /// Publishes each record to the subject `key` (a JetStream stream must capture it) and
+    /// awaits every PubAck; true only if each was stored (or was a repeat of one stored). The
+    /// record travels as one JSON body — reason, detail, source subject and sequence, event id,
+    /// the entry's fields — and nothing of the entry's content goes into a header: a hostile
+    /// value cannot break the message. Its message id (source subject and sequence) makes a
+    /// batch published again after a partial failure store each record once.
+    async fn dead_letters(&self, key: &str, records: &[PoisonRecord]) -> bool {
+        let mut acks = Vec::with_capacity(records.len());
+        for p in records {
+            let body = serde_json::json!({
+                "reason": p.reason.as_str(),
+                "detail": p.detail,
+                "source_stream": p.stream,
+                "source_id": p.entry_id,
+                "event_id": p.event_id,
+                "fields": p.fields,
+            });
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dead:{}:{}", p.stream, p.entry_id).as_str());
+            match self.jetstream.publish_with_headers(key.to_owned(), headers, Bytes::from(body.to_string())).await {
+                Ok(ack) => acks.push(ack),
+                Err(_) => return false,
+            }
+        }
+        futures_util::future::join_all(acks.into_iter().map(|ack| ack.into_future())).await.iter().all(Result::is_ok)
     }
 }
