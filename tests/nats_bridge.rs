@@ -186,6 +186,54 @@ async fn a_replay_to_jetstream_within_the_duplicate_window_publishes_every_event
     assert_eq!(env.inbox_count("PROCESSED").await, 50);
 }
 
+/// `handoff bridge rewind` on JetStream: refused while the bridge runs (recreating its durable
+/// consumer would race the bridge's own), and with the bridge paused it recreates the consumer
+/// from the start: every event is delivered again and the inbox keeps each effect once.
+#[tokio::test]
+async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applies_each_once() {
+    let env = TestEnv::new().await;
+    let server = NatsServer::start().await;
+    server.create_audit_stream().await;
+    env.insert_events("w", "user", 30).await;
+    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"");
+    let config = without_redis(&format!(
+        "{relay}{}{}{}\n[pause]\npoll_interval = \"100ms\"\n",
+        bridge_section(""),
+        TestEnv::worker_section(""),
+        nats_section(&server)
+    ));
+    let handoff = Handoff::run(&config);
+    eventually("every event applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 30).then_some(())
+    })
+    .await;
+    await_acknowledged(&server.url()).await;
+
+    let rewind = ["bridge", "rewind", "--bridge", "bridge", "--to", "0"];
+    let (ok, out) = common::process::run_to_end(&config, &rewind);
+    assert!(!ok && out.contains("pause it first (handoff pause --bridge bridge)"), "{out}");
+    let (ok, out) = common::process::run_to_end(&config, &["pause", "--bridge", "bridge"]);
+    assert!(ok, "{out}");
+    let address = handoff.telemetry_address().await;
+    eventually("the bridge paused", || async {
+        common::http::get(&address, "/readyz").1.contains("bridge bridge audit.user").then_some(())
+    })
+    .await;
+    let (ok, out) = common::process::run_to_end(&config, &[&rewind[..], &["--json"]].concat());
+    assert!(ok, "{out}");
+    assert_eq!(consumer_state(&server.url()).await, Some((0, 30)), "the consumer starts again before every message");
+    let (ok, out) = common::process::run_to_end(&config, &["resume", "--bridge", "bridge"]);
+    assert!(ok, "{out}");
+
+    await_acknowledged(&server.url()).await;
+    let duplicates = r#"handoff_bridge_duplicates_total{bridge="bridge",stream="audit.user"}"#;
+    eventually("every event recognised as a duplicate", || async {
+        (common::http::sample(&common::http::get(&address, "/metrics").1, duplicates) == Some(30.0)).then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 30, "each effect once");
+}
+
 /// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream
 /// meta leader.
 async fn create_r3_stream(url: &str) -> Option<()> {

@@ -60,17 +60,8 @@ pub async fn spawn_all(
                 spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, Some(nats)) => {
-                let group = |source: &StreamSource| {
-                    nats.group(GroupSettings {
-                        group: bridge.group().to_owned(),
-                        subject: source.key.clone(),
-                        instance: instance.clone(),
-                        start: bridge.start.clone(),
-                        body_field: bridge.envelope.payload.clone(),
-                        ack_wait: bridge.claim_idle,
-                        max_ack_pending: i64::from(bridge.batch_size).saturating_mul(4).max(1000),
-                    })
-                };
+                let group =
+                    |source: &StreamSource| nats.group(GroupSettings::for_bridge(bridge, &source.key, &instance));
                 spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, None) => {

@@ -2,7 +2,7 @@
 //! SETID), so the entries after the new position are delivered again. The inbox's unique
 //! `(consumer, event_id)` turns every event already taken over into a duplicate: effects stay
 //! exactly once. Entries pending at the time stay pending to their consumers and are handed to
-//! whoever reads them again.
+//! whoever reads them again. On NATS JetStream, see `rewind_nats`.
 
 use serde::Serialize;
 
@@ -31,8 +31,8 @@ impl RewindTo {
     }
 }
 
-/// `(ms, seq)` of an entry id; `ms` alone means `ms-0`.
-fn parse_id(id: &str) -> Option<(u64, u64)> {
+/// `(ms, seq)` of an entry id; `ms` alone means `ms-0` (on NATS: the stream sequence).
+pub(super) fn parse_id(id: &str) -> Option<(u64, u64)> {
     let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
@@ -44,14 +44,20 @@ pub enum RewindError {
     #[error("bridge `{0}` has no stream `{1}`")]
     NoStream(String, String),
     #[error(
-        "bridge `{0}` reads from NATS JetStream: rewind moves Redis consumer groups only (on JetStream, delete the \
-         durable consumer with the bridge paused and recreate it with a start time)"
+        "bridge `{0}` reads from NATS JetStream, where rewinding recreates its durable consumers: pause it first \
+         (handoff pause --bridge {0}), rewind, then resume it"
     )]
-    NotRedis(String),
+    NotPaused(String),
+    #[error("stream {0}: the bridge's durable consumer does not exist yet (the bridge creates it when it starts)")]
+    NoConsumer(String),
+    #[error("database: {0}")]
+    Database(String),
+    #[error("nats: {0}")]
+    Nats(String),
     #[error("stream {stream}: rewind only moves back: {to} is after the group's position {position}")]
     Forward { stream: String, to: String, position: String },
     #[error("stream {stream}: {error}")]
-    Redis { stream: String, error: crate::stream::group::GroupError },
+    Group { stream: String, error: crate::stream::group::GroupError },
     #[error("redis: {0}")]
     Connect(String),
 }
@@ -83,18 +89,18 @@ pub async fn rewind(
             if names.is_empty() { "none".into() } else { names.join(", ") },
         ));
     };
-    if b.broker != Broker::Redis {
-        return Err(RewindError::NotRedis(bridge.to_owned()));
-    }
     let sources: Vec<_> = b.streams.iter().filter(|s| stream.is_none_or(|k| k == s.key)).collect();
     if let (Some(key), true) = (stream, sources.is_empty()) {
         return Err(RewindError::NoStream(bridge.to_owned(), key.to_owned()));
+    }
+    if b.broker == Broker::Nats {
+        return super::rewind_nats::rewind(config, b, &sources, to, dry_run).await;
     }
     let (redis, _) = RedisStream::connect(&config.redis).await.map_err(|e| RewindError::Connect(e.to_string()))?;
     let mut moved = Vec::new();
     for source in sources {
         let group = Group::new(redis.client().clone(), &source.key, b.group(), "rewind", config.redis.command_timeout);
-        let failed = |error| RewindError::Redis { stream: source.key.clone(), error };
+        let failed = |error| RewindError::Group { stream: source.key.clone(), error };
         let target = match to {
             RewindTo::Entry(id) => id.clone(),
             RewindTo::Moment(Moment::UnixMillis(ms)) => format!("{}-0", ms.max(&0)),

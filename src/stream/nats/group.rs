@@ -44,6 +44,21 @@ pub struct GroupSettings {
     pub max_ack_pending: i64,
 }
 
+impl GroupSettings {
+    /// The settings of `bridge`'s durable consumer for `subject`, read by `instance`.
+    pub fn for_bridge(bridge: &crate::config::BridgeConfig, subject: &str, instance: &str) -> Self {
+        Self {
+            group: bridge.group().to_owned(),
+            subject: subject.to_owned(),
+            instance: instance.to_owned(),
+            start: bridge.start.clone(),
+            body_field: bridge.envelope.payload.clone(),
+            ack_wait: bridge.claim_idle,
+            max_ack_pending: i64::from(bridge.batch_size).saturating_mul(4).max(1000),
+        }
+    }
+}
+
 pub struct NatsGroup {
     client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
@@ -106,19 +121,51 @@ impl NatsGroup {
             }
             _ => unavailable(e),
         })?;
-        let config = pull::Config {
+        let start = if self.settings.start == "$" { DeliverPolicy::New } else { DeliverPolicy::All };
+        let consumer = stream.get_or_create_consumer(&self.durable, self.config(start)).await.map_err(unavailable)?;
+        *cached = Some(consumer.clone());
+        Ok(consumer)
+    }
+
+    /// The durable consumer's settings, starting at `deliver_policy` when it is created.
+    fn config(&self, deliver_policy: DeliverPolicy) -> pull::Config {
+        pull::Config {
             durable_name: Some(self.durable.clone()),
             filter_subject: self.settings.subject.clone(),
             ack_policy: AckPolicy::Explicit,
             ack_wait: self.settings.ack_wait,
             max_deliver: -1,
             max_ack_pending: self.settings.max_ack_pending,
-            deliver_policy: if self.settings.start == "$" { DeliverPolicy::New } else { DeliverPolicy::All },
+            deliver_policy,
             ..Default::default()
-        };
-        let consumer = stream.get_or_create_consumer(&self.durable, config).await.map_err(unavailable)?;
-        *cached = Some(consumer.clone());
-        Ok(consumer)
+        }
+    }
+
+    /// The durable consumer's position without creating it: the last stream sequence delivered
+    /// to it and the messages delivered and not acknowledged; `None` when it does not exist.
+    pub async fn position(&self) -> GroupResult<Option<(u64, u64)>> {
+        use async_nats::jetstream::context::ConsumerInfoErrorKind;
+        let stream = self.jetstream.get_stream(&self.stream).await.map_err(unavailable)?;
+        match stream.consumer_info(&self.durable).await {
+            Ok(info) => Ok(Some((info.delivered.stream_sequence, info.num_ack_pending as u64))),
+            Err(e) if matches!(e.kind(), ConsumerInfoErrorKind::NotFound) => Ok(None),
+            Err(e) if matches!(e.kind(), ConsumerInfoErrorKind::JetStream(j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
+                Ok(None)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// `handoff bridge rewind` on JetStream, where a consumer's start cannot move: deletes the
+    /// durable consumer and creates it again, with the same settings, delivering from `start`.
+    /// Acknowledgements of messages after `start` are forgotten with it: they are delivered
+    /// again and the inbox recognises them.
+    pub async fn restart_at(&self, start: DeliverPolicy) -> GroupResult<()> {
+        let stream = self.jetstream.get_stream(&self.stream).await.map_err(unavailable)?;
+        stream.delete_consumer(&self.durable).await.map_err(unavailable)?;
+        stream.create_consumer(self.config(start)).await.map_err(unavailable)?;
+        *self.consumer.lock().await = None;
+        Ok(())
     }
 
     /// The entry a message carries, and whether it was delivered before.
