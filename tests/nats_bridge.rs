@@ -188,7 +188,8 @@ async fn a_replay_to_jetstream_within_the_duplicate_window_publishes_every_event
 
 /// `handoff bridge rewind` on JetStream: refused while the bridge runs (recreating its durable
 /// consumer would race the bridge's own), and with the bridge paused it recreates the consumer
-/// from the start: every event is delivered again and the inbox keeps each effect once.
+/// from the start: every event is delivered again and the inbox keeps each effect once. The
+/// admin API's status then shows the bridge caught up.
 #[tokio::test]
 async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applies_each_once() {
     let env = TestEnv::new().await;
@@ -196,8 +197,15 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
     server.create_audit_stream().await;
     env.insert_events("w", "user", 30).await;
     let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"");
+    let secrets = tempfile::tempdir().unwrap();
+    let token_file = secrets.path().join("write");
+    std::fs::write(&token_file, "write-token-0123456789").unwrap();
+    let admin = format!(
+        "\n[admin]\nlisten = \"127.0.0.1:0\"\n[[admin.token]]\nname = \"ops\"\nscope = \"write\"\ntoken_file = \"{}\"\n",
+        token_file.display()
+    );
     let config = without_redis(&format!(
-        "{relay}{}{}{}\n[pause]\npoll_interval = \"100ms\"\n",
+        "{relay}{}{}{}\n[pause]\npoll_interval = \"100ms\"\n{admin}",
         bridge_section(""),
         TestEnv::worker_section(""),
         nats_section(&server)
@@ -232,6 +240,28 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
     })
     .await;
     assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 30, "each effect once");
+
+    // The admin API's status reads the bridge's figures from its durable consumer.
+    let admin_address = eventually("the admin listener", || async {
+        handoff
+            .logs()
+            .lines()
+            .find(|l| l.contains("admin listener bound"))
+            .and_then(|l| l.split("address=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
+    })
+    .await;
+    let auth = [("Authorization", "Bearer write-token-0123456789")];
+    let (status, body) = common::http::request(&admin_address, "GET", "/api/status", &auth, "");
+    assert_eq!(status, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let bridge = doc["components"].as_array().unwrap().iter().find(|c| c["component"] == "bridge bridge audit.user");
+    let bridge = bridge.unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(
+        (&bridge["lag"], &bridge["in_flight"], &bridge["error"]),
+        (&0.into(), &0.into(), &serde_json::Value::Null),
+        "{body}"
+    );
 }
 
 /// Creates `AUDIT` as an R3 stream on the cluster; fails until the cluster has a JetStream
