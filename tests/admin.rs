@@ -5,7 +5,6 @@
 use crate::common;
 
 use common::db_env::{DbEnv, Dialect};
-use common::eventually;
 use common::http::request;
 use common::process::Handoff;
 
@@ -35,15 +34,7 @@ async fn admin_env(dialect: Dialect) -> (DbEnv, Handoff, String, tempfile::TempD
         write.display()
     );
     let handoff = Handoff::run(&config);
-    let address = eventually("the admin listener", || async {
-        handoff
-            .logs()
-            .lines()
-            .find(|l| l.contains("admin listener bound"))
-            .and_then(|l| l.split("address=").nth(1))
-            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-    })
-    .await;
+    let address = handoff.admin_address().await;
     (env, handoff, address, secrets)
 }
 

@@ -36,6 +36,29 @@ fn without_redis(config: &str) -> String {
     format!("{}{}", &config[..start], &config[end..])
 }
 
+/// A relay publishing `audit.{aggregate_type}` to `server` (`relay_extra` in its table), the
+/// bridge and the worker, without `[redis]`; `more` sections after them.
+fn chain_config(env: &TestEnv, server: &NatsServer, relay_extra: &str, more: &str) -> String {
+    let relay = env.config(&format!("broker = \"nats\"\nstream = \"audit.{{aggregate_type}}\"\n{relay_extra}"));
+    without_redis(&format!(
+        "{relay}{}{}{}{more}",
+        bridge_section(""),
+        TestEnv::worker_section(""),
+        nats_section(server)
+    ))
+}
+
+/// Runs `config` until the `n` events inserted are applied and every message acknowledged.
+async fn run_until_applied(env: &TestEnv, server: &NatsServer, config: &str, n: i64) -> Handoff {
+    let handoff = Handoff::run(config);
+    eventually("every event applied", || async {
+        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == n).then_some(())
+    })
+    .await;
+    await_acknowledged(&server.url()).await;
+    handoff
+}
+
 /// (delivered and not acknowledged, not yet delivered) of the bridge's durable consumer.
 async fn consumer_state(url: &str) -> Option<(usize, u64)> {
     let client = async_nats::connect(url).await.ok()?;
@@ -89,14 +112,8 @@ async fn a_server_killed_and_restarted_with_its_store_mid_chain_loses_nothing_an
     let mut server = NatsServer::start().await;
     server.create_audit_stream().await;
     env.insert_events("r", "user", 100).await;
-    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 25");
     // No [redis]: the process opens no client to a Redis.
-    let config = without_redis(&format!(
-        "{relay}{}{}{}",
-        bridge_section(""),
-        TestEnv::worker_section(""),
-        nats_section(&server)
-    ));
+    let config = chain_config(&env, &server, "batch_size = 25", "");
     let handoff = Handoff::run(&config);
     eventually("part of the chain applied", || async {
         (env.scalar_i64("SELECT count(*) FROM audit_logs").await >= 1).then_some(())
@@ -157,19 +174,8 @@ async fn a_replay_to_jetstream_within_the_duplicate_window_publishes_every_event
     let server = NatsServer::start().await;
     server.create_audit_stream().await;
     env.insert_events("r", "user", 50).await;
-    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 20");
-    let config = without_redis(&format!(
-        "{relay}{}{}{}",
-        bridge_section(""),
-        TestEnv::worker_section(""),
-        nats_section(&server)
-    ));
-    let handoff = Handoff::run(&config);
-    eventually("every event applied", || async {
-        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 50).then_some(())
-    })
-    .await;
-    await_acknowledged(&server.url()).await;
+    let config = chain_config(&env, &server, "batch_size = 20", "");
+    let handoff = run_until_applied(&env, &server, &config, 50).await;
     assert_eq!(stream_messages(&server.url()).await, Some(50));
 
     let (ok, out) = common::process::run_to_end(&config, &["replay", "--relay", "relay", "--batch", "20"]);
@@ -196,7 +202,6 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
     let server = NatsServer::start().await;
     server.create_audit_stream().await;
     env.insert_events("w", "user", 30).await;
-    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"");
     let secrets = tempfile::tempdir().unwrap();
     let token_file = secrets.path().join("write");
     std::fs::write(&token_file, "write-token-0123456789").unwrap();
@@ -204,18 +209,8 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
         "\n[admin]\nlisten = \"127.0.0.1:0\"\n[[admin.token]]\nname = \"ops\"\nscope = \"write\"\ntoken_file = \"{}\"\n",
         token_file.display()
     );
-    let config = without_redis(&format!(
-        "{relay}{}{}{}\n[pause]\npoll_interval = \"100ms\"\n{admin}",
-        bridge_section(""),
-        TestEnv::worker_section(""),
-        nats_section(&server)
-    ));
-    let handoff = Handoff::run(&config);
-    eventually("every event applied", || async {
-        (env.scalar_i64("SELECT count(*) FROM audit_logs").await == 30).then_some(())
-    })
-    .await;
-    await_acknowledged(&server.url()).await;
+    let config = chain_config(&env, &server, "", &format!("\n[pause]\npoll_interval = \"100ms\"\n{admin}"));
+    let handoff = run_until_applied(&env, &server, &config, 30).await;
 
     let rewind = ["bridge", "rewind", "--bridge", "bridge", "--to", "0"];
     let (ok, out) = common::process::run_to_end(&config, &rewind);
@@ -242,15 +237,7 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
     assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 30, "each effect once");
 
     // The admin API's status reads the bridge's figures from its durable consumer.
-    let admin_address = eventually("the admin listener", || async {
-        handoff
-            .logs()
-            .lines()
-            .find(|l| l.contains("admin listener bound"))
-            .and_then(|l| l.split("address=").nth(1))
-            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-    })
-    .await;
+    let admin_address = handoff.admin_address().await;
     let auth = [("Authorization", "Bearer write-token-0123456789")];
     let (status, body) = common::http::request(&admin_address, "GET", "/api/status", &auth, "");
     assert_eq!(status, 200, "{body}");

@@ -124,10 +124,20 @@ impl Handoff {
 
     /// The address the telemetry listener bound (from the log), for `listen = "127.0.0.1:0"`.
     pub async fn telemetry_address(&self) -> String {
+        self.bound_address("telemetry").await
+    }
+
+    /// The admin listener's address (`[admin] listen = "127.0.0.1:0"`), from the log.
+    pub async fn admin_address(&self) -> String {
+        self.bound_address("admin").await
+    }
+
+    /// The address the `listener` listener bound to, from its log line.
+    async fn bound_address(&self, listener: &str) -> String {
         let find = || {
             self.logs()
                 .lines()
-                .find(|l| l.contains("telemetry listener bound"))
+                .find(|l| l.contains(&format!("{listener} listener bound")))
                 .and_then(|l| l.split("address=").nth(1))
                 .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
         };
@@ -138,7 +148,7 @@ impl Handoff {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "no telemetry listener address in the log:\n{}",
+                "no {listener} listener address in the log:\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
