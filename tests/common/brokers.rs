@@ -171,26 +171,15 @@ impl Chain {
                     })
                     .collect()
             }
-            Broker::Nats(server) => {
-                let client = async_nats::connect(server.url()).await.unwrap();
-                let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
-                let state = stream.info().await.unwrap().state.clone();
-                let mut records = Vec::new();
-                for sequence in state.first_sequence..=state.last_sequence {
-                    if let Ok(message) = stream.get_raw_message(sequence).await
-                        && message.subject.as_str() == "audit.dead"
-                    {
-                        let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
-                        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-                        records.push((
-                            text(&body["reason"]),
-                            text(&body["source_stream"]),
-                            text(&body["fields"]["payload"]),
-                        ));
-                    }
-                }
-                records
-            }
+            Broker::Nats(server) => messages_on(&server.url(), "audit.dead")
+                .await
+                .iter()
+                .map(|message| {
+                    let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+                    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                    (text(&body["reason"]), text(&body["source_stream"]), text(&body["fields"]["payload"]))
+                })
+                .collect(),
         }
     }
 
@@ -210,20 +199,11 @@ impl Chain {
                         .unwrap();
                 entries.into_iter().map(|(_, f)| f.get("event_id").cloned().unwrap_or_default()).collect()
             }
-            Broker::Nats(server) => {
-                let client = async_nats::connect(server.url()).await.unwrap();
-                let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
-                let state = stream.info().await.unwrap().state.clone();
-                let mut ids = Vec::new();
-                for sequence in state.first_sequence..=state.last_sequence {
-                    if let Ok(message) = stream.get_raw_message(sequence).await
-                        && message.subject.as_str() == format!("audit.{value}")
-                    {
-                        ids.push(message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default());
-                    }
-                }
-                ids
-            }
+            Broker::Nats(server) => messages_on(&server.url(), &format!("audit.{value}"))
+                .await
+                .iter()
+                .map(|message| message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default())
+                .collect(),
         }
     }
 
@@ -275,6 +255,22 @@ impl Chain {
         })
         .await;
     }
+}
+
+/// Every message of the `AUDIT` stream on `subject`, in order.
+async fn messages_on(url: &str, subject: &str) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    let client = async_nats::connect(url).await.unwrap();
+    let mut stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+    let state = stream.info().await.unwrap().state.clone();
+    let mut messages = Vec::new();
+    for sequence in state.first_sequence..=state.last_sequence {
+        if let Ok(message) = stream.get_raw_message(sequence).await
+            && message.subject.as_str() == subject
+        {
+            messages.push(message);
+        }
+    }
+    messages
 }
 
 /// The bridge's durable consumer (group `admin`, subject `audit.user`).
