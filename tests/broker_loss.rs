@@ -15,16 +15,52 @@ use common::redis_server::{RedisServer, redis_cli};
 use common::{TestEnv, eventually, relay_defaults};
 use fred::prelude::*;
 
-/// Relay, bridge and worker on `env`, checking for broker loss every 200ms; `relay_extra` goes
-/// into `[[relay]]` (later keys may open sub-tables).
+/// Relay, bridge and worker on `env`; `relay_extra` goes into `[[relay]]` (later keys may open
+/// sub-tables).
 fn chain(env: &TestEnv, relay_extra: &str) -> String {
+    format!("{}{}", relay_only(env, relay_extra), consumer_sections(env))
+}
+
+/// The relay alone, checking for broker loss every 200ms.
+fn relay_only(env: &TestEnv, relay_extra: &str) -> String {
     format!(
-        "{}\n[[relay]]\nname = \"relay\"\n{}{relay_extra}\n[relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"20s\"\n\n{}{}",
+        "{}\n[[relay]]\nname = \"relay\"\n{}{relay_extra}\n[relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"20s\"\n\n",
         env.base_config(),
         relay_defaults(&env.id, relay_extra),
-        bridge_section(env),
-        TestEnv::worker_section("")
     )
+}
+
+/// The bridge and the worker alone.
+fn consumers(env: &TestEnv) -> String {
+    format!("{}\n{}", env.base_config(), consumer_sections(env))
+}
+
+fn consumer_sections(env: &TestEnv) -> String {
+    format!("{}{}", bridge_section(env), TestEnv::worker_section(""))
+}
+
+/// A primary with a replica behind a proxy the test can switch, the chain running through the
+/// proxy, and a first round of 30 events applied, settled and replicated.
+struct Replicated {
+    primary: RedisServer,
+    replica: RedisServer,
+    proxy: Proxy,
+    env: TestEnv,
+    _handoff: Handoff,
+    address: String,
+}
+
+async fn replicated_chain(relay_extra: &str) -> Replicated {
+    let primary = RedisServer::start().await;
+    let replica = RedisServer::replica_of(primary.port).await;
+    let proxy = Proxy::start(primary.port).await;
+    let env = TestEnv::with_redis(&proxy.url()).await;
+    let handoff = Handoff::run(&chain(&env, relay_extra));
+    let address = handoff.telemetry_address().await;
+    env.insert_events("a", "user", 30).await;
+    audit_logs(&env, 30).await;
+    first_round_settled_and_replicated(&env, primary.port, replica.port, 30).await;
+    Replicated { primary, replica, proxy, env, _handoff: handoff, address }
 }
 
 fn bridge_section(env: &TestEnv) -> String {
@@ -76,15 +112,7 @@ async fn stream_holds_every_event(env: &TestEnv, n: usize) {
 
 #[tokio::test]
 async fn a_failover_to_a_replica_that_had_not_caught_up_is_detected_and_repaired() {
-    let primary = RedisServer::start().await;
-    let replica = RedisServer::replica_of(primary.port).await;
-    let proxy = Proxy::start(primary.port).await;
-    let env = TestEnv::with_redis(&proxy.url()).await;
-    let handoff = Handoff::run(&chain(&env, ""));
-    let address = handoff.telemetry_address().await;
-    env.insert_events("a", "user", 30).await;
-    audit_logs(&env, 30).await;
-    first_round_settled_and_replicated(&env, primary.port, replica.port, 30).await;
+    let Replicated { primary: _primary, replica, proxy, env, _handoff, address } = replicated_chain("").await;
 
     // The replica stops following; what the primary acknowledges from now on is not on it.
     redis_cli(replica.port, &["replicaof", "no", "one"]);
@@ -110,17 +138,9 @@ async fn a_failover_to_a_replica_that_had_not_caught_up_is_detected_and_repaired
 
 #[tokio::test]
 async fn with_the_durability_gate_the_same_failover_loses_nothing() {
-    let primary = RedisServer::start().await;
-    let replica = RedisServer::replica_of(primary.port).await;
-    let proxy = Proxy::start(primary.port).await;
-    let env = TestEnv::with_redis(&proxy.url()).await;
     let gate = "outage_backoff = { initial = \"100ms\", max = \"400ms\", multiplier = 2.0, jitter = 0.0 }\n\
                 [relay.durability]\nreplicas = 1\ntimeout = \"300ms\"\n";
-    let handoff = Handoff::run(&chain(&env, gate));
-    let address = handoff.telemetry_address().await;
-    env.insert_events("a", "user", 30).await;
-    audit_logs(&env, 30).await;
-    first_round_settled_and_replicated(&env, primary.port, replica.port, 30).await;
+    let Replicated { primary: _primary, replica, proxy, env, _handoff, address } = replicated_chain(gate).await;
 
     redis_cli(replica.port, &["replicaof", "no", "one"]);
     env.insert_events("b", "user", 30).await;
@@ -143,21 +163,15 @@ async fn with_the_durability_gate_the_same_failover_loses_nothing() {
 async fn a_flushed_stream_is_filled_again_with_what_no_consumer_had_read() {
     let redis = RedisServer::start().await;
     let env = TestEnv::with_redis(&redis.url()).await;
-    let config = chain(&env, "");
-    let handoff = Handoff::run(&config);
+    let handoff = Handoff::run(&chain(&env, ""));
     let address = handoff.telemetry_address().await;
-    let mut bridge_and_worker =
-        Handoff::run(&format!("{}\n{}{}", env.base_config(), bridge_section(&env), TestEnv::worker_section("")));
+    let mut bridge_and_worker = Handoff::run(&consumers(&env));
     env.insert_events("a", "user", 30).await;
     audit_logs(&env, 30).await;
     // The consumers are away while 30 more events are delivered, then the data is flushed.
     bridge_and_worker.kill();
     drop(handoff);
-    let relay = Handoff::run(&format!(
-        "{}\n[[relay]]\nname = \"relay\"\n{}\n[relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"20s\"\n",
-        env.base_config(),
-        relay_defaults(&env.id, "")
-    ));
+    let relay = Handoff::run(&relay_only(&env, ""));
     let address_relay = relay.telemetry_address().await;
     env.insert_events("b", "user", 30).await;
     env.await_delivered(60).await;
@@ -168,8 +182,7 @@ async fn a_flushed_stream_is_filled_again_with_what_no_consumer_had_read() {
     })
     .await;
     env.await_delivered(60).await;
-    let _consumers =
-        Handoff::run(&format!("{}\n{}{}", env.base_config(), bridge_section(&env), TestEnv::worker_section("")));
+    let _consumers = Handoff::run(&consumers(&env));
     audit_logs(&env, 60).await;
     let b_events = env.scalar_i64("SELECT count(*) FROM audit_logs WHERE audit_id LIKE 'b-%'").await;
     assert_eq!(b_events, 30, "every event no consumer had read reached it");

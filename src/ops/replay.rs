@@ -298,18 +298,7 @@ fn entry(
     job: &str,
     to_stream: Option<&str>,
 ) -> Result<crate::stream::Entry, ReplayError> {
-    let mut claimed = ClaimedRow {
-        id: row.id.to_string(),
-        token: 0,
-        event_id: row.event_id.clone(),
-        attempts: 0,
-        expired_claims: 0,
-        age: Duration::ZERO,
-        reclaimed: false,
-        order_key: None,
-        fault: None,
-        values: row.values.clone(),
-    };
+    let mut claimed = ClaimedRow::first_claim(row.id.to_string(), 0, row.event_id.clone(), row.values.clone());
     let mut entry = builder.build(&mut claimed).map_err(|refusal| ReplayError::Row {
         id: row.id,
         event_id: row.event_id.clone(),

@@ -199,7 +199,6 @@ fn headers_column(columns: &[String]) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::config::load_str;
-    use std::time::Duration;
 
     fn relay(extra: &str) -> RelayConfig {
         let toml = format!("[database]\nurl = \"postgres://x@localhost/db\"\n[[relay]]\nname = \"auth\"\n{extra}");
@@ -216,18 +215,7 @@ mod tests {
     }
 
     fn row(values: &[Option<&str>]) -> ClaimedRow {
-        ClaimedRow {
-            id: "1".into(),
-            token: 1,
-            event_id: "e-1".into(),
-            attempts: 0,
-            expired_claims: 0,
-            age: Duration::ZERO,
-            reclaimed: false,
-            order_key: None,
-            fault: None,
-            values: values.iter().map(|v| v.map(str::to_owned)).collect(),
-        }
+        ClaimedRow::first_claim("1".into(), 1, "e-1".into(), values.iter().map(|v| v.map(str::to_owned)).collect())
     }
 
     #[test]

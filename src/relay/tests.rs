@@ -102,16 +102,9 @@ impl OutboxClaims for FakeOutbox {
                 Some("{}".into()),
             ];
             claimed.push(ClaimedRow {
-                id: r.id.to_string(),
-                token: r.token,
-                event_id: r.event_id.clone(),
                 attempts: r.attempts,
-                expired_claims: 0,
-                age: Duration::ZERO,
-                reclaimed: false,
                 order_key: Some(r.order_key.clone()),
-                fault: None,
-                values,
+                ..ClaimedRow::first_claim(r.id.to_string(), r.token, r.event_id.clone(), values)
             });
         }
         Ok(claimed)

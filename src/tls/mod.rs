@@ -66,17 +66,17 @@ pub(crate) fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Resul
             None => builder.with_root_certificates(roots(path, mode, tls)?),
             Some(name) => {
                 let verifier =
-                    verify::Renamed::new(roots(path, mode, tls)?, provider, name).map_err(|e| refused(path, e))?;
+                    verify::Verifier::renamed(roots(path, mode, tls)?, provider, name).map_err(|e| refused(path, e))?;
                 builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
             }
         },
         TlsMode::VerifyCa => {
             let verifier =
-                verify::Lenient::chain_only(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
+                verify::Verifier::chain_only(roots(path, mode, tls)?, provider).map_err(|e| refused(path, e))?;
             builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
         }
         TlsMode::Require | TlsMode::Prefer => {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(verify::Lenient::unverified(provider)))
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verify::Verifier::unverified(provider)))
         }
     };
     match (&tls.cert_file, &tls.key_file) {

@@ -36,6 +36,23 @@ pub struct ClaimedRow {
 }
 
 impl ClaimedRow {
+    /// A row as first claimed: no failures, no expired leases, readable. For rows that are
+    /// not claimed from an outbox (replay builds entries from history) and for fakes.
+    pub fn first_claim(id: String, token: i64, event_id: String, values: Vec<Option<String>>) -> Self {
+        Self {
+            id,
+            token,
+            event_id,
+            attempts: 0,
+            expired_claims: 0,
+            age: Duration::ZERO,
+            reclaimed: false,
+            order_key: None,
+            fault: None,
+            values,
+        }
+    }
+
     pub fn key(&self) -> RowRef {
         RowRef { id: self.id.clone(), token: self.token }
     }
