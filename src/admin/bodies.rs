@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use crate::ops;
 use crate::store::control::ComponentKind;
-use crate::store::selection::{Moment, Selection};
+use crate::store::selection::{Moment, MomentError, Selection};
 
 fn hundred() -> u32 {
     100
@@ -68,10 +68,19 @@ pub(super) struct SelectionBody {
     to_id: Option<i64>,
 }
 
+/// A time filter of the body that is not a time, naming its key.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {error}")]
+pub(super) struct BadMoment {
+    key: &'static str,
+    error: MomentError,
+}
+
 impl SelectionBody {
-    pub(super) fn into_selection(self) -> Result<Selection, String> {
-        let moment =
-            |key: &str, v: Option<String>| v.map(|t| Moment::parse(&t).map_err(|e| format!("{key}: {e}"))).transpose();
+    pub(super) fn into_selection(self) -> Result<Selection, BadMoment> {
+        let moment = |key: &'static str, v: Option<String>| {
+            v.map(|t| Moment::parse(&t).map_err(|error| BadMoment { key, error })).transpose()
+        };
         Ok(Selection {
             since: moment("since", self.since)?,
             until: moment("until", self.until)?,

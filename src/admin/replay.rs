@@ -16,7 +16,7 @@ use crate::ops::replay::{self, Request};
 pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusCode, Value) {
     let selection = match body.selection.into_selection() {
         Ok(s) => s,
-        Err(e) => return (StatusCode::BAD_REQUEST, json!({ "error": e })),
+        Err(e) => return (StatusCode::BAD_REQUEST, json!({ "error": e.to_string() })),
     };
     let request = Request {
         relay: body.relay,

@@ -23,19 +23,34 @@ pub fn expand(bridges: &mut [super::BridgeConfig], errors: &mut Vec<String>) {
     }
 }
 
-fn expand_one(source: StreamSource) -> Result<Vec<StreamSource>, String> {
+/// What is wrong with a sharded stream entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardsError {
+    #[error("shards needs shard_count (how many shards the relay's template spreads keys over)")]
+    NoCount,
+    #[error("shard_count must be between 1 and {}", super::template::MAX_SHARDS)]
+    Count,
+    #[error("with shard_count, the key must carry {PLACEHOLDER} once, where the shard number goes")]
+    Placeholder,
+    #[error("shards: `{0}` is not a shard number or a range like 0-7")]
+    NotASet(String),
+    #[error("shards: `{piece}` is not within 0-{} (shard_count = {count})", count - 1)]
+    OutOfRange { piece: String, count: u32 },
+}
+
+fn expand_one(source: StreamSource) -> Result<Vec<StreamSource>, ShardsError> {
     let placeholders = source.key.matches(PLACEHOLDER).count();
     let Some(count) = source.shard_count else {
         if source.shards.is_some() {
-            return Err("shards needs shard_count (how many shards the relay's template spreads keys over)".into());
+            return Err(ShardsError::NoCount);
         }
         return Ok(vec![source]);
     };
     if !(1..=super::template::MAX_SHARDS).contains(&count) {
-        return Err(format!("shard_count must be between 1 and {}", super::template::MAX_SHARDS));
+        return Err(ShardsError::Count);
     }
     if placeholders != 1 {
-        return Err(format!("with shard_count, the key must carry {PLACEHOLDER} once, where the shard number goes"));
+        return Err(ShardsError::Placeholder);
     }
     let taken = parse_set(source.shards.as_deref().unwrap_or("all"), count)?;
     Ok(taken
@@ -50,21 +65,19 @@ fn expand_one(source: StreamSource) -> Result<Vec<StreamSource>, String> {
 }
 
 /// `"all"`, or ranges and numbers separated by commas (`"0-7"`, `"0,4,8-11"`), each below `count`.
-pub fn parse_set(text: &str, count: u32) -> Result<Vec<u32>, String> {
+pub fn parse_set(text: &str, count: u32) -> Result<Vec<u32>, ShardsError> {
     if text.trim() == "all" {
         return Ok((0..count).collect());
     }
     let mut taken = Vec::new();
     for piece in text.split(',').map(str::trim) {
-        let number = |s: &str| {
-            s.trim().parse::<u32>().map_err(|_| format!("shards: `{piece}` is not a shard number or a range like 0-7"))
-        };
+        let number = |s: &str| s.trim().parse::<u32>().map_err(|_| ShardsError::NotASet(piece.to_owned()));
         let (low, high) = match piece.split_once('-') {
             Some((low, high)) => (number(low)?, number(high)?),
             None => (number(piece)?, number(piece)?),
         };
         if low > high || high >= count {
-            return Err(format!("shards: `{piece}` is not within 0-{} (shard_count = {count})", count - 1));
+            return Err(ShardsError::OutOfRange { piece: piece.to_owned(), count });
         }
         taken.extend(low..=high);
     }
@@ -81,9 +94,9 @@ mod tests {
     fn sets_read_ranges_lists_and_all() {
         assert_eq!(parse_set("all", 3).unwrap(), [0, 1, 2]);
         assert_eq!(parse_set("0-2, 5,4", 8).unwrap(), [0, 1, 2, 4, 5]);
-        assert!(parse_set("6-8", 8).unwrap_err().contains("within 0-7"));
+        assert!(parse_set("6-8", 8).unwrap_err().to_string().contains("within 0-7"));
         assert!(parse_set("3-1", 8).is_err());
-        assert!(parse_set("x", 8).unwrap_err().contains("`x`"));
+        assert!(parse_set("x", 8).unwrap_err().to_string().contains("`x`"));
     }
 
     #[test]
@@ -98,7 +111,7 @@ mod tests {
         assert_eq!(keys(expand_one(source("a:{shard}", Some(4), Some("1-2"))).unwrap()), ["a:1", "a:2"]);
         assert_eq!(keys(expand_one(source("a:{{shard}}", Some(2), None)).unwrap()), ["a:{0}", "a:{1}"]);
         assert_eq!(keys(expand_one(source("plain", None, None)).unwrap()), ["plain"]);
-        assert!(expand_one(source("a", Some(4), None)).unwrap_err().contains("{shard} once"));
-        assert!(expand_one(source("a:{shard}", None, Some("0"))).unwrap_err().contains("shard_count"));
+        assert!(expand_one(source("a", Some(4), None)).unwrap_err().to_string().contains("{shard} once"));
+        assert!(expand_one(source("a:{shard}", None, Some("0"))).unwrap_err().to_string().contains("shard_count"));
     }
 }

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::config::{Broker, Config};
-use crate::store::selection::Moment;
+use crate::store::selection::{Moment, MomentError};
 use crate::stream::redis::RedisStream;
 use crate::stream::redis::group::Group;
 
@@ -23,13 +23,18 @@ pub enum RewindTo {
 impl RewindTo {
     /// An entry id (`1700000000000-0`, or milliseconds alone), a duration ago (`1h`) or an RFC
     /// 3339 time.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, NotAPosition> {
         if parse_id(text).is_some() {
             return Ok(RewindTo::Entry(text.to_owned()));
         }
-        Moment::parse(text).map(RewindTo::Moment).map_err(|e| format!("{e}, nor an entry id (\"1700000000000-0\")"))
+        Moment::parse(text).map(RewindTo::Moment).map_err(NotAPosition)
     }
 }
+
+/// `--to` is neither an entry id nor a time.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}, nor an entry id (\"1700000000000-0\")")]
+pub struct NotAPosition(MomentError);
 
 /// `(ms, seq)` of an entry id; `ms` alone means `ms-0` (on NATS: the stream sequence).
 pub(super) fn parse_id(id: &str) -> Option<(u64, u64)> {

@@ -15,21 +15,24 @@ pub enum Moment {
     UnixMillis(i64),
 }
 
+/// Why a text is not a [`Moment`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MomentError {
+    #[error("`{0}` is before 1970")]
+    BeforeEpoch(String),
+    #[error("`{0}` is neither a duration (\"2h\") nor an RFC 3339 time (\"2026-12-03T10:00:00Z\")")]
+    Unreadable(String),
+}
+
 impl Moment {
     /// `"2h"` (so long ago) or an RFC 3339 time (`2026-12-03T10:00:00Z`).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, MomentError> {
         if let Ok(ago) = humantime::parse_duration(text) {
             return Ok(Moment::Ago(ago));
         }
-        match humantime::parse_rfc3339_weak(text) {
-            Ok(at) => {
-                let ms = at.duration_since(std::time::UNIX_EPOCH).map_err(|_| format!("`{text}` is before 1970"))?;
-                Ok(Moment::UnixMillis(i64::try_from(ms.as_millis()).unwrap_or(i64::MAX)))
-            }
-            Err(_) => {
-                Err(format!("`{text}` is neither a duration (\"2h\") nor an RFC 3339 time (\"2026-12-03T10:00:00Z\")"))
-            }
-        }
+        let at = humantime::parse_rfc3339_weak(text).map_err(|_| MomentError::Unreadable(text.to_owned()))?;
+        let ms = at.duration_since(std::time::UNIX_EPOCH).map_err(|_| MomentError::BeforeEpoch(text.to_owned()))?;
+        Ok(Moment::UnixMillis(i64::try_from(ms.as_millis()).unwrap_or(i64::MAX)))
     }
 }
 
@@ -202,6 +205,6 @@ mod tests {
     fn a_moment_is_a_duration_ago_or_an_rfc3339_time() {
         assert_eq!(Moment::parse("2h"), Ok(Moment::Ago(Duration::from_secs(7200))));
         assert_eq!(Moment::parse("2023-11-14T22:13:20Z"), Ok(Moment::UnixMillis(1_700_000_000_000)));
-        assert!(Moment::parse("yesterday").unwrap_err().contains("RFC 3339"));
+        assert!(Moment::parse("yesterday").unwrap_err().to_string().contains("RFC 3339"));
     }
 }

@@ -25,25 +25,27 @@ pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
     errors: &HandlerErrors,
 ) -> StoreResult<Option<F::Output>> {
     let statements = merged(items.iter().flat_map(|(_, statements)| statements));
-    Ok(run_statements(client, &statements, along, errors).await?.ok())
+    match run_statements(client, &statements, along, errors).await {
+        Ok(along) => Ok(Some(along)),
+        Err(ApplyError::Handler { .. }) => Ok(None),
+        Err(ApplyError::Store(e)) => Err(e),
+    }
 }
 
-/// Runs `statements` (already merged) as [`run_handlers`] does; `Err(message)`: a statement
-/// refused a row's data.
+/// Runs `statements` (already merged) as [`run_handlers`] does; [`ApplyError::Handler`]: a
+/// statement refused a row's data.
 pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
     client: &C,
     statements: &[Cow<'_, BoundStatement<'_>>],
     along: F,
     errors: &HandlerErrors,
-) -> StoreResult<Result<F::Output, String>> {
+) -> Result<F::Output, ApplyError> {
     let mut prepared = HashMap::new();
     for statement in statements {
         if !prepared.contains_key(statement.sql) {
-            match client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors)) {
-                Ok(stmt) => prepared.insert(statement.sql, stmt),
-                Err(ApplyError::Store(e)) => return Err(e),
-                Err(ApplyError::Handler { message, .. }) => return Ok(Err(message)),
-            };
+            let stmt =
+                client.prepare_cached(statement.sql).await.map_err(|e| handler_error(statement.index, e, errors))?;
+            prepared.insert(statement.sql, stmt);
         }
     }
     let calls: Vec<(&tokio_postgres::Statement, Vec<Param>)> =
@@ -55,14 +57,9 @@ pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
     // Replies come in order; after the first error the server refuses the rest of the
     // transaction, so the first error is the one that matters.
     for outcome in outcomes {
-        if let Err(e) = outcome {
-            return match handler_error(0, e, errors) {
-                ApplyError::Handler { message, .. } => Ok(Err(message)),
-                ApplyError::Store(e) => Err(e),
-            };
-        }
+        outcome.map_err(|e| handler_error(0, e, errors))?;
     }
-    Ok(Ok(along))
+    Ok(along)
 }
 
 /// Result rows as text by column name (the claim's and stats' result contract).

@@ -21,7 +21,7 @@ use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::inbox::postgres_handlers::run_statements;
-use crate::store::inbox::seam::Merged;
+use crate::store::inbox::seam::{ApplyError, Merged};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, query_error};
@@ -343,9 +343,12 @@ impl TakeoverTx for PgTakeoverTx {
 
     async fn apply(&mut self, statements: &Merged<'_>, errors: &HandlerErrors) -> StoreResult<()> {
         let tx = self.tx.client()?;
-        run_statements(tx, statements, std::future::ready(()), errors)
-            .await?
-            .map_err(|message| StoreError::Rejected { statement: "apply at take-over", source: message.into() })
+        run_statements(tx, statements, std::future::ready(()), errors).await.map_err(|e| match e {
+            ApplyError::Handler { message, .. } => {
+                StoreError::Rejected { statement: "apply at take-over", source: message.into() }
+            }
+            ApplyError::Store(e) => e,
+        })
     }
 
     async fn commit(self, carried: usize) -> StoreResult<()> {

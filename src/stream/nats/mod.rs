@@ -90,6 +90,21 @@ async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, Nats
     Ok(options)
 }
 
+/// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
+#[derive(Debug, thiserror::Error)]
+enum Unsendable {
+    #[error("a field name is not UTF-8")]
+    FieldName,
+    #[error("field {0} is not UTF-8")]
+    NotText(String),
+    #[error("field {0} cannot be a NATS header name: {1}")]
+    HeaderName(String, String),
+    #[error("field {0} cannot be a NATS header value: {1}")]
+    HeaderValue(String, String),
+    #[error("the event id cannot be a NATS header value: {0}")]
+    EventId(String),
+}
+
 impl NatsStream {
     /// Connects to `config`'s server (in the background: an unreachable server is waited out);
     /// `body_field` is the entry field carried as the message body.
@@ -131,7 +146,7 @@ impl NatsStream {
 
     /// The message for `entry`: its body and headers, or why its fields cannot travel as NATS
     /// headers (the entry's own data: it is rejected, its neighbours go on).
-    fn message(&self, entry: &Entry) -> Result<(HeaderMap, Bytes), String> {
+    fn message(&self, entry: &Entry) -> Result<(HeaderMap, Bytes), Unsendable> {
         let mut headers = HeaderMap::new();
         let mut body = Bytes::new();
         for (name, value) in &entry.fields {
@@ -139,19 +154,15 @@ impl NatsStream {
                 body = value.clone();
                 continue;
             }
-            let text = |bytes: &Bytes, what: &str| {
-                std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| format!("{what} is not UTF-8"))
-            };
-            let name = text(name, "a field name")?;
-            let value = text(value, &format!("field {name}"))?;
+            let name = std::str::from_utf8(name).map_err(|_| Unsendable::FieldName)?;
+            let value = std::str::from_utf8(value).map_err(|_| Unsendable::NotText(name.to_owned()))?;
             let header =
-                HeaderName::from_str(&name).map_err(|e| format!("field {name} cannot be a NATS header name: {e}"))?;
-            let value = HeaderValue::from_str(&value)
-                .map_err(|e| format!("field {name} cannot be a NATS header value: {e}"))?;
+                HeaderName::from_str(name).map_err(|e| Unsendable::HeaderName(name.to_owned(), e.to_string()))?;
+            let value =
+                HeaderValue::from_str(value).map_err(|e| Unsendable::HeaderValue(name.to_owned(), e.to_string()))?;
             headers.insert(header, value);
         }
-        let id = HeaderValue::from_str(&entry.event_id)
-            .map_err(|e| format!("the event id cannot be a NATS header value: {e}"))?;
+        let id = HeaderValue::from_str(&entry.event_id).map_err(|e| Unsendable::EventId(e.to_string()))?;
         headers.insert(NATS_MESSAGE_ID, id);
         Ok((headers, body))
     }
@@ -159,7 +170,7 @@ impl NatsStream {
     /// Sends `entry`'s message: the PubAck to await, or the entry's outcome already.
     async fn send(&self, entry: &Entry) -> Result<PublishAckFuture, AppendOutcome> {
         subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
-        let (headers, body) = self.message(entry).map_err(AppendOutcome::Rejected)?;
+        let (headers, body) = self.message(entry).map_err(|e| AppendOutcome::Rejected(e.to_string()))?;
         self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| failed(&e))
     }
 
