@@ -10,6 +10,7 @@ use crate::common;
 use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
+use common::eventually;
 use common::nats_server::NatsServer;
 use handoff::config::NatsConfig;
 use handoff::stream::nats::NatsStream;
@@ -302,6 +303,51 @@ async fn check_names_a_missing_stream_and_a_duplicate_window_shorter_than_the_re
         out.contains("relay `relay`: JetStream stream AUDIT captures `audit.*`, duplicate window 3600s, R1"),
         "{out}"
     );
+}
+
+/// A stream that stores smaller messages than the relay may send (`max_msg_size`): `check` names
+/// `entry_max_bytes`, and a row over the stream's limit is the row's fault — retried and made
+/// DEAD by its attempts like any refused entry — while the rows around it are published; it is
+/// never taken for a broker outage that would hold the whole relay.
+#[tokio::test]
+async fn a_row_over_the_streams_max_message_size_turns_dead_alone_and_check_names_entry_max_bytes() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let small = Config {
+        name: "AUDIT".into(),
+        subjects: vec!["audit.>".into()],
+        duplicate_window: Duration::from_secs(3600),
+        max_message_size: 2048,
+        ..Default::default()
+    };
+    async_nats::jetstream::new(client).create_stream(small).await.unwrap();
+    let config = nats_relay_config(&env, &server)
+        .replace("batch_size = 25\n", "batch_size = 25\nmax_attempts = 2\nbackoff = { initial = \"50ms\", max = \"50ms\", multiplier = 1.0, jitter = 0.0 }\n");
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(
+        !ok && out
+            .contains("relay `relay`.entry_max_bytes: 1048576 is over JetStream stream AUDIT's max_msg_size 2048"),
+        "{out}"
+    );
+
+    env.insert_events("before", "user", 10).await;
+    env.db
+        .execute(
+            "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+             VALUES ('big', 'user', 'u', 'user.changed', jsonb_build_object('blob', repeat('x', 3000)), '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    env.insert_events("after", "user", 10).await;
+    let _relay = common::process::Handoff::run(&config);
+    env.await_delivered(20).await;
+    eventually("the large row DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let error: String =
+        env.db.query_one("SELECT last_error FROM audit_outbox WHERE event_id = 'big'", &[]).await.unwrap().get(0);
+    assert!(error.contains("stream rejected the entry") && error.contains("maximum"), "{error}");
+    assert_eq!(messages(&server).await, 20, "every other row was published");
 }
 
 #[tokio::test]

@@ -186,6 +186,7 @@ impl NatsStream {
             duplicate_window: c.duplicate_window,
             replicas: c.num_replicas.max(1),
             limits_drop_unread: c.retention == RetentionPolicy::Limits && c.discard == DiscardPolicy::Old && limited,
+            max_message_bytes: usize::try_from(c.max_message_size).ok().filter(|&n| n > 0),
         }))
     }
 
@@ -311,9 +312,24 @@ fn subject_problem(subject: &str) -> Option<String> {
 /// What a failed publish means for its entry: the server refused this message (too large) or
 /// could not be asked (no stream for the subject, a timeout, a broken connection): not the
 /// entry's fault.
+/// A failed publish: the entry's own fault when it is too large for the server (`max_payload`)
+/// or for the stream (`max_msg_size`, or headers over the stream's limit) — no retry can store
+/// it, so the row is not held as if the broker were down; anything else is an outage.
 fn failed(error: &PublishError) -> AppendOutcome {
+    use async_nats::jetstream::ErrorCode;
+    let too_large_for_stream = std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.error_code(),
+                ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM | ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
+            )
+        });
     match error.kind() {
         PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(error.to_string()),
+        PublishErrorKind::Other if too_large_for_stream => {
+            AppendOutcome::Rejected(format!("{error}: {}", std::error::Error::source(error).expect("checked above")))
+        }
         _ => AppendOutcome::Unavailable(error.to_string()),
     }
 }

@@ -15,6 +15,8 @@ pub struct StreamSettings {
     pub replicas: usize,
     /// Messages are removed by limits (age, count, size) whether or not anyone read them.
     pub limits_drop_unread: bool,
+    /// The largest message the stream stores (`max_msg_size`), if it sets one.
+    pub max_message_bytes: Option<usize>,
 }
 
 /// The subject pattern a relay's template can render: each `{column}` is one token (`*`).
@@ -91,6 +93,12 @@ pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (
             settings.duplicate_window
         ));
     }
+    if let Some(max) = settings.max_message_bytes.filter(|&max| max < relay.entry_max_bytes) {
+        problems.push(format!(
+            "relay `{name}`.entry_max_bytes: {} is over JetStream stream {stream}'s max_msg_size {max}: a row whose message falls between would be refused by the stream and turn DEAD; set entry_max_bytes to at most {max} (headers included)",
+            relay.entry_max_bytes
+        ));
+    }
     ok.push(format!(
         "relay `{name}`: JetStream stream {stream} captures `{pattern}`, duplicate window {:?}, R{}{}",
         settings.duplicate_window,
@@ -158,6 +166,7 @@ mod tests {
             duplicate_window: Duration::from_secs(3600),
             replicas: 3,
             limits_drop_unread: false,
+            max_message_bytes: None,
         };
         let (_, problems) = review("AUDIT", &good, relay);
         assert!(problems.is_empty(), "{problems:?}");
@@ -167,8 +176,13 @@ mod tests {
             problems.iter().any(|p| p.starts_with("nats.stream") && p.contains("duplicate_window")),
             "{problems:?}"
         );
-        let elsewhere = StreamSettings { subjects: vec!["orders.>".into()], ..good };
+        let elsewhere = StreamSettings { subjects: vec!["orders.>".into()], ..good.clone() };
         let (_, problems) = review("AUDIT", &elsewhere, relay);
         assert!(problems.iter().any(|p| p.contains("relay `r`.stream")), "{problems:?}");
+        let small = StreamSettings { max_message_bytes: Some(4096), ..good.clone() };
+        let (_, problems) = review("AUDIT", &small, relay);
+        assert!(problems.iter().any(|p| p.starts_with("relay `r`.entry_max_bytes")), "{problems:?}");
+        let large = StreamSettings { max_message_bytes: Some(relay.entry_max_bytes), ..good };
+        assert!(review("AUDIT", &large, relay).1.is_empty());
     }
 }
