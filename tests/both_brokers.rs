@@ -10,24 +10,12 @@
 
 use crate::common;
 
-use common::brokers::Chain;
+use common::brokers::{Chain, on_both_brokers};
 use common::http::{get, sample};
 use common::process::Handoff;
 use common::proxy::Proxy;
 use common::{TestEnv, eventually};
 use tokio_postgres::NoTls;
-
-/// Declares each scenario as a test on Redis (`redis::<name>`) and on NATS (`nats::<name>`).
-macro_rules! on_both_brokers {
-    ($($name:ident),* $(,)?) => {
-        mod redis {
-            $(#[tokio::test] async fn $name() { super::$name(super::Chain::redis().await).await })*
-        }
-        mod nats {
-            $(#[tokio::test] async fn $name() { super::$name(super::Chain::nats().await).await })*
-        }
-    };
-}
 
 on_both_brokers!(
     the_chain_applies_each_event_once,
@@ -118,11 +106,13 @@ async fn a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_
     chain.await_acknowledged().await;
     assert_eq!(env.inbox_count("PENDING").await, 30, "one row per event");
     let address = restarted.telemetry_address().await;
-    eventually("the entries delivered again counted as duplicates", || async {
+    let metrics = eventually("the entries delivered again counted as duplicates", || async {
         let body = get(&address, "/metrics").1;
-        (sample(&body, &series(&chain, "handoff_bridge_duplicates_total")) == Some(committed as f64)).then_some(())
+        (sample(&body, &series(&chain, "handoff_bridge_duplicates_total")) == Some(committed as f64)).then_some(body)
     })
     .await;
+    let inserted = sample(&metrics, &series(&chain, "handoff_bridge_inserted_total"));
+    assert_eq!(inserted, Some((30 - committed) as f64), "the rest taken over as new");
     let counts = env.scalar_i64("SELECT count(*) FROM consumer_inbox_deliveries").await;
     assert_eq!(counts, 0, "the counted redeliveries are forgotten once taken over");
 }

@@ -2,17 +2,24 @@
 //! way back after the cause is fixed. `retry` appends a record's original entry (every field,
 //! as it was read) to its source stream again, where the bridge reads, validates and takes it
 //! over like any new entry (an event already in the inbox is recognised as a duplicate); the
-//! record stays, counting the re-drive. The SQL is the store's (`store::takeover`).
+//! record stays, counting the re-drive. On NATS JetStream the entry is published to its subject
+//! with the bridge's message mapping, under a message id of the re-drive's own (the event's id
+//! would be taken for a duplicate within the stream's window). The SQL is the store's
+//! (`store::takeover`).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::{BridgeConfig, Config};
+use bytes::Bytes;
+
+use crate::config::{BridgeConfig, Broker, Config};
 use crate::error::error_chain;
 use crate::store::Database;
 use crate::store::takeover::{self, PoisonFilter, StoredPoison};
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
+use crate::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -50,6 +57,8 @@ pub enum PoisonError {
     Store { bridge: String, error: crate::store::StoreError },
     #[error("redis: {0}")]
     Redis(String),
+    #[error("bridge {bridge}: nats: {error}")]
+    Nats { bridge: String, error: String },
 }
 
 /// Why a record's entry was not appended again.
@@ -61,7 +70,7 @@ pub enum ReappendError {
     Deleted,
     #[error("{0}")]
     Refused(String),
-    #[error("redis did not answer")]
+    #[error("the broker did not answer")]
     NoAnswer,
 }
 
@@ -109,18 +118,14 @@ pub async fn retry(
     filter: &Filter,
     dry_run: bool,
 ) -> Result<Vec<PoisonRow>, PoisonError> {
-    let stream = if dry_run {
-        None
-    } else {
-        let (stream, _) = RedisStream::connect(&config.redis).await.map_err(|e| PoisonError::Redis(e.to_string()))?;
-        Some(stream)
-    };
+    let mut redis = None;
     let mut done = Vec::new();
     for bridge in bridges(config, filter)? {
+        let broker = if dry_run { None } else { Some(Reappender::for_bridge(config, bridge, &mut redis).await?) };
         for record in records(db, bridge, filter).await? {
             let mut row = PoisonRow { bridge: bridge.name.clone(), record, appended: None };
-            if let Some(stream) = &stream {
-                let appended = match append(stream, &row.record.stream, &row.record.fields).await {
+            if let Some(broker) = &broker {
+                let appended = match broker.append(bridge, &row.record).await {
                     Ok(id) => Reappended::Entry(id),
                     Err(e) => Reappended::Failed(e.to_string()),
                 };
@@ -138,17 +143,78 @@ pub async fn retry(
     Ok(done)
 }
 
-/// XADD of the record's fields, binary values decoded again. (Their order is not kept: the
-/// record stores them as a JSON object; nothing reads entries by position.)
-async fn append(stream: &RedisStream, key: &str, fields: &serde_json::Value) -> Result<String, ReappendError> {
-    let fields = entry_fields(fields)?;
-    if fields.is_empty() {
-        return Err(ReappendError::Deleted);
+/// The broker a bridge reads from, to append its records' entries to.
+enum Reappender {
+    Redis(RedisStream),
+    Nats(Box<NatsStream>),
+}
+
+impl Reappender {
+    /// One Redis connection serves every bridge on Redis; a NATS client is the bridge's own
+    /// (its message mapping names the body's field).
+    async fn for_bridge(
+        config: &Config,
+        bridge: &BridgeConfig,
+        redis: &mut Option<RedisStream>,
+    ) -> Result<Self, PoisonError> {
+        match (bridge.broker, &config.nats) {
+            (Broker::Nats, Some(nats)) => NatsStream::connect(nats, &bridge.envelope.payload)
+                .await
+                .map(|stream| Reappender::Nats(Box::new(stream)))
+                .map_err(|e| PoisonError::Nats { bridge: bridge.name.clone(), error: e.to_string() }),
+            (Broker::Nats, None) => {
+                Err(PoisonError::Nats { bridge: bridge.name.clone(), error: "no [nats] section".into() })
+            }
+            (Broker::Redis, _) => {
+                if redis.is_none() {
+                    let (stream, _) =
+                        RedisStream::connect(&config.redis).await.map_err(|e| PoisonError::Redis(e.to_string()))?;
+                    *redis = Some(stream);
+                }
+                Ok(Reappender::Redis(redis.clone().expect("connected above")))
+            }
+        }
     }
-    match tokio::time::timeout(Duration::from_secs(10), stream.reappend(key, fields)).await {
-        Ok(Ok(id)) => Ok(id),
-        Ok(Err(e)) => Err(ReappendError::Refused(e.details().to_owned())),
-        Err(_) => Err(ReappendError::NoAnswer),
+
+    /// Appends the record's entry: its new entry id (on NATS, the stream sequence).
+    async fn append(&self, bridge: &BridgeConfig, record: &StoredPoison) -> Result<String, ReappendError> {
+        let fields = entry_fields(&record.fields)?;
+        if fields.is_empty() {
+            return Err(ReappendError::Deleted);
+        }
+        const WAIT: Duration = Duration::from_secs(10);
+        match self {
+            Reappender::Redis(stream) => {
+                match tokio::time::timeout(WAIT, stream.reappend(&record.stream, fields)).await {
+                    Ok(Ok(id)) => Ok(id),
+                    Ok(Err(e)) => Err(ReappendError::Refused(e.details().to_owned())),
+                    Err(_) => Err(ReappendError::NoAnswer),
+                }
+            }
+            Reappender::Nats(stream) => {
+                let entry = Entry {
+                    stream: record.stream.clone(),
+                    fields: fields.into_iter().map(|(name, value)| (Bytes::from(name), Bytes::from(value))).collect(),
+                    // The message id: one per record and re-drive, so a retry whose bookkeeping
+                    // failed publishes nothing twice, and the next re-drive is not a duplicate.
+                    event_id: format!("poison-retry:{}:{}:{}", bridge.consumer, record.id, record.redrives + 1),
+                    run: None,
+                    trace: None,
+                };
+                let options = AppendOptions::default();
+                let appending = stream.append(std::slice::from_ref(&entry), &options);
+                let Ok(outcomes) = tokio::time::timeout(WAIT, appending).await else {
+                    return Err(ReappendError::NoAnswer);
+                };
+                match outcomes.into_iter().next() {
+                    Some(AppendOutcome::Appended(id) | AppendOutcome::Duplicate(id)) => Ok(id),
+                    Some(AppendOutcome::Rejected(why) | AppendOutcome::Unavailable(why)) => {
+                        Err(ReappendError::Refused(why))
+                    }
+                    other => Err(ReappendError::Refused(format!("{other:?}"))),
+                }
+            }
+        }
     }
 }
 

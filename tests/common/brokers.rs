@@ -1,6 +1,8 @@
 //! One test world on either broker: a [`TestEnv`] (its schema) and a broker server of the
 //! test's own — a redis-server, or a nats-server with stream `AUDIT` on `audit.>` — to stop and
-//! restart. Scenarios written once against [`Chain`] run on both (`tests/both_brokers.rs`).
+//! restart. Scenarios written once against [`Chain`] run on both: [`on_both_brokers!`] declares
+//! each as a test per broker (`tests/both_brokers.rs` for the whole chain, `tests/bridge.rs` for
+//! the bridge's own).
 
 use std::time::Duration;
 
@@ -10,6 +12,23 @@ use super::redis_server::RedisServer;
 use handoff::config::NatsConfig;
 use handoff::stream::nats::NatsStream;
 use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
+
+/// Declares each scenario (an `async fn(Chain)` of the calling file) as a test on Redis
+/// (`redis::<name>`) and on NATS (`nats::<name>`).
+macro_rules! on_both_brokers {
+    ($($name:ident),* $(,)?) => {
+        mod redis {
+            $(#[tokio::test] async fn $name() { super::$name($crate::common::brokers::Chain::redis().await).await })*
+        }
+        mod nats {
+            $(#[tokio::test] async fn $name() { super::$name($crate::common::brokers::Chain::nats().await).await })*
+        }
+    };
+}
+pub(crate) use on_both_brokers;
+
+/// The trace context every published entry carries in its `headers` field.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 pub enum Broker {
     Redis(RedisServer),
@@ -102,20 +121,42 @@ impl Chain {
     /// Appends events `<prefix>-<i>` (1..=n) of type `user` as a relay would; the `malformed`
     /// ones lack their event id.
     pub async fn publish(&self, prefix: &str, n: usize, malformed: &[usize]) {
-        let entries: Vec<Entry> = (1..=n)
+        let entries: Vec<(String, Vec<(String, String)>)> = (1..=n)
             .map(|i| {
                 let id = format!("{prefix}-{i}");
-                let mut fields: Vec<(bytes::Bytes, bytes::Bytes)> = vec![
+                let mut fields = vec![
                     ("event_type".into(), "user.changed".into()),
                     ("aggregate_type".into(), "user".into()),
                     ("aggregate_id".into(), "agg".into()),
                     ("owner".into(), "relay".into()),
-                    ("payload".into(), format!(r#"{{"auditId":"{id}","actor":"ops"}}"#).into()),
+                    ("payload".into(), format!(r#"{{"auditId":"{id}","actor":"ops"}}"#)),
+                    ("headers".into(), format!(r#"{{"traceparent":"{TRACEPARENT}"}}"#)),
                 ];
                 if !malformed.contains(&i) {
-                    fields.push(("event_id".into(), id.clone().into()));
+                    fields.push(("event_id".into(), id.clone()));
                 }
-                Entry { stream: self.user_stream(), fields, event_id: id, run: None, trace: None }
+                (id, fields)
+            })
+            .collect();
+        self.append(entries).await;
+    }
+
+    /// Appends one entry of exactly these fields (`event_id` among them) to the `user` stream.
+    pub async fn publish_fields(&self, fields: &[(&str, &str)]) {
+        let id = fields.iter().find(|(k, _)| *k == "event_id").expect("an event_id field").1.to_owned();
+        self.append(vec![(id, fields.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())]).await;
+    }
+
+    /// Appends each entry, given as its event id (the message id on NATS) and its fields.
+    async fn append(&self, entries: Vec<(String, Vec<(String, String)>)>) {
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .map(|(event_id, fields)| Entry {
+                stream: self.user_stream(),
+                fields: fields.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                event_id,
+                run: None,
+                trace: None,
             })
             .collect();
         let outcomes = match &self.broker {
@@ -216,6 +257,54 @@ impl Chain {
         }
     }
 
+    /// How far the bridge's group has read the `user` stream (the last entry delivered, counted
+    /// from the stream's start) and how many of the entries it read are not acknowledged: read
+    /// minus pending is what was acknowledged.
+    pub async fn read_and_pending(&self) -> (u64, u64) {
+        match &self.broker {
+            Broker::Redis(_) => {
+                let reply: fred::types::Value = fred::prelude::ClientLike::custom(
+                    &self.env.redis,
+                    fred::types::CustomCommand::new_static("XINFO", fred::types::ClusterHash::Offset(1), false),
+                    vec!["GROUPS".to_owned(), self.env.stream("user")],
+                )
+                .await
+                .unwrap();
+                let fred::types::Value::Array(groups) = reply else { panic!("XINFO GROUPS: {reply:?}") };
+                let fred::types::Value::Array(fields) = &groups[0] else { panic!("XINFO GROUPS: {groups:?}") };
+                let field = |name: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|kv| kv[0].as_string().as_deref() == Some(name))
+                        .and_then(|kv| kv[1].as_u64())
+                        .unwrap()
+                };
+                (field("entries-read"), field("pending"))
+            }
+            Broker::Nats(server) => {
+                let info = nats_consumer(&server.url()).await.expect("the bridge's durable consumer");
+                (info.delivered.stream_sequence, info.num_ack_pending as u64)
+            }
+        }
+    }
+
+    /// Deletes the bridge's consumer group (on NATS, its durable consumer) under it.
+    pub async fn delete_group(&self) {
+        match &self.broker {
+            Broker::Redis(_) => {
+                let _: fred::types::Value =
+                    fred::prelude::StreamsInterface::xgroup_destroy(&self.env.redis, self.env.stream("user"), "admin")
+                        .await
+                        .unwrap();
+            }
+            Broker::Nats(server) => {
+                let client = async_nats::connect(server.url()).await.unwrap();
+                let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
+                assert!(stream.delete_consumer(DURABLE).await.unwrap().success);
+            }
+        }
+    }
+
     /// Deliveries of entries to the bridge's group so far, redeliveries included.
     pub async fn deliveries(&self) -> Option<u64> {
         match &self.broker {
@@ -273,9 +362,11 @@ async fn messages_on(url: &str, subject: &str) -> Vec<async_nats::jetstream::mes
     messages
 }
 
-/// The bridge's durable consumer (group `admin`, subject `audit.user`).
+/// The bridge's durable consumer: group `admin`, subject `audit.user`.
+const DURABLE: &str = "admin-audit_user";
+
 async fn nats_consumer(url: &str) -> Option<async_nats::jetstream::consumer::Info> {
     let client = async_nats::connect(url).await.ok()?;
     let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.ok()?;
-    stream.consumer_info("admin-audit_user").await.ok()
+    stream.consumer_info(DURABLE).await.ok()
 }
