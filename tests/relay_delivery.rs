@@ -1,10 +1,12 @@
 //! The relay's happy path and its guarantees under kills, stops and concurrent replicas; the
-//! scenarios under `on_both_dialects!` run on Postgres and on MariaDB.
+//! scenarios under `on_both_dialects!` run on Postgres and on MariaDB, those under
+//! `on_both_brokers!` on Redis and on NATS JetStream (with the chain's in `both_brokers.rs`).
 
 use crate::common;
 
 use std::collections::HashMap;
 
+use common::brokers::{Chain, on_both_brokers};
 use common::db_env::{DbEnv, Dialect};
 use common::process::{Handoff, run_to_end};
 use common::{TestEnv, eventually};
@@ -35,16 +37,19 @@ async fn delivers_every_row_with_its_fields_and_records_the_entry_id(dialect: Di
     assert_eq!(env.scalar("SELECT COALESCE(MAX(attempts), 0) FROM audit_outbox").await, 0);
 }
 
-#[tokio::test]
-async fn rows_are_routed_per_row_by_the_stream_template() {
-    let env = TestEnv::new().await;
+/// Each row goes to the stream (on NATS, the subject) its own values render from the template.
+async fn rows_are_routed_per_row_by_the_stream_template(chain: Chain) {
+    let env = &chain.env;
     env.insert_events("u", "user", 30).await;
     env.insert_events("o", "order", 20).await;
-    let _relay = Handoff::run(&env.config(""));
+    let _relay = Handoff::run(&chain.relay_config("", ""));
     env.await_delivered(50).await;
-    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 30);
-    assert_eq!(env.stream_event_ids(&env.stream("order")).await.len(), 20);
+    let (users, orders) = (chain.event_ids_in("user").await, chain.event_ids_in("order").await);
+    assert!(users.len() == 30 && users.iter().all(|id| id.starts_with("u-")), "{users:?}");
+    assert!(orders.len() == 20 && orders.iter().all(|id| id.starts_with("o-")), "{orders:?}");
 }
+
+on_both_brokers!(rows_are_routed_per_row_by_the_stream_template);
 
 async fn sigkill_between_append_and_settle_loses_nothing(dialect: Dialect) {
     let env = DbEnv::new(dialect).await;
