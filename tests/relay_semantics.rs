@@ -1,51 +1,13 @@
-//! Delivery semantics beyond the seed: publish dedupe, LISTEN/NOTIFY wake-up, retention,
-//! delete-on-deliver, trimming on append (length, age) and consumer-aware, dead-letter re-drive.
+//! Delivery semantics beyond the seed: LISTEN/NOTIFY wake-up, retention, delete-on-deliver (on
+//! both brokers), trimming on append (length, age) and consumer-aware, dead-letter re-drive.
+//! Publish dedupe under a kill is the chain's, on both brokers (`both_brokers.rs`).
 
 use crate::common;
 
-use std::collections::HashMap;
-
+use common::brokers::{Chain, on_both_brokers};
 use common::process::{Handoff, run_with_path};
 use common::{TestEnv, eventually};
 use fred::prelude::*;
-
-#[tokio::test]
-async fn with_dedupe_a_kill_between_append_and_settle_leaves_one_entry_per_event() {
-    let env = TestEnv::new().await;
-    env.insert_events("d", "user", 40).await;
-    let config = env.config("[relay.dedupe]\nwindow = \"10m\"");
-    let mut first = Handoff::run_paused(&config, "after_append");
-    first.await_paused().await;
-    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 40);
-    first.kill();
-
-    let second = Handoff::run(&config);
-    env.await_delivered(40).await;
-    let ids = env.stream_event_ids(&env.stream("user")).await;
-    let mut per_event: HashMap<String, usize> = HashMap::new();
-    for id in &ids {
-        *per_event.entry(id.clone()).or_default() += 1;
-    }
-    assert_eq!(ids.len(), 40, "exactly one entry per event: {per_event:?}");
-    // The rows were settled with the entry ids the first append returned (the two claim loops
-    // may have appended their batches interleaved, so compare per event, not in order).
-    let recorded: HashMap<String, String> = env
-        .db
-        .query("SELECT event_id, stream_entry_id FROM audit_outbox", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let appended: HashMap<String, String> = env
-        .stream_entries(&env.stream("user"))
-        .await
-        .into_iter()
-        .map(|(id, fields)| (fields["event_id"].clone(), id))
-        .collect();
-    assert_eq!(recorded, appended);
-    second.await_log("relay started").await;
-}
 
 #[tokio::test]
 async fn notify_wakes_the_relay_without_waiting_for_the_poll_interval() {
@@ -96,17 +58,18 @@ async fn retention_purges_old_delivered_rows_in_batches_and_keeps_the_rest() {
     assert!(relay.logs().contains("rows=24"), "one pass of three batches: {}", relay.logs());
 }
 
-#[tokio::test]
-async fn delete_on_deliver_removes_rows_once_appended() {
-    let env = TestEnv::new().await;
+async fn delete_on_deliver_removes_rows_once_appended(chain: Chain) {
+    let env = &chain.env;
     env.insert_events("x", "user", 30).await;
-    let _relay = Handoff::run(&env.config("settle = \"delete\""));
+    let _relay = Handoff::run(&chain.relay_config("settle = \"delete\"", ""));
     eventually("rows deleted", || async {
         (env.scalar_i64("SELECT count(*) FROM audit_outbox").await == 0).then_some(())
     })
     .await;
-    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 30);
+    assert_eq!(chain.stream_event_ids().await.len(), 30);
 }
+
+on_both_brokers!(delete_on_deliver_removes_rows_once_appended);
 
 #[tokio::test]
 async fn maxlen_trims_the_stream_on_every_append() {

@@ -229,6 +229,28 @@ impl Chain {
         self.event_ids_in("user").await
     }
 
+    /// Each entry of the `user` stream as (its event id, its entry id: the Redis entry id or
+    /// the JetStream sequence), in order.
+    pub async fn entries(&self) -> Vec<(String, String)> {
+        match &self.broker {
+            Broker::Redis(_) => self
+                .env
+                .stream_entries(&self.env.stream("user"))
+                .await
+                .into_iter()
+                .map(|(id, fields)| (fields.get("event_id").cloned().unwrap_or_default(), id))
+                .collect(),
+            Broker::Nats(server) => messages_on(&server.url(), "audit.user")
+                .await
+                .iter()
+                .map(|message| {
+                    let event_id = message.headers.get("event_id").map(|v| v.as_str().to_owned());
+                    (event_id.unwrap_or_default(), message.sequence.to_string())
+                })
+                .collect(),
+        }
+    }
+
     /// The event id of every entry of the stream for `value` (of the template's column), in
     /// order.
     pub async fn event_ids_in(&self, value: &str) -> Vec<String> {
