@@ -3,13 +3,16 @@
 //! `Nats-Msg-Id` and the PubAck's `duplicate` is handoff's Duplicate with the first entry's
 //! sequence; an entry whose fields cannot be headers is rejected alone; an ordered run stops at
 //! its first failure; the stream's state and entries survive a server restart with its store;
-//! a server that is down makes every entry unavailable, none rejected.
+//! a server that is down makes every entry unavailable, none rejected. The relay on NATS: each
+//! row one message (from Postgres and from MariaDB), kills, a lost stream, TLS, tokens, `check`
+//! and `migrate`, and a row over the stream's `max_msg_size`.
 
 use crate::common;
 
 use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
+use common::db_env::{DbEnv, Dialect};
 use common::eventually;
 use common::nats_server::NatsServer;
 use handoff::config::NatsConfig;
@@ -195,6 +198,33 @@ async fn a_relay_killed_between_publish_and_settle_publishes_again_and_the_strea
     env.await_delivered(50).await;
     assert_eq!(messages(&server).await, 50, "the republished batch was recognised by its ids");
 }
+
+/// The relay publishes to JetStream from either dialect: killed between publish and settle, it
+/// publishes again and the stream keeps one message per event, each row storing its sequence.
+async fn from_either_dialect_a_relay_killed_between_publish_and_settle_leaves_one_message_per_event(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let server = NatsServer::start().await;
+    server.create_audit_stream().await;
+    env.insert_events("m", "user", 40).await;
+    let relay = env.config(&format!(
+        "broker = \"nats\"\nstream = \"audit.{{aggregate_type}}\"\nbatch_size = 20\n{}",
+        env.parking_loops()
+    ));
+    let config = format!("{relay}\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url());
+    let mut crashed = common::process::Handoff::run_paused(&config, "after_append");
+    crashed.await_paused().await;
+    crashed.kill();
+    assert!(messages(&server).await >= 1, "a batch was published");
+    assert_eq!(env.count("DELIVERED").await, 0, "and not settled");
+
+    let _restarted = common::process::Handoff::run(&config);
+    env.await_delivered(40).await;
+    assert_eq!(messages(&server).await, 40, "the republished batch was recognised by its ids");
+    let sequences = env.scalar("SELECT COUNT(DISTINCT stream_entry_id) FROM audit_outbox").await;
+    assert_eq!(sequences, 40, "each row stores its own message's sequence");
+}
+
+crate::on_both_dialects!(from_either_dialect_a_relay_killed_between_publish_and_settle_leaves_one_message_per_event);
 
 #[tokio::test]
 async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_published_again() {
