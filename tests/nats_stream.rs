@@ -245,6 +245,35 @@ async fn a_stream_lost_and_recreated_is_noticed_and_its_delivered_rows_are_publi
     env.await_delivered(20).await;
 }
 
+/// `handoff verify` looks a NATS relay's delivered rows up in JetStream (by sequence, each
+/// message's `Nats-Msg-Id` the row's event id), reports a lost stream's messages missing, and
+/// `--repair` has the relay publish them again.
+#[tokio::test]
+async fn verify_finds_a_nats_relays_messages_reports_the_lost_ones_and_repairs_them() {
+    let env = common::TestEnv::new().await;
+    let server = NatsServer::start().await;
+    server.create_audit_stream().await;
+    env.insert_events("v", "user", 20).await;
+    let config = nats_relay_config(&env, &server);
+    let relay = common::process::Handoff::run(&config);
+    env.await_delivered(20).await;
+    drop(relay);
+    let (ok, out) = common::process::run_to_end(&config, &["verify", "--since", "10m"]);
+    assert!(ok && out.contains("stream audit.user: 20 checked, 0 trimmed, 0 missing"), "{out}");
+
+    let client = async_nats::connect(server.url()).await.unwrap();
+    async_nats::jetstream::new(client).delete_stream("AUDIT").await.unwrap();
+    server.create_audit_stream().await;
+    let (ok, out) = common::process::run_to_end(&config, &["verify", "--since", "10m"]);
+    assert!(!ok && out.contains("20 missing"), "{out}");
+    let (ok, out) = common::process::run_to_end(&config, &["verify", "--since", "10m", "--repair"]);
+    assert!(ok && out.contains("20 re-driven"), "{out}");
+    assert_eq!(env.count("PENDING").await, 20, "the lost rows are due again");
+    let _relay = common::process::Handoff::run(&config);
+    env.await_delivered(20).await;
+    assert_eq!(messages(&server).await, 20);
+}
+
 #[tokio::test]
 async fn tls_is_verified_against_the_configured_ca_and_a_server_it_cannot_verify_gets_nothing() {
     let pki = common::pki::Pki::new();

@@ -2,15 +2,17 @@
 //! relay does by itself after signs of broker data loss, and reports per stream what is there,
 //! what was trimmed (older than the stream's first entry: not a loss) and what is missing;
 //! `--repair` moves the rows of missing entries back to PENDING so the relay appends them again.
+//! Each relay is checked on its own broker: Redis Streams or NATS JetStream.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::{Config, RelayConfig};
+use crate::config::{Broker, Config, RelayConfig};
 use crate::relay::loss::{self, StreamReport};
 use crate::store::Database;
 use crate::store::outbox::Outbox;
+use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
 
 /// Why `handoff verify` could not check.
@@ -22,6 +24,8 @@ pub enum VerifyError {
     Database(#[from] crate::store::error::ConnectError),
     #[error(transparent)]
     Redis(#[from] crate::stream::redis::ConnectError),
+    #[error("nats: {0}")]
+    Nats(String),
     #[error(transparent)]
     Statements(#[from] crate::store::PrepareError),
     #[error(transparent)]
@@ -47,15 +51,42 @@ pub async fn run(
         return Err(VerifyError::NoMatch);
     }
     let db = Database::connect(&config.database, "handoff-verify")?;
-    let (stream, _) = RedisStream::connect(&config.redis).await?;
+    let (mut redis, mut nats) = (None, None);
     let mut reports = Vec::new();
     for relay in relays {
         let store = Outbox::prepare(&db, relay).await?;
-        let found = loss::verify(&store, &stream, since, repair, relay.broker_loss.page_rows).await?;
+        let page = relay.broker_loss.page_rows;
+        let found = match relay.broker {
+            Broker::Redis => {
+                if redis.is_none() {
+                    redis = Some(RedisStream::connect(&config.redis).await?.0);
+                }
+                let stream = redis.as_ref().expect("connected above");
+                loss::verify(&store, stream, since, repair, page).await?
+            }
+            Broker::Nats => {
+                if nats.is_none() {
+                    nats = Some(connect_nats(config).await?);
+                }
+                let stream = nats.as_ref().expect("connected above");
+                loss::verify(&store, stream, since, repair, page).await?
+            }
+        };
         let note = found.is_none().then(|| {
             "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()
         });
         reports.push(RelayReport { relay: relay.name.clone(), streams: found.unwrap_or_default(), note });
     }
     Ok(reports)
+}
+
+/// The JetStream stream of `[nats]`, once it answers: a server that does not would make every
+/// look-up fail, and verify says so rather than report what it could not see.
+async fn connect_nats(config: &Config) -> Result<NatsStream, VerifyError> {
+    let nats = config.nats.as_ref().ok_or_else(|| VerifyError::Nats("no [nats] section".into()))?;
+    let stream = NatsStream::connect(nats, "payload").await.map_err(|e| VerifyError::Nats(e.to_string()))?;
+    if !stream.connected().await {
+        return Err(VerifyError::Nats(format!("{} does not answer within {:?}", nats.url, nats.timeout)));
+    }
+    Ok(stream)
 }
