@@ -29,6 +29,7 @@ on_both_brokers!(
     park_sets_a_dead_event_aside_and_lets_the_next_ones_go,
     hold_keeps_a_key_behind_its_dead_event,
     a_broker_outage_burns_no_attempts_and_delivery_resumes,
+    an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox,
 );
 
 fn series(chain: &Chain, name: &str) -> String {
@@ -324,5 +325,47 @@ async fn a_broker_outage_burns_no_attempts_and_delivery_resumes(mut chain: Chain
     let ids = chain.stream_event_ids().await;
     for i in 1..=300 {
         assert!(ids.contains(&format!("during-{i}")), "during-{i} reached the restarted broker");
+    }
+}
+
+/// `[relay.envelope]` names the entry's fields, `[bridge.envelope]` reads them by those names:
+/// the events arrive whole. On NATS the field carrying the payload column (`data`) is the
+/// message body, not a header, whatever its name.
+async fn an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox(chain: Chain) {
+    let env = &chain.env;
+    env.insert_events("e", "user", 10).await;
+    let relay = chain.relay_config(
+        "[relay.envelope]\neventId = \"{event_id}\"\nkind = \"{event_type}\"\nentity = \"{aggregate_id}\"\n\
+         data = \"{payload}\"\nsource = \"relay\"\n",
+        "",
+    );
+    let bridge = chain.bridge_config(
+        "b1",
+        "[bridge.envelope]\nevent_id = \"eventId\"\nevent_type = \"kind\"\naggregate_id = \"entity\"\n\
+         aggregate_type = \"\"\npayload = \"data\"\nowner = \"source\"\n",
+        "",
+    );
+    let _relay = Handoff::run(&relay);
+    let _bridge = Handoff::run(&bridge);
+    env.await_delivered(10).await;
+    chain.await_acknowledged().await;
+    assert!(env.poison().await.is_empty(), "{:?}", env.poison().await);
+    assert_eq!(env.inbox_count("PENDING").await, 10);
+    let row = env
+        .db
+        .query_one(
+            "SELECT event_type, aggregate_id, owner, payload->>'auditId' FROM consumer_inbox WHERE event_id = 'e-3'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: (String, String, String, String) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(got, ("user.changed".into(), "agg-3".into(), "relay".into(), "e-3".into()));
+    if let Some(bodies) = chain.bodies().await {
+        assert_eq!(bodies.len(), 10);
+        for (body, headers) in bodies {
+            assert!(body.contains("\"auditId\""), "the payload is the body: {body:?}");
+            assert!(!headers.iter().any(|h| h == "data"), "and not a header: {headers:?}");
+        }
     }
 }

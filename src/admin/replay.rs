@@ -47,7 +47,7 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
     let Some(relay) = state.config.relays.iter().find(|r| r.name == request.relay) else {
         return (StatusCode::BAD_REQUEST, json!({ "error": format!("no relay named `{}`", request.relay) }));
     };
-    let broker = relay.broker;
+    let (broker, payload_field) = (relay.broker, relay.payload_field().map(str::to_owned));
     state.replay_progress(
         &job,
         json!({ "job": job, "running": true, "appended": checkpoint.appended, "total": checkpoint.total }),
@@ -62,7 +62,9 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
                 replay::run(&state.config, &state.db, redis, &request, checkpoint, progress, stop).await
             }
             (Broker::Nats, _, Some(nats)) => {
-                replay::run(&state.config, &state.db, nats, &request, checkpoint, progress, stop).await
+                // The relay's message mapping: its payload field is the body.
+                let nats = nats.with_body_field(payload_field.as_deref());
+                replay::run(&state.config, &state.db, &nats, &request, checkpoint, progress, stop).await
             }
             _ => {
                 state.replay_progress(&job, json!({ "running": false, "error": "no client of the relay's broker" }));

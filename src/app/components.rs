@@ -114,7 +114,10 @@ async fn spawn_relay(
     match (relay.broker, stream, nats) {
         (Broker::Redis, Some(stream), _) => start_relay(config, relay, shared, store, stream, metrics)?,
         (Broker::Redis, None, _) => return Err(anyhow!("relay `{}`: no Redis client", relay.name)),
-        (Broker::Nats, _, Some(nats)) => start_relay(config, relay, shared, store, nats, metrics)?,
+        (Broker::Nats, _, Some(nats)) => {
+            let nats = nats.with_body_field(relay.payload_field());
+            start_relay(config, relay, shared, store, &nats, metrics)?
+        }
         (Broker::Nats, _, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
     }
     Ok(true)

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::selection::SelectionArgs;
 use crate::config::{Broker, Config};
 use crate::ops::replay::{self, OutboxTime, Progress, Request};
+use crate::stream::nats::NatsStream;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -108,10 +109,13 @@ pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
             Ok((stream, _)) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
             Err(e) => return fail(format!("redis: {e}")),
         },
-        (Broker::Nats, Some(nats)) => match crate::stream::nats::NatsStream::connect(nats, "payload").await {
-            Ok(stream) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
-            Err(e) => return fail(format!("nats: {e}")),
-        },
+        // The relay's message mapping: its payload field is the body.
+        (Broker::Nats, Some(nats)) => {
+            match NatsStream::connect(nats, relay.payload_field().unwrap_or_default()).await {
+                Ok(stream) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
+                Err(e) => return fail(format!("nats: {e}")),
+            }
+        }
         (Broker::Nats, None) => return fail("broker = \"nats\" without [nats]".into()),
     };
     match result {

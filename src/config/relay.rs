@@ -244,6 +244,16 @@ impl RelayConfig {
     pub fn owner(&self) -> &str {
         self.owner.as_deref().unwrap_or(&self.name)
     }
+
+    /// The entry field that carries the row's payload, which a broker with a message body (NATS)
+    /// sends as the body: `payload` in the built-in layout; with `[relay.envelope]`, the first
+    /// field whose template is the `payload` column alone; none when no field is.
+    pub fn payload_field(&self) -> Option<&str> {
+        if self.envelope.is_empty() {
+            return Some("payload");
+        }
+        self.envelope.iter().find(|(_, template)| template.trim() == "{payload}").map(|(name, _)| name.as_str())
+    }
 }
 
 impl SqlOverrides {
@@ -320,5 +330,22 @@ mod defaults {
     }
     pub fn entry_max_bytes() -> usize {
         1024 * 1024
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn relay(extra: &str) -> super::RelayConfig {
+        let toml = format!("[database]\nurl = \"postgres://x@localhost/db\"\n[[relay]]\nname = \"auth\"\n{extra}");
+        crate::config::load_str(&toml).unwrap().relays.remove(0)
+    }
+
+    #[test]
+    fn the_payload_field_is_payload_or_the_envelope_field_that_copies_the_column() {
+        assert_eq!(relay("").payload_field(), Some("payload"));
+        let renamed = relay("[relay.envelope]\nid = \"{event_id}\"\ndata = \"{payload}\"\n");
+        assert_eq!(renamed.payload_field(), Some("data"));
+        let wrapped = relay("[relay.envelope]\nid = \"{event_id}\"\ndata = \"v1:{payload}\"\n");
+        assert_eq!(wrapped.payload_field(), None, "a template that is more than the column is not the payload");
     }
 }

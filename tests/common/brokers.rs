@@ -251,6 +251,22 @@ impl Chain {
         }
     }
 
+    /// On NATS, the body of every message on `audit.user`, in order, with the names of its
+    /// headers; `None` on Redis (an entry has no body).
+    pub async fn bodies(&self) -> Option<Vec<(String, Vec<String>)>> {
+        let Broker::Nats(server) = &self.broker else { return None };
+        let messages = messages_on(&server.url(), "audit.user").await;
+        Some(
+            messages
+                .iter()
+                .map(|m| {
+                    let names = m.headers.iter().map(|(name, _)| name.to_string()).collect();
+                    (String::from_utf8_lossy(&m.payload).into_owned(), names)
+                })
+                .collect(),
+        )
+    }
+
     /// The event id of every entry of the stream for `value` (of the template's column), in
     /// order.
     pub async fn event_ids_in(&self, value: &str) -> Vec<String> {

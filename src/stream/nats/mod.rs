@@ -190,6 +190,12 @@ impl NatsStream {
         }))
     }
 
+    /// The same connection, sending `field` as the message body (a relay's payload field, which
+    /// `[relay.envelope]` may rename; `None`: every field a header, the body empty).
+    pub fn with_body_field(&self, field: Option<&str>) -> Self {
+        Self { body_field: Bytes::copy_from_slice(field.unwrap_or_default().as_bytes()), ..self.clone() }
+    }
+
     /// Waits up to the configured timeout for the background connection (one-shot commands
     /// `check` and `migrate` want an answer, not an outage to wait out).
     pub async fn connected(&self) -> bool {
