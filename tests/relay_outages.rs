@@ -1,8 +1,10 @@
 //! Outages are not the row's fault: no attempts burned, nothing DEAD, delivery resumes by itself.
-//! The scenario under `on_both_dialects!` runs on Postgres and on MariaDB.
+//! The scenario under `on_both_dialects!` runs on Postgres and on MariaDB; dropped broker
+//! connections on Redis and on NATS JetStream.
 
 use crate::common;
 
+use common::brokers::{Broker, Chain};
 use common::db_env::{DbEnv, Dialect};
 use common::process::Handoff;
 use common::redis_server::RedisServer;
@@ -59,20 +61,34 @@ async fn dropped_database_connections_are_replaced() {
     drop(relay);
 }
 
-#[tokio::test]
-async fn dropped_redis_connections_are_replaced_without_releasing_rows() {
-    let redis = RedisServer::start().await;
-    let env = TestEnv::with_redis(&redis.url()).await;
+/// Every connection the relay holds to the broker, its idle append connections among them, cut
+/// (as an idle timeout or a proxy would): the next batch must not count as an outage.
+async fn dropped_broker_connections_are_replaced_without_releasing_rows(chain: Chain) {
+    let env = &chain.env;
     env.insert_events("a", "user", 100).await;
-    let relay = Handoff::run(&env.config(""));
+    let relay = Handoff::run(&chain.relay_config("", ""));
     env.await_delivered(100).await;
 
-    // Every connection the relay holds, its idle append connections among them, cut by the
-    // server (as an idle timeout or a proxy would): the next batch must not count as an outage.
-    let killed = common::redis_server::redis_cli(redis.port, &["client", "kill", "type", "normal"]);
-    assert!(killed.trim().parse::<u32>().is_ok_and(|n| n > 0), "the relay's connections were cut: {killed}");
+    chain.cut_connections();
+    if matches!(chain.broker, Broker::Nats(_)) {
+        relay.await_log("nats connection lost").await;
+    }
     env.insert_events("b", "user", 100).await;
     env.await_delivered(200).await;
     assert!(!relay.logs().contains("stream unavailable"), "no batch was released: {}", relay.logs());
-    assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 200);
+    assert_eq!(chain.stream_event_ids().await.len(), 200);
+}
+
+mod dropped_broker_connections_are_replaced_without_releasing_rows {
+    use super::Chain;
+
+    #[tokio::test]
+    async fn redis() {
+        super::dropped_broker_connections_are_replaced_without_releasing_rows(Chain::redis().await).await
+    }
+
+    #[tokio::test]
+    async fn nats() {
+        super::dropped_broker_connections_are_replaced_without_releasing_rows(Chain::nats_via_proxy().await).await
+    }
 }

@@ -38,12 +38,14 @@ pub enum Broker {
 pub struct Chain {
     pub env: TestEnv,
     pub broker: Broker,
+    /// On NATS, a proxy handoff connects through, to cut its connections ([`Chain::nats_via_proxy`]).
+    proxy: Option<super::proxy::Proxy>,
 }
 
 impl Chain {
     pub async fn redis() -> Self {
         let server = RedisServer::start().await;
-        Self { env: TestEnv::with_redis(&server.url()).await, broker: Broker::Redis(server) }
+        Self { env: TestEnv::with_redis(&server.url()).await, broker: Broker::Redis(server), proxy: None }
     }
 
     /// Kills the broker's server (an outage).
@@ -66,16 +68,37 @@ impl Chain {
     pub async fn nats() -> Self {
         let server = NatsServer::start().await;
         server.create_audit_stream().await;
-        Self { env: TestEnv::new().await, broker: Broker::Nats(server) }
+        Self { env: TestEnv::new().await, broker: Broker::Nats(server), proxy: None }
+    }
+
+    /// On NATS, with handoff's connections going through a proxy the test can cut.
+    pub async fn nats_via_proxy() -> Self {
+        let mut chain = Self::nats().await;
+        let Broker::Nats(server) = &chain.broker else { unreachable!() };
+        chain.proxy = Some(super::proxy::Proxy::start(server.port).await);
+        chain
+    }
+
+    /// Cuts every connection handoff holds to the broker, as an idle timeout or a proxy would:
+    /// on Redis the server kills its normal clients (at least one), on NATS the proxy drops them.
+    pub fn cut_connections(&self) {
+        match (&self.broker, &self.proxy) {
+            (Broker::Redis(server), _) => {
+                let killed = super::redis_server::redis_cli(server.port, &["client", "kill", "type", "normal"]);
+                assert!(killed.trim().parse::<u32>().is_ok_and(|n| n > 0), "connections were cut: {killed}");
+            }
+            (Broker::Nats(_), Some(proxy)) => proxy.cut(),
+            (Broker::Nats(_), None) => panic!("cut_connections on NATS needs Chain::nats_via_proxy"),
+        }
     }
 
     fn nats_section(&self) -> String {
-        match &self.broker {
-            Broker::Redis(_) => String::new(),
-            Broker::Nats(server) => {
-                format!("\n[nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n", server.url())
-            }
-        }
+        let url = match (&self.broker, &self.proxy) {
+            (Broker::Redis(_), _) => return String::new(),
+            (Broker::Nats(_), Some(proxy)) => format!("nats://127.0.0.1:{}", proxy.port),
+            (Broker::Nats(server), None) => server.url(),
+        };
+        format!("\n[nats]\nurl = \"{url}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n")
     }
 
     /// Where the events of aggregate type `user` go: the Redis stream key or the NATS subject

@@ -124,8 +124,15 @@ impl NatsStream {
             .event_callback(move |event| {
                 let notify = notify.clone();
                 async move {
-                    if matches!(event, async_nats::Event::Connected) {
-                        notify.notify_waiters();
+                    // Said once per change (the client retries quietly in between), never with
+                    // the server's address credentials: async-nats's events carry none.
+                    match event {
+                        async_nats::Event::Connected => {
+                            tracing::info!("nats connected");
+                            notify.notify_waiters();
+                        }
+                        async_nats::Event::Disconnected => tracing::warn!("nats connection lost; reconnecting"),
+                        _ => {}
                     }
                 }
             })
