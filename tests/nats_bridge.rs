@@ -1,14 +1,15 @@
 //! NATS JetStream behind the broker seams, what only NATS has (the scenarios both brokers share
 //! are in `both_brokers.rs`): `check` on a bridge's subjects and what the configuration refuses
 //! on NATS; the server killed and restarted with its store mid-chain; a replay within the
-//! stream's duplicate window; a three-server cluster whose R3 stream leader is killed mid-run.
-//! Nothing lost, one inbox row per event.
+//! stream's duplicate window; a three-server cluster whose R3 stream leader is killed mid-run;
+//! the whole chain on MariaDB as on Postgres. Nothing lost, one inbox row per event.
 
 use crate::common;
 
 use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
+use common::db_env::{DbEnv, Dialect};
 use common::nats_cluster::NatsCluster;
 use common::nats_server::NatsServer;
 use common::process::Handoff;
@@ -301,3 +302,27 @@ async fn on_a_three_server_cluster_the_r3_stream_leader_killed_mid_run_loses_not
     let new_leader = stream_leader(&cluster.live_url()).await;
     assert!(new_leader.is_some_and(|l| l != leader), "another server leads the stream");
 }
+
+/// The chain through JetStream on either dialect: outbox → NATS → inbox → `audit_logs` (on
+/// MariaDB the worker applies; apply at take-over is Postgres's), each event applied once.
+async fn the_chain_through_jetstream_applies_each_event_once(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    let server = NatsServer::start().await;
+    server.create_audit_stream().await;
+    env.insert_events("c", "user", 50).await;
+    let relay = env.config("broker = \"nats\"\nstream = \"audit.{aggregate_type}\"\nbatch_size = 20\n");
+    let config = format!(
+        "{relay}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\nbroker = \"nats\"\n\
+         streams = [{{ key = \"audit.user\", owner = \"relay\" }}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{}\n\
+         [nats]\nurl = \"{}\"\nstream = \"AUDIT\"\ntimeout = \"2s\"\n",
+        env.worker_section(""),
+        server.url()
+    );
+    let _handoff = Handoff::run(&config);
+    env.await_delivered(50).await;
+    eventually("every event applied", || async { (env.inbox_count("PROCESSED").await == 50).then_some(()) }).await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 50);
+    assert_eq!(env.scalar("SELECT COUNT(DISTINCT stream_entry_id) FROM consumer_inbox").await, 50);
+}
+
+crate::on_both_dialects!(the_chain_through_jetstream_applies_each_event_once);
