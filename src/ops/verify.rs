@@ -51,26 +51,19 @@ pub async fn run(
         return Err(VerifyError::NoMatch);
     }
     let db = Database::connect(&config.database, "handoff-verify")?;
-    let (mut redis, mut nats) = (None, None);
+    // Every broker the relays use, before any row is looked at: one that fails part-way would
+    // end the command with repairs already made and not reported.
+    let uses = |broker| relays.iter().any(|r| r.broker == broker);
+    let redis = if uses(Broker::Redis) { Some(RedisStream::connect(&config.redis).await?.0) } else { None };
+    let nats = if uses(Broker::Nats) { Some(connect_nats(config).await?) } else { None };
     let mut reports = Vec::new();
     for relay in relays {
         let store = Outbox::prepare(&db, relay).await?;
         let page = relay.broker_loss.page_rows;
-        let found = match relay.broker {
-            Broker::Redis => {
-                if redis.is_none() {
-                    redis = Some(RedisStream::connect(&config.redis).await?.0);
-                }
-                let stream = redis.as_ref().expect("connected above");
-                loss::verify(&store, stream, since, repair, page).await?
-            }
-            Broker::Nats => {
-                if nats.is_none() {
-                    nats = Some(connect_nats(config).await?);
-                }
-                let stream = nats.as_ref().expect("connected above");
-                loss::verify(&store, stream, since, repair, page).await?
-            }
+        let found = match (relay.broker, &redis, &nats) {
+            (Broker::Redis, Some(stream), _) => loss::verify(&store, stream, since, repair, page).await?,
+            (Broker::Nats, _, Some(stream)) => loss::verify(&store, stream, since, repair, page).await?,
+            _ => unreachable!("connected above to every broker a relay uses"),
         };
         let note = found.is_none().then(|| {
             "delivered rows are not kept (settle = \"delete\", or no sql.delivered_since for this table)".to_owned()
