@@ -322,9 +322,6 @@ fn subject_problem(subject: &str) -> Option<String> {
     })
 }
 
-/// What a failed publish means for its entry: the server refused this message (too large) or
-/// could not be asked (no stream for the subject, a timeout, a broken connection): not the
-/// entry's fault.
 /// A failed publish: the entry's own fault when it is too large for the server (`max_payload`)
 /// or for the stream (`max_msg_size`, or headers over the stream's limit) — no retry can store
 /// it, so the row is not held as if the broker were down; anything else is an outage.
@@ -340,9 +337,7 @@ fn failed(error: &PublishError) -> AppendOutcome {
         });
     match error.kind() {
         PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(error.to_string()),
-        PublishErrorKind::Other if too_large_for_stream => {
-            AppendOutcome::Rejected(format!("{error}: {}", std::error::Error::source(error).expect("checked above")))
-        }
+        PublishErrorKind::Other if too_large_for_stream => AppendOutcome::Rejected(error.to_string()),
         _ => AppendOutcome::Unavailable(error.to_string()),
     }
 }

@@ -95,7 +95,7 @@ pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (
     }
     if let Some(max) = settings.max_message_bytes.filter(|&max| max < relay.entry_max_bytes) {
         problems.push(format!(
-            "relay `{name}`.entry_max_bytes: {} is over JetStream stream {stream}'s max_msg_size {max}: a row whose message falls between would be refused by the stream and turn DEAD; set entry_max_bytes to at most {max} (headers included)",
+            "relay `{name}`.entry_max_bytes: {} is over JetStream stream {stream}'s max_msg_size {max}: a row whose message falls between would be refused by the stream and turn DEAD; set entry_max_bytes below {max}, leaving room for the message's header framing",
             relay.entry_max_bytes
         ));
     }
