@@ -9,6 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use async_nats::jetstream::stream::Config;
+use common::brokers::Chain;
 use common::db_env::{DbEnv, Dialect};
 use common::nats_cluster::NatsCluster;
 use common::nats_server::NatsServer;
@@ -326,3 +327,31 @@ async fn the_chain_through_jetstream_applies_each_event_once(dialect: Dialect) {
 }
 
 crate::on_both_dialects!(the_chain_through_jetstream_applies_each_event_once);
+
+/// `poison retry` on NATS publishes a re-drive under an id of its own: run again after its count
+/// was lost (the command died between publish and count), the same re-drive is neither published
+/// nor counted twice; the next retry is a new re-drive.
+#[tokio::test]
+async fn poison_retry_publishes_each_re_drive_once_and_counts_it_once() {
+    let chain = Chain::nats().await;
+    let env = &chain.env;
+    chain.publish("p", 3, &[2]).await;
+    let config = chain.bridge_config("b1", "", "");
+    let bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    eventually("the malformed entry poisoned", || async { (env.poison().await.len() == 1).then_some(()) }).await;
+    drop(bridge);
+    let redrives = || env.scalar_i64("SELECT max(redrives)::int8 FROM consumer_inbox_poison");
+    let retry = || common::process::run_to_end(&config, &["poison", "retry", "--bridge", "bridge"]);
+
+    let (ok, out) = retry();
+    assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
+    assert_eq!((chain.stream_event_ids().await.len(), redrives().await), (4, 1));
+    env.db.execute("UPDATE consumer_inbox_poison SET redrives = 0", &[]).await.unwrap();
+    let (ok, out) = retry();
+    assert!(ok, "{out}");
+    assert_eq!((chain.stream_event_ids().await.len(), redrives().await), (4, 1), "published once, counted once");
+    let (ok, out) = retry();
+    assert!(ok, "{out}");
+    assert_eq!((chain.stream_event_ids().await.len(), redrives().await), (5, 2), "a later retry is a new re-drive");
+}

@@ -72,6 +72,8 @@ pub enum ReappendError {
     Refused(String),
     #[error("the broker did not answer")]
     NoAnswer,
+    #[error("the broker is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Why a record's fields cannot make an entry again.
@@ -118,21 +120,37 @@ pub async fn retry(
     filter: &Filter,
     dry_run: bool,
 ) -> Result<Vec<PoisonRow>, PoisonError> {
-    let mut redis = None;
+    let bridges = bridges(config, filter)?;
+    // Every broker connection before any record is touched: a connection that fails part-way
+    // would end the command with re-drives already made and not reported.
+    let mut brokers = Vec::new();
+    if !dry_run {
+        let mut redis = None;
+        for bridge in &bridges {
+            brokers.push(Reappender::for_bridge(config, bridge, &mut redis).await?);
+        }
+    }
     let mut done = Vec::new();
-    for bridge in bridges(config, filter)? {
-        let broker = if dry_run { None } else { Some(Reappender::for_bridge(config, bridge, &mut redis).await?) };
+    for (i, bridge) in bridges.iter().enumerate() {
         for record in records(db, bridge, filter).await? {
             let mut row = PoisonRow { bridge: bridge.name.clone(), record, appended: None };
-            if let Some(broker) = &broker {
-                let appended = match broker.append(bridge, &row.record).await {
-                    Ok(id) => Reappended::Entry(id),
-                    Err(e) => Reappended::Failed(e.to_string()),
+            if let Some(broker) = brokers.get(i) {
+                let (appended, counted) = match broker.append(bridge, &row.record).await {
+                    Ok(Reappend::Appended(id)) => {
+                        let counted = takeover::mark_redriven(db, &bridge.poison_table, row.record.id, None).await;
+                        (Reappended::Entry(id), counted)
+                    }
+                    // On NATS: this re-drive's message id was published before (a retry whose
+                    // count failed, or one running at the same time). Counted once: only if the
+                    // count is still the one this re-drive's id was made from.
+                    Ok(Reappend::AlreadyThere(id)) => {
+                        let expected = Some(row.record.redrives);
+                        let counted = takeover::mark_redriven(db, &bridge.poison_table, row.record.id, expected).await;
+                        (Reappended::Entry(id), counted)
+                    }
+                    Err(e) => (Reappended::Failed(e.to_string()), Ok(false)),
                 };
-                if matches!(appended, Reappended::Entry(_)) {
-                    takeover::mark_redriven(db, &bridge.poison_table, row.record.id)
-                        .await
-                        .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })?;
+                if counted.map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })? {
                     row.record.redrives += 1;
                 }
                 row.appended = Some(appended);
@@ -143,6 +161,15 @@ pub async fn retry(
     Ok(done)
 }
 
+/// What the broker did with a record's entry.
+enum Reappend {
+    /// Appended as this entry id.
+    Appended(String),
+    /// Already there as this entry id (NATS: the re-drive's message id within the stream's
+    /// duplicate window).
+    AlreadyThere(String),
+}
+
 /// The broker a bridge reads from, to append its records' entries to.
 enum Reappender {
     Redis(RedisStream),
@@ -151,20 +178,23 @@ enum Reappender {
 
 impl Reappender {
     /// One Redis connection serves every bridge on Redis; a NATS client is the bridge's own
-    /// (its message mapping names the body's field).
+    /// (its message mapping names the body's field), once it answers.
     async fn for_bridge(
         config: &Config,
         bridge: &BridgeConfig,
         redis: &mut Option<RedisStream>,
     ) -> Result<Self, PoisonError> {
+        let nats_error = |error: String| PoisonError::Nats { bridge: bridge.name.clone(), error };
         match (bridge.broker, &config.nats) {
-            (Broker::Nats, Some(nats)) => NatsStream::connect(nats, &bridge.envelope.payload)
-                .await
-                .map(|stream| Reappender::Nats(Box::new(stream)))
-                .map_err(|e| PoisonError::Nats { bridge: bridge.name.clone(), error: e.to_string() }),
-            (Broker::Nats, None) => {
-                Err(PoisonError::Nats { bridge: bridge.name.clone(), error: "no [nats] section".into() })
+            (Broker::Nats, Some(nats)) => {
+                let stream =
+                    NatsStream::connect(nats, &bridge.envelope.payload).await.map_err(|e| nats_error(e.to_string()))?;
+                if !stream.connected().await {
+                    return Err(nats_error(format!("{} does not answer within {:?}", nats.url, nats.timeout)));
+                }
+                Ok(Reappender::Nats(Box::new(stream)))
             }
+            (Broker::Nats, None) => Err(nats_error("no [nats] section".into())),
             (Broker::Redis, _) => {
                 if redis.is_none() {
                     let (stream, _) =
@@ -176,8 +206,8 @@ impl Reappender {
         }
     }
 
-    /// Appends the record's entry: its new entry id (on NATS, the stream sequence).
-    async fn append(&self, bridge: &BridgeConfig, record: &StoredPoison) -> Result<String, ReappendError> {
+    /// Appends the record's entry.
+    async fn append(&self, bridge: &BridgeConfig, record: &StoredPoison) -> Result<Reappend, ReappendError> {
         let fields = entry_fields(&record.fields)?;
         if fields.is_empty() {
             return Err(ReappendError::Deleted);
@@ -186,7 +216,7 @@ impl Reappender {
         match self {
             Reappender::Redis(stream) => {
                 match tokio::time::timeout(WAIT, stream.reappend(&record.stream, fields)).await {
-                    Ok(Ok(id)) => Ok(id),
+                    Ok(Ok(id)) => Ok(Reappend::Appended(id)),
                     Ok(Err(e)) => Err(ReappendError::Refused(e.details().to_owned())),
                     Err(_) => Err(ReappendError::NoAnswer),
                 }
@@ -195,8 +225,9 @@ impl Reappender {
                 let entry = Entry {
                     stream: record.stream.clone(),
                     fields: fields.into_iter().map(|(name, value)| (Bytes::from(name), Bytes::from(value))).collect(),
-                    // The message id: one per record and re-drive, so a retry whose bookkeeping
-                    // failed publishes nothing twice, and the next re-drive is not a duplicate.
+                    // The message id: one per record and re-drive, so the same re-drive is
+                    // published once (within the stream's duplicate window) and the next one is
+                    // not taken for a duplicate.
                     event_id: format!("poison-retry:{}:{}:{}", bridge.consumer, record.id, record.redrives + 1),
                     run: None,
                     trace: None,
@@ -207,10 +238,10 @@ impl Reappender {
                     return Err(ReappendError::NoAnswer);
                 };
                 match outcomes.into_iter().next() {
-                    Some(AppendOutcome::Appended(id) | AppendOutcome::Duplicate(id)) => Ok(id),
-                    Some(AppendOutcome::Rejected(why) | AppendOutcome::Unavailable(why)) => {
-                        Err(ReappendError::Refused(why))
-                    }
+                    Some(AppendOutcome::Appended(id)) => Ok(Reappend::Appended(id)),
+                    Some(AppendOutcome::Duplicate(id)) => Ok(Reappend::AlreadyThere(id)),
+                    Some(AppendOutcome::Rejected(why)) => Err(ReappendError::Refused(why)),
+                    Some(AppendOutcome::Unavailable(why)) => Err(ReappendError::Unavailable(why)),
                     other => Err(ReappendError::Refused(format!("{other:?}"))),
                 }
             }

@@ -102,10 +102,12 @@ pub async fn poison_records(
     }
 }
 
-/// Counts a re-drive of record `id` of the poison table `table`.
-pub async fn mark_redriven(db: &Database, table: &str, id: i64) -> StoreResult<()> {
+/// Counts a re-drive of record `id` of the poison table `table`; with `expected`, only while
+/// the count is still that (a re-drive counted by another run is not counted twice). Whether it
+/// counted.
+pub async fn mark_redriven(db: &Database, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
     match db {
-        Database::Postgres(pool) => postgres_records::mark_redriven(pool, table, id).await,
-        Database::Mysql(pool) => mysql::mark_redriven(pool, table, id).await,
+        Database::Postgres(pool) => postgres_records::mark_redriven(pool, table, id, expected).await,
+        Database::Mysql(pool) => mysql::mark_redriven(pool, table, id, expected).await,
     }
 }

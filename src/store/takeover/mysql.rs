@@ -305,9 +305,12 @@ pub async fn poison_records(
 }
 
 /// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64) -> StoreResult<()> {
+pub async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
     let label = "count a poison re-drive";
-    let sql = format!("UPDATE {table} SET redrives = redrives + 1, redriven_at = NOW(3) WHERE id = ?");
+    let sql = format!(
+        "UPDATE {table} SET redrives = redrives + 1, redriven_at = NOW(3) WHERE id = ? AND (? IS NULL OR redrives = ?)"
+    );
     let mut conn = pool.get_conn().await.map_err(|e| error(label, e))?;
-    conn.exec_drop(sql, (id,)).await.map_err(|e| error(label, e))
+    conn.exec_drop(sql, (id, expected, expected)).await.map_err(|e| error(label, e))?;
+    Ok(conn.affected_rows() == 1)
 }

@@ -45,10 +45,11 @@ pub async fn poison_records(
 }
 
 /// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64) -> StoreResult<()> {
+pub async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
     let label = "count a poison re-drive";
-    let sql = format!("UPDATE {table} SET redrives = redrives + 1, redriven_at = now() WHERE id = $1");
+    let sql = format!(
+        "UPDATE {table} SET redrives = redrives + 1, redriven_at = now() WHERE id = $1 AND ($2::int IS NULL OR redrives = $2)"
+    );
     let client = pool.get().await.map_err(|e| pool_error(label, e))?;
-    client.execute(&sql, &[&id]).await.map_err(|e| query_error(label, e))?;
-    Ok(())
+    Ok(client.execute(&sql, &[&id, &expected]).await.map_err(|e| query_error(label, e))? == 1)
 }
