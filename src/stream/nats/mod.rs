@@ -1,6 +1,7 @@
 //! NATS JetStream behind the broker seams: the owner side here (`[[relay]] broker = "nats"`),
-//! the consumer side in `group` (`[[bridge]] broker = "nats"`). An entry is a message on the subject the relay's template gives (the
-//! seam's "stream"), its payload field the body and its other fields headers; published with
+//! the consumer side in `group` (`[[bridge]] broker = "nats"`). An entry is a message on the
+//! subject the relay's template gives (the seam's "stream"), its payload field the body and its
+//! other fields headers (`message`: the mapping and what a PubAck means); published with
 //! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
 //! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
 //! batch's publishes are all sent before any acknowledgement is awaited (many in flight, never a
@@ -9,14 +10,14 @@
 //! run lands in order or its tail comes back for the next batch.
 
 pub mod group;
+mod message;
 pub mod settings;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
-use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::header::NATS_MESSAGE_ID;
+use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -90,21 +91,6 @@ async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, Nats
     Ok(options)
 }
 
-/// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
-#[derive(Debug, thiserror::Error)]
-enum Unsendable {
-    #[error("a field name is not UTF-8")]
-    FieldName,
-    #[error("field {0} is not UTF-8")]
-    NotText(String),
-    #[error("field {0} cannot be a NATS header name: {1}")]
-    HeaderName(String, String),
-    #[error("field {0} cannot be a NATS header value: {1}")]
-    HeaderValue(String, String),
-    #[error("the event id cannot be a NATS header value: {0}")]
-    EventId(String),
-}
-
 impl NatsStream {
     /// Connects to `config`'s server (in the background: an unreachable server is waited out);
     /// `body_field` is the entry field carried as the message body.
@@ -151,34 +137,12 @@ impl NatsStream {
         })
     }
 
-    /// The message for `entry`: its body and headers, or why its fields cannot travel as NATS
-    /// headers (the entry's own data: it is rejected, its neighbours go on).
-    fn message(&self, entry: &Entry) -> Result<(HeaderMap, Bytes), Unsendable> {
-        let mut headers = HeaderMap::new();
-        let mut body = Bytes::new();
-        for (name, value) in &entry.fields {
-            if *name == self.body_field {
-                body = value.clone();
-                continue;
-            }
-            let name = std::str::from_utf8(name).map_err(|_| Unsendable::FieldName)?;
-            let value = std::str::from_utf8(value).map_err(|_| Unsendable::NotText(name.to_owned()))?;
-            let header =
-                HeaderName::from_str(name).map_err(|e| Unsendable::HeaderName(name.to_owned(), e.to_string()))?;
-            let value =
-                HeaderValue::from_str(value).map_err(|e| Unsendable::HeaderValue(name.to_owned(), e.to_string()))?;
-            headers.insert(header, value);
-        }
-        let id = HeaderValue::from_str(&entry.event_id).map_err(|e| Unsendable::EventId(e.to_string()))?;
-        headers.insert(NATS_MESSAGE_ID, id);
-        Ok((headers, body))
-    }
-
     /// Sends `entry`'s message: the PubAck to await, or the entry's outcome already.
     async fn send(&self, entry: &Entry) -> Result<PublishAckFuture, AppendOutcome> {
-        subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
-        let (headers, body) = self.message(entry).map_err(|e| AppendOutcome::Rejected(e.to_string()))?;
-        self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| failed(&e))
+        message::subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
+        let (headers, body) =
+            message::message(&self.body_field, entry).map_err(|e| AppendOutcome::Rejected(e.to_string()))?;
+        self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| message::failed(&e))
     }
 
     /// The settings of the JetStream stream, `None` if it does not exist.
@@ -309,47 +273,6 @@ impl NatsStream {
     }
 }
 
-/// Why `subject` (rendered from a row's values) cannot be published to: a row must not reach
-/// subjects it was not meant for through a wildcard, nor break the protocol with whitespace.
-fn subject_problem(subject: &str) -> Option<String> {
-    let bad_token = subject.split('.').any(|t| t.is_empty() || t == "*" || t == ">");
-    let bad_char = subject.chars().any(|c| c.is_whitespace() || c.is_control());
-    (bad_token || bad_char).then(|| {
-        format!(
-            "subject `{}` is not a NATS subject (empty tokens, wildcards and whitespace are refused)",
-            subject.escape_debug()
-        )
-    })
-}
-
-/// A failed publish: the entry's own fault when it is too large for the server (`max_payload`)
-/// or for the stream (`max_msg_size`, or headers over the stream's limit) — no retry can store
-/// it, so the row is not held as if the broker were down; anything else is an outage.
-fn failed(error: &PublishError) -> AppendOutcome {
-    use async_nats::jetstream::ErrorCode;
-    let too_large_for_stream = std::error::Error::source(error)
-        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
-        .is_some_and(|e| {
-            matches!(
-                e.error_code(),
-                ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM | ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
-            )
-        });
-    match error.kind() {
-        PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(error.to_string()),
-        PublishErrorKind::Other if too_large_for_stream => AppendOutcome::Rejected(error.to_string()),
-        _ => AppendOutcome::Unavailable(error.to_string()),
-    }
-}
-
-fn acknowledged(ack: Result<async_nats::jetstream::publish::PublishAck, PublishError>) -> AppendOutcome {
-    match ack {
-        Ok(ack) if ack.duplicate => AppendOutcome::Duplicate(ack.sequence.to_string()),
-        Ok(ack) => AppendOutcome::Appended(ack.sequence.to_string()),
-        Err(e) => failed(&e),
-    }
-}
-
 impl EventStream for NatsStream {
     async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
         let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
@@ -363,7 +286,7 @@ impl EventStream for NatsStream {
         }
         let acks = futures_util::future::join_all(pending.into_iter().map(|(i, ack)| async move { (i, ack.await) }));
         for (i, ack) in acks.await {
-            outcomes[i] = Some(acknowledged(ack));
+            outcomes[i] = Some(message::acknowledged(ack));
         }
         // Ordered runs: each message after the previous one's PubAck; the first failure skips
         // the rest of its run.
@@ -375,7 +298,7 @@ impl EventStream for NatsStream {
                 continue;
             }
             let outcome = match self.send(entry).await {
-                Ok(ack) => acknowledged(ack.await),
+                Ok(ack) => message::acknowledged(ack.await),
                 Err(outcome) => outcome,
             };
             if !matches!(outcome, AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_)) {
