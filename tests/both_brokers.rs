@@ -6,25 +6,30 @@
 //! bridge instances sharing a group through a kill, an inbox outage through restarts that
 //! acknowledges nothing and counts no delivery; and per-key order: a row committed late is not
 //! overtaken, a DEAD event is parked (`on_failure = "park"`) or holds its key (`"hold"`); and a
-//! broker outage that burns no attempt. Each runs on a broker server of its own.
+//! broker outage that burns no attempt. Each runs on a broker server of its own. The consumer
+//! side's scenarios run in both of the bridge's modes as well (`taken_in::…`: rows left PENDING
+//! for a worker; `applied::…`: the handler applied at take-over, one effect per event).
 
 use crate::common;
 
-use common::brokers::{Chain, on_both_brokers};
+use common::brokers::{Chain, in_both_modes_on_both_brokers, on_both_brokers};
 use common::http::{get, sample};
 use common::process::Handoff;
 use common::proxy::Proxy;
 use common::{TestEnv, eventually};
 use tokio_postgres::NoTls;
 
-on_both_brokers!(
+in_both_modes_on_both_brokers!(
     the_chain_applies_each_event_once,
-    a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
     a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_again,
     a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on,
     a_poison_entry_is_also_written_to_the_dead_letter_stream,
     two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
     through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
+);
+
+on_both_brokers!(
+    a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
     a_row_committed_later_with_a_lower_id_is_not_overtaken,
     park_sets_a_dead_event_aside_and_lets_the_next_ones_go,
     hold_keeps_a_key_behind_its_dead_event,
@@ -39,23 +44,27 @@ fn series(chain: &Chain, name: &str) -> String {
 async fn the_chain_applies_each_event_once(chain: Chain) {
     let env = &chain.env;
     env.insert_events("c", "user", 60).await;
+    // Applied at take-over by default (the one worker of this inbox, a SQL handler); taken in
+    // only, the worker applies every event.
     let consumer = format!(
-        "\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\n{}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\n{}",
+        "\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\n{}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\n{}{}",
         if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "broker = \"nats\"\n" } else { "" },
         chain.user_stream(),
+        if chain.applying { "" } else { "apply = \"off\"\n" },
         TestEnv::worker_section("")
     );
     let handoff = Handoff::run(&chain.relay_config("batch_size = 25", &consumer));
     env.await_delivered(60).await;
     chain.await_acknowledged().await;
+    // The worker applies after the bridge has acknowledged; at take-over, before.
+    eventually("every event applied", || async { (env.inbox_count("PROCESSED").await == 60).then_some(()) }).await;
     assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_logs").await, 60);
-    assert_eq!(env.inbox_count("PROCESSED").await, 60);
     let rows = format!("SELECT count(*) FROM consumer_inbox WHERE stream = '{}'", chain.user_stream());
     assert_eq!(env.scalar_i64(&rows).await, 60, "each row names the stream it came from");
     let address = handoff.telemetry_address().await;
     let metrics = get(&address, "/metrics").1;
-    // Applied at take-over by default (the one worker of this inbox, a SQL handler).
-    assert_eq!(sample(&metrics, &series(&chain, "handoff_bridge_applied_total")), Some(60.0), "{metrics}");
+    let applied = sample(&metrics, &series(&chain, "handoff_bridge_applied_total")).unwrap_or(0.0);
+    assert_eq!(applied, if chain.applying { 60.0 } else { 0.0 }, "{metrics}");
     let broker = match chain.broker {
         common::brokers::Broker::Redis(_) => "redis",
         common::brokers::Broker::Nats(_) => "nats",
@@ -109,13 +118,13 @@ async fn a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_
     let mut crashed = Handoff::run_paused(&config, "bridge_before_ack");
     crashed.await_paused().await;
     crashed.kill();
-    let committed = env.inbox_count("PENDING").await;
+    let committed = chain.taken_in().await;
     assert!(committed >= 1, "a batch committed");
     assert!(chain.unacknowledged().await.is_some_and(|n| n as i64 >= committed), "and was not acknowledged");
 
     let restarted = Handoff::run(&config);
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 30, "one row per event");
+    chain.assert_taken_in_once(30).await;
     let address = restarted.telemetry_address().await;
     let metrics = eventually("the entries delivered again counted as duplicates", || async {
         let body = get(&address, "/metrics").1;
@@ -133,7 +142,7 @@ async fn a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_
     chain.publish("m", 10, &[4]).await;
     let _handoff = Handoff::run(&chain.bridge_config("b1", "", ""));
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 9);
+    chain.assert_taken_in_once(9).await;
     let poison = env.poison().await;
     assert_eq!(poison.len(), 1, "{poison:?}");
     assert_eq!(poison[0].0, "missing_field");
@@ -148,7 +157,7 @@ async fn a_poison_entry_is_also_written_to_the_dead_letter_stream(chain: Chain) 
     let extra = format!("dead_letter_stream = \"{}\"", chain.dead_letter_key());
     let _handoff = Handoff::run(&chain.bridge_config("b1", &extra, ""));
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 4);
+    chain.assert_taken_in_once(4).await;
     assert_eq!(env.poison().await.len(), 2);
     // Written before the entries were acknowledged: there once they are.
     let dead = chain.dead_letters().await;
@@ -168,7 +177,7 @@ async fn two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entri
     victim.kill();
     let _survivor = Handoff::run(&chain.bridge_config("b2", "", ""));
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 40, "one row per event");
+    chain.assert_taken_in_once(40).await;
     assert!(env.poison().await.is_empty());
 }
 
@@ -216,7 +225,7 @@ async fn through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_del
     proxy.switch(database_port());
     let _handoff = Handoff::run(&config);
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 1);
+    chain.assert_taken_in_once(1).await;
     assert!(
         env.poison().await.is_empty(),
         "deliveries during the outage count against nothing: {:?}",

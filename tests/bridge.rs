@@ -1,19 +1,20 @@
 //! The inbox bridge: takeover before acknowledgement, the poison path, crashes and recovery.
-//! The scenarios that hold on either broker run on both (`redis::…`, `nats::…`; with the
-//! chain's own in `both_brokers.rs`); the full validation corpus (raw bytes that NATS headers
+//! The scenarios that hold on either broker run on both, in both of the bridge's modes
+//! (`taken_in::redis::…`, `applied::nats::…`: rows left for a worker, or the handler applied at
+//! take-over; with the chain's own in `both_brokers.rs`); the full validation corpus (raw bytes that NATS headers
 //! cannot carry), a replay with other content (JetStream drops a repeated message id within its
 //! duplicate window) and Redis's consumer-group mechanics (a restarted instance's own pending
 //! entries read first, deliveries counted by XCLAIM, idle consumers) run on Redis.
 
 use crate::common;
 
-use common::brokers::{Chain, TRACEPARENT, on_both_brokers};
+use common::brokers::{Chain, TRACEPARENT, in_both_modes_on_both_brokers};
 use common::http::{get, sample};
 use common::process::Handoff;
 use common::{TestEnv, eventually};
 use fred::prelude::*;
 
-on_both_brokers!(
+in_both_modes_on_both_brokers!(
     valid_entries_are_taken_over_then_acknowledged,
     a_crash_before_the_insert_commits_redelivers_and_takes_over_once,
     a_group_deleted_at_runtime_is_recreated,
@@ -40,6 +41,14 @@ async fn await_inbox(env: &TestEnv, n: i64) {
     eventually(&format!("{n} inbox rows"), || async { (env.inbox_count("PENDING").await == n).then_some(()) }).await;
 }
 
+/// `n` events taken in, in the state the chain's mode leaves them in.
+async fn await_taken_in(chain: &Chain, n: i64) {
+    eventually(&format!("{n} inbox rows {}", chain.taken_in_state()), || async {
+        (chain.taken_in().await == n).then_some(())
+    })
+    .await;
+}
+
 async fn await_acknowledged(env: &TestEnv, stream: &str) {
     eventually("every entry acknowledged", || async { env.group_caught_up(stream).await.then_some(()) }).await;
 }
@@ -48,8 +57,9 @@ async fn valid_entries_are_taken_over_then_acknowledged(chain: Chain) {
     let env = &chain.env;
     chain.publish("v", 20, &[]).await;
     let _bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
-    await_inbox(env, 20).await;
+    await_taken_in(&chain, 20).await;
     chain.await_acknowledged().await;
+    chain.assert_taken_in_once(20).await;
     let row = env
         .db
         .query_one("SELECT event_type, owner, payload->>'auditId', headers->>'traceparent', stream FROM consumer_inbox WHERE event_id = 'v-1'", &[])
@@ -63,19 +73,18 @@ async fn valid_entries_are_taken_over_then_acknowledged(chain: Chain) {
 }
 
 async fn a_crash_before_the_insert_commits_redelivers_and_takes_over_once(chain: Chain) {
-    let env = &chain.env;
     chain.publish("c", 30, &[]).await;
     let config = chain.bridge_config("b1", "", "");
     let mut crashed = Handoff::run_paused(&config, "bridge_before_commit");
     crashed.await_paused().await;
     crashed.kill();
-    assert_eq!(env.inbox_count("PENDING").await, 0, "nothing committed");
+    assert_eq!(chain.taken_in().await, 0, "nothing committed");
     // A bridge reads a few entries at first (one, then two, …): what it read is pending.
     assert!(chain.unacknowledged().await.is_some_and(|n| n >= 1), "nothing acknowledged");
 
     // The same instance restarts (a pod keeps its name) and reads its own pending entries.
     let _restarted = Handoff::run(&config);
-    await_inbox(env, 30).await;
+    await_taken_in(&chain, 30).await;
     chain.await_acknowledged().await;
 }
 
@@ -163,13 +172,12 @@ async fn a_replay_with_other_content_is_recorded_as_a_conflict() {
 }
 
 async fn a_group_deleted_at_runtime_is_recreated(chain: Chain) {
-    let env = &chain.env;
     chain.publish("g", 10, &[]).await;
     let _bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
-    await_inbox(env, 10).await;
+    await_taken_in(&chain, 10).await;
     chain.delete_group().await;
     chain.publish("h", 10, &[]).await;
-    await_inbox(env, 20).await;
+    await_taken_in(&chain, 20).await;
     chain.await_acknowledged().await;
 }
 
@@ -193,7 +201,7 @@ async fn an_entry_that_kills_the_bridge_every_time_goes_to_poison_at_the_limit(c
     eventually("the entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
     assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("killer-1".to_owned()))]);
     chain.await_acknowledged().await;
-    assert_eq!(env.inbox_count("PENDING").await, 0);
+    assert_eq!(chain.taken_in().await, 0);
     assert_eq!(counts().await, 0, "counts of entries with a verdict are forgotten");
 }
 
@@ -296,20 +304,19 @@ async fn idle_consumers_left_by_dead_instances_are_deleted() {
 }
 
 async fn sigterm_takes_over_every_entry_already_read_before_exiting(chain: Chain) {
-    let env = &chain.env;
     chain.publish("t", 3000, &[]).await;
     let config = chain.bridge_config("b1", "batch_size = 50", "");
     let mut bridge = Handoff::run(&config);
-    eventually("the bridge under way", || async { (env.inbox_count("PENDING").await >= 100).then_some(()) }).await;
+    eventually("the bridge under way", || async { (chain.taken_in().await >= 100).then_some(()) }).await;
     bridge.signal("TERM");
     assert!(bridge.await_exit().await.success());
     // The bridge reads the next batch while it takes one over; whatever it read is taken over
     // and acknowledged before it leaves, so nothing stays pending under its name.
     assert_eq!(chain.unacknowledged().await, Some(0), "entries left unacknowledged");
-    let taken = env.inbox_count("PENDING").await;
+    let taken = chain.taken_in().await;
     assert!(taken < 3000, "stopped before the end ({taken})");
     let _restarted = Handoff::run(&config);
-    await_inbox(env, 3000).await;
+    await_taken_in(&chain, 3000).await;
 }
 
 /// A schema or permission problem on the inbox is an outage of the inbox, not the entries'
@@ -321,7 +328,7 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
     let bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
     let address = bridge.telemetry_address().await;
     chain.publish("before", 5, &[]).await;
-    await_inbox(env, 5).await;
+    await_taken_in(&chain, 5).await;
 
     env.db.batch_execute("ALTER TABLE consumer_inbox RENAME COLUMN headers TO headers_moved").await.unwrap();
     chain.publish("during", 10, &[]).await;
@@ -341,10 +348,10 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
         "entries read meanwhile stay pending ({read} read, {pending} pending)"
     );
     assert!(env.poison().await.is_empty(), "nothing poisoned for a schema problem");
-    assert_eq!(env.inbox_count("PENDING").await, 5);
+    assert_eq!(chain.taken_in().await, 5);
 
     env.db.batch_execute("ALTER TABLE consumer_inbox RENAME COLUMN headers_moved TO headers").await.unwrap();
-    await_inbox(env, 15).await;
+    await_taken_in(&chain, 15).await;
     chain.await_acknowledged().await;
     assert!(env.poison().await.is_empty());
 
@@ -366,7 +373,7 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
         ])
         .await;
     chain.publish("after", 2, &[]).await;
-    await_inbox(env, 17).await;
+    await_taken_in(&chain, 17).await;
     chain.await_acknowledged().await;
     assert_eq!(env.poison().await, [("rejected_by_database".to_owned(), Some("evil-1".to_owned()))]);
     let fields: serde_json::Value =
@@ -378,7 +385,7 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
     env.db.batch_execute("ALTER TABLE consumer_inbox DROP CONSTRAINT no_evil").await.unwrap();
     let (ok, out) = common::process::run_with_path(&bridge.config_path(), &["poison", "retry", "--bridge", "bridge"]);
     assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
-    await_inbox(env, 18).await;
+    await_taken_in(&chain, 18).await;
     let redrives: i32 = env.db.query_one("SELECT redrives FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
     assert_eq!(redrives, 1);
 }

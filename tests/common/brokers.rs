@@ -27,6 +27,32 @@ macro_rules! on_both_brokers {
 }
 pub(crate) use on_both_brokers;
 
+/// Declares each scenario of the consumer side as a test on each broker in each of the bridge's
+/// modes: `taken_in::{redis,nats}::<name>` (the bridge alone, rows left PENDING for a worker) and
+/// `applied::{redis,nats}::<name>` (a worker of the inbox in the same file, its handler applied
+/// at take-over: rows PROCESSED, one audit log each).
+macro_rules! in_both_modes_on_both_brokers {
+    ($($name:ident),* $(,)?) => {
+        mod taken_in {
+            mod redis {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::redis().await).await })*
+            }
+            mod nats {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::nats().await).await })*
+            }
+        }
+        mod applied {
+            mod redis {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::redis().await.applying()).await })*
+            }
+            mod nats {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::nats().await.applying()).await })*
+            }
+        }
+    };
+}
+pub(crate) use in_both_modes_on_both_brokers;
+
 /// The trace context every published entry carries in its `headers` field.
 pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -40,12 +66,44 @@ pub struct Chain {
     pub broker: Broker,
     /// On NATS, a proxy handoff connects through, to cut its connections ([`Chain::nats_via_proxy`]).
     proxy: Option<super::proxy::Proxy>,
+    /// Whether `bridge_config` adds a worker of the inbox and applies its handler at take-over
+    /// (`apply = "worker"`), or leaves the bridge alone (rows stay PENDING).
+    pub applying: bool,
 }
 
 impl Chain {
     pub async fn redis() -> Self {
         let server = RedisServer::start().await;
-        Self { env: TestEnv::with_redis(&server.url()).await, broker: Broker::Redis(server), proxy: None }
+        Self { env: TestEnv::with_redis(&server.url()).await, broker: Broker::Redis(server), proxy: None, applying: false }
+    }
+
+    /// The same chain with the bridge applying the seed's handler at take-over.
+    pub fn applying(mut self) -> Self {
+        self.applying = true;
+        self
+    }
+
+    /// The state the bridge leaves an event's inbox row in: PROCESSED when it applies the
+    /// handler at take-over, PENDING for the worker otherwise.
+    pub fn taken_in_state(&self) -> &'static str {
+        if self.applying { "PROCESSED" } else { "PENDING" }
+    }
+
+    /// Inbox rows the bridge has taken in, in the state its mode leaves them in.
+    pub async fn taken_in(&self) -> i64 {
+        self.env.inbox_count(self.taken_in_state()).await
+    }
+
+    /// Asserts that exactly `n` events were taken in, each once; when applying, that each has
+    /// exactly one effect (an audit log) and nothing is left for the worker.
+    pub async fn assert_taken_in_once(&self, n: i64) {
+        let rows = self.env.scalar_i64("SELECT count(*) FROM consumer_inbox").await;
+        assert_eq!((rows, self.taken_in().await), (n, n), "one inbox row per event, {}", self.taken_in_state());
+        if self.applying {
+            let effects = self.env.scalar_i64("SELECT count(*) FROM audit_logs").await;
+            let distinct = self.env.scalar_i64("SELECT count(DISTINCT audit_id) FROM audit_logs").await;
+            assert_eq!((effects, distinct), (n, n), "one effect per event, applied at take-over");
+        }
     }
 
     /// Kills the broker's server (an outage).
@@ -68,7 +126,7 @@ impl Chain {
     pub async fn nats() -> Self {
         let server = NatsServer::start().await;
         server.create_audit_stream().await;
-        Self { env: TestEnv::new().await, broker: Broker::Nats(server), proxy: None }
+        Self { env: TestEnv::new().await, broker: Broker::Nats(server), proxy: None, applying: false }
     }
 
     /// On NATS, with handoff's connections going through a proxy the test can cut.
@@ -133,8 +191,12 @@ impl Chain {
             Broker::Redis(_) => "",
             Broker::Nats(_) => "broker = \"nats\"\n",
         };
+        // Applying: a worker of the inbox in the same file, named, so a configuration that
+        // could not apply is refused instead of quietly taking the rows in only.
+        let (apply, worker) =
+            if self.applying { ("apply = \"worker\"\n", TestEnv::worker_section("")) } else { ("", String::new()) };
         format!(
-            "{}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\n{broker}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{extra}\n{more}{}",
+            "{}\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"{instance}\"\n{broker}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\nclaim_idle = \"1s\"\n{apply}{extra}\n{more}{worker}{}",
             self.env.base_config(),
             self.user_stream(),
             self.nats_section()
