@@ -41,12 +41,9 @@ async fn await_inbox(env: &TestEnv, n: i64) {
     eventually(&format!("{n} inbox rows"), || async { (env.inbox_count("PENDING").await == n).then_some(()) }).await;
 }
 
-/// `n` events taken in, in the state the chain's mode leaves them in.
+/// `n` events taken in (one inbox row each, whatever its state).
 async fn await_taken_in(chain: &Chain, n: i64) {
-    eventually(&format!("{n} inbox rows {}", chain.taken_in_state()), || async {
-        (chain.taken_in().await == n).then_some(())
-    })
-    .await;
+    eventually(&format!("{n} inbox rows"), || async { (chain.taken_in().await == n).then_some(()) }).await;
 }
 
 async fn await_acknowledged(env: &TestEnv, stream: &str) {
@@ -329,6 +326,11 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
     let address = bridge.telemetry_address().await;
     chain.publish("before", 5, &[]).await;
     await_taken_in(&chain, 5).await;
+    if chain.applying {
+        // The worker checks its statements once, at its start (a schema broken then stops the
+        // process): the schema breaks below after that, while everything runs.
+        bridge.await_log("worker started").await;
+    }
 
     env.db.batch_execute("ALTER TABLE consumer_inbox RENAME COLUMN headers TO headers_moved").await.unwrap();
     chain.publish("during", 10, &[]).await;

@@ -162,6 +162,16 @@ impl Handoff {
 
 impl Drop for Handoff {
     fn drop(&mut self) {
+        // A failing test shows what the process said (the last lines; the test's own output
+        // is kept by the runner only for failures).
+        if std::thread::panicking() {
+            let logs = self.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            eprintln!("--- handoff {} (last {} lines) ---", self.pid(), tail.len());
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
         // SIGCONT first: a stopped process cannot act on SIGKILL's cleanup promptly.
         let _ = Command::new("kill").arg("-CONT").arg(self.pid().to_string()).status();
         let _ = self.child.kill();
