@@ -26,6 +26,7 @@ in_both_modes_on_both_brokers!(
     a_poison_entry_is_also_written_to_the_dead_letter_stream,
     two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
     through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
+    two_takeover_loops_share_the_group_and_a_kill_mid_batch_loses_nothing,
 );
 
 on_both_brokers!(
@@ -179,6 +180,41 @@ async fn two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entri
     chain.await_acknowledged().await;
     chain.assert_taken_in_once(40).await;
     assert!(env.poison().await.is_empty());
+}
+
+/// `concurrency = 2`: two takeover loops in one process, each a consumer of the group, share its
+/// entries; killed while a loop holds a batch it has not committed, the process started again
+/// (the same consumer names) takes each event in once.
+async fn two_takeover_loops_share_the_group_and_a_kill_mid_batch_loses_nothing(chain: Chain) {
+    let env = &chain.env;
+    chain.publish("l", 200, &[]).await;
+    let config = chain.bridge_config("b1", "concurrency = 2\nbatch_size = 20", "");
+    let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
+    victim.await_paused().await;
+    assert!(chain.unacknowledged().await.is_some_and(|n| n >= 1), "the victim holds entries");
+    victim.kill();
+    let _restarted = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(200).await;
+    assert!(env.poison().await.is_empty(), "{:?}", env.poison().await);
+    if let common::brokers::Broker::Redis(_) = chain.broker {
+        // Both loops read, each under its own name in the group (the second may start after
+        // the first has taken everything in: awaited, not assumed).
+        use fred::prelude::*;
+        eventually("both loops to be consumers of the group", || async {
+            let consumers: fred::types::Value = env
+                .redis
+                .custom(
+                    fred::types::CustomCommand::new_static("XINFO", fred::types::ClusterHash::Offset(1), false),
+                    vec!["CONSUMERS".to_owned(), chain.user_stream(), "admin".to_owned()],
+                )
+                .await
+                .unwrap();
+            let listed = format!("{consumers:?}");
+            (listed.contains("\"b1\"") && listed.contains("\"b1-2\"")).then_some(())
+        })
+        .await;
+    }
 }
 
 /// A port nothing listens on.

@@ -55,14 +55,16 @@ pub async fn spawn_all(
         match (bridge.broker, stream, nats) {
             (Broker::Redis, Some(stream), _) => {
                 let timeout = config.redis.command_timeout;
-                let group =
-                    |source: &StreamSource| RedisGroup::new(stream, &source.key, bridge.group(), &instance, timeout);
-                spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
+                let group = |source: &StreamSource, consumer: &str| {
+                    RedisGroup::new(stream, &source.key, bridge.group(), consumer, timeout)
+                };
+                spawn_bridge(config, (bridge, &instance), shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, Some(nats)) => {
-                let group =
-                    |source: &StreamSource| nats.group(GroupSettings::for_bridge(bridge, &source.key, &instance));
-                spawn_bridge(config, bridge, shared, store, (group, style), &bridge_metrics)?
+                let group = |source: &StreamSource, consumer: &str| {
+                    nats.group(GroupSettings::for_bridge(bridge, &source.key, consumer))
+                };
+                spawn_bridge(config, (bridge, &instance), shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, None) => {
                 return Err(anyhow!("bridge `{}`: broker = \"nats\" without [nats]", bridge.name));
@@ -169,10 +171,10 @@ fn start_relay<P: EventStream + Clone>(
 
 fn spawn_bridge<G: ConsumerGroup>(
     config: &Config,
-    bridge: &BridgeConfig,
+    (bridge, instance): (&BridgeConfig, &str),
     shared: &Shared,
     store: impl Fn() -> Result<Takeover, StatementError>,
-    (group, style): (impl Fn(&StreamSource) -> G, Placeholder),
+    (group, style): (impl Fn(&StreamSource, &str) -> G, Placeholder),
     metrics: &BridgeMetrics,
 ) -> anyhow::Result<()> {
     let validator =
@@ -194,27 +196,34 @@ fn spawn_bridge<G: ConsumerGroup>(
     let chosen = bridge.apply_chosen.as_deref().unwrap_or("configured");
     info!(bridge = %bridge.name, apply = bridge.apply.as_deref().unwrap_or("off"), chosen, "apply at take-over");
     let stall_after = 2 * (bridge.block + bridge.claim_idle) + config.redis.command_timeout * 2;
+    // One takeover loop per consumer name (`concurrency`), each a consumer of the group.
+    let consumers = bridge.consumer_names(instance);
     for source in &bridge.streams {
-        let deps = BridgeDeps {
-            store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
-            metrics: metrics.for_stream(&bridge.name, &source.key, bridge.broker.label()),
-            health: shared.health.register_on(
-                format!("bridge {} {}", bridge.name, source.key),
-                stall_after,
-                bridge.broker.label(),
-            ),
-            faults: shared.faults.clone(),
-            abandon: shared.abandon.clone(),
-            apply: apply.clone(),
-        };
-        let stream_bridge =
-            Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), group(source), deps));
-        let name = format!("bridge {} {}", bridge.name, source.key);
-        let sampler = stream_bridge.clone();
-        let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
-        shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
-        let pause = shared.pauses.switch(Target { component: ComponentKind::Bridge, name: bridge.name.clone() });
-        shared.tasks.spawn(name, stream_bridge.run(pause, shared.shutdown.clone()));
+        for (k, consumer) in consumers.iter().enumerate() {
+            let name = match k {
+                0 => format!("bridge {} {}", bridge.name, source.key),
+                _ => format!("bridge {} {} #{}", bridge.name, source.key, k + 1),
+            };
+            let deps = BridgeDeps {
+                store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
+                metrics: metrics.for_stream(&bridge.name, &source.key, bridge.broker.label()),
+                health: shared.health.register_on(name.clone(), stall_after, bridge.broker.label()),
+                faults: shared.faults.clone(),
+                abandon: shared.abandon.clone(),
+                apply: apply.clone(),
+            };
+            let group = group(source, consumer);
+            let stream_bridge =
+                Arc::new(StreamBridge::new(bridge.clone(), source.clone(), validator.clone(), group, deps));
+            if k == 0 {
+                // The gauges are the group's (lag, pending), not a loop's: one sampler.
+                let sampler = stream_bridge.clone();
+                let (interval, stop) = (config.telemetry.sample_interval, shared.shutdown.clone());
+                shared.tasks.spawn(format!("{name} sampler"), async move { sampler.sample(interval, stop).await });
+            }
+            let pause = shared.pauses.switch(Target { component: ComponentKind::Bridge, name: bridge.name.clone() });
+            shared.tasks.spawn(name, stream_bridge.run(pause, shared.shutdown.clone()));
+        }
     }
     Ok(())
 }

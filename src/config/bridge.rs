@@ -31,6 +31,12 @@ pub struct BridgeConfig {
     /// Entries per read. Default: 100.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
+    /// Takeover loops per stream, each a consumer of the group of its own (`instance`, then
+    /// `instance-2`, `instance-3`, …) sharing the group's entries, so one process keeps more than
+    /// one takeover transaction under way. As with several instances, two events of one key may
+    /// then be taken in (and applied) in either order. Default: 1.
+    #[serde(default = "defaults::concurrency")]
+    pub concurrency: u32,
     /// Bytes of entries one read may bring in (estimated from the largest entry of recent
     /// reads): a stream of large entries is read a few at a time, so the bridge's memory is
     /// bounded by its configuration rather than by the stream. Default: 8388608 (8 MiB).
@@ -213,6 +219,14 @@ impl BridgeConfig {
     pub fn group(&self) -> &str {
         self.group.as_deref().unwrap_or(&self.consumer)
     }
+
+    /// The consumer names of this instance's takeover loops (`concurrency` of them): the
+    /// instance's own name first, so one loop keeps the name an instance always had.
+    pub fn consumer_names(&self, instance: &str) -> Vec<String> {
+        (1..=self.concurrency.max(1))
+            .map(|k| if k == 1 { instance.to_owned() } else { format!("{instance}-{k}") })
+            .collect()
+    }
 }
 
 mod defaults {
@@ -226,6 +240,9 @@ mod defaults {
     }
     pub fn batch_size() -> u32 {
         100
+    }
+    pub fn concurrency() -> u32 {
+        1
     }
     pub fn block() -> Duration {
         Duration::from_secs(2)

@@ -371,6 +371,7 @@ fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String
         check(bridge.streams.iter().all(|s| !s.key.is_empty()), "streams: every key must be non-empty");
         check(bridge.start == "0" || bridge.start == "$", "start must be \"0\" or \"$\"");
         check((1..=10_000).contains(&bridge.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=16).contains(&bridge.concurrency), "concurrency must be between 1 and 16");
         check(bridge.batch_bytes >= 1024, "batch_bytes must be at least 1024");
         check(!bridge.block.is_zero(), "block must be > 0");
         check(bridge.claim_idle >= Duration::from_millis(100), "claim_idle must be at least 100ms");

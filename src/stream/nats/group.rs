@@ -54,7 +54,11 @@ impl GroupSettings {
             start: bridge.start.clone(),
             body_field: bridge.envelope.payload.clone(),
             ack_wait: bridge.claim_idle,
-            max_ack_pending: i64::from(bridge.batch_size).saturating_mul(4).max(1000),
+            // Each takeover loop holds a batch being taken in and one read ahead.
+            max_ack_pending: i64::from(bridge.batch_size)
+                .saturating_mul(4)
+                .saturating_mul(i64::from(bridge.concurrency.max(1)))
+                .max(1000),
         }
     }
 }
