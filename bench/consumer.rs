@@ -1,6 +1,7 @@
 //! The consumer side: bridge and worker throughput against their own SQL limits, and the seed's
 //! whole chain (outbox → relay → stream → bridge → inbox → worker → audit_logs).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
@@ -253,18 +254,35 @@ fn seed_statement<'a>(sql: &'a str, row: &handoff::store::inbox::InboxRow) -> Bo
 }
 
 /// The whole chain in one process: relay, bridge and worker, until audit_logs holds every event:
-/// the rate, the process's CPU, and the Postgres and Redis servers' CPU over the run.
-pub async fn end_to_end(env: &BenchEnv, n: usize, mode: Mode) -> anyhow::Result<Run> {
+/// the rate from its start and from its first effect on, the process's CPU, and the Postgres and
+/// Redis servers' CPU over the run, the bridge
+/// running `bridge_loops` takeover loops. With `earlier`, another build of handoff runs it, the worker applying (a build from before
+/// apply at take-over, which knows no `apply` key).
+pub async fn end_to_end(
+    env: &BenchEnv,
+    n: usize,
+    (mode, bridge_loops): (Mode, u32),
+    earlier: Option<&Path>,
+) -> anyhow::Result<(Run, f64)> {
     env.reset().await?;
     env.fill(n, "e").await?;
-    let config = format!(
-        "{}{}{}",
+    // An earlier build knows no bridge `concurrency`: named only when it is not 1.
+    let loops = if bridge_loops == 1 { String::new() } else { format!("concurrency = {bridge_loops}\n") };
+    let mut config = format!(
+        "{}{}{loops}{}",
         relay_config(env, 500, "owner = \"bench\""),
         bridge_section(env, 500, mode),
         worker_section(100, mode).replace("poll_interval", "concurrency = 2\npoll_interval")
     );
+    if earlier.is_some() {
+        anyhow::ensure!(mode == Mode::Worker, "an earlier build runs the chain with the worker applying");
+        config = config.replace("apply = \"off\"\n", "");
+    }
     let (pg_cpu, redis_cpu) = (postgres_cpu_seconds(), env.redis_cpu_seconds().await?);
-    let mut child = env.spawn("end-to-end", &config)?;
+    let mut child = match earlier {
+        Some(binary) => env.spawn_binary(binary, "end-to-end-earlier", &config)?,
+        None => env.spawn("end-to-end", &config)?,
+    };
     let last = format!("audit_id = 'e-{n}'");
     let elapsed = env.until_written(Duration::from_secs(900), n as i64, "audit_logs", &last).await;
     let (peak_rss_kb, cpu_seconds) = resources(child.id());
@@ -272,5 +290,9 @@ pub async fn end_to_end(env: &BenchEnv, n: usize, mode: Mode) -> anyhow::Result<
         (postgres_cpu_seconds() - pg_cpu, env.redis_cpu_seconds().await? - redis_cpu);
     stop(&mut child);
     let rows_per_sec = n as f64 / elapsed?.as_secs_f64();
-    Ok(Run { rows_per_sec, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds, ..Run::default() })
+    // From the first effect's transaction to the last, as the components are timed: the
+    // start-up and the first batch's way through relay and bridge left out.
+    let from_first = env.written_rate(Duration::from_secs(1), n as i64, "audit_logs", "recorded_at", &last).await?;
+    let run = Run { rows_per_sec, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds, ..Run::default() };
+    Ok((run, from_first))
 }

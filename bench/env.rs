@@ -271,10 +271,15 @@ impl BenchEnv {
 
     /// Starts `handoff run` with `config` (written to a file); logs go to a file next to it.
     pub fn spawn(&self, name: &str, config: &str) -> anyhow::Result<Child> {
+        self.spawn_binary(&self.binary, name, config)
+    }
+
+    /// Like `spawn`, with another build of handoff (an earlier one, to compare in one sitting).
+    pub fn spawn_binary(&self, binary: &std::path::Path, name: &str, config: &str) -> anyhow::Result<Child> {
         let path = self.dir.join(format!("{name}.toml"));
         std::fs::write(&path, config)?;
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
-        Ok(Command::new(&self.binary)
+        Ok(Command::new(binary)
             .args(["run", "--config"])
             .arg(&path)
             // HANDOFF_BENCH_LOG=handoff=trace shows where each batch's time goes.

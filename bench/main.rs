@@ -67,11 +67,15 @@ struct Args {
     sustained_claim: String,
     #[arg(long, default_value = "target/release/handoff")]
     binary: PathBuf,
+    /// A handoff binary of an earlier build: the chain (`--only consumer` or `chain`) runs it
+    /// too, the worker applying, taking turns with this build's chain in the same sitting.
+    #[arg(long)]
+    earlier_binary: Option<PathBuf>,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
     /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker, nats (default: all); sustained
-    /// only when named; bridge (the consumer part's bridge runs alone) when named; replicas (1 to 8
-    /// relay processes on one outbox) when named.
+    /// only when named; bridge or chain (the consumer part's bridge or chain alone) when named;
+    /// replicas (1 to 8 relay processes on one outbox) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print the capacity model (docs/scaling.md) for --services, --rate, --bytes, --groups,
@@ -231,8 +235,13 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.wants("consumer") {
         consumer_side(&env, &args, &mut report).await?;
-    } else if args.only.iter().any(|p| p == "bridge") {
-        bridge_part(&env, &args, &mut report).await?;
+    } else {
+        if args.only.iter().any(|p| p == "bridge") {
+            bridge_part(&env, &args, &mut report).await?;
+        }
+        if args.only.iter().any(|p| p == "chain") {
+            chain_part(&env, &args, &mut report).await?;
+        }
     }
 
     if args.wants("broker") {
@@ -265,8 +274,17 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
     let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, false, "")).await?);
     let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, false, "")).await?);
     let locked1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, true, "")).await?);
-    let locked2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true, "")).await?);
-    let delete2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, true, DELETE)).await?);
+    let locked2_runs = repeat(r, || relay::sql_limit_with_cpu(env, n, batch, 2, true, "")).await?;
+    let delete2_runs = repeat(r, || relay::sql_limit_with_cpu(env, n, batch, 2, true, DELETE)).await?;
+    let (locked2, delete2) =
+        (median(locked2_runs.iter().map(|x| x.0).collect()), median(delete2_runs.iter().map(|x| x.0).collect()));
+    let limit_cpu = |runs: &[(f64, f64)]| median(runs.iter().map(|x| x.1).collect());
+    let (locked2_cpu, delete2_cpu) = (limit_cpu(&locked2_runs), limit_cpu(&delete2_runs));
+    for (what, rate, cpu) in [("mark", locked2, locked2_cpu), ("delete", delete2, delete2_cpu)] {
+        let about = format!("locked claim + {what} + commit alone, 2 loops, batch {batch}");
+        report.add("cpu account", format!("{about}: CPU per row, Postgres + its client"), cpu, "µs");
+        report.add("cpu account", format!("{about}: cores busy"), rate * cpu / 1e6, "cores");
+    }
     let redis = median(repeat(r, || relay::redis_limit(env, n, batch)).await?);
     report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
     report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
@@ -295,6 +313,23 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
         );
         let pg = median(results.iter().map(|x| x.pg_cpu_seconds / n as f64 * 1e6).collect());
         report.add("resources", format!("Postgres CPU per delivered row, {name}, batch {batch}"), pg, "µs");
+        if instances == 1 && concurrency == 2 && claim == "locked" {
+            // Every process's CPU per row beside the limit's: with both cores busy in the limit,
+            // the relay can reach at most the limit's share of the CPU it needs per row.
+            let all = median(
+                results
+                    .iter()
+                    .map(|x| (x.pg_cpu_seconds + x.cpu_seconds + x.redis_cpu_seconds) / n as f64 * 1e6)
+                    .collect(),
+            );
+            let limit_cpu = if settle.is_empty() { locked2_cpu } else { delete2_cpu };
+            let about = format!("{name}, batch {batch}");
+            report.add("cpu account", format!("{about}: CPU per row, Postgres + relay + Redis"), all, "µs");
+            report.add("cpu account", format!("{about}: cores busy"), rate * all / 1e6, "cores");
+            let bound =
+                format!("{about}: the limit's CPU per row / the relay's (its share of the limit on full cores)");
+            report.add("cpu account", bound, limit_cpu / all * 100.0, "%");
+        }
         if instances == 1 && concurrency == 2 && batch == 500 && settle.is_empty() {
             let rss = median(results.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
             let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
@@ -538,13 +573,55 @@ async fn consumer_side(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
             report.add("resources", format!("worker peak RSS, concurrency {concurrency}, claim {claim}"), rss, "MiB");
         }
     }
-    for (mode, name) in [
-        (Mode::Worker, "worker applies, handler per event"),
-        (Mode::AtTakeover, "bridge applies at take-over, batch handler"),
-    ] {
-        let runs = repeat(r, || consumer::end_to_end(env, c, mode)).await?;
+    chain_part(env, args, report).await
+}
+
+/// The whole chain, each way it can apply the seed's handler (and an earlier build's chain, with
+/// `--earlier-binary`), taking turns; per way, the rate and every process's CPU per event.
+async fn chain_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let c = args.consumer_events;
+    let earlier = args.earlier_binary.as_deref();
+    let mut ways = vec![
+        ((Mode::Worker, 1), None, "worker applies, handler per event".to_owned()),
+        ((Mode::AtTakeover, 1), None, "bridge applies at take-over, batch handler".to_owned()),
+        ((Mode::AtTakeover, 2), None, "bridge applies at take-over, batch handler, 2 takeover loops".to_owned()),
+    ];
+    if let Some(binary) = earlier {
+        ways.insert(0, ((Mode::Worker, 1), Some(binary), format!("the build of {}", binary.display())));
+    }
+    let mut turns: Vec<Vec<relay::Run>> = vec![Vec::new(); ways.len()];
+    let mut from_first: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
+    for turn in 1..=args.repeat {
+        for (((way, binary, name), runs), steady) in ways.iter().zip(&mut turns).zip(&mut from_first) {
+            let (run, rate) = consumer::end_to_end(env, c, *way, *binary).await?;
+            eprintln!(
+                "  chain turn {turn}, {name}: {:.0} events/s from its start, {rate:.0} from its first effect",
+                run.rows_per_sec
+            );
+            runs.push(run);
+            steady.push(rate);
+        }
+    }
+    let from_start: Vec<Vec<f64>> = turns.iter().map(|runs| runs.iter().map(|r| r.rows_per_sec).collect()).collect();
+    // Each turn's ratio, then their median: the runs a ratio compares are a minute apart.
+    let ratio = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(now, then)| now / then).collect());
+    let (one_loop, worker) = (turns.len() - 2, turns.len() - 3);
+    for (what, now) in [("applying at take-over", one_loop), ("applying at take-over, 2 takeover loops", one_loop + 1)]
+    {
+        for (timed, rates) in [("from its start", &from_start), ("from its first effect", &from_first)] {
+            let than = format!("{what} / the worker applying, this build, {timed} (median of turns)");
+            report.add("chain", than, ratio(&rates[now], &rates[worker]), "×");
+            if earlier.is_some() {
+                let than = format!("{what} / the earlier build's chain, {timed} (median of turns)");
+                report.add("chain", than, ratio(&rates[now], &rates[0]), "×");
+            }
+        }
+    }
+    for (((_, _, name), runs), steady) in ways.iter().zip(&turns).zip(&from_first) {
         let pick = |f: fn(&relay::Run) -> f64| median(runs.iter().map(f).collect());
         report.add("chain", format!("outbox → audit_logs, {name}"), pick(|run| run.rows_per_sec), "events/s");
+        let what = format!("outbox → audit_logs, {name}, from its first effect");
+        report.add("chain", what, median(steady.clone()), "events/s");
         // Every process of the chain, per event: where an event's CPU goes end to end.
         let per_event = |f: fn(&relay::Run) -> f64| pick(f) * 1e6 / c as f64;
         let (handoff, pg, redis) =

@@ -115,12 +115,27 @@ pub async fn sql_limit(
     locked: bool,
     extra: &str,
 ) -> anyhow::Result<f64> {
+    Ok(sql_limit_with_cpu(env, n, batch, loops, locked, extra).await?.0)
+}
+
+/// `sql_limit`, and the CPU it used per row: Postgres's and the benchmark's own (the client
+/// running the statements), in µs. Beside a relay's CPU per row in all its processes, it says
+/// how far a machine whose cores both run is from letting the relay reach the limit.
+pub async fn sql_limit_with_cpu(
+    env: &BenchEnv,
+    n: usize,
+    batch: u32,
+    loops: usize,
+    locked: bool,
+    extra: &str,
+) -> anyhow::Result<(f64, f64)> {
     env.reset().await?;
     env.fill(n, "s").await?;
     let claim = if locked { "claim = \"locked\"" } else { "" };
     let config = load_str(&relay_config(env, batch, &format!("{claim}\n{extra}")))?;
     let pool = pool(&config.database, "handoff-bench")?;
     let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (pg_cpu, own_cpu) = (postgres_cpu_seconds(), resources(std::process::id()).1);
     let started = Instant::now();
     let delivered = |rows: &[ClaimedRow]| -> Vec<Delivered> {
         rows.iter().map(|r| Delivered { row: r.key(), entry_id: "0-1".into(), stream: "bench:limit".into() }).collect()
@@ -148,7 +163,9 @@ pub async fn sql_limit(
     let counts = futures_util::future::join_all((0..loops).map(|i| one_loop(format!("bench-limit#{i}")))).await;
     let done: usize = counts.into_iter().collect::<anyhow::Result<Vec<_>>>()?.into_iter().sum();
     anyhow::ensure!(done == n, "settled {done} of {n}");
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = postgres_cpu_seconds() - pg_cpu + resources(std::process::id()).1 - own_cpu;
+    Ok((rate, cpu / n as f64 * 1e6))
 }
 
 /// The Redis limit: the relay's pipelined XADD of batches of `batch` entries, no database.
