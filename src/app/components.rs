@@ -199,15 +199,20 @@ fn spawn_bridge<G: ConsumerGroup>(
     // One takeover loop per consumer name (`concurrency`), each a consumer of the group.
     let consumers = bridge.consumer_names(instance);
     for source in &bridge.streams {
+        // One health component per stream, shared by its loops (as a relay's loops share one):
+        // the database and broker answer for all of them, and the sampler that probes them
+        // runs once.
+        let stream_name = format!("bridge {} {}", bridge.name, source.key);
+        let health = shared.health.register_on(stream_name.clone(), stall_after, bridge.broker.label());
         for (k, consumer) in consumers.iter().enumerate() {
             let name = match k {
-                0 => format!("bridge {} {}", bridge.name, source.key),
-                _ => format!("bridge {} {} #{}", bridge.name, source.key, k + 1),
+                0 => stream_name.clone(),
+                _ => format!("{stream_name} #{}", k + 1),
             };
             let deps = BridgeDeps {
                 store: store().map_err(|e| anyhow!("bridge `{}` {e}", bridge.name))?,
                 metrics: metrics.for_stream(&bridge.name, &source.key, bridge.broker.label()),
-                health: shared.health.register_on(name.clone(), stall_after, bridge.broker.label()),
+                health: health.clone(),
                 faults: shared.faults.clone(),
                 abandon: shared.abandon.clone(),
                 apply: apply.clone(),
