@@ -183,38 +183,34 @@ async fn two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entri
 }
 
 /// `concurrency = 2`: two takeover loops in one process, each a consumer of the group, share its
-/// entries; killed while a loop holds a batch it has not committed, the process started again
-/// (the same consumer names) takes each event in once.
+/// entries — each holds a batch of its own, uncommitted, at the same time; killed then, the process
+/// started again (the same consumer names) takes each event in once, and is ready.
 async fn two_takeover_loops_share_the_group_and_a_kill_mid_batch_loses_nothing(chain: Chain) {
     let env = &chain.env;
     chain.publish("l", 200, &[]).await;
     let config = chain.bridge_config("b1", "concurrency = 2\nbatch_size = 20", "");
     let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
-    victim.await_paused().await;
-    assert!(chain.unacknowledged().await.is_some_and(|n| n >= 1), "the victim holds entries");
+    // Every batch parks at the point: two parked batches are the two loops' (one loop waits for
+    // its batch to commit before it takes over another).
+    victim.await_parked(2).await;
+    if let common::brokers::Broker::Redis(_) = chain.broker {
+        // Each under its own name in the group.
+        use fred::prelude::*;
+        let pending: fred::types::Value = env.redis.xpending(chain.user_stream(), "admin", ()).await.unwrap();
+        let listed = format!("{pending:?}");
+        assert!(listed.contains("\"b1\"") && listed.contains("\"b1-2\""), "{listed}");
+    }
     victim.kill();
-    let _restarted = Handoff::run(&config);
+    let restarted = Handoff::run(&config);
     chain.await_acknowledged().await;
     chain.assert_taken_in_once(200).await;
     assert!(env.poison().await.is_empty(), "{:?}", env.poison().await);
-    if let common::brokers::Broker::Redis(_) = chain.broker {
-        // Both loops read, each under its own name in the group (the second may start after
-        // the first has taken everything in: awaited, not assumed).
-        use fred::prelude::*;
-        eventually("both loops to be consumers of the group", || async {
-            let consumers: fred::types::Value = env
-                .redis
-                .custom(
-                    fred::types::CustomCommand::new_static("XINFO", fred::types::ClusterHash::Offset(1), false),
-                    vec!["CONSUMERS".to_owned(), chain.user_stream(), "admin".to_owned()],
-                )
-                .await
-                .unwrap();
-            let listed = format!("{consumers:?}");
-            (listed.contains("\"b1\"") && listed.contains("\"b1-2\"")).then_some(())
-        })
-        .await;
-    }
+    let address = restarted.telemetry_address().await;
+    eventually("the process ready with both loops running", || async {
+        let (status, body) = get(&address, "/readyz");
+        (status == 200).then_some(body)
+    })
+    .await;
 }
 
 /// A port nothing listens on.

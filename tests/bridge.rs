@@ -82,6 +82,7 @@ async fn a_crash_before_the_insert_commits_redelivers_and_takes_over_once(chain:
     // The same instance restarts (a pod keeps its name) and reads its own pending entries.
     let _restarted = Handoff::run(&config);
     await_taken_in(&chain, 30).await;
+    chain.assert_taken_in_once(30).await;
     chain.await_acknowledged().await;
 }
 
@@ -176,6 +177,7 @@ async fn a_group_deleted_at_runtime_is_recreated(chain: Chain) {
     chain.publish("h", 10, &[]).await;
     await_taken_in(&chain, 20).await;
     chain.await_acknowledged().await;
+    chain.assert_taken_in_once(20).await;
 }
 
 /// An entry the bridge dies on every time it handles it: each redelivery that reaches the inbox
@@ -314,6 +316,7 @@ async fn sigterm_takes_over_every_entry_already_read_before_exiting(chain: Chain
     assert!(taken < 3000, "stopped before the end ({taken})");
     let _restarted = Handoff::run(&config);
     await_taken_in(&chain, 3000).await;
+    chain.assert_taken_in_once(3000).await;
 }
 
 /// A schema or permission problem on the inbox is an outage of the inbox, not the entries'
@@ -388,6 +391,7 @@ async fn a_broken_inbox_schema_poisons_nothing_and_a_refused_entry_comes_back_wi
     let (ok, out) = common::process::run_with_path(&bridge.config_path(), &["poison", "retry", "--bridge", "bridge"]);
     assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
     await_taken_in(&chain, 18).await;
+    chain.assert_taken_in_once(18).await;
     let redrives: i32 = env.db.query_one("SELECT redrives FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
     assert_eq!(redrives, 1);
 }

@@ -89,6 +89,16 @@ impl Handoff {
         eventually("the relay to park at its fault point", || async { marker.exists().then_some(()) }).await;
     }
 
+    /// Waits until `n` batches are parked at the fault point (each parks on its own).
+    pub async fn await_parked(&self, n: usize) {
+        let marker = self.dir.path().join("marker");
+        eventually(&format!("{n} batches parked at the fault point"), || async {
+            let lines = std::fs::read_to_string(&marker).unwrap_or_default().lines().count();
+            (lines >= n).then_some(())
+        })
+        .await;
+    }
+
     /// Lets batches parked at the fault point go on.
     pub fn resume(&self) {
         std::fs::write(self.dir.path().join("resume"), "go").unwrap();
