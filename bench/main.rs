@@ -271,11 +271,12 @@ const DELETE: &str = "settle = \"delete\"";
 
 async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut Report) -> anyhow::Result<()> {
     let (n, r) = (args.events, args.repeat);
-    let sql1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, false, "")).await?);
-    let sql2 = median(repeat(r, || relay::sql_limit(env, n, batch, 2, false, "")).await?);
-    let locked1 = median(repeat(r, || relay::sql_limit(env, n, batch, 1, true, "")).await?);
-    let locked2_runs = repeat(r, || relay::sql_limit_with_cpu(env, n, batch, 2, true, "")).await?;
-    let delete2_runs = repeat(r, || relay::sql_limit_with_cpu(env, n, batch, 2, true, DELETE)).await?;
+    let rate = |runs: Vec<(f64, f64)>| median(runs.iter().map(|x| x.0).collect());
+    let sql1 = rate(repeat(r, || relay::sql_limit(env, n, batch, 1, false, "")).await?);
+    let sql2 = rate(repeat(r, || relay::sql_limit(env, n, batch, 2, false, "")).await?);
+    let locked1 = rate(repeat(r, || relay::sql_limit(env, n, batch, 1, true, "")).await?);
+    let locked2_runs = repeat(r, || relay::sql_limit(env, n, batch, 2, true, "")).await?;
+    let delete2_runs = repeat(r, || relay::sql_limit(env, n, batch, 2, true, DELETE)).await?;
     let (locked2, delete2) =
         (median(locked2_runs.iter().map(|x| x.0).collect()), median(delete2_runs.iter().map(|x| x.0).collect()));
     let limit_cpu = |runs: &[(f64, f64)]| median(runs.iter().map(|x| x.1).collect());

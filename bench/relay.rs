@@ -104,24 +104,13 @@ pub async fn throughput(env: &BenchEnv, n: usize, batch: u32, instances: usize, 
 }
 
 /// The SQL limit: the relay's own claim and mark-delivered statements back to back, no Redis,
-/// in `loops` concurrent loops (as a relay with that concurrency runs them). `locked`: the
-/// locked claim's transaction (lock, mark, commit) instead of claim + mark; `extra`: more of the
-/// relay's settings (`settle = "delete"`: the settle deletes instead of marking).
+/// in `loops` concurrent loops (as a relay with that concurrency runs them), in rows/s, and the
+/// CPU it used per row: Postgres's and the benchmark's own (the client running the statements),
+/// in µs — beside a relay's CPU per row in all its processes, how far a machine whose cores both
+/// run is from letting the relay reach the limit. `locked`: the locked claim's transaction (lock,
+/// mark, commit) instead of claim + mark; `extra`: more of the relay's settings (`settle =
+/// "delete"`: the settle deletes instead of marking).
 pub async fn sql_limit(
-    env: &BenchEnv,
-    n: usize,
-    batch: u32,
-    loops: usize,
-    locked: bool,
-    extra: &str,
-) -> anyhow::Result<f64> {
-    Ok(sql_limit_with_cpu(env, n, batch, loops, locked, extra).await?.0)
-}
-
-/// `sql_limit`, and the CPU it used per row: Postgres's and the benchmark's own (the client
-/// running the statements), in µs. Beside a relay's CPU per row in all its processes, it says
-/// how far a machine whose cores both run is from letting the relay reach the limit.
-pub async fn sql_limit_with_cpu(
     env: &BenchEnv,
     n: usize,
     batch: u32,

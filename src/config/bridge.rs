@@ -272,3 +272,22 @@ mod defaults {
         256 * 1024
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load_str;
+
+    const BASE: &str = "[database]\nurl = \"postgres://x@h/db\"\n[redis]\nurl = \"redis://h\"\n\
+                        [[bridge]]\nname = \"b\"\nconsumer = \"c\"\nstreams = [{ key = \"s\", owner = \"o\" }]\n";
+
+    #[test]
+    fn takeover_loops_are_named_after_the_instance_and_their_number_is_bounded() {
+        let config = load_str(&format!("{BASE}concurrency = 3\n")).unwrap();
+        assert_eq!(config.bridges[0].consumer_names("pod-a"), ["pod-a", "pod-a-2", "pod-a-3"]);
+        assert_eq!(load_str(BASE).unwrap().bridges[0].consumer_names("pod-a"), ["pod-a"], "one loop by default");
+        for n in [0, 17] {
+            let error = format!("{:#}", load_str(&format!("{BASE}concurrency = {n}\n")).unwrap_err());
+            assert!(error.contains("bridge[0].concurrency must be between 1 and 16"), "{error}");
+        }
+    }
+}

@@ -376,12 +376,10 @@ fn validate_bridges(config: &Config, style: Placeholder, errors: &mut Vec<String
         check(!bridge.block.is_zero(), "block must be > 0");
         check(bridge.claim_idle >= Duration::from_millis(100), "claim_idle must be at least 100ms");
         check(bridge.max_deliveries >= 1, "max_deliveries must be >= 1");
-        check(is_identifier(&bridge.table), "table must be a plain or schema-qualified identifier");
-        check(is_identifier(&bridge.poison_table), "poison_table must be a plain or schema-qualified identifier");
-        check(
-            is_identifier(&bridge.deliveries_table),
-            "deliveries_table must be a plain or schema-qualified identifier",
-        );
+        let tables = [&bridge.table, &bridge.poison_table, &bridge.deliveries_table];
+        for (key, table) in ["table", "poison_table", "deliveries_table"].into_iter().zip(tables) {
+            check(is_identifier(table), &format!("{key} must be a plain or schema-qualified identifier"));
+        }
         check(bridge.validate.event_id_max_len >= 1, "validate.event_id_max_len must be >= 1");
         check(bridge.validate.payload_max_bytes >= 2, "validate.payload_max_bytes must be >= 2");
         let envelope = &bridge.envelope;
