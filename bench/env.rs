@@ -307,10 +307,32 @@ impl BenchEnv {
 
     /// The sections every benchmark config shares.
     pub fn base_config(&self) -> String {
+        self.config_with_url(&self.database_url)
+    }
+
+    /// Like `base_config`, the process's connections named `application` in
+    /// `pg_stat_activity`: what their backends use is told apart by [`backend_cpu_seconds`].
+    pub fn base_config_as(&self, application: &str) -> String {
+        self.config_with_url(&format!("{}&application_name={application}", self.database_url))
+    }
+
+    fn config_with_url(&self, url: &str) -> String {
         format!(
-            "[database]\nurl = \"{}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n{}[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
-            self.database_url, self.redis_url, self.redis_tls
+            "[database]\nurl = \"{url}\"\npool_size = 8\n[redis]\nurl = \"{}\"\n{}[telemetry]\nlisten = \"127.0.0.1:0\"\nsample_interval = \"1h\"\n",
+            self.redis_url, self.redis_tls
         )
+    }
+
+    /// Each live backend of the server: (pid, application_name, CPU seconds it has used).
+    pub async fn backend_cpu_seconds(&self) -> anyhow::Result<Vec<(i32, String, f64)>> {
+        let rows = self.db.query("SELECT pid, application_name FROM pg_stat_activity", &[]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let pid: i32 = r.get(0);
+                (pid, r.get::<_, String>(1), resources(pid as u32).1)
+            })
+            .collect())
     }
 }
 

@@ -211,9 +211,6 @@ async fn main() -> anyhow::Result<()> {
     if args.only.iter().any(|p| p == "replicas") {
         replicas_part(&env, &args, &mut report).await?;
     }
-    if args.only.iter().any(|p| p == "scale") {
-        scale_part(&args, &mut report).await?;
-    }
     if args.only.iter().any(|p| p == "retention") {
         retention_part(&args, &mut report).await?;
     }
@@ -242,6 +239,10 @@ async fn main() -> anyhow::Result<()> {
         if args.only.iter().any(|p| p == "chain") {
             chain_part(&env, &args, &mut report).await?;
         }
+    }
+    // After the consumer side: the scale run's model takes its costs from the parts before it.
+    if args.only.iter().any(|p| p == "scale") {
+        scale_part(&args, &mut report).await?;
     }
 
     if args.wants("broker") {

@@ -29,8 +29,11 @@ pub struct Inputs {
 /// CPU per event (µs) of each process, and what an entry takes in Redis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Costs {
-    /// Owner Postgres per delivered row, the relay's default config.
+    /// Owner Postgres per delivered row, the relay's default config, one relay on the outbox.
     pub owner_pg_us: f64,
+    /// Owner Postgres per row with two relays on one outbox (the two availability asks for),
+    /// as a multiple of one relay's: their claims skip each other's locked rows.
+    pub second_relay_pg: f64,
     pub relay_us: f64,
     pub redis_append_us: f64,
     /// The bridge applying the handler at take-over (the default for a SQL handler).
@@ -64,6 +67,8 @@ impl Costs {
     /// of `scripts/bench --only relay,consumer` and `--only replicas`).
     pub const MEASURED: Costs = Costs {
         owner_pg_us: 12.5,
+        // 19.3 / 16.3 µs: `--only replicas`, 2026-12-04 14:50 UTC (docs/scaling.md).
+        second_relay_pg: 1.18,
         relay_us: 2.2,
         redis_append_us: 1.7,
         bridge_us: 4.1,
@@ -125,6 +130,11 @@ impl Costs {
             &same,
         );
         take(&mut costs.entry_bytes, "entry bytes", "Redis memory per stream entry, ~300-byte payload", &same);
+        let replicas = |n: &str| find(&format!("{n}, default config, batch 500: Postgres CPU per row"));
+        if let (Some(one), Some(two)) = (replicas("1 relay replica"), replicas("2 relay replicas")) {
+            costs.second_relay_pg = two / one;
+            from_results.push("second relay");
+        }
         // The per-transaction terms, where both batch sizes were measured.
         let small = |name: &str| find(&format!("{name}, applying at take-over, batch {SMALL_BATCH}"));
         let per_txn = |at_500: f64, at_small: f64| (at_small - at_500) / (1.0 / SMALL_BATCH as f64 - 1.0 / 500.0);
@@ -212,7 +222,7 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
     let entry = c.entry_bytes - c.entry_payload_bytes + i.bytes;
     Plan {
         total,
-        owner_pg_cores: i.rate * c.owner_pg_us * us,
+        owner_pg_cores: i.rate * c.owner_pg_at(2) * us,
         relays_per_service: processes(i.rate * c.relay_us * us, i.headroom),
         redis_cores,
         redis_primaries,
@@ -240,6 +250,12 @@ impl Costs {
         self.consumer_pg_us + self.consumer_pg_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
     }
 
+    /// Owner Postgres per row (µs) with `relays` relay processes on the outbox (one or two:
+    /// more are not what the model plans, see docs/scaling.md on replicas).
+    pub fn owner_pg_at(&self, relays: u32) -> f64 {
+        if relays >= 2 { self.owner_pg_us * self.second_relay_pg } else { self.owner_pg_us }
+    }
+
     /// Redis's CPU per event (µs) for a bridge's reads and acknowledgements of `fill` events.
     pub fn redis_read_at(&self, fill: f64) -> f64 {
         self.redis_read_us + self.redis_read_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
@@ -262,7 +278,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     let p = plan(i, c);
     let from = if sourced.from_results.is_empty() {
         "built-in (docs/scaling.md)".to_owned()
-    } else if sourced.from_results.len() == 10 {
+    } else if sourced.from_results.len() == 11 {
         "results.json".to_owned()
     } else {
         format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
@@ -277,8 +293,9 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
         i.headroom * 100.0
     );
     println!(
-        "costs, {from}: owner Postgres {:.1} µs/row, relay {:.1} µs, Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
+        "costs, {from}: owner Postgres {:.1} µs/row ({:.1} with two relays on the outbox), relay {:.1} µs, Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
         c.owner_pg_us,
+        c.owner_pg_at(2),
         c.relay_us,
         c.redis_append_us,
         c.redis_read_us,
@@ -290,7 +307,11 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     println!();
     let rows = [
         ("events/s, all services", format!("{:.0}", p.total), "S × R".to_owned()),
-        ("owner Postgres CPU, each database", format!("{:.2} cores", p.owner_pg_cores), "R × owner Postgres µs".into()),
+        (
+            "owner Postgres CPU, each database",
+            format!("{:.2} cores", p.owner_pg_cores),
+            "R × owner Postgres µs, two relays".into(),
+        ),
         (
             "relay processes, each outbox",
             format!("{}", p.relays_per_service),
@@ -355,6 +376,7 @@ mod tests {
     /// Round costs, so that the arithmetic below can be checked by hand.
     const COSTS: Costs = Costs {
         owner_pg_us: 20.0,
+        second_relay_pg: 1.25,
         relay_us: 4.0,
         redis_append_us: 3.0,
         bridge_us: 10.0,
@@ -384,7 +406,8 @@ mod tests {
         assert!((p.stream_ceiling - 0.5 / 9e-6).abs() < 1e-6);
         // 80k × 10 µs = 0.8 cores → 2 bridges per group; 2k × 4 µs → 1 relay per outbox.
         assert_eq!((p.bridges_per_group, p.relays_per_service), (2, 1));
-        assert!((p.owner_pg_cores - 0.04).abs() < 1e-9);
+        // 2k × 20 µs × 1.25: two relays on each outbox, for availability.
+        assert!((p.owner_pg_cores - 0.05).abs() < 1e-9);
         assert!((p.consumer_pg_cores - 3.2).abs() < 1e-9);
         assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 500.0).abs() < 1e-3);
     }

@@ -131,16 +131,41 @@ pub struct Cpu {
     pub relays: f64,
     pub bridges: f64,
     pub redis: Vec<f64>,
+    /// Every Postgres process: the backends of each kind below, the server's own background
+    /// processes, and the benchmark's connections.
     pub postgres: f64,
+    /// The backends serving the relays' connections: the owner databases' work.
+    pub owner_pg: f64,
+    /// The backends serving the bridges' (and their workers') connections: the consumers'.
+    pub consumer_pg: f64,
+    /// Each live backend's CPU at the time (pid, application, seconds), to take differences by.
+    backends: Vec<(i32, String, f64)>,
 }
+
+/// The application names the deployment's processes connect to Postgres under.
+const RELAY_APP: &str = "handoff-scale-relay";
+const BRIDGE_APP: &str = "handoff-scale-bridge";
 
 impl Cpu {
     fn since(&self, earlier: &Cpu) -> Cpu {
+        // A backend's CPU since `earlier`: all of it if it started since.
+        let used = |app: &str| -> f64 {
+            self.backends
+                .iter()
+                .filter(|(_, a, _)| a == app)
+                .map(|(pid, _, now)| {
+                    now - earlier.backends.iter().find(|(p, _, _)| p == pid).map_or(0.0, |(_, _, then)| *then)
+                })
+                .sum()
+        };
         Cpu {
             relays: self.relays - earlier.relays,
             bridges: self.bridges - earlier.bridges,
             redis: self.redis.iter().zip(&earlier.redis).map(|(a, b)| a - b).collect(),
             postgres: self.postgres - earlier.postgres,
+            owner_pg: used(RELAY_APP),
+            consumer_pg: used(BRIDGE_APP),
+            backends: Vec::new(),
         }
     }
 
@@ -150,6 +175,9 @@ impl Cpu {
             bridges: self.bridges / seconds,
             redis: self.redis.iter().map(|r| r / seconds).collect(),
             postgres: self.postgres / seconds,
+            owner_pg: self.owner_pg / seconds,
+            consumer_pg: self.consumer_pg / seconds,
+            backends: Vec::new(),
         }
     }
 }
@@ -197,7 +225,7 @@ impl Deployment {
                 let config = format!(
                     "{}[[bridge]]\nname = \"g{g}\"\nconsumer = \"g{g}\"\ninstance = \"g{g}-{b}\"\napply = \"g{g}\"\n\
                      streams = [{}]\nbatch_size = 500\n{}",
-                    group.base_config(),
+                    group.base_config_as(BRIDGE_APP),
                     streams.join(", "),
                     worker_section_with(&format!("g{g}"), &format!("g{g}"), BATCH_HANDLER)
                 );
@@ -207,7 +235,7 @@ impl Deployment {
         for (k, owner) in self.owners.iter().enumerate() {
             let config = format!(
                 "{}[[relay]]\nname = \"o{k}\"\nstream = \"{}\"\n",
-                owner.base_config(),
+                owner.base_config_as(RELAY_APP),
                 owner.stream(&format!("{{aggregate_type}}:{{shard(aggregate_id, {SHARDS})}}"))
             );
             for r in 0..RELAYS_PER_OWNER {
@@ -217,14 +245,16 @@ impl Deployment {
         Ok(processes)
     }
 
-    fn cpu(&self, processes: &Processes) -> Cpu {
+    async fn cpu(&self, processes: &Processes) -> anyhow::Result<Cpu> {
         let of = |children: &[Child]| children.iter().map(|c| resources(c.id()).1).sum::<f64>();
-        Cpu {
+        Ok(Cpu {
             relays: of(&processes.relays),
             bridges: of(&processes.bridges),
             redis: self.cluster.cpu_seconds(),
             postgres: postgres_cpu_seconds(),
-        }
+            backends: self.owners[0].backend_cpu_seconds().await?,
+            ..Cpu::default()
+        })
     }
 
     /// Waits until each group's audit log holds `per_owner` events of every owner.
@@ -293,17 +323,17 @@ pub async fn run(
     for (k, owner) in deployment.owners.iter().enumerate() {
         owner.fill(per_owner, &format!("o{k}")).await?;
     }
-    let before = deployment.cpu(&Processes { relays: Vec::new(), bridges: Vec::new() });
+    let before = deployment.cpu(&Processes { relays: Vec::new(), bridges: Vec::new() }).await?;
     let started = Instant::now();
     let processes = deployment.spawn()?;
     deployment.until_applied(per_owner).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let after = deployment.cpu(&processes);
+    let after = deployment.cpu(&processes).await?;
     // What the processes cost idle (claims that find nothing, blocking reads of every shard
     // that return nothing, workers' polls, broker checks). A measurement window, not a wait.
     let window = seconds.min(10.0);
     tokio::time::sleep(Duration::from_secs_f64(window)).await;
-    let idle = deployment.cpu(&processes).since(&after).per_second(window);
+    let idle = deployment.cpu(&processes).await?.since(&after).per_second(window);
     let total = per_owner * OWNERS;
     let (bridge_fill, relay_fill) = deployment.finish(processes, total).await?;
     let cpu = after.since(&before);
@@ -349,10 +379,10 @@ pub async fn run_at(
     let processes = deployment.spawn()?;
     let measured = async {
         tokio::time::sleep(warmup).await;
-        let (before, applied) = (deployment.cpu(&processes), deployment.applied().await?);
+        let (before, applied) = (deployment.cpu(&processes).await?, deployment.applied().await?);
         let started = Instant::now();
         tokio::time::sleep(window).await;
-        let (after, applied_after) = (deployment.cpu(&processes), deployment.applied().await?);
+        let (after, applied_after) = (deployment.cpu(&processes).await?, deployment.applied().await?);
         anyhow::Ok((after.since(&before), (applied_after - applied) as f64 / GROUPS as f64, started.elapsed()))
     };
     let (produced, measured) = futures_util::future::join(produce(Instant::now() + warmup + window), measured).await;
@@ -396,10 +426,24 @@ pub fn compared(run: &ScaleRun, costs: &Costs) -> Vec<(&'static str, f64, f64, O
             cores(costs.redis_append_us + g * costs.redis_read_at(run.bridge_fill)),
             idle.map(|i| i.redis.iter().sum()),
         ),
+        // The two databases' shares the model predicts apart, by the backends serving each
+        // kind of process; the whole server's figure below also holds its background processes.
+        (
+            "owner Postgres, the relays' backends",
+            cpu.owner_pg,
+            cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32)),
+            idle.map(|i| i.owner_pg),
+        ),
+        (
+            "consumer Postgres, the bridges' backends",
+            cpu.consumer_pg,
+            cores(g * costs.consumer_pg_at(run.bridge_fill)),
+            idle.map(|i| i.consumer_pg),
+        ),
         (
             "Postgres, 4 owners + 2 consumers",
             cpu.postgres - cores(run.insert_us),
-            cores(costs.owner_pg_us + g * costs.consumer_pg_at(run.bridge_fill)),
+            cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32) + g * costs.consumer_pg_at(run.bridge_fill)),
             idle.map(|i| i.postgres),
         ),
     ]
@@ -408,7 +452,7 @@ pub fn compared(run: &ScaleRun, costs: &Costs) -> Vec<(&'static str, f64, f64, O
 /// CPU per event of every process of this deployment, as the model counts it.
 pub fn modelled_us(costs: &Costs) -> f64 {
     let g = GROUPS as f64;
-    costs.owner_pg_us
+    costs.owner_pg_at(RELAYS_PER_OWNER as u32)
         + costs.relay_us
         + costs.redis_append_us
         + g * (costs.bridge_us + costs.redis_read_us + costs.consumer_pg_us)
