@@ -430,7 +430,8 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         report.add("scale", format!("{name}: events/s the model predicts here"), predicted, "events/s");
         report.add("ratio", "scale run: measured / predicted events/s", run.rate() / predicted * 100.0, "%");
     }
-    scale_figures(name, &run, &sourced.costs, report);
+    let rest = run.rest.clone().unwrap_or_default();
+    scale_figures(name, &run, &sourced.costs, &rest, report);
     let redis: f64 = run.cpu.redis.iter().sum();
     for (i, cpu) in run.cpu.redis.iter().enumerate() {
         report.add("scale", format!("Redis primary {i}: share of Redis CPU"), cpu / redis * 100.0, "%");
@@ -441,18 +442,16 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         let name = format!("steady {rate:.0}/s");
         report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
         report.add("scale", format!("{name}: Postgres CPU per event, the producer's inserts"), run.insert_us, "µs");
-        scale_figures(&name, &run, &sourced.costs, report);
+        scale_figures(&name, &run, &sourced.costs, &rest, report);
     }
     Ok(())
 }
 
-fn scale_figures(name: &str, run: &scale::ScaleRun, costs: &plan::Costs, report: &mut Report) {
-    for (what, measured, predicted, idle) in scale::compared(run, costs) {
+fn scale_figures(name: &str, run: &scale::ScaleRun, costs: &plan::Costs, rest: &scale::Cpu, report: &mut Report) {
+    for (what, measured, predicted, at_rest) in scale::compared(run, costs, rest) {
         report.add("scale", format!("{name}, {what}: cores measured"), measured, "cores");
         report.add("scale", format!("{name}, {what}: cores the model predicts"), predicted, "cores");
-        if let Some(idle) = idle {
-            report.add("scale", format!("{name}, {what}: cores idle, after the run"), idle, "cores");
-        }
+        report.add("scale", format!("{name}, {what}: of them at rest (measured before the load)"), at_rest, "cores");
         report.add(
             "ratio",
             format!("scale {name}, {what}: measured / predicted CPU"),

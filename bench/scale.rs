@@ -5,7 +5,8 @@
 //! processes sharing the group's shards and applying the seed's handler at take-over (each
 //! with its worker for retries). Every event must reach each group's audit log exactly once —
 //! the run fails otherwise — and the measured CPU of each kind of process is printed beside
-//! what the capacity model predicts at the rate the run reached. Every process runs the
+//! what the capacity model predicts at the rate the run reached, with what each kind costs at
+//! rest (measured on the same deployment before the load) added. Every process runs the
 //! defaults but for the bridges' `batch_size` (500, the batch the model's costs are measured
 //! at): polling every 250 ms, reads blocking for 2 s.
 
@@ -113,8 +114,8 @@ pub struct ScaleRun {
     pub bridge_fill: f64,
     /// Rows per relay settle transaction (one `delivered_at` each), every owner.
     pub relay_fill: f64,
-    /// Cores each kind of process used once everything was delivered (the backlog run).
-    pub idle: Option<Cpu>,
+    /// Cores each kind of process used at rest, before the load (the backlog run).
+    pub rest: Option<Cpu>,
     /// Postgres CPU (µs) the producer's own inserts took per event (the steady run).
     pub insert_us: f64,
 }
@@ -257,6 +258,20 @@ impl Deployment {
         })
     }
 
+    /// What the deployment's processes cost with nothing to do (claims that find nothing,
+    /// blocking reads of every shard that return nothing, workers' polls, broker checks, the
+    /// cluster's own traffic), per second: started on the empty outboxes, given 3 s to start,
+    /// measured over 10 s (a measurement window, not a wait for a condition), then stopped.
+    async fn at_rest(&self) -> anyhow::Result<Cpu> {
+        let mut processes = self.spawn()?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let started = self.cpu(&processes).await?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let rest = self.cpu(&processes).await?.since(&started).per_second(10.0);
+        processes.relays.iter_mut().chain(processes.bridges.iter_mut()).for_each(stop);
+        Ok(rest)
+    }
+
     /// Waits until each group's audit log holds `per_owner` events of every owner.
     async fn until_applied(&self, per_owner: usize) -> anyhow::Result<()> {
         let lasts: Vec<String> = (0..OWNERS).map(|k| format!("'o{k}-{per_owner}'")).collect();
@@ -319,6 +334,7 @@ pub async fn run(
     events: usize,
 ) -> anyhow::Result<ScaleRun> {
     let deployment = Deployment::new(database_url, binary, dir).await?;
+    let rest = deployment.at_rest().await?;
     let per_owner = events / OWNERS;
     for (k, owner) in deployment.owners.iter().enumerate() {
         owner.fill(per_owner, &format!("o{k}")).await?;
@@ -329,15 +345,10 @@ pub async fn run(
     deployment.until_applied(per_owner).await?;
     let seconds = started.elapsed().as_secs_f64();
     let after = deployment.cpu(&processes).await?;
-    // What the processes cost idle (claims that find nothing, blocking reads of every shard
-    // that return nothing, workers' polls, broker checks). A measurement window, not a wait.
-    let window = seconds.min(10.0);
-    tokio::time::sleep(Duration::from_secs_f64(window)).await;
-    let idle = deployment.cpu(&processes).await?.since(&after).per_second(window);
     let total = per_owner * OWNERS;
     let (bridge_fill, relay_fill) = deployment.finish(processes, total).await?;
     let cpu = after.since(&before);
-    Ok(ScaleRun { events: total, seconds, cpu, bridge_fill, relay_fill, idle: Some(idle), insert_us: 0.0 })
+    Ok(ScaleRun { events: total, seconds, cpu, bridge_fill, relay_fill, rest: Some(rest), insert_us: 0.0 })
 }
 
 /// The steady run: a producer writes `rate` events/s (spread over the owners, every 50 ms)
@@ -397,54 +408,43 @@ pub async fn run_at(
         cpu,
         bridge_fill,
         relay_fill,
-        idle: None,
+        rest: None,
         insert_us,
     })
 }
 
 /// The model's prediction for each measured figure at the rate the run reached, as
-/// (what, measured cores, predicted cores, idle cores if measured). The bridges' and the
-/// consumers' costs are taken at the events per transaction the run measured. Postgres's
-/// measured figure leaves out the producer's inserts.
-pub fn compared(run: &ScaleRun, costs: &Costs) -> Vec<(&'static str, f64, f64, Option<f64>)> {
+/// (what, measured cores, predicted cores, of them at rest): what each kind of process costs
+/// at rest (`rest`, measured before the backlog run) and per event. The bridges' and the
+/// consumers' costs per event are taken at the events per transaction the run measured.
+/// Postgres's measured figure leaves out the producer's inserts.
+pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str, f64, f64, f64)> {
     let (rate, g) = (run.rate(), GROUPS as f64);
     let cpu = run.cpu.per_second(run.seconds);
-    let idle = run.idle.as_ref();
     let cores = |us: f64| rate * us * 1e-6;
+    let owner_pg = cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32));
+    let consumer_pg = cores(g * costs.consumer_pg_at(run.bridge_fill));
+    let redis_rest: f64 = rest.redis.iter().sum();
+    let row = |what, measured, per_event: f64, at_rest: f64| (what, measured, per_event + at_rest, at_rest);
     vec![
-        ("relays (8)", cpu.relays, cores(costs.relay_us), idle.map(|i| i.relays)),
+        row("relays (8)", cpu.relays, cores(costs.relay_us), rest.relays),
         // At the batch the run's takeover transactions carried (the model's per-batch term).
-        (
-            "bridges with their workers (4)",
-            cpu.bridges,
-            cores(g * costs.bridge_at(run.bridge_fill)),
-            idle.map(|i| i.bridges),
-        ),
-        (
+        row("bridges with their workers (4)", cpu.bridges, cores(g * costs.bridge_at(run.bridge_fill)), rest.bridges),
+        row(
             "Redis, 3 primaries",
             cpu.redis.iter().sum(),
             cores(costs.redis_append_us + g * costs.redis_read_at(run.bridge_fill)),
-            idle.map(|i| i.redis.iter().sum()),
+            redis_rest,
         ),
         // The two databases' shares the model predicts apart, by the backends serving each
         // kind of process; the whole server's figure below also holds its background processes.
-        (
-            "owner Postgres, the relays' backends",
-            cpu.owner_pg,
-            cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32)),
-            idle.map(|i| i.owner_pg),
-        ),
-        (
-            "consumer Postgres, the bridges' backends",
-            cpu.consumer_pg,
-            cores(g * costs.consumer_pg_at(run.bridge_fill)),
-            idle.map(|i| i.consumer_pg),
-        ),
-        (
+        row("owner Postgres, the relays' backends", cpu.owner_pg, owner_pg, rest.owner_pg),
+        row("consumer Postgres, the bridges' backends", cpu.consumer_pg, consumer_pg, rest.consumer_pg),
+        row(
             "Postgres, 4 owners + 2 consumers",
             cpu.postgres - cores(run.insert_us),
-            cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32) + g * costs.consumer_pg_at(run.bridge_fill)),
-            idle.map(|i| i.postgres),
+            owner_pg + consumer_pg,
+            rest.postgres,
         ),
     ]
 }
