@@ -311,7 +311,8 @@ impl BenchEnv {
     }
 
     /// Like `base_config`, the process's connections named `application` in
-    /// `pg_stat_activity`: what their backends use is told apart by [`backend_cpu_seconds`].
+    /// `pg_stat_activity`: what their backends use is told apart by
+    /// [`Self::backend_cpu_seconds`].
     pub fn base_config_as(&self, application: &str) -> String {
         self.config_with_url(&format!("{}&application_name={application}", self.database_url))
     }
@@ -323,14 +324,19 @@ impl BenchEnv {
         )
     }
 
-    /// Each live backend of the server: (pid, application_name, CPU seconds it has used).
-    pub async fn backend_cpu_seconds(&self) -> anyhow::Result<Vec<(i32, String, f64)>> {
-        let rows = self.db.query("SELECT pid, application_name FROM pg_stat_activity", &[]).await?;
+    /// Each live backend serving one of `applications`: (pid, application name, CPU seconds it
+    /// has used). A backend gone before its `/proc` entry is read is left out; one that exits
+    /// between two readings takes its CPU with it (a pool keeps its connections for the
+    /// process's life, so the deployment's backends do not).
+    pub async fn backend_cpu_seconds(&self, applications: &[&str]) -> anyhow::Result<Vec<(i32, String, f64)>> {
+        let sql = "SELECT pid, application_name FROM pg_stat_activity WHERE application_name = ANY($1)";
+        let rows = self.db.query(sql, &[&applications]).await?;
         Ok(rows
             .iter()
-            .map(|r| {
+            .filter_map(|r| {
                 let pid: i32 = r.get(0);
-                (pid, r.get::<_, String>(1), resources(pid as u32).1)
+                let application: String = r.get(1);
+                Some((pid, application, postgres_process_cpu_seconds(pid)?))
             })
             .collect())
     }
@@ -384,6 +390,18 @@ pub fn resources(pid: u32) -> (u64, f64) {
     let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
         + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     (peak_kb, ticks / 100.0)
+}
+
+/// CPU seconds the Postgres process `pid` has used, if it is one (by its name in `/proc`).
+fn postgres_process_cpu_seconds(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    if !head.ends_with("(postgres") {
+        return None;
+    }
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// CPU seconds all Postgres server processes on this machine have used so far, from /proc:

@@ -414,7 +414,8 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 }
 
 /// The scale run against the capacity model: the model's costs from this run's own figures
-/// where it measured them (`--only relay,consumer,scale`), else from `--costs`, else built in.
+/// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
+/// built in.
 /// First the backlog form, then the steady form at each of `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;

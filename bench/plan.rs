@@ -250,8 +250,9 @@ impl Costs {
         self.consumer_pg_us + self.consumer_pg_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
     }
 
-    /// Owner Postgres per row (µs) with `relays` relay processes on the outbox (one or two:
-    /// more are not what the model plans, see docs/scaling.md on replicas).
+    /// Owner Postgres per row (µs) with `relays` relay processes on the outbox: one, or two and
+    /// more at the figure of two (the model plans two, for availability; more replicas add
+    /// contention the model does not count, see docs/scaling.md on replicas).
     pub fn owner_pg_at(&self, relays: u32) -> f64 {
         if relays >= 2 { self.owner_pg_us * self.second_relay_pg } else { self.owner_pg_us }
     }

@@ -190,10 +190,23 @@ struct Deployment {
     groups: Vec<BenchEnv>,
 }
 
-/// The deployment's handoff processes.
+/// The deployment's handoff processes, stopped when dropped (on an error too) unless they
+/// already were.
 struct Processes {
     relays: Vec<Child>,
     bridges: Vec<Child>,
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        // `try_wait` of a child already waited for answers from its kept status: no signal
+        // goes to a pid that may have been reused.
+        for child in self.relays.iter_mut().chain(self.bridges.iter_mut()) {
+            if matches!(child.try_wait(), Ok(None)) {
+                stop(child);
+            }
+        }
+    }
 }
 
 impl Deployment {
@@ -253,7 +266,7 @@ impl Deployment {
             bridges: of(&processes.bridges),
             redis: self.cluster.cpu_seconds(),
             postgres: postgres_cpu_seconds(),
-            backends: self.owners[0].backend_cpu_seconds().await?,
+            backends: self.owners[0].backend_cpu_seconds(&[RELAY_APP, BRIDGE_APP]).await?,
             ..Cpu::default()
         })
     }
@@ -263,13 +276,11 @@ impl Deployment {
     /// cluster's own traffic), per second: started on the empty outboxes, given 3 s to start,
     /// measured over 10 s (a measurement window, not a wait for a condition), then stopped.
     async fn at_rest(&self) -> anyhow::Result<Cpu> {
-        let mut processes = self.spawn()?;
+        let processes = self.spawn()?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let started = self.cpu(&processes).await?;
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let rest = self.cpu(&processes).await?.since(&started).per_second(10.0);
-        processes.relays.iter_mut().chain(processes.bridges.iter_mut()).for_each(stop);
-        Ok(rest)
+        Ok(self.cpu(&processes).await?.since(&started).per_second(10.0))
     }
 
     /// Waits until each group's audit log holds `per_owner` events of every owner.
@@ -297,8 +308,8 @@ impl Deployment {
 
     /// Stops the processes; fails unless each group's audit log and inbox hold every one of the
     /// `total` events once. Returns (events per takeover, rows per settle) and drops the schemas.
-    async fn finish(self, mut processes: Processes, total: usize) -> anyhow::Result<(f64, f64)> {
-        processes.relays.iter_mut().chain(processes.bridges.iter_mut()).for_each(stop);
+    async fn finish(self, processes: Processes, total: usize) -> anyhow::Result<(f64, f64)> {
+        drop(processes);
         for (g, group) in self.groups.iter().enumerate() {
             let logged = group.scalar("SELECT count(DISTINCT audit_id) FROM audit_logs").await?;
             let rows = group.scalar("SELECT count(*) FROM audit_logs").await?;
@@ -325,8 +336,8 @@ impl Deployment {
     }
 }
 
-/// The backlog run: `events` written before the processes start, timed until both groups'
-/// audit logs hold every one; then as long again (10 s at most) with nothing to do.
+/// The backlog run: the deployment measured at rest, then `events` written before the
+/// processes start, timed until both groups' audit logs hold every one.
 pub async fn run(
     database_url: &str,
     binary: &std::path::Path,
