@@ -383,25 +383,27 @@ pub fn resources(pid: u32) -> (u64, f64) {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may contain spaces) start at index 2.
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), None, 12).unwrap_or(0.0);
     (peak_kb, ticks / 100.0)
+}
+
+/// The sum of a `/proc/<pid>/stat` file's time fields from utime (own user time) through
+/// `last` (12: own system time; 14: also waited-for children's), in clock ticks; `None` if
+/// the file cannot be read or its command is not `command`.
+fn stat_ticks(path: &std::path::Path, command: Option<&str>, last: usize) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (which may contain spaces) start at index 2.
+    let (head, rest) = stat.rsplit_once(')')?;
+    if command.is_some_and(|c| !head.ends_with(&format!("({c}"))) {
+        return None;
+    }
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((11..=last).filter_map(|i| fields.get(i)?.parse::<f64>().ok()).sum())
 }
 
 /// CPU seconds the Postgres process `pid` has used, if it is one (by its name in `/proc`).
 fn postgres_process_cpu_seconds(pid: i32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    if !head.ends_with("(postgres") {
-        return None;
-    }
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    Some(stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), Some("postgres"), 12)? / 100.0)
 }
 
 /// CPU seconds all Postgres server processes on this machine have used so far, from /proc:
@@ -412,13 +414,7 @@ pub fn postgres_cpu_seconds() -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
     let mut ticks = 0.0;
     for entry in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
-        if !head.ends_with("(postgres") {
-            continue;
-        }
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        ticks += (11..=14).filter_map(|i| fields.get(i)?.parse::<f64>().ok()).sum::<f64>();
+        ticks += stat_ticks(&entry.path().join("stat"), Some("postgres"), 14).unwrap_or(0.0);
     }
     ticks / 100.0
 }
