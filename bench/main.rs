@@ -5,6 +5,7 @@
 //! the benchmark on the same data, so machine noise cancels out as far as it can.
 
 mod broker;
+mod cluster;
 mod consumer;
 use consumer::Mode;
 mod env;
@@ -117,7 +118,8 @@ struct Args {
     /// by default (`scripts/bench --scale` names some).
     #[arg(long, value_delimiter = ',')]
     scale_rates: Vec<f64>,
-    /// Seconds each steady scale run is measured over (after 5 s of warm-up).
+    /// Seconds each steady scale run is measured over (after 5 s of warm-up), and the relays
+    /// alone (after 3 s).
     #[arg(long, default_value_t = 15)]
     scale_seconds: u64,
     /// results.json files whose measured costs --plan uses (a later one winning; built-in
@@ -341,6 +343,14 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
             report.add("resources", format!("Redis CPU per 100k events, claim {claim}, batch 500"), redis, "s");
             let startup = median(results.iter().map(|x| x.startup.as_secs_f64() * 1e3).collect());
             report.add("resources", format!("relay start-up to its first entry, claim {claim}"), startup, "ms");
+            if claim == "locked" {
+                // The same rows in batches of 20: with the figure at 500, what a row costs the
+                // relay apart from its claim cycles (the capacity model's per-row term).
+                let small = plan::SMALL_BATCH;
+                let runs = repeat(r, || relay::throughput(env, n, small, 1, &extra)).await?;
+                let cpu = median(runs.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
+                report.add("resources", format!("relay CPU per 100k events, claim locked, batch {small}"), cpu, "s");
+            }
         }
     }
     Ok(())
@@ -417,11 +427,28 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 /// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
 /// built in.
 /// First the backlog form, then the steady form at each of `--scale-rates`.
+/// The rate the relays alone are measured at (events/s over the four owners): a few hundred
+/// rows per claim cycle or less, as in the steady runs, but not their rates.
+const RELAYS_ALONE_RATE: f64 = 2000.0;
+
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let sourced = |report: &Report| {
+        let mut figures = plan::figures_in(&args.costs);
+        figures.extend(report.0.iter().filter_map(|f| serde_json::to_value(f).ok()));
+        plan::Costs::from_figures(&figures)
+    };
+    // The relays alone at a rate of their own (not one the runs below are compared at): what a
+    // claim cycle costs them beyond its rows, the model's per-cycle term.
+    let (rate, window) = (RELAYS_ALONE_RATE, std::time::Duration::from_secs(args.scale_seconds));
+    let alone = scale::relays_alone(&args.database_url, &args.binary, &args.out, rate, window).await?;
+    anyhow::ensure!(alone.cycles > 0, "the relays alone delivered nothing in {window:?}");
+    let name = format!("relays alone at a steady {rate:.0} events/s");
+    report.add("scale", format!("{name}: rows per claim cycle"), alone.rows as f64 / alone.cycles as f64, "rows");
+    let row_us = sourced(report).costs.relay_row_us;
+    let cycle_us = (alone.cpu_seconds * 1e6 - alone.rows as f64 * row_us) / alone.cycles as f64;
+    report.add("scale", plan::RELAY_CYCLE, cycle_us, "µs");
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
-    let mut figures = plan::figures_in(&args.costs);
-    figures.extend(report.0.iter().filter_map(|f| serde_json::to_value(f).ok()));
-    let sourced = plan::Costs::from_figures(&figures);
+    let sourced = sourced(report);
     let name = "backlog";
     report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
     // The rate this machine gives the deployment if it gives it the CPU it gave the one-group

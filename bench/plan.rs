@@ -34,7 +34,16 @@ pub struct Costs {
     /// Owner Postgres per row with two relays on one outbox (the two availability asks for),
     /// as a multiple of one relay's: their claims skip each other's locked rows.
     pub second_relay_pg: f64,
+    /// The relay per row at full batches back to back (batch 500, its claim cycles included).
     pub relay_us: f64,
+    /// The relay per row apart from its claim cycles: from the relay at batch 500 and at
+    /// [`SMALL_BATCH`], back to back.
+    pub relay_row_us: f64,
+    /// The relay per claim cycle (claim, append, settle) in a deployment that delivers at a
+    /// modest rate: each cycle starts after a poll's wait or a busy database's reply, on cold
+    /// caches, and costs several times one run back to back. Measured on the scale run's own
+    /// layout with only its relays running, at a rate of its own (`relays_alone`).
+    pub relay_cycle_us: f64,
     pub redis_append_us: f64,
     /// The bridge applying the handler at take-over (the default for a SQL handler).
     pub bridge_us: f64,
@@ -63,20 +72,23 @@ pub struct Sourced {
 }
 
 impl Costs {
-    /// The costs docs/scaling.md states (the 2-vCPU development machine, 2026-12-04, one sitting
-    /// of `scripts/bench --only relay,consumer` and `--only replicas`).
+    /// The costs docs/scaling.md states: the 2-vCPU development machine, one sitting of
+    /// `scripts/bench --scale` (2026-12-05 04:41 UTC; the relay, replicas and consumer parts, and
+    /// the relays alone at 2,000 events/s for the per-cycle term).
     pub const MEASURED: Costs = Costs {
-        owner_pg_us: 12.5,
-        // 19.3 / 16.3 µs: `--only replicas`, 2026-12-04 14:50 UTC (docs/scaling.md).
-        second_relay_pg: 1.18,
-        relay_us: 2.2,
-        redis_append_us: 1.7,
-        bridge_us: 4.1,
-        redis_read_us: 1.2,
-        consumer_pg_us: 14.1,
-        bridge_txn_us: 173.0,
-        consumer_pg_txn_us: 270.0,
-        redis_read_txn_us: 33.0,
+        owner_pg_us: 15.8,
+        // 19.3 / 16.2 µs per row, two relay replicas against one.
+        second_relay_pg: 1.19,
+        relay_us: 3.2,
+        relay_row_us: 2.9,
+        relay_cycle_us: 409.0,
+        redis_append_us: 1.9,
+        bridge_us: 5.6,
+        redis_read_us: 1.6,
+        consumer_pg_us: 18.4,
+        bridge_txn_us: 239.0,
+        consumer_pg_txn_us: 389.0,
+        redis_read_txn_us: 44.0,
         entry_bytes: 487.0,
         entry_payload_bytes: 300.0,
     };
@@ -110,6 +122,7 @@ impl Costs {
             &same,
         );
         take(&mut costs.relay_us, "relay", "relay CPU per 100k events, claim locked, batch 500", &per_100k);
+        take(&mut costs.relay_cycle_us, "relay per cycle", RELAY_CYCLE, &same);
         take(
             &mut costs.redis_append_us,
             "Redis append",
@@ -136,6 +149,15 @@ impl Costs {
             from_results.push("second relay");
         }
         // The per-transaction terms, where both batch sizes were measured.
+        if let (Some(big), Some(little)) = (
+            find("relay CPU per 100k events, claim locked, batch 500"),
+            find(&format!("relay CPU per 100k events, claim locked, batch {SMALL_BATCH}")),
+        ) {
+            // A batch of b rows costs a cycle + b × a row: two batch sizes give both.
+            let (b, s) = (500.0, SMALL_BATCH as f64);
+            costs.relay_row_us = (per_100k(big) * b - per_100k(little) * s) / (b - s);
+            from_results.push("relay per row");
+        }
         let small = |name: &str| find(&format!("{name}, applying at take-over, batch {SMALL_BATCH}"));
         let per_txn = |at_500: f64, at_small: f64| (at_small - at_500) / (1.0 / SMALL_BATCH as f64 - 1.0 / 500.0);
         if let (Some(big), Some(little)) =
@@ -239,10 +261,18 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
 /// The bridge batch of the second point the per-transaction costs are measured at.
 pub const SMALL_BATCH: u32 = 20;
 
+/// The figure the relay's cost per claim cycle is held under in a results.json.
+pub const RELAY_CYCLE: &str = "relays alone at a steady rate: relay CPU per claim cycle";
+
 impl Costs {
     /// The bridge's CPU per event (µs) when its transactions carry `fill` events.
     pub fn bridge_at(&self, fill: f64) -> f64 {
         self.bridge_us + self.bridge_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
+    }
+
+    /// The relay's CPU per row (µs) in a deployment whose claim cycles carry `fill` rows.
+    pub fn relay_at(&self, fill: f64) -> f64 {
+        self.relay_row_us + self.relay_cycle_us / fill.max(1.0)
     }
 
     /// The consumer Postgres's CPU per event (µs) when takeover transactions carry `fill` events.
@@ -279,7 +309,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     let p = plan(i, c);
     let from = if sourced.from_results.is_empty() {
         "built-in (docs/scaling.md)".to_owned()
-    } else if sourced.from_results.len() == 11 {
+    } else if sourced.from_results.len() == 13 {
         "results.json".to_owned()
     } else {
         format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
@@ -294,10 +324,12 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
         i.headroom * 100.0
     );
     println!(
-        "costs, {from}: owner Postgres {:.1} µs/row ({:.1} with two relays on the outbox), relay {:.1} µs, Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
+        "costs, {from}: owner Postgres {:.1} µs/row ({:.1} with two relays on the outbox), relay {:.1} µs at full batches ({:.1} µs a row + {:.0} µs a claim cycle at modest rates), Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
         c.owner_pg_us,
         c.owner_pg_at(2),
         c.relay_us,
+        c.relay_row_us,
+        c.relay_cycle_us,
         c.redis_append_us,
         c.redis_read_us,
         c.bridge_us,
@@ -371,92 +403,4 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Round costs, so that the arithmetic below can be checked by hand.
-    const COSTS: Costs = Costs {
-        owner_pg_us: 20.0,
-        second_relay_pg: 1.25,
-        relay_us: 4.0,
-        redis_append_us: 3.0,
-        bridge_us: 10.0,
-        redis_read_us: 3.0,
-        consumer_pg_us: 40.0,
-        bridge_txn_us: 100.0,
-        consumer_pg_txn_us: 400.0,
-        redis_read_txn_us: 50.0,
-        entry_bytes: 500.0,
-        entry_payload_bytes: 300.0,
-    };
-
-    fn inputs() -> Inputs {
-        Inputs { services: 40, rate: 2000.0, bytes: 300.0, groups: 2, families: 0, headroom: 0.5 }
-    }
-
-    #[test]
-    fn forty_services_at_two_thousand_need_two_primaries_and_no_shards() {
-        let p = plan(&inputs(), &COSTS);
-        assert_eq!(p.total, 80_000.0);
-        // 80k × (3 + 2 × 3) µs = 0.72 cores of Redis → 2 primaries at half a core each.
-        assert!((p.redis_cores - 0.72).abs() < 1e-9, "{}", p.redis_cores);
-        // 40 families hash over 2 primaries without sharding, and none outgrows a stream.
-        assert_eq!((p.redis_primaries, p.shards_per_family, p.stream_rate), (2, 1, 2000.0));
-        let one_family = plan(&Inputs { families: 1, ..inputs() }, &COSTS);
-        assert_eq!((one_family.shards_per_family, one_family.stream_rate), (8, 10_000.0));
-        assert!((p.stream_ceiling - 0.5 / 9e-6).abs() < 1e-6);
-        // 80k × 10 µs = 0.8 cores → 2 bridges per group; 2k × 4 µs → 1 relay per outbox.
-        assert_eq!((p.bridges_per_group, p.relays_per_service), (2, 1));
-        // 2k × 20 µs × 1.25: two relays on each outbox, for availability.
-        assert!((p.owner_pg_cores - 0.05).abs() < 1e-9);
-        assert!((p.consumer_pg_cores - 3.2).abs() < 1e-9);
-        assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 500.0).abs() < 1e-3);
-    }
-
-    #[test]
-    fn a_load_on_four_primaries_spreads_each_family_over_sixteen_shards() {
-        let p = plan(&Inputs { services: 1, rate: 200_000.0, ..inputs() }, &COSTS);
-        // 200k × 9 µs = 1.8 cores → 4 primaries → 16 shards.
-        assert_eq!((p.redis_primaries, p.shards_per_family), (4, 16));
-        let tighter = plan(&Inputs { services: 1, rate: 200_000.0, headroom: 0.25, ..inputs() }, &COSTS);
-        assert_eq!((tighter.redis_primaries, tighter.shards_per_family), (8, 32));
-        // Four families share the spread: 16 streams over 4 primaries from 4 shards each.
-        let four = plan(&Inputs { services: 4, rate: 50_000.0, ..inputs() }, &COSTS);
-        assert_eq!((four.redis_primaries, four.shards_per_family), (4, 4));
-    }
-
-    #[test]
-    fn a_small_load_needs_no_sharding() {
-        let p = plan(&Inputs { services: 2, rate: 500.0, ..inputs() }, &COSTS);
-        assert_eq!((p.redis_primaries, p.shards_per_family, p.bridges_per_group), (1, 1, 1));
-    }
-
-    #[test]
-    fn bigger_payloads_take_more_memory_per_entry() {
-        let p = plan(&Inputs { bytes: 1300.0, ..inputs() }, &COSTS);
-        assert!((p.backlog_minute_bytes - 80_000.0 * 60.0 * 1500.0).abs() < 1e-3);
-    }
-
-    #[test]
-    fn small_batches_add_each_transaction_s_cost_spread_over_fewer_events() {
-        assert!((COSTS.bridge_at(500.0) - 10.0).abs() < 1e-9);
-        assert!((COSTS.bridge_at(10.0) - (10.0 + 100.0 * (0.1 - 0.002))).abs() < 1e-9);
-        assert!((COSTS.consumer_pg_at(1.0) - (40.0 + 400.0 * 0.998)).abs() < 1e-9);
-    }
-
-    #[test]
-    fn costs_come_from_results_where_they_are_held() {
-        let dir = std::env::temp_dir().join(format!("handoff-plan-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("results.json");
-        let json = serde_json::json!({"figures": [
-            {"section": "resources", "name": "relay CPU per 100k events, claim locked, batch 500", "value": 0.5, "unit": "s"}
-        ]});
-        std::fs::write(&path, json.to_string()).unwrap();
-        let sourced = Costs::load(&[dir.join("missing.json"), path]);
-        assert_eq!(sourced.costs.relay_us, 5.0);
-        assert_eq!(sourced.costs.bridge_us, Costs::MEASURED.bridge_us);
-        assert_eq!(sourced.from_results, vec!["relay"]);
-        assert_eq!(Costs::load(&[dir.join("missing.json")]).costs, Costs::MEASURED);
-    }
-}
+mod tests;

@@ -10,10 +10,11 @@
 //! defaults but for the bridges' `batch_size` (500, the batch the model's costs are measured
 //! at): polling every 250 ms, reads blocking for 2 s.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::broker::cli;
+use crate::cluster::Cluster;
 use crate::consumer::{BATCH_HANDLER, worker_section_with};
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop, time_until};
 use crate::plan::Costs;
@@ -23,86 +24,12 @@ const RELAYS_PER_OWNER: usize = 2;
 const GROUPS: usize = 2;
 const BRIDGES_PER_GROUP: usize = 2;
 const SHARDS: u32 = 8;
+/// How often the steady runs' producer writes.
+const TICK: Duration = Duration::from_millis(50);
 
-/// A Redis Cluster of three primaries (no replicas) on spare ports, killed when dropped.
-pub struct Cluster {
-    pub ports: Vec<u16>,
-    children: Vec<Child>,
-    dir: std::path::PathBuf,
-}
-
-impl Cluster {
-    pub async fn start(dir: &std::path::Path) -> anyhow::Result<Self> {
-        let dir = dir.join(format!("cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let mut cluster = Self { ports: Vec::new(), children: Vec::new(), dir: dir.clone() };
-        while cluster.ports.len() < 3 {
-            // The cluster bus listens on port + 10000: that port must be free too, and no node's
-            // port another's bus port.
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            let taken = cluster.ports.iter().any(|&p| p == port || p == port + 10000 || p + 10000 == port);
-            if port >= 55000 || taken || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_err() {
-                continue;
-            }
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes", "--cluster-config-file", &format!("nodes-{port}.conf")])
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?;
-            cluster.children.push(child);
-            cluster.ports.push(port);
-            time_until(Duration::from_secs(10), || async { Ok(cli(port, &["ping"]).contains("PONG")) }).await?;
-        }
-        let nodes: Vec<String> = cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        anyhow::ensure!(created.success(), "redis-cli --cluster create failed");
-        for &port in &cluster.ports {
-            time_until(Duration::from_secs(30), || async move {
-                let info = cli(port, &["cluster", "info"]);
-                Ok(info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3"))
-            })
-            .await?;
-        }
-        Ok(cluster)
-    }
-
-    pub fn url(&self) -> String {
-        let others: Vec<String> = self.ports[1..].iter().map(|p| format!("node=127.0.0.1:{p}")).collect();
-        format!("redis-cluster://127.0.0.1:{}?{}", self.ports[0], others.join("&"))
-    }
-
-    /// CPU seconds each primary has used so far.
-    fn cpu_seconds(&self) -> Vec<f64> {
-        self.ports
-            .iter()
-            .map(|&port| {
-                cli(port, &["info", "cpu"])
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("used_cpu_sys:").or_else(|| l.strip_prefix("used_cpu_user:")))
-                    .filter_map(|v| v.trim().parse::<f64>().ok())
-                    .sum()
-            })
-            .collect()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Events each owner gets per tick for `rate` events/s over all owners.
+fn per_tick(rate: f64) -> usize {
+    ((rate / OWNERS as f64) * TICK.as_secs_f64()).round().max(1.0) as usize
 }
 
 /// What a run measured: the rate, and CPU seconds per kind of process.
@@ -125,6 +52,9 @@ impl ScaleRun {
         self.events as f64 / self.seconds
     }
 }
+
+mod alone;
+pub use alone::relays_alone;
 
 /// CPU seconds per kind of process (or, divided by a time, cores).
 #[derive(Clone, Default)]
@@ -225,7 +155,13 @@ impl Deployment {
     }
 
     fn spawn(&self) -> anyhow::Result<Processes> {
-        let mut processes = Processes { relays: Vec::new(), bridges: Vec::new() };
+        let mut processes = Processes { relays: Vec::new(), bridges: self.spawn_bridges()? };
+        processes.relays = self.spawn_relays()?;
+        Ok(processes)
+    }
+
+    fn spawn_bridges(&self) -> anyhow::Result<Vec<Child>> {
+        let mut bridges = Vec::new();
         let streams: Vec<String> = self
             .owners
             .iter()
@@ -243,9 +179,14 @@ impl Deployment {
                     streams.join(", "),
                     worker_section_with(&format!("g{g}"), &format!("g{g}"), BATCH_HANDLER)
                 );
-                processes.bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
+                bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
             }
         }
+        Ok(bridges)
+    }
+
+    fn spawn_relays(&self) -> anyhow::Result<Vec<Child>> {
+        let mut relays = Vec::new();
         for (k, owner) in self.owners.iter().enumerate() {
             let config = format!(
                 "{}[[relay]]\nname = \"o{k}\"\nstream = \"{}\"\n",
@@ -253,10 +194,31 @@ impl Deployment {
                 owner.stream(&format!("{{aggregate_type}}:{{shard(aggregate_id, {SHARDS})}}"))
             );
             for r in 0..RELAYS_PER_OWNER {
-                processes.relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
+                relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
             }
         }
-        Ok(processes)
+        Ok(relays)
+    }
+
+    /// Writes `per_tick` events into each owner's outbox every 50 ms until `until`, counting
+    /// them in `written` (one counter per owner).
+    async fn produce(&self, written: &[AtomicUsize], per_tick: usize, until: Instant) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(TICK);
+        while Instant::now() < until {
+            tick.tick().await;
+            for (k, owner) in self.owners.iter().enumerate() {
+                let after = written[k].fetch_add(per_tick, Ordering::Relaxed);
+                owner.insert_events(&format!("o{k}"), after, per_tick).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn drop_schemas(&self) -> anyhow::Result<()> {
+        for env in self.owners.iter().chain(&self.groups) {
+            env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
+        }
+        Ok(())
     }
 
     async fn cpu(&self, processes: &Processes) -> anyhow::Result<Cpu> {
@@ -329,9 +291,7 @@ impl Deployment {
         for owner in &self.owners {
             settles += owner.scalar("SELECT count(DISTINCT delivered_at) FROM audit_outbox").await?;
         }
-        for env in self.owners.iter().chain(&self.groups) {
-            env.db.batch_execute(&format!("DROP SCHEMA {} CASCADE", env.schema)).await?;
-        }
+        self.drop_schemas().await?;
         Ok(((total * GROUPS) as f64 / transactions.max(1) as f64, total as f64 / settles.max(1) as f64))
     }
 }
@@ -374,28 +334,14 @@ pub async fn run_at(
     window: Duration,
 ) -> anyhow::Result<ScaleRun> {
     let deployment = Deployment::new(database_url, binary, dir).await?;
-    const TICK: Duration = Duration::from_millis(50);
-    let per_tick = ((rate / OWNERS as f64) * TICK.as_secs_f64()).round().max(1.0) as usize;
-    let written: Vec<std::sync::atomic::AtomicUsize> = (0..OWNERS).map(|_| Default::default()).collect();
-    let produce = |until: Instant| {
-        let (owners, written) = (&deployment.owners, &written);
-        async move {
-            let mut tick = tokio::time::interval(TICK);
-            while Instant::now() < until {
-                tick.tick().await;
-                for (k, owner) in owners.iter().enumerate() {
-                    let after = written[k].fetch_add(per_tick, std::sync::atomic::Ordering::Relaxed);
-                    owner.insert_events(&format!("o{k}"), after, per_tick).await?;
-                }
-            }
-            anyhow::Ok(())
-        }
-    };
+    let per_tick = per_tick(rate);
+    let written: Vec<AtomicUsize> = (0..OWNERS).map(|_| Default::default()).collect();
+    let produce = |until: Instant| deployment.produce(&written, per_tick, until);
     // The producer alone for 2 s: what its inserts cost Postgres (the rows become a small
     // backlog, delivered during the warm-up).
     let pg = postgres_cpu_seconds();
     produce(Instant::now() + Duration::from_secs(2)).await?;
-    let produced = written.iter().map(|w| w.load(std::sync::atomic::Ordering::Relaxed)).sum::<usize>();
+    let produced = written.iter().map(|w| w.load(Ordering::Relaxed)).sum::<usize>();
     let insert_us = (postgres_cpu_seconds() - pg) / produced as f64 * 1e6;
 
     let processes = deployment.spawn()?;
@@ -410,7 +356,7 @@ pub async fn run_at(
     let (produced, measured) = futures_util::future::join(produce(Instant::now() + warmup + window), measured).await;
     produced?;
     let (cpu, events, elapsed) = measured?;
-    let per_owner = written[0].load(std::sync::atomic::Ordering::Relaxed);
+    let per_owner = written[0].load(Ordering::Relaxed);
     deployment.until_applied(per_owner).await?;
     let (bridge_fill, relay_fill) = deployment.finish(processes, per_owner * OWNERS).await?;
     Ok(ScaleRun {
@@ -438,7 +384,8 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
     let redis_rest: f64 = rest.redis.iter().sum();
     let row = |what, measured, per_event: f64, at_rest: f64| (what, measured, per_event + at_rest, at_rest);
     vec![
-        row("relays (8)", cpu.relays, cores(costs.relay_us), rest.relays),
+        // At the rows the run's claim cycles carried (the model's per-cycle term).
+        row("relays (8)", cpu.relays, cores(costs.relay_at(run.relay_fill)), rest.relays),
         // At the batch the run's takeover transactions carried (the model's per-batch term).
         row("bridges with their workers (4)", cpu.bridges, cores(g * costs.bridge_at(run.bridge_fill)), rest.bridges),
         row(
