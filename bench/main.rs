@@ -423,14 +423,19 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
     Ok(())
 }
 
-/// The scale run against the capacity model: the model's costs from this run's own figures
-/// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
-/// built in.
-/// First the backlog form, then the steady form at each of `--scale-rates`.
 /// The rate the relays alone are measured at (events/s over the four owners): a few hundred
 /// rows per claim cycle or less, as in the steady runs, but not their rates.
 const RELAYS_ALONE_RATE: f64 = 2000.0;
 
+/// The rate of the steady run that gives the model Redis's cost per bridge read in a
+/// deployment: below the rates the steady runs are compared at.
+const READS_RATE: f64 = 1500.0;
+
+/// The scale run against the capacity model: the model's costs from this run's own figures
+/// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
+/// built in, with the two costs measured on the deployment's layout (a relay's claim cycle, a
+/// bridge's read) at rates of their own. Then the backlog form, and the steady form at each of
+/// `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let sourced = |report: &Report| {
         let mut figures = plan::figures_in(&args.costs);
@@ -448,6 +453,15 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let cycle_us = (alone.cpu_seconds * 1e6 - alone.rows as f64 * row_us) / alone.cycles as f64;
     report.add("scale", plan::RELAY_CYCLE, cycle_us, "µs");
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
+    let rest = run.rest.clone().unwrap_or_default();
+    // The whole deployment at a rate of its own: what Redis spends per bridge read beyond the
+    // costs per event, the reads blocking on the layout's streams.
+    let (warmup, window) = (std::time::Duration::from_secs(5), std::time::Duration::from_secs(args.scale_seconds));
+    let reads = scale::run_at(&args.database_url, &args.binary, &args.out, READS_RATE, warmup, window).await?;
+    let name = format!("the deployment at a steady {READS_RATE:.0} events/s");
+    report.add("scale", format!("{name}: events per bridge transaction (takeover)"), reads.bridge_fill, "events");
+    let read_us = scale::redis_read_txn_us(&reads, &sourced(report).costs, &rest);
+    report.add("scale", plan::REDIS_READ_TXN, read_us, "µs");
     let sourced = sourced(report);
     let name = "backlog";
     report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");
@@ -458,14 +472,12 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         report.add("scale", format!("{name}: events/s the model predicts here"), predicted, "events/s");
         report.add("ratio", "scale run: measured / predicted events/s", run.rate() / predicted * 100.0, "%");
     }
-    let rest = run.rest.clone().unwrap_or_default();
     scale_figures(name, &run, &sourced.costs, &rest, report);
     let redis: f64 = run.cpu.redis.iter().sum();
     for (i, cpu) in run.cpu.redis.iter().enumerate() {
         report.add("scale", format!("Redis primary {i}: share of Redis CPU"), cpu / redis * 100.0, "%");
     }
     for &rate in &args.scale_rates {
-        let (warmup, window) = (std::time::Duration::from_secs(5), std::time::Duration::from_secs(args.scale_seconds));
         let run = scale::run_at(&args.database_url, &args.binary, &args.out, rate, warmup, window).await?;
         let name = format!("steady {rate:.0}/s");
         report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");

@@ -55,7 +55,9 @@ pub struct Costs {
     /// costs the batch-500 figure + this × (1/f − 1/500).
     pub bridge_txn_us: f64,
     pub consumer_pg_txn_us: f64,
-    /// What a bridge's read and acknowledgement cost Redis apart from their events, likewise.
+    /// What a bridge's read and acknowledgement cost Redis apart from their events, likewise;
+    /// or, where the scale run measured it, in a deployment: reads that block on the layout's
+    /// streams and are served as entries arrive ([`REDIS_READ_TXN`]).
     pub redis_read_txn_us: f64,
     /// Redis memory per entry for `entry_payload_bytes` of payload.
     pub entry_bytes: f64,
@@ -173,7 +175,10 @@ impl Costs {
             costs.consumer_pg_txn_us = per_txn(big, little);
             from_results.push("consumer Postgres per transaction");
         }
-        if let (Some(big), Some(little)) = (
+        if let Some(in_deployment) = find(REDIS_READ_TXN) {
+            costs.redis_read_txn_us = in_deployment;
+            from_results.push("Redis read per transaction, in a deployment");
+        } else if let (Some(big), Some(little)) = (
             find("Redis CPU per 100k events, bridge, applying at take-over"),
             find(&format!("Redis CPU per 100k events, bridge, applying at take-over, batch {SMALL_BATCH}")),
         ) {
@@ -263,6 +268,9 @@ pub const SMALL_BATCH: u32 = 20;
 
 /// The figure the relay's cost per claim cycle is held under in a results.json.
 pub const RELAY_CYCLE: &str = "relays alone at a steady rate: relay CPU per claim cycle";
+
+/// The figure Redis's cost per bridge read in a deployment is held under.
+pub const REDIS_READ_TXN: &str = "the deployment at a steady rate: Redis CPU per bridge read, apart from its events";
 
 impl Costs {
     /// The bridge's CPU per event (µs) when its transactions carry `fill` events.

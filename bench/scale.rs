@@ -407,6 +407,16 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
     ]
 }
 
+/// What a bridge's read (with its acknowledgement) costs Redis apart from its events, from a
+/// steady run: Redis's cores beyond rest, less the appends' and the reads' costs per event (as
+/// measured back to back, at batch 500), over the reads beyond one per 500 events.
+pub fn redis_read_txn_us(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> f64 {
+    let (rate, g) = (run.rate(), GROUPS as f64);
+    let redis = (run.cpu.redis.iter().sum::<f64>() / run.seconds - rest.redis.iter().sum::<f64>()) * 1e6;
+    let beyond = redis / rate - costs.redis_append_us - g * costs.redis_read_us;
+    beyond / (g * (1.0 / run.bridge_fill.max(1.0) - 1.0 / 500.0))
+}
+
 /// CPU per event of every process of this deployment, as the model counts it.
 pub fn modelled_us(costs: &Costs) -> f64 {
     let g = GROUPS as f64;
@@ -414,4 +424,29 @@ pub fn modelled_us(costs: &Costs) -> f64 {
         + costs.relay_us
         + costs.redis_append_us
         + g * (costs.bridge_us + costs.redis_read_us + costs.consumer_pg_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_s_cost_per_read_predicts_back_the_run_it_came_from() {
+        let cpu = Cpu { redis: vec![0.3, 0.3, 0.4], ..Cpu::default() };
+        let rest = Cpu { redis: vec![0.001, 0.001, 0.001], ..Cpu::default() };
+        let run = ScaleRun {
+            events: 15_000,
+            seconds: 10.0,
+            cpu,
+            bridge_fill: 4.0,
+            relay_fill: 80.0,
+            rest: None,
+            insert_us: 0.0,
+        };
+        let mut costs = Costs::MEASURED;
+        costs.redis_read_txn_us = redis_read_txn_us(&run, &costs, &rest);
+        assert!(costs.redis_read_txn_us > 0.0);
+        let redis = compared(&run, &costs, &rest).into_iter().find(|row| row.0.starts_with("Redis")).unwrap();
+        assert!((redis.1 - redis.2).abs() < 1e-9, "measured {} predicted {}", redis.1, redis.2);
+    }
 }

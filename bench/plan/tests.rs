@@ -104,3 +104,20 @@ fn costs_come_from_results_where_they_are_held() {
     assert_eq!(sourced.from_results, vec!["relay"]);
     assert_eq!(Costs::load(&[dir.join("missing.json")]).costs, Costs::MEASURED);
 }
+
+#[test]
+fn redis_s_cost_per_read_in_a_deployment_wins_over_the_one_back_to_back() {
+    let figure = |name: &str, value: f64| serde_json::json!({"name": name, "value": value});
+    let back_to_back = [
+        figure("Redis CPU per 100k events, bridge, applying at take-over", 0.16),
+        figure("Redis CPU per 100k events, bridge, applying at take-over, batch 20", 0.4),
+    ];
+    // (4.0 − 1.6) µs over (1/20 − 1/500) reads per event: 50 µs a read.
+    let sourced = Costs::from_figures(&back_to_back);
+    assert!((sourced.costs.redis_read_txn_us - 50.0).abs() < 1e-9, "{}", sourced.costs.redis_read_txn_us);
+    let mut figures = back_to_back.to_vec();
+    figures.push(figure(REDIS_READ_TXN, 70.0));
+    let sourced = Costs::from_figures(&figures);
+    assert_eq!(sourced.costs.redis_read_txn_us, 70.0);
+    assert!(sourced.from_results.contains(&"Redis read per transaction, in a deployment"));
+}
