@@ -427,14 +427,14 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 /// rows per claim cycle or less, as in the steady runs, but not their rates.
 const RELAYS_ALONE_RATE: f64 = 2000.0;
 
-/// The rate of the steady run that gives the model Redis's cost per bridge read in a
-/// deployment: below the rates the steady runs are compared at.
-const READS_RATE: f64 = 1500.0;
+/// The rate of the steady run that gives the model a takeover's costs in a deployment: below
+/// the rates the steady runs are compared at.
+const TAKEOVERS_RATE: f64 = 1500.0;
 
 /// The scale run against the capacity model: the model's costs from this run's own figures
 /// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
-/// built in, with the two costs measured on the deployment's layout (a relay's claim cycle, a
-/// bridge's read) at rates of their own. Then the backlog form, and the steady form at each of
+/// built in, with the costs of a relay's claim cycle and of a takeover measured on the
+/// deployment's layout, at rates of their own. Then the backlog form, and the steady form at each of
 /// `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let sourced = |report: &Report| {
@@ -454,14 +454,16 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.add("scale", plan::RELAY_CYCLE, cycle_us, "µs");
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
     let rest = run.rest.clone().unwrap_or_default();
-    // The whole deployment at a rate of its own: what Redis spends per bridge read beyond the
-    // costs per event, the reads blocking on the layout's streams.
+    // The whole deployment at a rate of its own: what a takeover costs beyond its events when
+    // reads block on the layout's streams and each takeover starts on cold caches.
     let (warmup, window) = (std::time::Duration::from_secs(5), std::time::Duration::from_secs(args.scale_seconds));
-    let reads = scale::run_at(&args.database_url, &args.binary, &args.out, READS_RATE, warmup, window).await?;
-    let name = format!("the deployment at a steady {READS_RATE:.0} events/s");
-    report.add("scale", format!("{name}: events per bridge transaction (takeover)"), reads.bridge_fill, "events");
-    let read_us = scale::redis_read_txn_us(&reads, &sourced(report).costs, &rest);
-    report.add("scale", plan::REDIS_READ_TXN, read_us, "µs");
+    let low = scale::run_at(&args.database_url, &args.binary, &args.out, TAKEOVERS_RATE, warmup, window).await?;
+    let name = format!("the deployment at a steady {TAKEOVERS_RATE:.0} events/s");
+    report.add("scale", format!("{name}: events per bridge transaction (takeover)"), low.bridge_fill, "events");
+    let terms = scale::per_takeover(&low, &sourced(report).costs, &rest);
+    report.add("scale", plan::BRIDGE_TXN, terms.bridge_us, "µs");
+    report.add("scale", plan::CONSUMER_PG_TXN, terms.consumer_pg_us, "µs");
+    report.add("scale", plan::REDIS_READ_TXN, terms.redis_us, "µs");
     let sourced = sourced(report);
     let name = "backlog";
     report.add("scale", format!("{name}: events/s through both groups"), run.rate(), "events/s");

@@ -51,8 +51,10 @@ pub struct Costs {
     /// Consumer Postgres per event: the inbox insert and the seed's handler, one transaction.
     pub consumer_pg_us: f64,
     /// What a takeover transaction costs the bridge and the consumer's Postgres apart from its
-    /// events, from the bridge at batch 500 and at [`SMALL_BATCH`]: an event in a batch of `f`
-    /// costs the batch-500 figure + this × (1/f − 1/500).
+    /// events, from the bridge at batch 500 and at [`SMALL_BATCH`] back to back, or where the
+    /// scale run measured them, in a deployment at a modest rate ([`BRIDGE_TXN`],
+    /// [`CONSUMER_PG_TXN`]): an event in a batch of `f` costs the batch-500 figure + this ×
+    /// (1/f − 1/500).
     pub bridge_txn_us: f64,
     pub consumer_pg_txn_us: f64,
     /// What a bridge's read and acknowledgement cost Redis apart from their events, likewise;
@@ -162,13 +164,19 @@ impl Costs {
         }
         let small = |name: &str| find(&format!("{name}, applying at take-over, batch {SMALL_BATCH}"));
         let per_txn = |at_500: f64, at_small: f64| (at_small - at_500) / (1.0 / SMALL_BATCH as f64 - 1.0 / 500.0);
-        if let (Some(big), Some(little)) =
+        if let Some(in_deployment) = find(BRIDGE_TXN) {
+            costs.bridge_txn_us = in_deployment;
+            from_results.push("bridge per transaction, in a deployment");
+        } else if let (Some(big), Some(little)) =
             (find("bridge CPU per 100k events, applying at take-over"), small("bridge CPU per 100k events"))
         {
             costs.bridge_txn_us = per_txn(per_100k(big), per_100k(little));
             from_results.push("bridge per transaction");
         }
-        if let (Some(big), Some(little)) = (
+        if let Some(in_deployment) = find(CONSUMER_PG_TXN) {
+            costs.consumer_pg_txn_us = in_deployment;
+            from_results.push("consumer Postgres per transaction, in a deployment");
+        } else if let (Some(big), Some(little)) = (
             find("Postgres CPU per event taken over, bridge, applying at take-over"),
             small("Postgres CPU per event taken over, bridge"),
         ) {
@@ -269,7 +277,11 @@ pub const SMALL_BATCH: u32 = 20;
 /// The figure the relay's cost per claim cycle is held under in a results.json.
 pub const RELAY_CYCLE: &str = "relays alone at a steady rate: relay CPU per claim cycle";
 
-/// The figure Redis's cost per bridge read in a deployment is held under.
+/// The figures a takeover's costs in a deployment are held under: the bridge's, its
+/// database's, Redis's for the read and its acknowledgement.
+pub const BRIDGE_TXN: &str = "the deployment at a steady rate: bridge CPU per takeover, apart from its events";
+pub const CONSUMER_PG_TXN: &str =
+    "the deployment at a steady rate: consumer Postgres CPU per takeover, apart from its events";
 pub const REDIS_READ_TXN: &str = "the deployment at a steady rate: Redis CPU per bridge read, apart from its events";
 
 impl Costs {

@@ -407,14 +407,29 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
     ]
 }
 
-/// What a bridge's read (with its acknowledgement) costs Redis apart from its events, from a
-/// steady run: Redis's cores beyond rest, less the appends' and the reads' costs per event (as
-/// measured back to back, at batch 500), over the reads beyond one per 500 events.
-pub fn redis_read_txn_us(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> f64 {
+/// What a takeover costs apart from its events, in a deployment: the bridge, its database, and
+/// Redis for the read and its acknowledgement (µs each).
+pub struct PerTakeover {
+    pub bridge_us: f64,
+    pub consumer_pg_us: f64,
+    pub redis_us: f64,
+}
+
+/// The per-takeover terms that make the model give back what a steady run measured: each
+/// kind's cores beyond rest, less its costs per event at full batches (as measured back to
+/// back, batch 500), over the takeovers beyond one per 500 events.
+pub fn per_takeover(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> PerTakeover {
     let (rate, g) = (run.rate(), GROUPS as f64);
-    let redis = (run.cpu.redis.iter().sum::<f64>() / run.seconds - rest.redis.iter().sum::<f64>()) * 1e6;
-    let beyond = redis / rate - costs.redis_append_us - g * costs.redis_read_us;
-    beyond / (g * (1.0 / run.bridge_fill.max(1.0) - 1.0 / 500.0))
+    let cpu = run.cpu.per_second(run.seconds);
+    let extra_takeovers = g * (1.0 / run.bridge_fill.max(1.0) - 1.0 / 500.0);
+    let term =
+        |cores: f64, at_rest: f64, per_event_us: f64| ((cores - at_rest) * 1e6 / rate - per_event_us) / extra_takeovers;
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    PerTakeover {
+        bridge_us: term(cpu.bridges, rest.bridges, g * costs.bridge_us),
+        consumer_pg_us: term(cpu.consumer_pg, rest.consumer_pg, g * costs.consumer_pg_us),
+        redis_us: term(sum(&cpu.redis), sum(&rest.redis), costs.redis_append_us + g * costs.redis_read_us),
+    }
 }
 
 /// CPU per event of every process of this deployment, as the model counts it.
@@ -431,9 +446,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redis_s_cost_per_read_predicts_back_the_run_it_came_from() {
-        let cpu = Cpu { redis: vec![0.3, 0.3, 0.4], ..Cpu::default() };
-        let rest = Cpu { redis: vec![0.001, 0.001, 0.001], ..Cpu::default() };
+    fn the_per_takeover_terms_predict_back_the_run_they_came_from() {
+        let cpu = Cpu { redis: vec![0.3, 0.3, 0.4], bridges: 2.5, consumer_pg: 6.0, ..Cpu::default() };
+        let rest = Cpu { redis: vec![0.001, 0.001, 0.001], bridges: 0.01, consumer_pg: 0.02, ..Cpu::default() };
         let run = ScaleRun {
             events: 15_000,
             seconds: 10.0,
@@ -444,9 +459,14 @@ mod tests {
             insert_us: 0.0,
         };
         let mut costs = Costs::MEASURED;
-        costs.redis_read_txn_us = redis_read_txn_us(&run, &costs, &rest);
-        assert!(costs.redis_read_txn_us > 0.0);
-        let redis = compared(&run, &costs, &rest).into_iter().find(|row| row.0.starts_with("Redis")).unwrap();
-        assert!((redis.1 - redis.2).abs() < 1e-9, "measured {} predicted {}", redis.1, redis.2);
+        let terms = per_takeover(&run, &costs, &rest);
+        assert!(terms.bridge_us > 0.0 && terms.consumer_pg_us > 0.0 && terms.redis_us > 0.0);
+        (costs.bridge_txn_us, costs.consumer_pg_txn_us, costs.redis_read_txn_us) =
+            (terms.bridge_us, terms.consumer_pg_us, terms.redis_us);
+        for (what, measured, predicted, _) in compared(&run, &costs, &rest) {
+            if what.starts_with("Redis") || what.starts_with("bridges") || what.starts_with("consumer") {
+                assert!((measured - predicted).abs() < 1e-9, "{what}: measured {measured} predicted {predicted}");
+            }
+        }
     }
 }
