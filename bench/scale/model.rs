@@ -1,0 +1,106 @@
+//! The scale run against the capacity model: what the model predicts for each measured figure,
+//! and the per-takeover terms a steady run gives it.
+
+use super::{Cpu, GROUPS, RELAYS_PER_OWNER, ScaleRun};
+use crate::plan::Costs;
+
+/// The model's prediction for each measured figure at the rate the run reached, as
+/// (what, measured cores, predicted cores, of them at rest): what each kind of process costs
+/// at rest (`rest`, measured before the backlog run) and per event. The bridges' and the
+/// consumers' costs per event are taken at the events per transaction the run measured.
+/// Postgres's measured figure leaves out the producer's inserts.
+pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str, f64, f64, f64)> {
+    let (rate, g) = (run.rate(), GROUPS as f64);
+    let cpu = run.cpu.per_second(run.seconds);
+    let cores = |us: f64| rate * us * 1e-6;
+    let owner_pg = cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32));
+    let consumer_pg = cores(g * costs.consumer_pg_at(run.bridge_fill));
+    let redis_rest: f64 = rest.redis.iter().sum();
+    let row = |what, measured, per_event: f64, at_rest: f64| (what, measured, per_event + at_rest, at_rest);
+    vec![
+        // At the rows the run's claim cycles carried (the model's per-cycle term).
+        row("relays (8)", cpu.relays, cores(costs.relay_at(run.relay_fill)), rest.relays),
+        // At the batch the run's takeover transactions carried (the model's per-batch term).
+        row("bridges with their workers (4)", cpu.bridges, cores(g * costs.bridge_at(run.bridge_fill)), rest.bridges),
+        row(
+            "Redis, 3 primaries",
+            cpu.redis.iter().sum(),
+            cores(costs.redis_append_us + g * costs.redis_read_at(run.bridge_fill)),
+            redis_rest,
+        ),
+        // The two databases' shares the model predicts apart, by the backends serving each
+        // kind of process; the whole server's figure below also holds its background processes.
+        row("owner Postgres, the relays' backends", cpu.owner_pg, owner_pg, rest.owner_pg),
+        row("consumer Postgres, the bridges' backends", cpu.consumer_pg, consumer_pg, rest.consumer_pg),
+        row(
+            "Postgres, 4 owners + 2 consumers",
+            cpu.postgres - cores(run.insert_us),
+            owner_pg + consumer_pg,
+            rest.postgres,
+        ),
+    ]
+}
+
+/// What a takeover costs apart from its events, in a deployment: the bridge, its database, and
+/// Redis for the read and its acknowledgement (µs each).
+pub struct PerTakeover {
+    pub bridge_us: f64,
+    pub consumer_pg_us: f64,
+    pub redis_us: f64,
+}
+
+/// The per-takeover terms that make the model give back what a steady run measured: each
+/// kind's cores beyond rest, less its costs per event at full batches (as measured back to
+/// back, batch 500), over the takeovers beyond one per 500 events.
+pub fn per_takeover(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> PerTakeover {
+    let (rate, g) = (run.rate(), GROUPS as f64);
+    let cpu = run.cpu.per_second(run.seconds);
+    let extra_takeovers = g * (1.0 / run.bridge_fill.max(1.0) - 1.0 / 500.0);
+    let term =
+        |cores: f64, at_rest: f64, per_event_us: f64| ((cores - at_rest) * 1e6 / rate - per_event_us) / extra_takeovers;
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    PerTakeover {
+        bridge_us: term(cpu.bridges, rest.bridges, g * costs.bridge_us),
+        consumer_pg_us: term(cpu.consumer_pg, rest.consumer_pg, g * costs.consumer_pg_us),
+        redis_us: term(sum(&cpu.redis), sum(&rest.redis), costs.redis_append_us + g * costs.redis_read_us),
+    }
+}
+
+/// CPU per event of every process of this deployment, as the model counts it.
+pub fn modelled_us(costs: &Costs) -> f64 {
+    let g = GROUPS as f64;
+    costs.owner_pg_at(RELAYS_PER_OWNER as u32)
+        + costs.relay_us
+        + costs.redis_append_us
+        + g * (costs.bridge_us + costs.redis_read_us + costs.consumer_pg_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_per_takeover_terms_predict_back_the_run_they_came_from() {
+        let cpu = Cpu { redis: vec![0.3, 0.3, 0.4], bridges: 2.5, consumer_pg: 6.0, ..Cpu::default() };
+        let rest = Cpu { redis: vec![0.001, 0.001, 0.001], bridges: 0.01, consumer_pg: 0.02, ..Cpu::default() };
+        let run = ScaleRun {
+            events: 15_000,
+            seconds: 10.0,
+            cpu,
+            bridge_fill: 4.0,
+            relay_fill: 80.0,
+            rest: None,
+            insert_us: 0.0,
+        };
+        let mut costs = Costs::MEASURED;
+        let terms = per_takeover(&run, &costs, &rest);
+        assert!(terms.bridge_us > 0.0 && terms.consumer_pg_us > 0.0 && terms.redis_us > 0.0);
+        (costs.bridge_txn_us, costs.consumer_pg_txn_us, costs.redis_read_txn_us) =
+            (terms.bridge_us, terms.consumer_pg_us, terms.redis_us);
+        for (what, measured, predicted, _) in compared(&run, &costs, &rest) {
+            if what.starts_with("Redis") || what.starts_with("bridges") || what.starts_with("consumer") {
+                assert!((measured - predicted).abs() < 1e-9, "{what}: measured {measured} predicted {predicted}");
+            }
+        }
+    }
+}
