@@ -271,7 +271,8 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
     }
 }
 
-/// The bridge batch of the second point the per-transaction costs are measured at.
+/// The batch of the second point the bridge's per-transaction costs and the relay's per-row
+/// cost are measured at, back to back.
 pub const SMALL_BATCH: u32 = 20;
 
 /// The figure the relay's cost per claim cycle is held under in a results.json.
@@ -405,9 +406,11 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     }
     println!();
     println!(
-        "bridges and consumer databases are counted at full batches (500 events a takeover); a takeover \
-         carrying f events costs each event {:.0}/f µs more of the bridge and {:.0}/f µs more of its database",
-        c.bridge_txn_us, c.consumer_pg_txn_us
+        "bridges, consumer databases and relays are counted at full batches (500 events a takeover, 500 \
+         rows a claim cycle); a takeover carrying f events costs each event {:.0}/f µs more of the bridge, \
+         {:.0}/f µs more of its database and {:.0}/f µs more of Redis, and a relay whose claim cycles carry \
+         f rows costs {:.1} + {:.0}/f µs a row",
+        c.bridge_txn_us, c.consumer_pg_txn_us, c.redis_read_txn_us, c.relay_row_us, c.relay_cycle_us
     );
     if let Some((rate, measured_us)) = sourced.chain {
         let model_us = c.chain_us();

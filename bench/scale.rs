@@ -6,7 +6,7 @@
 //! with its worker for retries). Every event must reach each group's audit log exactly once —
 //! the run fails otherwise — and the measured CPU of each kind of process is printed beside
 //! what the capacity model predicts at the rate the run reached, with what each kind costs at
-//! rest (measured on the same deployment before the load) added. Every process runs the
+//! rest (measured on the backlog run's deployment before its load) added. Every process runs the
 //! defaults but for the bridges' `batch_size` (500, the batch the model's costs are measured
 //! at): polling every 250 ms, reads blocking for 2 s.
 
@@ -56,6 +56,35 @@ mod alone;
 mod model;
 pub use alone::relays_alone;
 pub use model::{compared, modelled_us, per_takeover};
+
+/// (rows, transactions) of `table` whose `column` (a transaction's timestamp) lies between two
+/// clock marks.
+async fn count_between(env: &BenchEnv, column: &str, table: &str, from: &str, to: &str) -> anyhow::Result<(i64, i64)> {
+    let sql = format!(
+        "SELECT count(*), count(DISTINCT {column}) FROM {table}
+         WHERE {column} >= $1::text::timestamptz AND {column} < $2::text::timestamptz"
+    );
+    let row = env.db.query_one(&sql, &[&from, &to]).await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Transactions counted between two clock marks, and what they carried.
+#[derive(Default)]
+struct Counted {
+    /// Inbox rows of both groups, and the takeover transactions that wrote them.
+    events: i64,
+    takeovers: i64,
+    /// Outbox rows delivered, and the settle transactions (claim cycles) that delivered them.
+    rows: i64,
+    settles: i64,
+}
+
+impl Counted {
+    /// (events per takeover, rows per settle).
+    fn fills(&self) -> (f64, f64) {
+        (self.events as f64 / self.takeovers.max(1) as f64, self.rows as f64 / self.settles.max(1) as f64)
+    }
+}
 
 /// CPU seconds per kind of process (or, divided by a time, cores).
 #[derive(Clone, Default)]
@@ -156,13 +185,14 @@ impl Deployment {
     }
 
     fn spawn(&self) -> anyhow::Result<Processes> {
-        let mut processes = Processes { relays: Vec::new(), bridges: self.spawn_bridges()? };
-        processes.relays = self.spawn_relays()?;
+        let mut processes = Processes { relays: Vec::new(), bridges: Vec::new() };
+        self.spawn_bridges(&mut processes)?;
+        self.spawn_relays(&mut processes)?;
         Ok(processes)
     }
 
-    fn spawn_bridges(&self) -> anyhow::Result<Vec<Child>> {
-        let mut bridges = Vec::new();
+    /// Starts the bridges into `processes`, which stops them if a later one fails to start.
+    fn spawn_bridges(&self, processes: &mut Processes) -> anyhow::Result<()> {
         let streams: Vec<String> = self
             .owners
             .iter()
@@ -180,14 +210,14 @@ impl Deployment {
                     streams.join(", "),
                     worker_section_with(&format!("g{g}"), &format!("g{g}"), BATCH_HANDLER)
                 );
-                bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
+                processes.bridges.push(group.spawn(&format!("scale-bridge-{g}-{b}"), &config)?);
             }
         }
-        Ok(bridges)
+        Ok(())
     }
 
-    fn spawn_relays(&self) -> anyhow::Result<Vec<Child>> {
-        let mut relays = Vec::new();
+    /// Starts the relays into `processes`, likewise.
+    fn spawn_relays(&self, processes: &mut Processes) -> anyhow::Result<()> {
         for (k, owner) in self.owners.iter().enumerate() {
             let config = format!(
                 "{}[[relay]]\nname = \"o{k}\"\nstream = \"{}\"\n",
@@ -195,10 +225,30 @@ impl Deployment {
                 owner.stream(&format!("{{aggregate_type}}:{{shard(aggregate_id, {SHARDS})}}"))
             );
             for r in 0..RELAYS_PER_OWNER {
-                relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
+                processes.relays.push(owner.spawn(&format!("scale-relay-{k}-{r}"), &config)?);
             }
         }
-        Ok(relays)
+        Ok(())
+    }
+
+    /// The database's clock now, as text (a mark to count settles and takeovers from).
+    async fn clock(&self) -> anyhow::Result<String> {
+        Ok(self.owners[0].db.query_one("SELECT clock_timestamp()::text", &[]).await?.get(0))
+    }
+
+    /// The transactions between two [`Deployment::clock`] marks: the takeovers of both groups
+    /// and the settles of every owner, with the events and rows they carried.
+    async fn counted_between(&self, from: &str, to: &str) -> anyhow::Result<Counted> {
+        let mut counted = Counted::default();
+        for group in &self.groups {
+            let (events, takeovers) = count_between(group, "received_at", "consumer_inbox", from, to).await?;
+            (counted.events, counted.takeovers) = (counted.events + events, counted.takeovers + takeovers);
+        }
+        for owner in &self.owners {
+            let (rows, settles) = count_between(owner, "delivered_at", "audit_outbox", from, to).await?;
+            (counted.rows, counted.settles) = (counted.rows + rows, counted.settles + settles);
+        }
+        Ok(counted)
     }
 
     /// Writes `per_tick` events into each owner's outbox every 50 ms until `until`, counting
@@ -348,18 +398,24 @@ pub async fn run_at(
     let processes = deployment.spawn()?;
     let measured = async {
         tokio::time::sleep(warmup).await;
-        let (before, applied) = (deployment.cpu(&processes).await?, deployment.applied().await?);
+        let (before, applied, from) =
+            (deployment.cpu(&processes).await?, deployment.applied().await?, deployment.clock().await?);
         let started = Instant::now();
         tokio::time::sleep(window).await;
-        let (after, applied_after) = (deployment.cpu(&processes).await?, deployment.applied().await?);
-        anyhow::Ok((after.since(&before), (applied_after - applied) as f64 / GROUPS as f64, started.elapsed()))
+        let (after, applied_after, to) =
+            (deployment.cpu(&processes).await?, deployment.applied().await?, deployment.clock().await?);
+        let events = (applied_after - applied) as f64 / GROUPS as f64;
+        anyhow::Ok((after.since(&before), events, started.elapsed(), from, to))
     };
     let (produced, measured) = futures_util::future::join(produce(Instant::now() + warmup + window), measured).await;
     produced?;
-    let (cpu, events, elapsed) = measured?;
+    let (cpu, events, elapsed, from, to) = measured?;
     let per_owner = written[0].load(Ordering::Relaxed);
     deployment.until_applied(per_owner).await?;
-    let (bridge_fill, relay_fill) = deployment.finish(processes, per_owner * OWNERS).await?;
+    // The window's own transactions: the producer's first 2 s, a backlog when the processes
+    // start, went out in fuller batches before it.
+    let (bridge_fill, relay_fill) = deployment.counted_between(&from, &to).await?.fills();
+    deployment.finish(processes, per_owner * OWNERS).await?;
     Ok(ScaleRun {
         events: events as usize,
         seconds: elapsed.as_secs_f64(),

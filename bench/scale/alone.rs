@@ -29,19 +29,19 @@ pub async fn relays_alone(
     window: Duration,
 ) -> anyhow::Result<RelaysAlone> {
     let deployment = Deployment::new(database_url, binary, dir).await?;
-    let relays = Processes { relays: deployment.spawn_relays()?, bridges: Vec::new() };
+    let mut relays = Processes { relays: Vec::new(), bridges: Vec::new() };
+    deployment.spawn_relays(&mut relays)?;
     let cpu = || relays.relays.iter().map(|c| resources(c.id()).1).sum::<f64>();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = cpu();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rest = (cpu() - started) / 5.0;
-    let now = || async { deployment.owners[0].db.query_one("SELECT clock_timestamp()::text", &[]).await };
     let warmup = Duration::from_secs(3);
     let measured = async {
         tokio::time::sleep(warmup).await;
-        let (from, before, clock) = (now().await?.get::<_, String>(0), cpu(), Instant::now());
+        let (from, before, clock) = (deployment.clock().await?, cpu(), Instant::now());
         tokio::time::sleep(window).await;
-        let (to, after) = (now().await?.get::<_, String>(0), cpu());
+        let (to, after) = (deployment.clock().await?, cpu());
         anyhow::Ok((after - before - rest * clock.elapsed().as_secs_f64(), from, to))
     };
     let written: Vec<AtomicUsize> = (0..OWNERS).map(|_| Default::default()).collect();
@@ -50,20 +50,8 @@ pub async fn relays_alone(
         futures_util::future::join(deployment.produce(&written, per_tick(rate), until), measured).await;
     produced?;
     let (cpu_seconds, from, to) = measured?;
-    let (mut rows, mut cycles) = (0, 0);
-    for owner in &deployment.owners {
-        let counted = owner
-            .db
-            .query_one(
-                "SELECT count(*), count(DISTINCT delivered_at) FROM audit_outbox
-                 WHERE delivered_at >= $1::text::timestamptz AND delivered_at < $2::text::timestamptz",
-                &[&from, &to],
-            )
-            .await?;
-        rows += counted.get::<_, i64>(0);
-        cycles += counted.get::<_, i64>(1);
-    }
+    let counted = deployment.counted_between(&from, &to).await?;
     drop(relays);
     deployment.drop_schemas().await?;
-    Ok(RelaysAlone { cpu_seconds, rows, cycles })
+    Ok(RelaysAlone { cpu_seconds, rows: counted.rows, cycles: counted.settles })
 }
