@@ -451,9 +451,7 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     anyhow::ensure!(alone.cycles > 0, "the relays alone delivered nothing in {window:?}");
     let name = format!("relays alone at a steady {rate:.0} events/s");
     report.add("scale", format!("{name}: rows per claim cycle"), alone.rows as f64 / alone.cycles as f64, "rows");
-    let row_us = sourced(report).costs.relay_row_us;
-    let cycle_us = (alone.cpu_seconds * 1e6 - alone.rows as f64 * row_us) / alone.cycles as f64;
-    report.add("scale", plan::RELAY_CYCLE, cycle_us, "µs");
+    report.add("scale", plan::RELAY_CYCLE, scale::per_cycle_us(&alone, &sourced(report).costs), "µs");
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
     let rest = run.rest.clone().unwrap_or_default();
     // The whole deployment at a rate of its own: what a takeover costs beyond its events when

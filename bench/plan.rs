@@ -164,35 +164,41 @@ impl Costs {
         }
         let small = |name: &str| find(&format!("{name}, applying at take-over, batch {SMALL_BATCH}"));
         let per_txn = |at_500: f64, at_small: f64| (at_small - at_500) / (1.0 / SMALL_BATCH as f64 - 1.0 / 500.0);
-        if let Some(in_deployment) = find(BRIDGE_TXN) {
-            costs.bridge_txn_us = in_deployment;
-            from_results.push("bridge per transaction, in a deployment");
-        } else if let (Some(big), Some(little)) =
-            (find("bridge CPU per 100k events, applying at take-over"), small("bridge CPU per 100k events"))
-        {
-            costs.bridge_txn_us = per_txn(per_100k(big), per_100k(little));
-            from_results.push("bridge per transaction");
-        }
-        if let Some(in_deployment) = find(CONSUMER_PG_TXN) {
-            costs.consumer_pg_txn_us = in_deployment;
-            from_results.push("consumer Postgres per transaction, in a deployment");
-        } else if let (Some(big), Some(little)) = (
-            find("Postgres CPU per event taken over, bridge, applying at take-over"),
-            small("Postgres CPU per event taken over, bridge"),
-        ) {
-            costs.consumer_pg_txn_us = per_txn(big, little);
-            from_results.push("consumer Postgres per transaction");
-        }
-        if let Some(in_deployment) = find(REDIS_READ_TXN) {
-            costs.redis_read_txn_us = in_deployment;
-            from_results.push("Redis read per transaction, in a deployment");
-        } else if let (Some(big), Some(little)) = (
-            find("Redis CPU per 100k events, bridge, applying at take-over"),
-            find(&format!("Redis CPU per 100k events, bridge, applying at take-over, batch {SMALL_BATCH}")),
-        ) {
-            costs.redis_read_txn_us = per_txn(per_100k(big), per_100k(little));
-            from_results.push("Redis read per transaction");
-        }
+        // Each per-takeover term: measured in a deployment where the scale run did, else back to
+        // back from the two batch sizes.
+        let mut per_takeover =
+            |field: &mut f64, in_deployment: &str, labels: [&'static str; 2], pair: Option<(f64, f64)>| {
+                if let Some(v) = find(in_deployment) {
+                    *field = v;
+                    from_results.push(labels[1]);
+                } else if let Some((big, little)) = pair {
+                    *field = per_txn(big, little);
+                    from_results.push(labels[0]);
+                }
+            };
+        per_takeover(
+            &mut costs.bridge_txn_us,
+            BRIDGE_TXN,
+            ["bridge per transaction", "bridge per transaction, in a deployment"],
+            find("bridge CPU per 100k events, applying at take-over")
+                .zip(small("bridge CPU per 100k events"))
+                .map(|(big, little)| (per_100k(big), per_100k(little))),
+        );
+        per_takeover(
+            &mut costs.consumer_pg_txn_us,
+            CONSUMER_PG_TXN,
+            ["consumer Postgres per transaction", "consumer Postgres per transaction, in a deployment"],
+            find("Postgres CPU per event taken over, bridge, applying at take-over")
+                .zip(small("Postgres CPU per event taken over, bridge")),
+        );
+        per_takeover(
+            &mut costs.redis_read_txn_us,
+            REDIS_READ_TXN,
+            ["Redis read per transaction", "Redis read per transaction, in a deployment"],
+            find("Redis CPU per 100k events, bridge, applying at take-over")
+                .zip(small("Redis CPU per 100k events, bridge"))
+                .map(|(big, little)| (per_100k(big), per_100k(little))),
+        );
         let chain = find("outbox → audit_logs, bridge applies at take-over, batch handler")
             .zip(find("all processes, bridge applies at take-over, batch handler"));
         Sourced { costs, from_results, chain }

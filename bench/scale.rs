@@ -54,8 +54,8 @@ impl ScaleRun {
 
 mod alone;
 mod model;
-pub use alone::relays_alone;
-pub use model::{compared, modelled_us, per_takeover};
+pub use alone::{RelaysAlone, relays_alone};
+pub use model::{compared, modelled_us, per_cycle_us, per_takeover};
 
 /// (rows, transactions) of `table` whose `column` (a transaction's timestamp) lies between two
 /// clock marks.
@@ -320,8 +320,8 @@ impl Deployment {
     }
 
     /// Stops the processes; fails unless each group's audit log and inbox hold every one of the
-    /// `total` events once. Returns (events per takeover, rows per settle) and drops the schemas.
-    async fn finish(self, processes: Processes, total: usize) -> anyhow::Result<(f64, f64)> {
+    /// `total` events once, and no owner holds a dead row; drops the schemas.
+    async fn finish(self, processes: Processes, total: usize) -> anyhow::Result<()> {
         drop(processes);
         for (g, group) in self.groups.iter().enumerate() {
             let logged = group.scalar("SELECT count(DISTINCT audit_id) FROM audit_logs").await?;
@@ -335,15 +335,7 @@ impl Deployment {
         for owner in &self.owners {
             owner.ensure_none_dead().await?;
         }
-        let (mut transactions, mut settles) = (0, 0);
-        for group in &self.groups {
-            transactions += group.scalar("SELECT count(DISTINCT received_at) FROM consumer_inbox").await?;
-        }
-        for owner in &self.owners {
-            settles += owner.scalar("SELECT count(DISTINCT delivered_at) FROM audit_outbox").await?;
-        }
-        self.drop_schemas().await?;
-        Ok(((total * GROUPS) as f64 / transactions.max(1) as f64, total as f64 / settles.max(1) as f64))
+        self.drop_schemas().await
     }
 }
 
@@ -362,13 +354,15 @@ pub async fn run(
         owner.fill(per_owner, &format!("o{k}")).await?;
     }
     let before = deployment.cpu(&Processes { relays: Vec::new(), bridges: Vec::new() }).await?;
-    let started = Instant::now();
+    let (started, from) = (Instant::now(), deployment.clock().await?);
     let processes = deployment.spawn()?;
     deployment.until_applied(per_owner).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let after = deployment.cpu(&processes).await?;
+    let (after, to) = (deployment.cpu(&processes).await?, deployment.clock().await?);
     let total = per_owner * OWNERS;
-    let (bridge_fill, relay_fill) = deployment.finish(processes, total).await?;
+    // Every takeover and settle of the run started between the two marks.
+    let (bridge_fill, relay_fill) = deployment.counted_between(&from, &to).await?.fills();
+    deployment.finish(processes, total).await?;
     let cpu = after.since(&before);
     Ok(ScaleRun { events: total, seconds, cpu, bridge_fill, relay_fill, rest: Some(rest), insert_us: 0.0 })
 }

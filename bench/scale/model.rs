@@ -1,7 +1,7 @@
 //! The scale run against the capacity model: what the model predicts for each measured figure,
 //! and the per-takeover terms a steady run gives it.
 
-use super::{Cpu, GROUPS, RELAYS_PER_OWNER, ScaleRun};
+use super::{Cpu, GROUPS, RELAYS_PER_OWNER, RelaysAlone, ScaleRun};
 use crate::plan::Costs;
 
 /// The model's prediction for each measured figure at the rate the run reached, as
@@ -68,6 +68,12 @@ pub fn per_takeover(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> PerTakeover {
     }
 }
 
+/// What a relay's claim cycle costs beyond its rows, from the relays alone: their CPU beyond
+/// rest less the rows' cost apart from their cycles, over the cycles (µs).
+pub fn per_cycle_us(alone: &RelaysAlone, costs: &Costs) -> f64 {
+    (alone.cpu_seconds * 1e6 - alone.rows as f64 * costs.relay_row_us) / alone.cycles.max(1) as f64
+}
+
 /// CPU per event of every process of this deployment, as the model counts it.
 pub fn modelled_us(costs: &Costs) -> f64 {
     let g = GROUPS as f64;
@@ -80,6 +86,17 @@ pub fn modelled_us(costs: &Costs) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_per_cycle_term_gives_back_the_relays_it_came_from() {
+        // 20,000 rows in 250 cycles (80 a cycle) using 1.2 CPU-seconds beyond rest.
+        let alone = RelaysAlone { cpu_seconds: 1.2, rows: 20_000, cycles: 250 };
+        let mut costs = Costs::MEASURED;
+        costs.relay_cycle_us = per_cycle_us(&alone, &costs);
+        assert!(costs.relay_cycle_us > 0.0);
+        let modelled = alone.rows as f64 * costs.relay_at(80.0) * 1e-6;
+        assert!((modelled - alone.cpu_seconds).abs() < 1e-9, "{modelled}");
+    }
 
     #[test]
     fn the_per_takeover_terms_predict_back_the_run_they_came_from() {
