@@ -450,8 +450,14 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let alone = scale::relays_alone(&args.database_url, &args.binary, &args.out, rate, window).await?;
     anyhow::ensure!(alone.cycles > 0, "the relays alone delivered nothing in {window:?}");
     let name = format!("relays alone at a steady {rate:.0} events/s");
-    report.add("scale", format!("{name}: rows per claim cycle"), alone.rows as f64 / alone.cycles as f64, "rows");
-    report.add("scale", plan::RELAY_CYCLE, scale::per_cycle_us(&alone, &sourced(report).costs), "µs");
+    report.add("scale", format!("{name}: rows per claim cycle"), alone.fill(), "rows");
+    // The database's and Redis's terms are per cycle beyond one per 500 rows: cycles that were
+    // full give none.
+    anyhow::ensure!(alone.fill() < 250.0, "{name}: {:.0} rows per claim cycle, not a modest rate", alone.fill());
+    let terms = scale::per_cycle(&alone, &sourced(report).costs);
+    report.add("scale", plan::RELAY_CYCLE, terms.relay_us, "µs");
+    report.add("scale", plan::OWNER_PG_CYCLE, terms.owner_pg_us, "µs");
+    report.add("scale", plan::REDIS_APPEND_CYCLE, terms.redis_us, "µs");
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
     let rest = run.rest.clone().unwrap_or_default();
     // The whole deployment at a rate of its own: what a takeover costs beyond its events when

@@ -44,6 +44,11 @@ pub struct Costs {
     /// caches, and costs several times one run back to back. Measured on the scale run's own
     /// layout with only its relays running, at a rate of its own (`relays_alone`).
     pub relay_cycle_us: f64,
+    /// What a claim cycle costs the owner's Postgres and Redis in the same deployment, beyond
+    /// their share of one at full batches ([`OWNER_PG_CYCLE`], [`REDIS_APPEND_CYCLE`]): a row
+    /// of a cycle carrying `f` rows costs the batch-500 figure + this × (1/f − 1/500).
+    pub owner_pg_cycle_us: f64,
+    pub redis_append_cycle_us: f64,
     pub redis_append_us: f64,
     /// The bridge applying the handler at take-over (the default for a SQL handler).
     pub bridge_us: f64,
@@ -86,6 +91,8 @@ impl Costs {
         relay_us: 3.2,
         relay_row_us: 2.9,
         relay_cycle_us: 409.0,
+        owner_pg_cycle_us: 0.0,
+        redis_append_cycle_us: 0.0,
         redis_append_us: 1.9,
         bridge_us: 5.6,
         redis_read_us: 1.6,
@@ -127,6 +134,8 @@ impl Costs {
         );
         take(&mut costs.relay_us, "relay", "relay CPU per 100k events, claim locked, batch 500", &per_100k);
         take(&mut costs.relay_cycle_us, "relay per cycle", RELAY_CYCLE, &same);
+        take(&mut costs.owner_pg_cycle_us, "owner Postgres per cycle", OWNER_PG_CYCLE, &same);
+        take(&mut costs.redis_append_cycle_us, "Redis append per cycle", REDIS_APPEND_CYCLE, &same);
         take(
             &mut costs.redis_append_us,
             "Redis append",
@@ -263,7 +272,7 @@ pub fn plan(i: &Inputs, c: &Costs) -> Plan {
     let entry = c.entry_bytes - c.entry_payload_bytes + i.bytes;
     Plan {
         total,
-        owner_pg_cores: i.rate * c.owner_pg_at(2) * us,
+        owner_pg_cores: i.rate * c.owner_pg_at(2, 500.0) * us,
         relays_per_service: processes(i.rate * c.relay_us * us, i.headroom),
         redis_cores,
         redis_primaries,
@@ -283,6 +292,10 @@ pub const SMALL_BATCH: u32 = 20;
 
 /// The figure the relay's cost per claim cycle is held under in a results.json.
 pub const RELAY_CYCLE: &str = "relays alone at a steady rate: relay CPU per claim cycle";
+/// Likewise, what a claim cycle costs the owner's Postgres and Redis beyond a full batch's share.
+pub const OWNER_PG_CYCLE: &str =
+    "relays alone at a steady rate: owner Postgres CPU per claim cycle, apart from its rows";
+pub const REDIS_APPEND_CYCLE: &str = "relays alone at a steady rate: Redis CPU per claim cycle, apart from its rows";
 
 /// The figures a takeover's costs in a deployment are held under: the bridge's, its
 /// database's, Redis's for the read and its acknowledgement.
@@ -307,11 +320,18 @@ impl Costs {
         self.consumer_pg_us + self.consumer_pg_txn_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
     }
 
-    /// Owner Postgres per row (µs) with `relays` relay processes on the outbox: one, or two and
-    /// more at the figure of two (the model plans two, for availability; more replicas add
-    /// contention the model does not count, see docs/scaling.md on replicas).
-    pub fn owner_pg_at(&self, relays: u32) -> f64 {
-        if relays >= 2 { self.owner_pg_us * self.second_relay_pg } else { self.owner_pg_us }
+    /// Owner Postgres per row (µs) with `relays` relay processes on the outbox, whose claim
+    /// cycles carry `fill` rows: one relay, or two and more at the figure of two (the model
+    /// plans two, for availability; more replicas add contention the model does not count, see
+    /// docs/scaling.md on replicas).
+    pub fn owner_pg_at(&self, relays: u32, fill: f64) -> f64 {
+        let full = if relays >= 2 { self.owner_pg_us * self.second_relay_pg } else { self.owner_pg_us };
+        full + self.owner_pg_cycle_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
+    }
+
+    /// Redis's CPU per event (µs) for the relays' appends, their claim cycles carrying `fill` rows.
+    pub fn redis_append_at(&self, fill: f64) -> f64 {
+        self.redis_append_us + self.redis_append_cycle_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
     }
 
     /// Redis's CPU per event (µs) for a bridge's reads and acknowledgements of `fill` events.
@@ -331,12 +351,16 @@ impl Costs {
     }
 }
 
+/// The costs a results.json may hold (every field of [`Costs`] but the payload size its entry
+/// bytes were measured at): when it holds them all, the printout says so in a word.
+const SOURCED_COSTS: usize = 15;
+
 pub fn print(i: &Inputs, sourced: &Sourced) {
     let c = &sourced.costs;
     let p = plan(i, c);
     let from = if sourced.from_results.is_empty() {
         "built-in (docs/scaling.md)".to_owned()
-    } else if sourced.from_results.len() == 13 {
+    } else if sourced.from_results.len() == SOURCED_COSTS {
         "results.json".to_owned()
     } else {
         format!("results.json for {}, built-in for the rest", sourced.from_results.join(", "))
@@ -353,7 +377,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     println!(
         "costs, {from}: owner Postgres {:.1} µs/row ({:.1} with two relays on the outbox), relay {:.1} µs at full batches ({:.1} µs a row + {:.0} µs a claim cycle at modest rates), Redis {:.1} µs per append + {:.1} µs per read+ack, bridge {:.1} µs, consumer Postgres {:.1} µs, {:.0} bytes per entry of {:.0}",
         c.owner_pg_us,
-        c.owner_pg_at(2),
+        c.owner_pg_at(2, 500.0),
         c.relay_us,
         c.relay_row_us,
         c.relay_cycle_us,
@@ -414,9 +438,16 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     println!(
         "bridges, consumer databases and relays are counted at full batches (500 events a takeover, 500 \
          rows a claim cycle); a takeover carrying f events costs each event {:.0}/f µs more of the bridge, \
-         {:.0}/f µs more of its database and {:.0}/f µs more of Redis, and a relay whose claim cycles carry \
-         f rows costs {:.1} + {:.0}/f µs a row",
-        c.bridge_txn_us, c.consumer_pg_txn_us, c.redis_read_txn_us, c.relay_row_us, c.relay_cycle_us
+         {:.0}/f µs more of its database and {:.0}/f µs more of Redis; a relay whose claim cycles carry \
+         f rows costs {:.1} + {:.0}/f µs a row, and each row {:.0}/f µs more of its database and {:.0}/f µs \
+         more of Redis (less a full batch's share, 1/500 of each)",
+        c.bridge_txn_us,
+        c.consumer_pg_txn_us,
+        c.redis_read_txn_us,
+        c.relay_row_us,
+        c.relay_cycle_us,
+        c.owner_pg_cycle_us,
+        c.redis_append_cycle_us
     );
     if let Some((rate, measured_us)) = sourced.chain {
         let model_us = c.chain_us();

@@ -7,6 +7,8 @@ const COSTS: Costs = Costs {
     relay_us: 4.0,
     relay_row_us: 3.0,
     relay_cycle_us: 500.0,
+    owner_pg_cycle_us: 1000.0,
+    redis_append_cycle_us: 100.0,
     redis_append_us: 3.0,
     bridge_us: 10.0,
     redis_read_us: 3.0,
@@ -73,6 +75,10 @@ fn small_batches_add_each_transaction_s_cost_spread_over_fewer_events() {
     // A relay's cycle is not in its per-row term: at 500 rows a cycle it still adds 1 µs.
     assert!((COSTS.relay_at(500.0) - 4.0).abs() < 1e-9);
     assert!((COSTS.relay_at(50.0) - 13.0).abs() < 1e-9);
+    // The owner's Postgres and Redis count a cycle beyond a full batch's share: none at 500.
+    assert!((COSTS.owner_pg_at(2, 500.0) - 25.0).abs() < 1e-9);
+    assert!((COSTS.owner_pg_at(1, 50.0) - (20.0 + 1000.0 * 0.018)).abs() < 1e-9);
+    assert!((COSTS.redis_append_at(50.0) - (3.0 + 100.0 * 0.018)).abs() < 1e-9);
 }
 
 #[test]

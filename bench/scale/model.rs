@@ -13,7 +13,8 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
     let (rate, g) = (run.rate(), GROUPS as f64);
     let cpu = run.cpu.per_second(run.seconds);
     let cores = |us: f64| rate * us * 1e-6;
-    let owner_pg = cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32));
+    // At the rows the run's claim cycles carried, like the relays.
+    let owner_pg = cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32, run.relay_fill));
     let consumer_pg = cores(g * costs.consumer_pg_at(run.bridge_fill));
     let redis_rest: f64 = rest.redis.iter().sum();
     let row = |what, measured, per_event: f64, at_rest: f64| (what, measured, per_event + at_rest, at_rest);
@@ -25,7 +26,7 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
         row(
             "Redis, 3 primaries",
             cpu.redis.iter().sum(),
-            cores(costs.redis_append_us + g * costs.redis_read_at(run.bridge_fill)),
+            cores(costs.redis_append_at(run.relay_fill) + g * costs.redis_read_at(run.bridge_fill)),
             redis_rest,
         ),
         // The two databases' shares the model predicts apart, by the backends serving each
@@ -51,9 +52,9 @@ pub struct PerTakeover {
 
 /// The per-takeover terms that make the model give back what a steady run measured: each
 /// kind's cores beyond rest, less its costs per event at full batches (as measured back to
-/// back, batch 500), over the takeovers beyond one per 500 events. Redis's term also takes in
-/// what the relays' appends cost it per claim cycle beyond batch 500's share (the model has no
-/// term of its own for that): at the rates compared, relay cycles and reads rise together.
+/// back, batch 500), over the takeovers beyond one per 500 events. Redis's costs per event
+/// include the relays' appends at the claim cycles the run carried (the per-cycle term, from
+/// the relays alone, measured before).
 pub fn per_takeover(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> PerTakeover {
     let (rate, g) = (run.rate(), GROUPS as f64);
     let cpu = run.cpu.per_second(run.seconds);
@@ -64,20 +65,42 @@ pub fn per_takeover(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> PerTakeover {
     PerTakeover {
         bridge_us: term(cpu.bridges, rest.bridges, g * costs.bridge_us),
         consumer_pg_us: term(cpu.consumer_pg, rest.consumer_pg, g * costs.consumer_pg_us),
-        redis_us: term(sum(&cpu.redis), sum(&rest.redis), costs.redis_append_us + g * costs.redis_read_us),
+        redis_us: term(
+            sum(&cpu.redis),
+            sum(&rest.redis),
+            costs.redis_append_at(run.relay_fill) + g * costs.redis_read_us,
+        ),
     }
 }
 
-/// What a relay's claim cycle costs beyond its rows, from the relays alone: their CPU beyond
-/// rest less the rows' cost apart from their cycles, over the cycles (µs).
-pub fn per_cycle_us(alone: &RelaysAlone, costs: &Costs) -> f64 {
-    (alone.cpu_seconds * 1e6 - alone.rows as f64 * costs.relay_row_us) / alone.cycles.max(1) as f64
+/// What a claim cycle costs (µs), from the relays alone.
+pub struct PerCycle {
+    /// The relay, beyond its rows.
+    pub relay_us: f64,
+    /// The owner's Postgres and Redis, beyond their share of one at full batches.
+    pub owner_pg_us: f64,
+    pub redis_us: f64,
+}
+
+/// The per-cycle terms that make the model give back what the relays alone measured: the
+/// relays' CPU beyond rest less the rows' cost apart from their cycles, over the cycles; the
+/// owner databases' and Redis's CPU beyond rest, less their costs per row at full batches (back
+/// to back, batch 500), over the cycles beyond one per 500 rows.
+pub fn per_cycle(alone: &RelaysAlone, costs: &Costs) -> PerCycle {
+    let rows = alone.rows.max(1) as f64;
+    let extra_cycles = 1.0 / alone.fill().max(1.0) - 1.0 / 500.0;
+    let term = |seconds: f64, per_row_us: f64| (seconds * 1e6 / rows - per_row_us) / extra_cycles;
+    PerCycle {
+        relay_us: (alone.relays_seconds * 1e6 - rows * costs.relay_row_us) / alone.cycles.max(1) as f64,
+        owner_pg_us: term(alone.owner_pg_seconds, costs.owner_pg_at(RELAYS_PER_OWNER as u32, 500.0)),
+        redis_us: term(alone.redis_seconds, costs.redis_append_us),
+    }
 }
 
 /// CPU per event of every process of this deployment, as the model counts it.
 pub fn modelled_us(costs: &Costs) -> f64 {
     let g = GROUPS as f64;
-    costs.owner_pg_at(RELAYS_PER_OWNER as u32)
+    costs.owner_pg_at(RELAYS_PER_OWNER as u32, 500.0)
         + costs.relay_at(500.0)
         + costs.redis_append_us
         + g * (costs.bridge_us + costs.redis_read_us + costs.consumer_pg_us)
@@ -88,14 +111,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_per_cycle_term_gives_back_the_relays_it_came_from() {
-        // 20,000 rows in 250 cycles (80 a cycle) using 1.2 CPU-seconds beyond rest.
-        let alone = RelaysAlone { cpu_seconds: 1.2, rows: 20_000, cycles: 250 };
+    fn the_per_cycle_terms_give_back_the_relays_they_came_from() {
+        // 20,000 rows in 250 cycles (80 a cycle) using 1.2 CPU-seconds of the relays, 0.5 of
+        // their databases and 0.06 of Redis beyond rest.
+        let alone =
+            RelaysAlone { relays_seconds: 1.2, owner_pg_seconds: 0.5, redis_seconds: 0.06, rows: 20_000, cycles: 250 };
         let mut costs = Costs::MEASURED;
-        costs.relay_cycle_us = per_cycle_us(&alone, &costs);
-        assert!(costs.relay_cycle_us > 0.0);
-        let modelled = alone.rows as f64 * costs.relay_at(80.0) * 1e-6;
-        assert!((modelled - alone.cpu_seconds).abs() < 1e-9, "{modelled}");
+        let terms = per_cycle(&alone, &costs);
+        assert!(terms.relay_us > 0.0 && terms.owner_pg_us > 0.0 && terms.redis_us > 0.0);
+        (costs.relay_cycle_us, costs.owner_pg_cycle_us, costs.redis_append_cycle_us) =
+            (terms.relay_us, terms.owner_pg_us, terms.redis_us);
+        let seconds = |per_row_us: f64| alone.rows as f64 * per_row_us * 1e-6;
+        for (modelled, measured) in [
+            (seconds(costs.relay_at(80.0)), alone.relays_seconds),
+            (seconds(costs.owner_pg_at(RELAYS_PER_OWNER as u32, 80.0)), alone.owner_pg_seconds),
+            (seconds(costs.redis_append_at(80.0)), alone.redis_seconds),
+        ] {
+            assert!((modelled - measured).abs() < 1e-9, "modelled {modelled}, measured {measured}");
+        }
     }
 
     #[test]
