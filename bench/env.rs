@@ -374,7 +374,7 @@ impl ServerActivity {
     }
 }
 
-/// Peak resident set (kB) and CPU seconds of a running process, from /proc.
+/// Peak resident set (kB, from /proc) and CPU seconds (its CPU-time clock) of a running process.
 pub fn resources(pid: u32) -> (u64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let peak_kb = status
@@ -383,13 +383,25 @@ pub fn resources(pid: u32) -> (u64, f64) {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let ticks = stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), None, 12).unwrap_or(0.0);
-    (peak_kb, ticks / 100.0)
+    (peak_kb, process_cpu_seconds(pid).unwrap_or(0.0))
+}
+
+/// CPU seconds the process `pid` has used, all its threads (exited ones too), to the
+/// nanosecond: its CPU-time clock. `/proc/<pid>/stat` holds the same figure truncated to 10 ms
+/// ticks — over a few seconds of a process using a few hundredths of a core (a relay at rest,
+/// one of eight summed) the truncation is a large part of a difference.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let (mut clock, mut time): (libc::clockid_t, libc::timespec) = (0, libc::timespec { tv_sec: 0, tv_nsec: 0 });
+    // SAFETY: both calls only write through pointers to the locals above, which outlive them.
+    let read = unsafe { libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut time) == 0 };
+    read.then_some(time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9)
 }
 
 /// The sum of a `/proc/<pid>/stat` file's time fields from utime (own user time) through
 /// `last` (12: own system time; 14: also waited-for children's), in clock ticks; `None` if
-/// the file cannot be read or its command is not `command`.
+/// the file cannot be read or its command is not `command`. Postgres as a whole is counted by
+/// these ticks: they also hold its exited backends' time, in the postmaster's.
 fn stat_ticks(path: &std::path::Path, command: Option<&str>, last: usize) -> Option<f64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which may contain spaces) start at index 2.
@@ -403,7 +415,9 @@ fn stat_ticks(path: &std::path::Path, command: Option<&str>, last: usize) -> Opt
 
 /// CPU seconds the Postgres process `pid` has used, if it is one (by its name in `/proc`).
 fn postgres_process_cpu_seconds(pid: i32) -> Option<f64> {
-    Some(stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), Some("postgres"), 12)? / 100.0)
+    // Only a Postgres process: the pid read from pg_stat_activity may have gone and been reused.
+    stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), Some("postgres"), 12)?;
+    process_cpu_seconds(u32::try_from(pid).ok()?)
 }
 
 /// CPU seconds all Postgres server processes on this machine have used so far, from /proc:
@@ -448,5 +462,27 @@ where
             anyhow::bail!("not done within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_cpu_clock_reads_what_proc_counts_in_ticks() {
+        // A busy child (not this process: the relays' and Postgres's clocks are read from outside).
+        let mut child = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+        let stat = format!("/proc/{}/stat", child.id());
+        let ticks = || stat_ticks(std::path::Path::new(&stat), None, 12).unwrap() / 100.0;
+        while ticks() < 0.05 {
+            std::thread::yield_now();
+        }
+        let (before, clock, after) = (ticks(), process_cpu_seconds(child.id()).unwrap(), ticks());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The ticks are the clock truncated to 10 ms, read on either side of it.
+        assert!(before <= clock && clock < after + 0.01, "ticks {before} / {after}, clock {clock}");
+        assert_eq!(process_cpu_seconds(child.id()), None, "a process that is gone has no clock");
     }
 }

@@ -427,6 +427,11 @@ async fn replicas_part(env: &env::BenchEnv, args: &Args, report: &mut Report) ->
 /// rows per claim cycle or less, as in the steady runs, but not their rates.
 const RELAYS_ALONE_RATE: f64 = 2000.0;
 
+/// The rate the relays alone are run at again, to check the per-cycle terms at fuller cycles (as
+/// full as the steady runs' at 5,000-10,000 events/s) with the rest of the machine idle: set
+/// beside the steady runs, it tells the relays' own cost from what a busy machine adds to it.
+const RELAYS_ALONE_CHECK_RATE: f64 = 6000.0;
+
 /// The rate of the steady run that gives the model a takeover's costs in a deployment: below
 /// the rates the steady runs are compared at.
 const TAKEOVERS_RATE: f64 = 1500.0;
@@ -458,6 +463,19 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     report.add("scale", plan::RELAY_CYCLE, terms.relay_us, "µs");
     report.add("scale", plan::OWNER_PG_CYCLE, terms.owner_pg_us, "µs");
     report.add("scale", plan::REDIS_APPEND_CYCLE, terms.redis_us, "µs");
+    let rate = RELAYS_ALONE_CHECK_RATE;
+    let check = scale::relays_alone(&args.database_url, &args.binary, &args.out, rate, window).await?;
+    let name = format!("relays alone at a steady {rate:.0} events/s");
+    report.add("scale", format!("{name}: rows per claim cycle"), check.fill(), "rows");
+    for (what, measured, predicted) in scale::alone_compared(&check, &sourced(report).costs) {
+        report.add("scale", format!("{name}, {what}: CPU-seconds beyond rest"), measured, "s");
+        report.add(
+            "ratio",
+            format!("scale {name}, {what}: measured / predicted CPU"),
+            measured / predicted * 100.0,
+            "%",
+        );
+    }
     let run = scale::run(&args.database_url, &args.binary, &args.out, args.scale_events).await?;
     let rest = run.rest.clone().unwrap_or_default();
     // The whole deployment at a rate of its own: what a takeover costs beyond its events when

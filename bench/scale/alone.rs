@@ -28,8 +28,8 @@ impl RelaysAlone {
 /// The deployment's relays alone (no bridge, no consumer load) while a producer writes `rate`
 /// events/s: what their claim cycles cost them, their databases and Redis on this layout when
 /// each carries few rows and starts after a poll's wait — the capacity model's per-cycle terms.
-/// The relays are measured at rest first (started on the empty outboxes, 3 s to start, 5 s
-/// measured), then over `window` after 3 s of the load; rows and settles are counted by their
+/// The relays are measured at rest first (started on the empty outboxes, 3 s to start, 10 s
+/// measured, as the deployment's rest), then over `window` after 3 s of the load; rows and settles are counted by their
 /// `delivered_at` within the window.
 pub async fn relays_alone(
     database_url: &str,
@@ -43,8 +43,8 @@ pub async fn relays_alone(
     deployment.spawn_relays(&mut relays)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = deployment.cpu(&relays).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let rest = deployment.cpu(&relays).await?.since(&started).per_second(5.0);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rest = deployment.cpu(&relays).await?.since(&started).per_second(10.0);
     let warmup = Duration::from_secs(3);
     let measured = async {
         tokio::time::sleep(warmup).await;

@@ -97,6 +97,21 @@ pub fn per_cycle(alone: &RelaysAlone, costs: &Costs) -> PerCycle {
     }
 }
 
+/// The relays alone against the model at the rows their claim cycles carried, as (what,
+/// measured CPU-seconds beyond rest, predicted).
+pub fn alone_compared(alone: &RelaysAlone, costs: &Costs) -> [(&'static str, f64, f64); 3] {
+    let (fill, seconds) = (alone.fill(), |per_row_us: f64| alone.rows as f64 * per_row_us * 1e-6);
+    [
+        ("relays (8)", alone.relays_seconds, seconds(costs.relay_at(fill))),
+        (
+            "owner Postgres, the relays' backends",
+            alone.owner_pg_seconds,
+            seconds(costs.owner_pg_at(RELAYS_PER_OWNER as u32, fill)),
+        ),
+        ("Redis, 3 primaries", alone.redis_seconds, seconds(costs.redis_append_at(fill))),
+    ]
+}
+
 /// CPU per event of every process of this deployment, as the model counts it.
 pub fn modelled_us(costs: &Costs) -> f64 {
     let g = GROUPS as f64;
@@ -121,14 +136,12 @@ mod tests {
         assert!(terms.relay_us > 0.0 && terms.owner_pg_us > 0.0 && terms.redis_us > 0.0);
         (costs.relay_cycle_us, costs.owner_pg_cycle_us, costs.redis_append_cycle_us) =
             (terms.relay_us, terms.owner_pg_us, terms.redis_us);
-        let seconds = |per_row_us: f64| alone.rows as f64 * per_row_us * 1e-6;
-        for (modelled, measured) in [
-            (seconds(costs.relay_at(80.0)), alone.relays_seconds),
-            (seconds(costs.owner_pg_at(RELAYS_PER_OWNER as u32, 80.0)), alone.owner_pg_seconds),
-            (seconds(costs.redis_append_at(80.0)), alone.redis_seconds),
-        ] {
-            assert!((modelled - measured).abs() < 1e-9, "modelled {modelled}, measured {measured}");
+        for (what, measured, modelled) in alone_compared(&alone, &costs) {
+            assert!((modelled - measured).abs() < 1e-9, "{what}: modelled {modelled}, measured {measured}");
         }
+        // At other fills the same terms give other figures: the comparison reads the fill.
+        let fuller = RelaysAlone { cycles: 100, ..alone };
+        assert!(alone_compared(&fuller, &costs).iter().all(|(_, measured, modelled)| modelled < measured));
     }
 
     #[test]
