@@ -82,24 +82,25 @@ pub struct Sourced {
 
 impl Costs {
     /// The costs docs/scaling.md states: the 2-vCPU development machine, one sitting of
-    /// `scripts/bench --scale` (2026-12-05 04:41 UTC; the relay, replicas and consumer parts, and
-    /// the relays alone at 2,000 events/s for the per-cycle term).
+    /// `scripts/bench --scale` (2026-12-05 08:03 UTC; the relay, replicas and consumer parts, the
+    /// relays alone at 2,000 events/s for the per-cycle terms and the deployment at 1,500 events/s
+    /// for the per-takeover terms): what `--costs` with that sitting's results.json gives.
     pub const MEASURED: Costs = Costs {
-        owner_pg_us: 15.8,
-        // 19.3 / 16.2 µs per row, two relay replicas against one.
-        second_relay_pg: 1.19,
-        relay_us: 3.2,
-        relay_row_us: 2.9,
-        relay_cycle_us: 409.0,
-        owner_pg_cycle_us: 0.0,
-        redis_append_cycle_us: 0.0,
-        redis_append_us: 1.9,
-        bridge_us: 5.6,
-        redis_read_us: 1.6,
-        consumer_pg_us: 18.4,
-        bridge_txn_us: 239.0,
-        consumer_pg_txn_us: 389.0,
-        redis_read_txn_us: 44.0,
+        owner_pg_us: 21.6,
+        // 25.2 / 21.0 µs per row, two relay replicas against one.
+        second_relay_pg: 1.20,
+        relay_us: 4.5,
+        relay_row_us: 4.0,
+        relay_cycle_us: 423.0,
+        owner_pg_cycle_us: 194.0,
+        redis_append_cycle_us: 369.0,
+        redis_append_us: 2.6,
+        bridge_us: 8.4,
+        redis_read_us: 2.2,
+        consumer_pg_us: 25.7,
+        bridge_txn_us: 282.0,
+        consumer_pg_txn_us: 492.0,
+        redis_read_txn_us: 61.0,
         entry_bytes: 487.0,
         entry_payload_bytes: 300.0,
     };
