@@ -390,47 +390,63 @@ pub fn resources(pid: u32) -> (u64, f64) {
 /// nanosecond: its CPU-time clock. `/proc/<pid>/stat` holds the same figure truncated to 10 ms
 /// ticks — over a few seconds of a process using a few hundredths of a core (a relay at rest,
 /// one of eight summed) the truncation is a large part of a difference.
+#[cfg(target_os = "linux")]
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    let pid = libc::pid_t::try_from(pid).ok()?;
-    let (mut clock, mut time): (libc::clockid_t, libc::timespec) = (0, libc::timespec { tv_sec: 0, tv_nsec: 0 });
-    // SAFETY: both calls only write through pointers to the locals above, which outlive them.
+    // Pid 0 would name the calling process: never one measured.
+    let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: all zeros is a valid timespec (whatever padding the target gives it); both calls
+    // only write through pointers to these locals, which outlive them.
+    let mut time: libc::timespec = unsafe { std::mem::zeroed() };
     let read = unsafe { libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut time) == 0 };
     read.then_some(time.tv_sec as f64 + time.tv_nsec as f64 * 1e-9)
 }
 
-/// The sum of a `/proc/<pid>/stat` file's time fields from utime (own user time) through
-/// `last` (12: own system time; 14: also waited-for children's), in clock ticks; `None` if
-/// the file cannot be read or its command is not `command`. Postgres as a whole is counted by
-/// these ticks: they also hold its exited backends' time, in the postmaster's.
-fn stat_ticks(path: &std::path::Path, command: Option<&str>, last: usize) -> Option<f64> {
+/// Elsewhere, `/proc`'s ticks where there are any.
+#[cfg(not(target_os = "linux"))]
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    Some(stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), None, OWN)? / 100.0)
+}
+
+/// A process's own user and system time, among `/proc/<pid>/stat`'s fields after its command.
+const OWN: std::ops::RangeInclusive<usize> = 11..=12;
+/// Its waited-for children's.
+const CHILDREN: std::ops::RangeInclusive<usize> = 13..=14;
+
+/// The sum of a `/proc/<pid>/stat` file's time `fields` ([`OWN`], [`CHILDREN`]), in clock
+/// ticks; `None` if the file cannot be read or its command is not `command`.
+fn stat_ticks(path: &std::path::Path, command: Option<&str>, fields: std::ops::RangeInclusive<usize>) -> Option<f64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which may contain spaces) start at index 2.
     let (head, rest) = stat.rsplit_once(')')?;
     if command.is_some_and(|c| !head.ends_with(&format!("({c}"))) {
         return None;
     }
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some((11..=last).filter_map(|i| fields.get(i)?.parse::<f64>().ok()).sum())
+    let values: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.filter_map(|i| values.get(i)?.parse::<f64>().ok()).sum())
 }
 
 /// CPU seconds the Postgres process `pid` has used, if it is one (by its name in `/proc`).
 fn postgres_process_cpu_seconds(pid: i32) -> Option<f64> {
     // Only a Postgres process: the pid read from pg_stat_activity may have gone and been reused.
-    stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), Some("postgres"), 12)?;
+    stat_ticks(std::path::Path::new(&format!("/proc/{pid}/stat")), Some("postgres"), OWN)?;
     process_cpu_seconds(u32::try_from(pid).ok()?)
 }
 
-/// CPU seconds all Postgres server processes on this machine have used so far, from /proc:
-/// each process's own time and its waited-for children's (a backend that exited is counted in
-/// the postmaster's). The difference over a run is the server's CPU for that run, as long as
-/// nothing else uses the server meanwhile.
+/// CPU seconds all Postgres server processes on this machine have used so far: each live
+/// process's own, from its CPU clock, and its waited-for children's, from `/proc` in ticks (a
+/// backend that exited is counted in the postmaster's, to 10 ms; the deployment's pools keep
+/// their backends for the run). The difference over a run is the server's CPU for that run, as
+/// long as nothing else uses the server meanwhile.
 pub fn postgres_cpu_seconds() -> f64 {
     let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
-    let mut ticks = 0.0;
+    let mut seconds = 0.0;
     for entry in dir.flatten() {
-        ticks += stat_ticks(&entry.path().join("stat"), Some("postgres"), 14).unwrap_or(0.0);
+        let Some(children) = stat_ticks(&entry.path().join("stat"), Some("postgres"), CHILDREN) else { continue };
+        let own = entry.file_name().to_str().and_then(|pid| pid.parse().ok()).and_then(process_cpu_seconds);
+        seconds += own.unwrap_or(0.0) + children / 100.0;
     }
-    ticks / 100.0
+    seconds
 }
 
 /// SIGTERM and wait (bounded), then SIGKILL.
@@ -469,20 +485,32 @@ where
 mod tests {
     use super::*;
 
+    /// A child killed when dropped, a failed assertion too.
+    struct Busy(std::process::Child);
+
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     #[test]
     fn a_process_cpu_clock_reads_what_proc_counts_in_ticks() {
         // A busy child (not this process: the relays' and Postgres's clocks are read from outside).
-        let mut child = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
-        let stat = format!("/proc/{}/stat", child.id());
-        let ticks = || stat_ticks(std::path::Path::new(&stat), None, 12).unwrap() / 100.0;
+        let busy = Busy(Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap());
+        let pid = busy.0.id();
+        let stat = format!("/proc/{pid}/stat");
+        let ticks = || stat_ticks(std::path::Path::new(&stat), None, OWN).unwrap() / 100.0;
         while ticks() < 0.05 {
             std::thread::yield_now();
         }
-        let (before, clock, after) = (ticks(), process_cpu_seconds(child.id()).unwrap(), ticks());
-        child.kill().unwrap();
-        child.wait().unwrap();
-        // The ticks are the clock truncated to 10 ms, read on either side of it.
-        assert!(before <= clock && clock < after + 0.01, "ticks {before} / {after}, clock {clock}");
-        assert_eq!(process_cpu_seconds(child.id()), None, "a process that is gone has no clock");
+        let (before, clock, after) = (ticks(), process_cpu_seconds(pid).unwrap(), ticks());
+        drop(busy);
+        // The ticks are the clock truncated, user and system time each to 10 ms, read on either
+        // side of it.
+        assert!(before <= clock && clock < after + 0.02, "ticks {before} / {after}, clock {clock}");
+        assert_eq!(process_cpu_seconds(pid), None, "a process that is gone has no clock");
+        assert_eq!(process_cpu_seconds(0), None, "pid 0 is not a process to measure");
     }
 }

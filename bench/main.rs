@@ -440,7 +440,7 @@ const TAKEOVERS_RATE: f64 = 1500.0;
 /// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
 /// built in, with the costs of a relay's claim cycle and of a takeover measured on the
 /// deployment's layout at rates of their own. In order: the relays alone (the cycle), the
-/// backlog form (with the deployment at rest before it), the deployment at 1,500 events/s (the
+/// relays alone at a higher rate (checked against the cycle's terms), the backlog form (with the deployment at rest before it), the deployment at 1,500 events/s (the
 /// takeover, beyond the backlog deployment's cost at rest); then the backlog's figures are
 /// compared, with every term known, and the steady form runs at each of `--scale-rates`.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
@@ -450,7 +450,7 @@ async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         plan::Costs::from_figures(&figures)
     };
     // The relays alone at a rate of their own (not one the runs below are compared at): what a
-    // claim cycle costs them beyond its rows, the model's per-cycle term.
+    // claim cycle costs them, their databases and Redis beyond its rows, the per-cycle terms.
     let (rate, window) = (RELAYS_ALONE_RATE, std::time::Duration::from_secs(args.scale_seconds));
     let alone = scale::relays_alone(&args.database_url, &args.binary, &args.out, rate, window).await?;
     anyhow::ensure!(alone.cycles > 0, "the relays alone delivered nothing in {window:?}");

@@ -41,13 +41,14 @@ pub struct Costs {
     pub relay_row_us: f64,
     /// The relay per claim cycle (claim, append, settle) in a deployment that delivers at a
     /// modest rate: each cycle starts after a poll's wait or a busy database's reply, on cold
-    /// caches, and costs several times one run back to back. Measured on the scale run's own
+    /// caches, and costs about twice one run back to back. Measured on the scale run's own
     /// layout with only its relays running, at a rate of its own (`relays_alone`).
     pub relay_cycle_us: f64,
     /// What a claim cycle costs the owner's Postgres and Redis in the same deployment, beyond
     /// their share of one at full batches ([`OWNER_PG_CYCLE`], [`REDIS_APPEND_CYCLE`]): a row
     /// of a cycle carrying `f` rows costs the batch-500 figure + this × (1/f − 1/500).
     pub owner_pg_cycle_us: f64,
+    /// Likewise Redis's, for the cycle's appends (spread over the shards' primaries).
     pub redis_append_cycle_us: f64,
     pub redis_append_us: f64,
     /// The bridge applying the handler at take-over (the default for a SQL handler).

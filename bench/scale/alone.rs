@@ -29,8 +29,8 @@ impl RelaysAlone {
 /// events/s: what their claim cycles cost them, their databases and Redis on this layout when
 /// each carries few rows and starts after a poll's wait — the capacity model's per-cycle terms.
 /// The relays are measured at rest first (started on the empty outboxes, 3 s to start, 10 s
-/// measured, as the deployment's rest), then over `window` after 3 s of the load; rows and settles are counted by their
-/// `delivered_at` within the window.
+/// measured, as the deployment's rest), then over `window` after 3 s of the load; rows and
+/// settles are counted by their `delivered_at` within the window.
 pub async fn relays_alone(
     database_url: &str,
     binary: &std::path::Path,

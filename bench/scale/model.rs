@@ -1,5 +1,5 @@
 //! The scale run against the capacity model: what the model predicts for each measured figure,
-//! and the per-takeover terms a steady run gives it.
+//! the per-cycle terms the relays alone give it and the per-takeover terms a steady run gives it.
 
 use super::{Cpu, GROUPS, RELAYS_PER_OWNER, RelaysAlone, ScaleRun};
 use crate::plan::Costs;
@@ -131,7 +131,14 @@ mod tests {
         // their databases and 0.06 of Redis beyond rest.
         let alone =
             RelaysAlone { relays_seconds: 1.2, owner_pg_seconds: 0.7, redis_seconds: 0.06, rows: 20_000, cycles: 250 };
-        let mut costs = Costs::MEASURED;
+        // Costs of its own: 25 µs a row of the owner's database with two relays, below the run's 35.
+        let mut costs = Costs {
+            owner_pg_us: 20.0,
+            second_relay_pg: 1.25,
+            relay_row_us: 3.0,
+            redis_append_us: 2.0,
+            ..Costs::MEASURED
+        };
         let terms = per_cycle(&alone, &costs);
         assert!(terms.relay_us > 0.0 && terms.owner_pg_us > 0.0 && terms.redis_us > 0.0);
         (costs.relay_cycle_us, costs.owner_pg_cycle_us, costs.redis_append_cycle_us) =
