@@ -120,13 +120,19 @@ pub(crate) async fn lock(
     parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
 ) -> StoreResult<Locked> {
     // From here on an early return drops the batch, which closes the connection mid-transaction.
-    let timeout_ms = idle_timeout.as_millis().max(1);
-    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}");
-    let tx = OpenTx::begin(pool, "lock", &begin).await?;
+    let tx = OpenTx::take(pool, "lock").await?;
     let client = tx.client()?;
     let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
+    let timeout_ms = idle_timeout.as_millis().max(1);
+    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}");
     let from = sql.scan.bound(std::time::Instant::now());
-    let rows = client.query(&stmt, &[&i64::from(batch_size), &from]).await.map_err(|e| query_error("lock", e))?;
+    // Sent together: BEGIN and the lock cost one round trip (a poll that finds nothing, two with
+    // its COMMIT). Should BEGIN fail, the lock's result is not used.
+    let (begun, rows) =
+        futures_util::future::join(client.batch_execute(&begin), client.query(&stmt, &[&i64::from(batch_size), &from]))
+            .await;
+    begun.map_err(|e| query_error("lock", e))?;
+    let rows = rows.map_err(|e| query_error("lock", e))?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         tx.commit("lock", false).await?;
