@@ -290,10 +290,16 @@ impl Deployment {
     /// measured over 10 s (a measurement window, not a wait for a condition), then stopped.
     async fn at_rest(&self) -> anyhow::Result<Cpu> {
         let processes = self.spawn()?;
+        self.rest_of(&processes).await
+    }
+
+    /// What `processes`, just started with nothing to do, cost per second: 3 s to start, then
+    /// 10 s measured (a measurement window, not a wait for a condition).
+    async fn rest_of(&self, processes: &Processes) -> anyhow::Result<Cpu> {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let started = self.cpu(&processes).await?;
+        let started = self.cpu(processes).await?;
         tokio::time::sleep(Duration::from_secs(10)).await;
-        Ok(self.cpu(&processes).await?.since(&started).per_second(10.0))
+        Ok(self.cpu(processes).await?.since(&started).per_second(10.0))
     }
 
     /// Waits until each group's audit log holds `per_owner` events of every owner.

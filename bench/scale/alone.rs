@@ -41,10 +41,7 @@ pub async fn relays_alone(
     let deployment = Deployment::new(database_url, binary, dir).await?;
     let mut relays = Processes { relays: Vec::new(), bridges: Vec::new() };
     deployment.spawn_relays(&mut relays)?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let started = deployment.cpu(&relays).await?;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let rest = deployment.cpu(&relays).await?.since(&started).per_second(10.0);
+    let rest = deployment.rest_of(&relays).await?;
     let warmup = Duration::from_secs(3);
     let measured = async {
         tokio::time::sleep(warmup).await;
