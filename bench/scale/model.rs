@@ -4,12 +4,23 @@
 use super::{Cpu, GROUPS, RELAYS_PER_OWNER, RelaysAlone, ScaleRun};
 use crate::plan::Costs;
 
-/// The model's prediction for each measured figure at the rate the run reached, as
-/// (what, measured cores, predicted cores, of them at rest): what each kind of process costs
-/// at rest (`rest`, measured before the backlog run) and per event. The bridges' and the
-/// consumers' costs per event are taken at the events per transaction the run measured.
-/// Postgres's measured figure leaves out the producer's inserts.
-pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str, f64, f64, f64)> {
+/// One measured figure of a run beside the model's prediction (cores).
+pub struct Compared {
+    pub what: &'static str,
+    pub measured: f64,
+    pub predicted: f64,
+    /// Of the prediction, what the kind costs at rest (measured before the backlog run).
+    pub at_rest: f64,
+    /// A share of another figure (a database's backends, of the whole Postgres server), left
+    /// out of the host's sum.
+    pub share: bool,
+}
+
+/// The model's prediction for each measured figure at the rate the run reached: what each kind
+/// of process costs at rest (`rest`, measured before the backlog run) and per event. The
+/// bridges' and the consumers' costs per event are taken at the events per transaction the run
+/// measured. Postgres's measured figure leaves out the producer's inserts.
+pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<Compared> {
     let (rate, g) = (run.rate(), GROUPS as f64);
     let cpu = run.cpu.per_second(run.seconds);
     let cores = |us: f64| rate * us * 1e-6;
@@ -17,7 +28,17 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
     let owner_pg = cores(costs.owner_pg_at(RELAYS_PER_OWNER as u32, run.relay_fill));
     let consumer_pg = cores(g * costs.consumer_pg_at(run.bridge_fill));
     let redis_rest: f64 = rest.redis.iter().sum();
-    let row = |what, measured, per_event: f64, at_rest: f64| (what, measured, per_event + at_rest, at_rest);
+    let row = |what, measured, per_event: f64, at_rest: f64| Compared {
+        what,
+        measured,
+        predicted: per_event + at_rest,
+        at_rest,
+        share: false,
+    };
+    let share = |what, measured, per_event: f64, at_rest: f64| Compared {
+        share: true,
+        ..row(what, measured, per_event, at_rest)
+    };
     vec![
         // At the rows the run's claim cycles carried (the model's per-cycle term).
         row("relays (8)", cpu.relays, cores(costs.relay_at(run.relay_fill)), rest.relays),
@@ -31,8 +52,8 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
         ),
         // The two databases' shares the model predicts apart, by the backends serving each
         // kind of process; the whole server's figure below also holds its background processes.
-        row("owner Postgres, the relays' backends", cpu.owner_pg, owner_pg, rest.owner_pg),
-        row("consumer Postgres, the bridges' backends", cpu.consumer_pg, consumer_pg, rest.consumer_pg),
+        share("owner Postgres, the relays' backends", cpu.owner_pg, owner_pg, rest.owner_pg),
+        share("consumer Postgres, the bridges' backends", cpu.consumer_pg, consumer_pg, rest.consumer_pg),
         row(
             "Postgres, 4 owners + 2 consumers",
             cpu.postgres - cores(run.insert_us),
@@ -40,6 +61,16 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<(&'static str,
             rest.postgres,
         ),
     ]
+}
+
+/// The whole host as (measured cores, predicted cores): every kind of process of the deployment
+/// summed, with the producer's inserts (what they measured) in both. The benchmark's own
+/// process is left out of both.
+pub fn host(run: &ScaleRun, figures: &[Compared]) -> (f64, f64) {
+    let inserts = run.rate() * run.insert_us * 1e-6;
+    let whole = figures.iter().filter(|f| !f.share);
+    let (measured, predicted) = whole.fold((0.0, 0.0), |(m, p), f| (m + f.measured, p + f.predicted));
+    (measured + inserts, predicted + inserts)
 }
 
 /// What a takeover costs apart from its events, in a deployment: the bridge, its database, and
@@ -169,10 +200,42 @@ mod tests {
         assert!(terms.bridge_us > 0.0 && terms.consumer_pg_us > 0.0 && terms.redis_us > 0.0);
         (costs.bridge_txn_us, costs.consumer_pg_txn_us, costs.redis_read_txn_us) =
             (terms.bridge_us, terms.consumer_pg_us, terms.redis_us);
-        for (what, measured, predicted, _) in compared(&run, &costs, &rest) {
+        for Compared { what, measured, predicted, .. } in compared(&run, &costs, &rest) {
             if what.starts_with("Redis") || what.starts_with("bridges") || what.starts_with("consumer") {
                 assert!((measured - predicted).abs() < 1e-9, "{what}: measured {measured} predicted {predicted}");
             }
         }
+    }
+
+    #[test]
+    fn the_host_sums_each_kind_once_with_the_producers_inserts() {
+        let cpu = Cpu {
+            relays: 1.0,
+            bridges: 2.0,
+            redis: vec![0.5, 0.5],
+            postgres: 8.0,
+            owner_pg: 3.0,
+            consumer_pg: 4.0,
+            ..Cpu::default()
+        };
+        // 10,000 events in 10 s, the producer's inserts 20 µs each: 0.02 cores of the server.
+        let run = ScaleRun {
+            events: 10_000,
+            seconds: 10.0,
+            cpu,
+            bridge_fill: 50.0,
+            relay_fill: 200.0,
+            rest: None,
+            insert_us: 20.0,
+        };
+        let figures = compared(&run, &Costs::MEASURED, &Cpu::default());
+        let (measured, predicted) = host(&run, &figures);
+        // Relays, bridges, Redis and the whole server (the databases' backends are shares of it).
+        assert!((measured - (0.1 + 0.2 + 0.1 + 0.8)).abs() < 1e-9, "measured {measured}");
+        let parts: f64 = figures.iter().filter(|f| !f.share).map(|f| f.predicted).sum();
+        assert!((predicted - (parts + 0.02)).abs() < 1e-9, "predicted {predicted}");
+        let shares: f64 = figures.iter().filter(|f| f.share).map(|f| f.predicted).sum();
+        let server = figures.iter().find(|f| f.what.starts_with("Postgres")).map(|f| f.predicted);
+        assert_eq!(Some(shares), server, "the server's prediction is its databases'");
     }
 }
