@@ -12,6 +12,9 @@ use crate::store::error::{StoreError, StoreResult};
 pub struct OpenTx {
     /// `None` once the transaction is over.
     client: Option<Object>,
+    /// Whether `BEGIN` has been sent (or handed to the caller to send): until then there is no
+    /// transaction to commit or roll back.
+    begun: bool,
 }
 
 impl OpenTx {
@@ -19,7 +22,7 @@ impl OpenTx {
     pub async fn begin(pool: &Pool, label: &'static str, begin: &str) -> StoreResult<Self> {
         let client = pool.get().await.map_err(|e| pool_error(label, e))?;
         // From here on an early return drops the transaction, which closes the connection.
-        let tx = Self { client: Some(client) };
+        let tx = Self { client: Some(client), begun: true };
         tx.client()?.batch_execute(begin).await.map_err(|e| query_error(label, e))?;
         Ok(tx)
     }
@@ -27,7 +30,22 @@ impl OpenTx {
     /// A connection taken for a transaction whose `BEGIN` the caller sends itself (pipelined
     /// with its first statement).
     pub async fn take(pool: &Pool, label: &'static str) -> StoreResult<Self> {
-        Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?) })
+        Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: true })
+    }
+
+    /// A connection taken for a transaction of several statement paths, whichever runs first
+    /// sending `BEGIN` ahead of it ([`OpenTx::client_to_begin`], [`with_begin`]): one round trip
+    /// fewer than [`OpenTx::begin`].
+    pub async fn lazy(pool: &Pool, label: &'static str) -> StoreResult<Self> {
+        Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: false })
+    }
+
+    /// The connection, and whether the caller is to send `BEGIN` ahead of its statement (the
+    /// first statement of a [`OpenTx::lazy`] transaction). From here on the transaction counts
+    /// as begun: a failed first statement leaves it to be rolled back like any other.
+    pub fn client_to_begin(&mut self) -> StoreResult<(&Object, bool)> {
+        let begin = !std::mem::replace(&mut self.begun, true);
+        Ok((self.client()?, begin))
     }
 
     /// The connection, while the transaction lasts.
@@ -38,6 +56,11 @@ impl OpenTx {
     /// Commits; the connection goes back to the pool (or is closed with `close`: a connection
     /// that carried a large batch keeps buffers of that size for its whole life).
     pub async fn commit(mut self, label: &'static str, close: bool) -> StoreResult<()> {
+        if !self.begun {
+            // Nothing was sent: there is nothing to commit.
+            self.client.take();
+            return Ok(());
+        }
         self.client()?.batch_execute("COMMIT").await.map_err(|e| query_error(label, e))?;
         let client = self.client.take();
         if close {
@@ -48,6 +71,10 @@ impl OpenTx {
 
     /// Rolls back; the connection goes back to the pool if that worked, and is closed if not.
     pub async fn roll_back(mut self) {
+        if !self.begun {
+            self.client.take();
+            return;
+        }
         if let Ok(client) = self.client()
             && client.batch_execute("ROLLBACK").await.is_ok()
         {
@@ -62,11 +89,31 @@ impl OpenTx {
     }
 }
 
+/// `statement`'s output, with `BEGIN` sent ahead of it in the same round trip when `begin` (from
+/// [`OpenTx::client_to_begin`]): `join` polls `BEGIN` first, which queues it on the connection
+/// before anything `statement` sends, so the statement runs inside the transaction. Should
+/// `BEGIN` fail, the statement's output is not used.
+pub async fn with_begin<R>(
+    client: &Object,
+    begin: bool,
+    label: &'static str,
+    statement: impl Future<Output = R>,
+) -> StoreResult<R> {
+    if !begin {
+        return Ok(statement.await);
+    }
+    let (begun, output) = futures_util::future::join(client.batch_execute("BEGIN"), statement).await;
+    begun.map_err(|e| query_error(label, e))?;
+    Ok(output)
+}
+
 impl Drop for OpenTx {
     fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
+        if let Some(client) = self.client.take()
+            && self.begun
+        {
             // Still inside the transaction: close the connection instead of pooling it; the
-            // server rolls the transaction back.
+            // server rolls the transaction back. (One never begun goes back to the pool.)
             drop(Object::take(client));
         }
     }

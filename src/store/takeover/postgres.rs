@@ -25,7 +25,7 @@ use crate::store::inbox::seam::{ApplyError, Merged};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, query_error};
-use crate::store::postgres::tx::OpenTx;
+use crate::store::postgres::tx::{OpenTx, with_begin};
 use crate::store::postgres::values::{Cell, Param};
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
@@ -215,7 +215,9 @@ impl TakeoverSql for PgTakeover {
     type Tx = PgTakeoverTx;
 
     async fn begin(&self) -> StoreResult<PgTakeoverTx> {
-        let tx = OpenTx::begin(&self.pool, "take over", "BEGIN").await?;
+        // BEGIN goes with the transaction's first statement, whichever it is: one round trip
+        // fewer per takeover.
+        let tx = OpenTx::lazy(&self.pool, "take over").await?;
         Ok(PgTakeoverTx { tx, sql: self.sql.clone() })
     }
 }
@@ -259,24 +261,22 @@ pub struct PgTakeoverTx {
 
 impl TakeoverTx for PgTakeoverTx {
     async fn insert(&mut self, consumer: &str, events: &[InboxEvent], processed: &[bool]) -> StoreResult<Vec<bool>> {
-        let tx = self.tx.client()?;
         let applying = processed.iter().any(|p| *p);
-        match (&self.sql.insert, &self.sql.insert_processed) {
-            (Sql::Reference(_), Some(insert)) if applying => {
-                let inserted = insert_batch(tx, insert, consumer, events, processed).await?;
-                Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
-            }
-            _ if applying => Err(StoreError::Contract("apply at take-over needs the reference insert".into())),
-            (Sql::Reference(insert), _) => {
-                let inserted = insert_batch(tx, insert, consumer, events, processed).await?;
-                Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
-            }
+        let insert = match (&self.sql.insert, &self.sql.insert_processed) {
+            (Sql::Reference(_), Some(insert)) if applying => insert,
+            _ if applying => return Err(StoreError::Contract("apply at take-over needs the reference insert".into())),
+            (Sql::Reference(insert), _) => insert,
             (Sql::Named(named), _) => {
+                let (tx, begin) = self.tx.client_to_begin()?;
                 let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
-                let changed = execute_each(tx, named, "insert into the inbox", &values).await?;
-                Ok(changed.into_iter().map(|n| n > 0).collect())
+                let label = "insert into the inbox";
+                let changed = with_begin(tx, begin, label, execute_each(tx, named, label, &values)).await??;
+                return Ok(changed.into_iter().map(|n| n > 0).collect());
             }
-        }
+        };
+        let (tx, begin) = self.tx.client_to_begin()?;
+        let inserted = insert_batch(tx, begin, insert, consumer, events, processed).await?;
+        Ok(events.iter().map(|e| inserted.contains(&e.event_id)).collect())
     }
 
     /// The content hash of each of `events` the inbox already holds, by event id.
@@ -286,24 +286,27 @@ impl TakeoverTx for PgTakeoverTx {
         events: &[&InboxEvent],
     ) -> StoreResult<Option<HashMap<String, String>>> {
         let label = "read existing inbox rows";
-        let tx = self.tx.client()?;
-        let found = match &self.sql.existing {
+        let Some(existing) = &self.sql.existing else {
             // No way to compare content: an event already there counts as the same event.
-            None => return Ok(None),
-            Some(Sql::Reference(sql)) => {
+            return Ok(None);
+        };
+        let (tx, begin) = self.tx.client_to_begin()?;
+        let found = match existing {
+            Sql::Reference(sql) => {
                 let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
-                let rows = tx.query(sql, &[&consumer, &ids]).await.map_err(|e| query_error(label, e))?;
+                let rows = with_begin(tx, begin, label, tx.query(sql, &[&consumer, &ids]))
+                    .await?
+                    .map_err(|e| query_error(label, e))?;
                 rows.iter().map(|r| (r.get(0), r.get(1))).collect()
             }
-            Some(Sql::Named(named)) => {
+            Sql::Named(named) => {
                 let stmt = tx.prepare_cached(&named.sql).await.map_err(|e| query_error(label, e))?;
                 let values: Vec<_> = events.iter().map(|e| bound(named, event_param(consumer, e))).collect();
                 let replies = try_join_all(values.iter().map(|v| {
                     let stmt = &stmt;
                     async move { tx.query_opt(stmt, &refs(v)).await }
-                }))
-                .await
-                .map_err(|e| query_error(label, e))?;
+                }));
+                let replies = with_begin(tx, begin, label, replies).await?.map_err(|e| query_error(label, e))?;
                 let mut found = HashMap::new();
                 for (event, row) in events.iter().zip(replies) {
                     let hash = row
@@ -321,29 +324,31 @@ impl TakeoverTx for PgTakeoverTx {
     }
 
     async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
-        let tx = self.tx.client()?;
+        let (tx, begin) = self.tx.client_to_begin()?;
+        let label = "record poison entries";
         match &self.sql.poison {
-            Sql::Reference(insert) => poison_batch(tx, insert, consumer, records).await,
+            Sql::Reference(insert) => with_begin(tx, begin, label, poison_batch(tx, insert, consumer, records)).await?,
             Sql::Named(named) => {
                 let values: Vec<_> = records.iter().map(|r| bound(named, poison_param(consumer, r))).collect();
-                execute_each(tx, named, "record poison entries", &values).await.map(drop)
+                with_begin(tx, begin, label, execute_each(tx, named, label, &values)).await?.map(drop)
             }
         }
     }
 
     async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
         let (streams, entries): (Vec<&str>, Vec<&str>) = entries.iter().copied().unzip();
-        self.tx
-            .client()?
-            .execute(&self.sql.deliveries.forget, &[&consumer, &streams, &entries])
-            .await
-            .map_err(|e| query_error("forget delivery counts", e))?;
+        let (tx, begin) = self.tx.client_to_begin()?;
+        let label = "forget delivery counts";
+        with_begin(tx, begin, label, tx.execute(&self.sql.deliveries.forget, &[&consumer, &streams, &entries]))
+            .await?
+            .map_err(|e| query_error(label, e))?;
         Ok(())
     }
 
     async fn apply(&mut self, statements: &Merged<'_>, errors: &HandlerErrors) -> StoreResult<()> {
-        let tx = self.tx.client()?;
-        run_statements(tx, statements, std::future::ready(()), errors).await.map_err(|e| match e {
+        let (tx, begin) = self.tx.client_to_begin()?;
+        let run = run_statements(tx, statements, std::future::ready(()), errors);
+        with_begin(tx, begin, "apply at take-over", run).await?.map_err(|e| match e {
             ApplyError::Handler { message, .. } => {
                 StoreError::Rejected { statement: "apply at take-over", source: message.into() }
             }
@@ -366,6 +371,7 @@ impl TakeoverTx for PgTakeoverTx {
 /// `processed` says so (else its own status); the ids it inserted.
 async fn insert_batch(
     tx: &Object,
+    mut begin: bool,
     sql: &str,
     consumer: &str,
     events: &[InboxEvent],
@@ -387,8 +393,14 @@ async fn insert_batch(
         // Borrowed, not cloned: a payload is copied once, into the message to the server.
         let text = |f: fn(&InboxEvent) -> &str| run.iter().map(f).collect::<Vec<&str>>();
         let maybe = |f: fn(&InboxEvent) -> Option<&str>| run.iter().map(f).collect::<Vec<Option<&str>>>();
-        let rows = tx
-            .query(
+        // The first run carries the transaction's BEGIN, if it is still to go; the parameters
+        // live until the end of the statement, past the query's reply.
+        let (label, begin_now) = ("insert into the inbox", std::mem::take(&mut begin));
+        let rows = with_begin(
+            tx,
+            begin_now,
+            label,
+            tx.query(
                 &insert,
                 &[
                     &consumer,
@@ -405,9 +417,10 @@ async fn insert_batch(
                     &text(|e| &e.entry_id),
                     &statuses,
                 ],
-            )
-            .await
-            .map_err(|e| query_error("insert into the inbox", e))?;
+            ),
+        )
+        .await?
+        .map_err(|e| query_error(label, e))?;
         inserted.extend(rows.iter().map(|r| r.get::<_, String>(0)));
     }
     Ok(inserted)
