@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// The share of a host's cores the processes sharing it are planned up to (their sum). The
 /// costs are measured with the machine's other core free, or nearly; past this share every
 /// process's CPU per event rises with how busy the host is (in the scale run's backlog and in
-/// its steady runs on a full machine: the relays up to 2.3×), which the model does not predict.
+/// its steady runs on a full machine: the relays up to 2.4×), which the model does not predict.
 /// Three quarters is the usual ceiling of capacity planning, where waiting for a core starts to
 /// dominate.
 pub const HOST_HEADROOM: f64 = 0.75;
