@@ -440,9 +440,12 @@ const TAKEOVERS_RATE: f64 = 1500.0;
 /// where it measured them (`--only relay,replicas,consumer,scale`), else from `--costs`, else
 /// built in, with the costs of a relay's claim cycle and of a takeover measured on the
 /// deployment's layout at rates of their own. In order: the relays alone (the cycle), the
-/// relays alone at a higher rate (checked against the cycle's terms), the backlog form (with the deployment at rest before it), the deployment at 1,500 events/s (the
-/// takeover, beyond the backlog deployment's cost at rest); then the backlog's figures are
-/// compared, with every term known, and the steady form runs at each of `--scale-rates`.
+/// relays alone at a higher rate (checked against the cycle's terms), the backlog form (with
+/// the deployment at rest before it), the deployment at 1,500 events/s (the takeover, beyond
+/// the backlog deployment's cost at rest); then the backlog's figures are compared, with every
+/// term known, and the steady form runs at each of `--scale-rates`. The model's CPU figures are
+/// counted where it plans the host (within `plan::HOST_HEADROOM` of its cores), the backlog by
+/// its rate; the relays-alone check is counted apart.
 async fn scale_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let sourced = |report: &Report| {
         let mut figures = plan::figures_in(&args.costs);
@@ -576,14 +579,7 @@ fn scale_figures(
     report: &mut Report,
 ) -> Vec<f64> {
     let figures = scale::compared(run, costs, rest);
-    let (host_measured, host_predicted) = scale::host(run, &figures);
-    let host = scale::Compared {
-        what: "the host (the deployment's processes, the producer's inserts)",
-        measured: host_measured,
-        predicted: host_predicted,
-        at_rest: figures.iter().filter(|f| !f.share).map(|f| f.at_rest).sum(),
-        share: false,
-    };
+    let host = scale::host(run, &figures);
     let planned = match load {
         Load::Saturated => false,
         Load::Steady(rate) if run.rate() < KEPT_UP * rate => false,

@@ -55,7 +55,7 @@ impl ScaleRun {
 mod alone;
 mod model;
 pub use alone::{RelaysAlone, relays_alone};
-pub use model::{Compared, alone_compared, compared, host, modelled_us, per_cycle, per_takeover};
+pub use model::{alone_compared, compared, host, modelled_us, per_cycle, per_takeover};
 
 /// (rows, transactions) of `table` whose `column` (a transaction's timestamp) lies between two
 /// clock marks.

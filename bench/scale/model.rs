@@ -63,14 +63,21 @@ pub fn compared(run: &ScaleRun, costs: &Costs, rest: &Cpu) -> Vec<Compared> {
     ]
 }
 
-/// The whole host as (measured cores, predicted cores): every kind of process of the deployment
-/// summed, with the producer's inserts (what they measured) in both. The benchmark's own
-/// process is left out of both.
-pub fn host(run: &ScaleRun, figures: &[Compared]) -> (f64, f64) {
+/// The whole host beside the model: every kind of process of the deployment summed (the
+/// databases' shares are parts of the whole server's figure), with the producer's inserts (what
+/// they measured) in both the measured and the predicted figure. The benchmark's own process is
+/// left out of both.
+pub fn host(run: &ScaleRun, figures: &[Compared]) -> Compared {
     let inserts = run.rate() * run.insert_us * 1e-6;
     let whole = figures.iter().filter(|f| !f.share);
-    let (measured, predicted) = whole.fold((0.0, 0.0), |(m, p), f| (m + f.measured, p + f.predicted));
-    (measured + inserts, predicted + inserts)
+    let sum = |field: fn(&Compared) -> f64| whole.clone().map(field).sum::<f64>();
+    Compared {
+        what: "the host (the deployment's processes, the producer's inserts)",
+        measured: sum(|f| f.measured) + inserts,
+        predicted: sum(|f| f.predicted) + inserts,
+        at_rest: sum(|f| f.at_rest),
+        share: false,
+    }
 }
 
 /// What a takeover costs apart from its events, in a deployment: the bridge, its database, and
@@ -228,15 +235,17 @@ mod tests {
             rest: None,
             insert_us: 20.0,
         };
-        let figures = compared(&run, &Costs::MEASURED, &Cpu::default());
-        let (measured, predicted) = host(&run, &figures);
+        let rest = Cpu { relays: 0.01, bridges: 0.02, redis: vec![0.003], postgres: 0.05, ..Cpu::default() };
+        let figures = compared(&run, &Costs::MEASURED, &rest);
+        let Compared { measured, predicted, at_rest, .. } = host(&run, &figures);
+        assert!((at_rest - 0.083).abs() < 1e-9, "at rest {at_rest}");
         // Relays, bridges, Redis and the whole server (the databases' backends are shares of it).
         assert!((measured - (0.1 + 0.2 + 0.1 + 0.8)).abs() < 1e-9, "measured {measured}");
         let parts: f64 = figures.iter().filter(|f| !f.share).map(|f| f.predicted).sum();
         assert!((predicted - (parts + 0.02)).abs() < 1e-9, "predicted {predicted}");
-        // With nothing at rest, the server's prediction is its two kinds of database's.
-        let shares: f64 = figures.iter().filter(|f| f.share).map(|f| f.predicted).sum();
-        let server = figures.iter().find(|f| f.what.starts_with("Postgres")).map_or(0.0, |f| f.predicted);
+        // Beyond rest, the server's prediction is its two kinds of database's.
+        let shares: f64 = figures.iter().filter(|f| f.share).map(|f| f.predicted - f.at_rest).sum();
+        let server = figures.iter().find(|f| f.what.starts_with("Postgres")).map_or(0.0, |f| f.predicted - f.at_rest);
         assert!((shares - server).abs() < 1e-9, "shares {shares}, server {server}");
     }
 }
