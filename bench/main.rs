@@ -278,62 +278,70 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
     let sql1 = rate(repeat(r, || relay::sql_limit(env, n, batch, 1, false, "")).await?);
     let sql2 = rate(repeat(r, || relay::sql_limit(env, n, batch, 2, false, "")).await?);
     let locked1 = rate(repeat(r, || relay::sql_limit(env, n, batch, 1, true, "")).await?);
-    let locked2_runs = repeat(r, || relay::sql_limit(env, n, batch, 2, true, "")).await?;
-    let delete2_runs = repeat(r, || relay::sql_limit(env, n, batch, 2, true, DELETE)).await?;
-    let (locked2, delete2) =
-        (median(locked2_runs.iter().map(|x| x.0).collect()), median(delete2_runs.iter().map(|x| x.0).collect()));
-    let limit_cpu = |runs: &[(f64, f64)]| median(runs.iter().map(|x| x.1).collect());
-    let (locked2_cpu, delete2_cpu) = (limit_cpu(&locked2_runs), limit_cpu(&delete2_runs));
-    for (what, rate, cpu) in [("mark", locked2, locked2_cpu), ("delete", delete2, delete2_cpu)] {
-        let about = format!("locked claim + {what} + commit alone, 2 loops, batch {batch}");
-        report.add("cpu account", format!("{about}: CPU per row, Postgres + its client"), cpu, "µs");
-        report.add("cpu account", format!("{about}: cores busy"), rate * cpu / 1e6, "cores");
-    }
     let redis = median(repeat(r, || relay::redis_limit(env, n, batch)).await?);
     report.add("limit", format!("claim + mark delivered alone, 1 loop, batch {batch}"), sql1, "rows/s");
     report.add("limit", format!("claim + mark delivered alone, 2 loops, batch {batch}"), sql2, "rows/s");
     report.add("limit", format!("locked claim + mark + commit alone, 1 loop, batch {batch}"), locked1, "rows/s");
-    report.add("limit", format!("locked claim + mark + commit alone, 2 loops, batch {batch}"), locked2, "rows/s");
-    report.add("limit", format!("locked claim + delete + commit alone, 2 loops, batch {batch}"), delete2, "rows/s");
     report.add("limit", format!("pipelined XADD alone, batch {batch}"), redis, "entries/s");
-    let runs: [(&str, usize, u32, &str, &str, f64); 6] = [
-        ("1 relay, concurrency 1, claim leased", 1, 1, "leased", "", sql1),
-        ("1 relay, concurrency 2, claim leased", 1, 2, "leased", "", sql2),
-        ("2 relays, concurrency 1, claim leased", 2, 1, "leased", "", sql2),
-        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", "", locked1),
-        ("1 relay, concurrency 2, claim locked (the default config)", 1, 2, "locked", "", locked2),
-        ("1 relay, concurrency 2, claim locked, settle delete", 1, 2, "locked", DELETE, delete2),
+    // The default config and delete settle are compared with their limits turn by turn (the
+    // limit, then the relay, then the next turn): the machine's speed drifts over minutes, and
+    // limits all run first would be measured at another time than the relays they are set beside.
+    let runs: [(&str, usize, u32, &str, &str, Limit); 6] = [
+        ("1 relay, concurrency 1, claim leased", 1, 1, "leased", "", Limit::Before(sql1)),
+        ("1 relay, concurrency 2, claim leased", 1, 2, "leased", "", Limit::Before(sql2)),
+        ("2 relays, concurrency 1, claim leased", 2, 1, "leased", "", Limit::Before(sql2)),
+        ("1 relay, concurrency 1, claim locked", 1, 1, "locked", "", Limit::Before(locked1)),
+        ("1 relay, concurrency 2, claim locked (the default config)", 1, 2, "locked", "", Limit::EachTurn("mark")),
+        ("1 relay, concurrency 2, claim locked, settle delete", 1, 2, "locked", DELETE, Limit::EachTurn("delete")),
     ];
     for (name, instances, concurrency, claim, settle, limit) in runs {
         let extra = format!("concurrency = {concurrency}\nclaim = \"{claim}\"\n{settle}");
-        let results = repeat(r, || relay::throughput(env, n, batch, instances, &extra)).await?;
+        let mut results = Vec::new();
+        // Each turn's limit: rows/s and CPU per row (Postgres and the client running the SQL).
+        let mut limits: Vec<(f64, f64)> = Vec::new();
+        for _ in 0..r {
+            if let Limit::EachTurn(_) = limit {
+                limits.push(relay::sql_limit(env, n, batch, 2, true, settle).await?);
+            }
+            results.push(relay::throughput(env, n, batch, instances, &extra).await?);
+        }
         let rate = median(results.iter().map(|x| x.rows_per_sec).collect());
         report.add("relay", format!("{name}, batch {batch}"), rate, "rows/s");
+        let all_cpu = |x: &relay::Run| (x.pg_cpu_seconds + x.cpu_seconds + x.redis_cpu_seconds) / n as f64 * 1e6;
+        let ratio = match limit {
+            Limit::Before(limit) => rate / limit * 100.0,
+            Limit::EachTurn(what) => {
+                let (limit, limit_cpu) =
+                    (median(limits.iter().map(|x| x.0).collect()), median(limits.iter().map(|x| x.1).collect()));
+                let about = format!("locked claim + {what} + commit alone, 2 loops, batch {batch}");
+                report.add("limit", about.clone(), limit, "rows/s");
+                report.add("cpu account", format!("{about}: CPU per row, Postgres + its client"), limit_cpu, "µs");
+                report.add("cpu account", format!("{about}: cores busy"), limit * limit_cpu / 1e6, "cores");
+                // Every process's CPU per row beside the limit's: with both cores busy in the
+                // limit, the relay can reach at most the limit's share of the CPU it needs per row.
+                let all = median(results.iter().map(all_cpu).collect());
+                let about = format!("{name}, batch {batch}");
+                report.add("cpu account", format!("{about}: CPU per row, Postgres + relay + Redis"), all, "µs");
+                report.add("cpu account", format!("{about}: cores busy"), rate * all / 1e6, "cores");
+                let shares = limits.iter().zip(&results).map(|(l, x)| l.1 / all_cpu(x) * 100.0).collect();
+                let bound =
+                    format!("{about}: the limit's CPU per row / the relay's (its share of the limit on full cores)");
+                report.add("cpu account", bound, median(shares), "%");
+                let ratios: Vec<f64> = limits.iter().zip(&results).map(|(l, x)| x.rows_per_sec / l.0 * 100.0).collect();
+                let (low, high) = ratios.iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+                report.add("ratio", format!("{about} / its limit in the same turn: lowest turn"), low, "%");
+                report.add("ratio", format!("{about} / its limit in the same turn: highest turn"), high, "%");
+                median(ratios)
+            }
+        };
         report.add(
             "ratio",
             format!("{name}, batch {batch} / its claim shape's SQL limit with as many loops"),
-            rate / limit * 100.0,
+            ratio,
             "%",
         );
         let pg = median(results.iter().map(|x| x.pg_cpu_seconds / n as f64 * 1e6).collect());
         report.add("resources", format!("Postgres CPU per delivered row, {name}, batch {batch}"), pg, "µs");
-        if instances == 1 && concurrency == 2 && claim == "locked" {
-            // Every process's CPU per row beside the limit's: with both cores busy in the limit,
-            // the relay can reach at most the limit's share of the CPU it needs per row.
-            let all = median(
-                results
-                    .iter()
-                    .map(|x| (x.pg_cpu_seconds + x.cpu_seconds + x.redis_cpu_seconds) / n as f64 * 1e6)
-                    .collect(),
-            );
-            let limit_cpu = if settle.is_empty() { locked2_cpu } else { delete2_cpu };
-            let about = format!("{name}, batch {batch}");
-            report.add("cpu account", format!("{about}: CPU per row, Postgres + relay + Redis"), all, "µs");
-            report.add("cpu account", format!("{about}: cores busy"), rate * all / 1e6, "cores");
-            let bound =
-                format!("{about}: the limit's CPU per row / the relay's (its share of the limit on full cores)");
-            report.add("cpu account", bound, limit_cpu / all * 100.0, "%");
-        }
         if instances == 1 && concurrency == 2 && batch == 500 && settle.is_empty() {
             let rss = median(results.iter().map(|x| x.peak_rss_kb as f64 / 1024.0).collect());
             let cpu = median(results.iter().map(|x| x.cpu_seconds / n as f64 * 100_000.0).collect());
@@ -354,6 +362,14 @@ async fn relay_part(env: &env::BenchEnv, args: &Args, batch: u32, report: &mut R
         }
     }
     Ok(())
+}
+
+/// What a relay run's rate is set beside: a limit measured before the relays, or the locked
+/// claim with two loops and this settle (`mark`, `delete`), measured in each turn before the relay.
+#[derive(Clone, Copy)]
+enum Limit {
+    Before(f64),
+    EachTurn(&'static str),
 }
 
 /// Retention over `--retention-history` delivered rows: deleting rows from a plain outbox
