@@ -87,6 +87,10 @@ pub enum FieldsError {
         "field `{field}` was kept as a prefix of its {bytes} bytes (too large for the record): the entry cannot be appended again from it; the original may still be in its stream"
     )]
     KeptAsPrefix { field: String, bytes: serde_json::Value },
+    #[error(
+        "the record keeps only a count of {fields} more fields ({bytes} bytes; too many for the record): the entry cannot be appended again from it; the original may still be in its stream"
+    )]
+    FieldsLeftOut { fields: serde_json::Value, bytes: serde_json::Value },
 }
 
 fn bridges<'a>(config: &'a Config, filter: &Filter) -> Result<Vec<&'a BridgeConfig>, PoisonError> {
@@ -256,6 +260,10 @@ pub type Field = (Vec<u8>, Vec<u8>);
 /// and `base64:` names decoded.
 pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
     let Some(map) = fields.as_object() else { return Err(FieldsError::NotAnObject) };
+    if let Some(more) = map.get(crate::stream::read::MORE_FIELDS).filter(|v| v.get("fields").is_some()) {
+        let count = |key: &str| more.get(key).cloned().unwrap_or_default();
+        return Err(FieldsError::FieldsLeftOut { fields: count("fields"), bytes: count("bytes") });
+    }
     map.iter()
         .map(|(name, value)| {
             let name = match name.strip_prefix("base64:") {
@@ -297,5 +305,15 @@ mod tests {
         assert!(fields.contains(&(b"event_id".to_vec(), b"e-1".to_vec())));
         assert!(fields.contains(&(b"payload".to_vec(), vec![0xff, 0xfe, 0x00])));
         assert!(fields.contains(&(vec![0xff], b"x".to_vec())));
+    }
+
+    #[test]
+    fn a_record_that_kept_only_part_of_its_entry_is_not_appended_again() {
+        let prefix = serde_json::json!({"event_id": "e-1", "payload": {"prefix": "{\"a\"", "bytes": 9_000_000}});
+        assert!(matches!(entry_fields(&prefix), Err(FieldsError::KeptAsPrefix { .. })));
+        let counted = serde_json::json!({"event_id": "e-1", "(more fields)": {"fields": 40_000, "bytes": 80_000}});
+        let error = entry_fields(&counted).unwrap_err();
+        assert!(matches!(error, FieldsError::FieldsLeftOut { .. }), "{error}");
+        assert!(error.to_string().contains("40000 more fields"), "{error}");
     }
 }

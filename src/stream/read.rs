@@ -35,11 +35,18 @@ impl RawEntry {
     /// What an entry carries does not set the size of its record (invariant 14): a value over
     /// `limit` bytes, or any value once the record holds `2 × limit`, is kept as
     /// `{"prefix": "<its first bytes>", "bytes": <its length>}` — enough to recognise it, not
-    /// to append it again (`handoff poison retry` says so). Names are kept to 256 bytes.
+    /// to append it again (`handoff poison retry` says so). Names are kept to 256 bytes, and
+    /// once names and values hold `2 × limit` the fields left are only counted, under
+    /// [`MORE_FIELDS`]: many small fields cannot grow the record either.
     pub fn fields_json(&self, limit: usize) -> serde_json::Value {
         let mut map = serde_json::Map::new();
-        let mut kept = 0usize;
+        let (mut kept, mut names) = (0usize, 0usize);
+        let (mut left_out, mut left_out_bytes) = (0usize, 0usize);
         for (k, v) in self.fields.iter().flatten() {
+            if names + kept > limit.saturating_mul(2) {
+                (left_out, left_out_bytes) = (left_out + 1, left_out_bytes + k.len() + v.len());
+                continue;
+            }
             let k = &k[..k.len().min(NAME_MAX)];
             // jsonb holds neither invalid UTF-8 nor NUL; such names and values travel as base64.
             let key = match std::str::from_utf8(k) {
@@ -49,6 +56,7 @@ impl RawEntry {
             if map.contains_key(&key) {
                 continue;
             }
+            names += key.len();
             let value = if v.len() > limit || kept + v.len() > limit.saturating_mul(2) {
                 let prefix = String::from_utf8_lossy(&v[..v.len().min(PREFIX_BYTES)]).replace('\0', "\\0");
                 serde_json::json!({ "prefix": prefix, "bytes": v.len() })
@@ -61,9 +69,15 @@ impl RawEntry {
             };
             map.insert(key, value);
         }
+        if left_out > 0 {
+            map.insert(MORE_FIELDS.to_owned(), serde_json::json!({ "fields": left_out, "bytes": left_out_bytes }));
+        }
         serde_json::Value::Object(map)
     }
 }
+
+/// The poison record's key for the fields past its bound: how many, and their bytes.
+pub const MORE_FIELDS: &str = "(more fields)";
 
 /// Entries of an XREADGROUP reply for a single stream (`[[key, [[id, [f, v, …]], …]]]`) or of
 /// an XCLAIM reply (`[[id, [f, v, …]], …]`). Anything unexpected is skipped rather than fatal.
@@ -164,5 +178,36 @@ mod tests {
             fields: Some(vec![(Bytes::from_static(b"payload"), Bytes::from_static(&[0xff, 0xfe, 0x00]))]),
         };
         assert_eq!(entry.fields_json(1 << 20)["payload"]["base64"], "//4A");
+    }
+
+    #[test]
+    fn many_small_fields_do_not_grow_the_poison_record_past_its_bound() {
+        let limit = 1000;
+        let fields = (0..100_000).map(|i| (Bytes::from(format!("f{i}")), Bytes::from_static(b"v"))).collect();
+        let entry = RawEntry { id: "1-0".into(), fields: Some(fields) };
+        let json = entry.fields_json(limit);
+        let record = json.to_string().len();
+        assert!(record < 4 * limit + 2 * PREFIX_BYTES, "the record holds {record} bytes");
+        let more = &json[MORE_FIELDS];
+        let listed = json.as_object().unwrap().len() - 1;
+        assert_eq!(more["fields"].as_u64().unwrap() as usize + listed, 100_000, "every field listed or counted");
+        assert_eq!(json["f0"], "v", "the first fields are kept as they were");
+    }
+
+    #[test]
+    fn a_value_over_the_limit_and_values_past_twice_it_keep_only_a_prefix() {
+        let big = Bytes::from(vec![b'x'; 3000]);
+        let fields = vec![
+            (Bytes::from_static(b"a"), Bytes::from(vec![b'a'; 900])),
+            (Bytes::from_static(b"b"), big.clone()),
+            (Bytes::from_static(b"c"), Bytes::from(vec![b'c'; 900])),
+            (Bytes::from_static(b"d"), Bytes::from(vec![b'd'; 900])),
+        ];
+        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(1000);
+        assert_eq!(json["a"].as_str().map(str::len), Some(900));
+        assert_eq!(json["b"]["bytes"], 3000, "over the limit: its length and a prefix");
+        assert_eq!(json["b"]["prefix"].as_str().map(str::len), Some(PREFIX_BYTES));
+        assert_eq!(json["c"].as_str().map(str::len), Some(900));
+        assert_eq!(json["d"]["bytes"], 900, "past twice the limit: a prefix too");
     }
 }
