@@ -26,6 +26,7 @@ fn populated() -> Registry {
     worker.processed("auth.*", 0.01);
     worker.failed("auth.*");
     worker.dead("auth.*");
+    worker.endpoint_unavailable("auth.*");
     registry
 }
 

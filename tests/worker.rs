@@ -350,6 +350,52 @@ async fn the_http_handler_sends_the_idempotency_key_retries_5xx_and_kills_on_4xx
     assert!(error.contains("422"), "{error}");
 }
 
+/// An HTTP endpoint that gives no verdict (here nothing listens on its port) is an outage, not the
+/// row's failure: the row goes back untouched turn after turn, far past `max_attempts`, readiness
+/// shows it, and the row is posted once the endpoint is back.
+#[tokio::test]
+async fn an_http_endpoint_that_is_down_counts_no_attempt_and_turns_nothing_dead() {
+    let env = TestEnv::new().await;
+    // A port nothing listens on until the endpoint comes back: every connection is refused.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    insert_inbox(&env, "down-1", r#"{"actor": "admin"}"#).await;
+    let config = format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 2\n\
+         backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+         outage_backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nname = \"billing\"\nevent_types = [\"*\"]\n\
+         http = {{ url = \"http://127.0.0.1:{port}/events\", timeout = \"5s\" }}\n",
+        env.base_config()
+    );
+    let worker = Handoff::run(&config);
+    let address = worker.telemetry_address().await;
+    let series = r#"handoff_worker_endpoint_unavailable_total{handler="billing",worker="worker"}"#;
+    // Five turns: with attempts counted, the second would have made the row DEAD.
+    eventually("the endpoint's outage met five times", || async {
+        let metrics = common::http::get(&address, "/metrics").1;
+        (common::http::sample(&metrics, series).unwrap_or(0.0) >= 5.0).then_some(())
+    })
+    .await;
+    assert_eq!(common::http::get(&address, "/readyz").0, 503, "readiness shows the outage");
+    let row = env.db.query_one("SELECT status, attempts, last_error FROM consumer_inbox", &[]).await.unwrap();
+    assert_ne!(row.get::<_, String>(0), "DEAD");
+    assert_eq!(row.get::<_, i32>(1), 0, "no attempt counted");
+    assert_eq!(row.get::<_, Option<String>>(2), None, "no failure recorded");
+    // The endpoint comes back on its port.
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = read_request(&stream);
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    await_status(&env, "PROCESSED", 1).await;
+    let attempts: i32 = env.db.query_one("SELECT attempts FROM consumer_inbox", &[]).await.unwrap().get(0);
+    assert_eq!(attempts, 0);
+    eventually("readiness back", || async { (common::http::get(&address, "/readyz").0 == 200).then_some(()) }).await;
+}
+
 #[tokio::test]
 async fn retention_purges_old_processed_rows_and_keeps_dead_and_recent_ones() {
     let env = TestEnv::new().await;

@@ -151,7 +151,8 @@ pub struct HttpHandlerConfig {
     pub url: Option<super::secret::Secret>,
     /// A file holding the URL instead (a mounted secret).
     pub url_file: Option<std::path::PathBuf>,
-    /// Per-request timeout. Default: "10s".
+    /// Per-request timeout; no answer within it is an outage of the endpoint (the row goes back
+    /// untouched). Default: "10s".
     #[serde(default = "defaults::http_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// Statuses that mean the event can never succeed: the row goes DEAD at once.

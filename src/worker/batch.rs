@@ -13,6 +13,7 @@ use super::http::Delivery;
 use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::runtime::backoff::delay;
+use crate::runtime::claim_loop::Next;
 use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore, MissingField};
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
@@ -21,10 +22,24 @@ use opentelemetry::trace::SpanKind;
 pub(super) enum Failure {
     Retry(String),
     Dead(String),
+    /// Its HTTP endpoint gave no verdict (down, no answer in time, overloaded): not the row's
+    /// fault. It goes back untouched, and the batch ends in `Next::Backoff`: the loop waits out
+    /// its outage backoff.
+    Unavailable(String),
+}
+
+impl Failure {
+    fn error(&self) -> &str {
+        match self {
+            Failure::Retry(e) | Failure::Dead(e) | Failure::Unavailable(e) => e,
+        }
+    }
 }
 
 impl<S: InboxStore> Worker<S> {
-    pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) {
+    /// Applies a leased batch: `Next::Backoff` when an HTTP endpoint gave no verdict (its rows
+    /// went back untouched), else `Next::Continue`.
+    pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) -> Next {
         let started = Instant::now();
         let held: Vec<(String, i64)> = rows.iter().map(InboxRow::held).collect();
         // One span per row, a child of the producer's trace context: what an HTTP handler
@@ -56,17 +71,19 @@ impl<S: InboxStore> Worker<S> {
         };
         if shutdown.is_cancelled() {
             self.release(owner, &held).await;
-            return;
+            return Next::Continue;
         }
         let Some((items, applied, failures)) = self.under_lease(owner, &held, work).await else {
             self.release(owner, &held).await;
-            return;
+            return Next::Continue;
         };
         let seconds = started.elapsed().as_secs_f64() / rows.len().max(1) as f64;
-        let mut failures = failures;
+        // Rows whose HTTP endpoint gave no verdict: handed back untouched, below.
+        let (waiting, mut failures): (Vec<_>, Vec<_>) =
+            failures.into_iter().partition(|(_, failure)| matches!(failure, Failure::Unavailable(_)));
         match applied {
             Ok(results) => {
-                self.deps.health.set_work_ok(true);
+                self.deps.health.set_work_ok(waiting.is_empty());
                 for ((row, _), result) in items.iter().zip(results) {
                     match result {
                         Ok(Applied::Processed) => {
@@ -97,14 +114,26 @@ impl<S: InboxStore> Worker<S> {
                 self.release(owner, &back).await;
             }
         }
-        for (row, failure) in failures {
+        for (row, failure) in failures.iter().chain(&waiting) {
             if let Some(span) = rows.iter().position(|r| r.id == row.id).and_then(|i| spans.get_mut(i)) {
-                span.fail(match &failure {
-                    Failure::Retry(e) | Failure::Dead(e) => e.clone(),
-                });
+                span.fail(failure.error().to_owned());
             }
+        }
+        for (row, failure) in failures {
             self.record(owner, row, failure).await;
         }
+        let Some((first, failure)) = waiting.first() else {
+            return Next::Continue;
+        };
+        // Like an outage of the inbox: no attempt counted, readiness shows it (set above), and
+        // the claim loop waits out its outage backoff before it claims (and posts) again.
+        warn!(event_id = %first.event_id, error = %failure.error(), rows = waiting.len(), "an HTTP endpoint gave no verdict; its rows go back untouched and the worker backs off");
+        for (row, _) in &waiting {
+            self.deps.metrics.endpoint_unavailable(self.handler_label(&row.event_type));
+        }
+        let back: Vec<(String, i64)> = waiting.iter().map(|(row, _)| row.held()).collect();
+        self.release(owner, &back).await;
+        Next::Backoff
     }
 
     pub(super) fn handler_span(&self, row: &InboxRow) -> EventSpan {
@@ -145,6 +174,7 @@ impl<S: InboxStore> Worker<S> {
                 Delivery::Done => Ok(Vec::new()),
                 Delivery::Refused(e) => Err(Failure::Dead(e)),
                 Delivery::Failed(e) => Err(Failure::Retry(e)),
+                Delivery::Unavailable(e) => Err(Failure::Unavailable(e)),
             },
         }
     }
@@ -181,6 +211,11 @@ impl<S: InboxStore> Worker<S> {
             Failure::Retry(error) | Failure::Dead(error) => {
                 self.deps.metrics.dead(self.handler_label(&row.event_type));
                 (error, None)
+            }
+            // Not a failure of the row (`process_batch` hands these back together).
+            Failure::Unavailable(_) => {
+                self.release(owner, &[row.held()]).await;
+                return;
             }
         };
         let error = crate::error::storable(&error, self.config.error_max_len);

@@ -1,7 +1,8 @@
 //! The HTTP handler: POST the event to a neighbour service with an `Idempotency-Key`, so a
 //! consumer in any language can apply it. 2xx → processed; configured statuses → DEAD at once;
-//! anything else (5xx, timeouts, refused connections) → retry. `https://` URLs are verified per
-//! the handler's `tls` table.
+//! no verdict from the endpoint (no connection, no response in time, 429, 502, 503, 504) → the
+//! endpoint is down: the row goes back untouched; any other status → retry, an attempt counted.
+//! `https://` URLs are verified per the handler's `tls` table.
 //!
 //! Event content never steers the request: only the event headers named in `forward_headers`
 //! travel (by default the trace context), never one that frames, routes or authenticates the
@@ -41,8 +42,26 @@ pub enum Delivery {
     Done,
     /// The receiver says the event can never succeed.
     Refused(String),
-    /// Worth retrying.
+    /// The receiver failed this event: worth retrying, an attempt counted.
     Failed(String),
+    /// No verdict on the event: the endpoint could not be reached, did not answer in time, or
+    /// answered that it is overloaded or down (429, 502, 503, 504). Not the event's fault.
+    Unavailable(String),
+}
+
+/// Statuses that say the endpoint, not the event, is the problem: too many requests, a gateway
+/// with nothing behind it, the service unavailable, a gateway timeout.
+const UNAVAILABLE: &[u16] = &[429, 502, 503, 504];
+
+/// What an answer of `status` (not a success) says of the event, with `message` as the error.
+fn judge(status: u16, dead_on: &[u16], message: String) -> Delivery {
+    if dead_on.contains(&status) {
+        Delivery::Refused(message)
+    } else if UNAVAILABLE.contains(&status) {
+        Delivery::Unavailable(message)
+    } else {
+        Delivery::Failed(message)
+    }
 }
 
 impl HttpHandler {
@@ -64,8 +83,8 @@ impl HttpHandler {
             Err(e) => return Delivery::Refused(format!("cannot build the request: {e}")),
         };
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await {
-            Err(_) => return Delivery::Failed(format!("no response within {:?}", self.timeout)),
-            Ok(Err(e)) => return Delivery::Failed(format!("request failed: {}", crate::error::error_chain(&e))),
+            Err(_) => return Delivery::Unavailable(format!("no response within {:?}", self.timeout)),
+            Ok(Err(e)) => return Delivery::Unavailable(format!("request failed: {}", crate::error::error_chain(&e))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
@@ -75,7 +94,7 @@ impl HttpHandler {
         let body =
             tokio::time::timeout(Duration::from_secs(1), excerpt(response.into_body())).await.unwrap_or_default();
         let message = format!("HTTP {status}: {body}");
-        if self.dead_on.contains(&status.as_u16()) { Delivery::Refused(message) } else { Delivery::Failed(message) }
+        judge(status.as_u16(), &self.dead_on, message)
     }
 
     fn request(&self, row: &InboxRow, trace: Option<&str>) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
@@ -161,5 +180,19 @@ mod tests {
         let names: Vec<String> = forwarded(&event, &allowed).into_iter().map(|(n, _)| n.to_string()).collect();
         // `tracestate` is not a string: left out; `authorization` and `host` are never forwarded.
         assert_eq!(names, ["traceparent"]);
+    }
+
+    #[test]
+    fn only_answers_about_the_endpoint_leave_the_event_untouched() {
+        let judged = |status| judge(status, &[422], String::new());
+        for status in [429, 502, 503, 504] {
+            assert_eq!(judged(status), Delivery::Unavailable(String::new()), "{status}");
+        }
+        for status in [400, 404, 500, 501] {
+            assert_eq!(judged(status), Delivery::Failed(String::new()), "{status}");
+        }
+        assert_eq!(judged(422), Delivery::Refused(String::new()));
+        // A status named in `dead_on` wins, even one that otherwise says the endpoint is down.
+        assert_eq!(judge(503, &[503], String::new()), Delivery::Refused(String::new()));
     }
 }

@@ -266,10 +266,8 @@ impl<S: InboxStore> ClaimTurns for Worker<S> {
 
     async fn work(&self, id: &LoopId, batch: Batch<InboxRow, Self::Held>, shutdown: &CancellationToken) -> Next {
         match batch {
-            Batch::Leased(rows) => {
-                self.process_batch(&id.claimant, rows, shutdown).await;
-                Next::Continue
-            }
+            // `Backoff` when an HTTP endpoint gave no verdict: its rows went back untouched.
+            Batch::Leased(rows) => self.process_batch(&id.claimant, rows, shutdown).await,
             Batch::Locked(rows, held) => {
                 self.mark_locked(id.index, Some(std::time::Instant::now()));
                 let outcome = self.process_locked(&id.claimant, rows, held, shutdown).await;

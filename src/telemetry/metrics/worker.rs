@@ -24,6 +24,7 @@ pub struct WorkerMetrics {
     oldest_lease: GaugeVec,
     oldest_retry: GaugeVec,
     unavailable: IntCounterVec,
+    endpoint_unavailable: IntCounterVec,
 }
 
 impl WorkerMetrics {
@@ -73,6 +74,11 @@ impl WorkerMetrics {
                 "Batches handed back untouched because the inbox database failed for a reason not of the rows' data, by kind.",
                 &["worker", "kind"],
             )?,
+            endpoint_unavailable: r.counter(
+                "handoff_worker_endpoint_unavailable_total",
+                "Rows handed back untouched because their HTTP endpoint gave no verdict (no connection, no answer in time, 429, 502, 503, 504).",
+                by_type,
+            )?,
         })
     }
 
@@ -116,6 +122,10 @@ impl WorkerHandles {
 
     pub fn failed(&self, handler: &str) {
         self.families.failed.with_label_values(&[&self.worker, handler]).inc();
+    }
+
+    pub fn endpoint_unavailable(&self, handler: &str) {
+        self.families.endpoint_unavailable.with_label_values(&[&self.worker, handler]).inc();
     }
 
     pub fn dead(&self, handler: &str) {
