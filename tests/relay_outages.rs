@@ -92,3 +92,78 @@ mod dropped_broker_connections_are_replaced_without_releasing_rows {
         super::dropped_broker_connections_are_replaced_without_releasing_rows(Chain::nats_via_proxy().await).await
     }
 }
+
+/// The sum of `family`'s samples whose labels include `label` (e.g. `kind="permission"`).
+fn sum_of(metrics: &str, family: &str, label: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A database that refuses the relay's statements for reasons not of the rows — a role without
+/// the UPDATE privilege on the outbox (42501), then sessions that are read-only (25006) — is an
+/// outage: every row stays PENDING with no attempt counted and nothing DEAD, each refusal is
+/// counted by its kind, and delivery resumes once the role may write again.
+#[tokio::test]
+async fn a_database_refusing_a_privilege_or_writes_burns_no_attempts() {
+    let env = TestEnv::new().await;
+    env.insert_events("p", "user", 20).await;
+    let role = format!("handoff_limited_{}", env.id);
+    env.db
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
+             GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role};
+             GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+             REVOKE UPDATE ON audit_outbox FROM {role};",
+            schema = env.schema
+        ))
+        .await
+        .unwrap();
+    let url = env.database_url.replacen("://postgres@", &format!("://{role}@"), 1);
+    assert_ne!(url, env.database_url, "the test database URL names user postgres");
+    let backoff = "outage_backoff = { initial = \"50ms\", max = \"200ms\", multiplier = 2.0, jitter = 0.0 }";
+    let config = env.config(&format!("max_attempts = 2\n{backoff}")).replace(&env.database_url, &url);
+    let relay = Handoff::run(&config);
+    let address = relay.telemetry_address().await;
+    let family = "handoff_relay_statement_failures_total";
+    let refused = |kind: &'static str| {
+        let address = address.clone();
+        async move {
+            eventually(&format!("the relay's statements refused ({kind}) twice"), || async {
+                let metrics = common::http::get(&address, "/metrics").1;
+                (sum_of(&metrics, family, &format!("kind=\"{kind}\"")) >= 2.0).then_some(())
+            })
+            .await
+        }
+    };
+    let untouched = || async {
+        assert_eq!(env.count("PENDING").await, 20, "every row stays pending");
+        assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    };
+    refused("permission").await;
+    untouched().await;
+    // Writes allowed again, but every new session is read-only: cut the relay's sessions.
+    let cut = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{role}' AND pid <> pg_backend_pid()"
+    );
+    env.db
+        .batch_execute(&format!(
+            "ALTER ROLE {role} SET default_transaction_read_only = on; GRANT UPDATE ON audit_outbox TO {role};"
+        ))
+        .await
+        .unwrap();
+    env.scalar_i64(&cut).await;
+    refused("read_only").await;
+    untouched().await;
+    env.db.batch_execute(&format!("ALTER ROLE {role} RESET default_transaction_read_only")).await.unwrap();
+    env.scalar_i64(&cut).await;
+    env.await_delivered(20).await;
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+    drop(relay);
+    // Roles outlive the test's schema; one left behind by a failed run is harmless.
+    let _ = env.db.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await;
+}

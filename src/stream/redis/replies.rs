@@ -74,3 +74,31 @@ pub(super) fn min_id(age: std::time::Duration) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     format!("{}-0", now.saturating_sub(age).as_millis())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_that_cannot_take_writes_is_an_outage_and_a_refusal_of_the_command_is_the_entrys() {
+        for reply in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "CLUSTERDOWN The cluster is down",
+            "MOVED 3999 127.0.0.1:6381",
+        ] {
+            assert!(matches!(reply_outcome(reply), AppendOutcome::Unavailable(_)), "{reply}");
+        }
+        for reply in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "ERR The ID specified in XADD is equal or smaller than the target stream top item",
+            // A code is the reply's first word, not a prefix of it.
+            "OOMPH not a code",
+        ] {
+            assert!(matches!(reply_outcome(reply), AppendOutcome::Rejected(_)), "{reply}");
+        }
+    }
+}
