@@ -22,6 +22,8 @@ const PER_KEY: usize = 100;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Shape {
     Plain,
+    /// The plain shape under the locked claim (one transaction locks, appends and settles).
+    Locked,
     Hold,
     Park,
 }
@@ -29,6 +31,13 @@ enum Shape {
 #[tokio::test]
 async fn the_plain_claim_never_takes_a_held_or_settled_row() {
     stress(Shape::Plain).await;
+}
+
+/// The default claim on Postgres: rows stay PENDING while a transaction holds them, so the
+/// trigger sees nothing; a row locked twice would show as an entry appended twice.
+#[tokio::test]
+async fn the_locked_claim_never_takes_a_held_or_settled_row() {
+    stress(Shape::Locked).await;
 }
 
 #[tokio::test]
@@ -50,7 +59,7 @@ async fn stress(shape: Shape) {
     record_reclaims(&env).await;
     let blocked: Vec<String> = match shape {
         Shape::Hold => (0..KEYS).step_by(2).map(|k| env.stream(&format!("k{k}"))).collect(),
-        Shape::Plain | Shape::Park => vec![env.stream("bad")],
+        Shape::Plain | Shape::Locked | Shape::Park => vec![env.stream("bad")],
     };
     for key in &blocked {
         let _: () = env.redis.set(key.as_str(), "blocked", None, None, false).await.unwrap();
@@ -82,7 +91,7 @@ async fn stress(shape: Shape) {
         unique.dedup();
         assert_eq!(unique.len(), got.len(), "key k{key} has duplicate entries: {got:?}");
         assert_eq!(got.len(), PER_KEY + 1, "key k{key}: every event once");
-        if shape != Shape::Plain {
+        if matches!(shape, Shape::Hold | Shape::Park) {
             // The first event may be parked behind the others; the rest keep commit order.
             let ordered: Vec<&String> = got.iter().filter(|e| shape == Shape::Hold || !e.ends_with("-0")).collect();
             let first = if shape == Shape::Hold { 0 } else { 1 };
@@ -95,15 +104,17 @@ async fn stress(shape: Shape) {
 fn stress_config(env: &TestEnv, shape: Shape) -> String {
     let stream = match shape {
         Shape::Hold => format!("{}:{{aggregate_id}}", env.id),
-        Shape::Plain | Shape::Park => format!("{}:{{event_type}}", env.id),
+        Shape::Plain | Shape::Locked | Shape::Park => format!("{}:{{event_type}}", env.id),
     };
+    // The locked claim holds a pooled connection per loop: the pool (4) must outnumber them.
+    let (claim, concurrency) = if shape == Shape::Locked { ("locked", 3) } else { ("auto", 4) };
     let ordering = match shape {
-        Shape::Plain => String::new(),
+        Shape::Plain | Shape::Locked => String::new(),
         Shape::Hold => "[relay.ordering]\non_failure = \"hold\"\n".into(),
         Shape::Park => "[relay.ordering]\non_failure = \"park\"\n".into(),
     };
     env.config(&format!(
-        "stream = \"{stream}\"\nbatch_size = 50\nconcurrency = 4\npoll_interval = \"10ms\"\nlease = \"20s\"\n\
+        "stream = \"{stream}\"\nclaim = \"{claim}\"\nbatch_size = 50\nconcurrency = {concurrency}\npoll_interval = \"10ms\"\nlease = \"20s\"\n\
          max_attempts = 100000\n\
          [relay.backoff]\ninitial = \"10ms\"\nmax = \"50ms\"\nmultiplier = 2.0\njitter = 0.5\n{ordering}"
     ))
@@ -126,7 +137,7 @@ async fn produce(env: &TestEnv) {
 async fn entries_per_key(env: &TestEnv, shape: Shape) -> HashMap<String, Vec<String>> {
     let streams: Vec<String> = match shape {
         Shape::Hold => (0..KEYS).map(|k| env.stream(&format!("k{k}"))).collect(),
-        Shape::Plain | Shape::Park => vec![env.stream("bad"), env.stream("good")],
+        Shape::Plain | Shape::Locked | Shape::Park => vec![env.stream("bad"), env.stream("good")],
     };
     let mut per_key: HashMap<String, Vec<String>> = HashMap::new();
     for stream in streams {

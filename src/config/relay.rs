@@ -348,4 +348,37 @@ mod tests {
         let wrapped = relay("[relay.envelope]\nid = \"{event_id}\"\ndata = \"v1:{payload}\"\n");
         assert_eq!(wrapped.payload_field(), None, "a template that is more than the column is not the payload");
     }
+
+    fn errors(relay_extra: &str) -> Vec<String> {
+        let toml = format!(
+            "[database]\nurl = \"postgres://x@localhost/db\"\n[redis]\nurl = \"redis://localhost\"\ncommand_timeout = \"2s\"\n\
+             [[relay]]\nname = \"auth\"\n{relay_extra}"
+        );
+        match crate::config::load_str(&toml) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    #[test]
+    fn a_dedupe_window_shorter_than_twice_the_lease_is_refused_naming_it() {
+        let short = errors("lease = \"30s\"\n[relay.dedupe]\nwindow = \"59s\"\n");
+        assert!(
+            short.iter().any(|e| e.contains("relay[0].dedupe.window must be at least twice the lease")),
+            "{short:?}"
+        );
+        assert_eq!(errors("lease = \"30s\"\n[relay.dedupe]\nwindow = \"60s\"\n"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_locked_lease_must_outlast_the_command_timeout_and_the_durability_gate_together() {
+        // 2 s of command timeout + 3 s of gate: a 4 s lease outlasts each alone, not both.
+        let gated = errors("claim = \"locked\"\nlease = \"4s\"\n[relay.durability]\nreplicas = 1\ntimeout = \"3s\"\n");
+        assert!(
+            gated.iter().any(|e| e.contains("must be longer than redis.command_timeout + durability.timeout (5s)")),
+            "{gated:?}"
+        );
+        let enough = "claim = \"locked\"\nlease = \"6s\"\n[relay.durability]\nreplicas = 1\ntimeout = \"3s\"\n";
+        assert_eq!(errors(enough), Vec::<String>::new());
+    }
 }
