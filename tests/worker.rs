@@ -350,24 +350,45 @@ async fn the_http_handler_sends_the_idempotency_key_retries_5xx_and_kills_on_4xx
     assert!(error.contains("422"), "{error}");
 }
 
-/// An HTTP endpoint that gives no verdict (here nothing listens on its port) is an outage, not the
-/// row's failure: the row goes back untouched turn after turn, far past `max_attempts`, readiness
-/// shows it, and the row is posted once the endpoint is back.
+/// An HTTP endpoint that drops every connection without an answer while `down` is set, and
+/// drops those for event ids starting with `hang` always; it answers 200 otherwise.
+fn flaky_endpoint(down: Arc<std::sync::atomic::AtomicBool>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/events", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (_, event) = read_request(&stream);
+            let id = event["event_id"].as_str().unwrap_or_default().to_owned();
+            if down.load(std::sync::atomic::Ordering::SeqCst) || id.starts_with("hang") {
+                continue; // closed without a word
+            }
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    url
+}
+
+fn http_worker_config(env: &TestEnv, url: &str, max_attempts: u32) -> String {
+    format!(
+        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = {max_attempts}\n\
+         backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+         outage_backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
+         [[worker.handler]]\nname = \"billing\"\nevent_types = [\"*\"]\nhttp = {{ url = \"{url}\", timeout = \"5s\" }}\n",
+        env.base_config()
+    )
+}
+
+/// An HTTP endpoint that gives no verdict (here it closes every connection unanswered) is an
+/// outage, not the row's failure: the row goes back untouched turn after turn, far past
+/// `max_attempts`, readiness shows it, and the row is posted once the endpoint is back.
 #[tokio::test]
 async fn an_http_endpoint_that_is_down_counts_no_attempt_and_turns_nothing_dead() {
     let env = TestEnv::new().await;
-    // A port nothing listens on until the endpoint comes back: every connection is refused.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let url = flaky_endpoint(down.clone());
     insert_inbox(&env, "down-1", r#"{"actor": "admin"}"#).await;
-    let config = format!(
-        "{}\n[[worker]]\nname = \"worker\"\nconsumer = \"admin\"\npoll_interval = \"50ms\"\nmax_attempts = 2\n\
-         backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
-         outage_backoff = {{ initial = \"50ms\", max = \"100ms\", multiplier = 2.0, jitter = 0.0 }}\n\
-         [[worker.handler]]\nname = \"billing\"\nevent_types = [\"*\"]\n\
-         http = {{ url = \"http://127.0.0.1:{port}/events\", timeout = \"5s\" }}\n",
-        env.base_config()
-    );
-    let worker = Handoff::run(&config);
+    let worker = Handoff::run(&http_worker_config(&env, &url, 2));
     let address = worker.telemetry_address().await;
     let series = r#"handoff_worker_endpoint_unavailable_total{handler="billing",worker="worker"}"#;
     // Five turns: with attempts counted, the second would have made the row DEAD.
@@ -381,19 +402,28 @@ async fn an_http_endpoint_that_is_down_counts_no_attempt_and_turns_nothing_dead(
     assert_ne!(row.get::<_, String>(0), "DEAD");
     assert_eq!(row.get::<_, i32>(1), 0, "no attempt counted");
     assert_eq!(row.get::<_, Option<String>>(2), None, "no failure recorded");
-    // The endpoint comes back on its port.
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let _ = read_request(&stream);
-            let _ = write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-        }
-    });
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
     await_status(&env, "PROCESSED", 1).await;
     let attempts: i32 = env.db.query_one("SELECT attempts FROM consumer_inbox", &[]).await.unwrap().get(0);
     assert_eq!(attempts, 0);
     eventually("readiness back", || async { (common::http::get(&address, "/readyz").0 == 200).then_some(()) }).await;
+}
+
+/// An endpoint that answers the other events of a batch is up: the one event it gives no verdict
+/// on (it hangs up on that event alone) counts an attempt, and turns DEAD at `max_attempts`.
+#[tokio::test]
+async fn a_row_the_endpoint_alone_gives_no_verdict_on_while_it_answers_others_counts_an_attempt() {
+    let env = TestEnv::new().await;
+    let url = flaky_endpoint(Arc::default());
+    insert_inbox(&env, "ok-1", r#"{"actor": "admin"}"#).await;
+    insert_inbox(&env, "hang-1", r#"{"actor": "admin"}"#).await;
+    let _worker = Handoff::run(&http_worker_config(&env, &url, 1));
+    await_status(&env, "PROCESSED", 1).await;
+    await_status(&env, "DEAD", 1).await;
+    let row =
+        env.db.query_one("SELECT event_id, last_error FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "hang-1");
+    assert!(row.get::<_, String>(1).contains("the endpoint answered other events"), "{:?}", row.get::<_, String>(1));
 }
 
 #[tokio::test]

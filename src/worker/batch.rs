@@ -2,6 +2,7 @@
 //! savepoint per row), then record the failures. HTTP effects are POSTed first; their rows are
 //! then only marked PROCESSED in the same transaction.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -57,12 +58,24 @@ impl<S: InboxStore> Worker<S> {
                 rows.iter().zip(&parents).map(|(row, trace)| self.prepare(row, trace.as_deref())),
             )
             .await;
+            // A handler whose endpoint answered some of this batch's events is up: a row it gave
+            // no verdict on (a payload that hangs or crashes the receiver) counts an attempt, so
+            // one such row cannot hold the worker in its outage backoff for ever.
+            let answered: HashSet<&str> = rows
+                .iter()
+                .zip(&prepared)
+                .filter(|(_, outcome)| matches!(outcome, Ok(_) | Err(Failure::Retry(_))))
+                .map(|(row, _)| self.handler_label(&row.event_type))
+                .collect();
             for (row, outcome) in rows.iter().zip(prepared) {
                 if row.reclaimed {
                     self.deps.metrics.reclaims.inc();
                 }
                 match outcome {
                     Ok(statements) => items.push((row, statements)),
+                    Err(Failure::Unavailable(e)) if answered.contains(self.handler_label(&row.event_type)) => {
+                        failures.push((row, Failure::Retry(format!("{e} (the endpoint answered other events)"))))
+                    }
                     Err(failure) => failures.push((row, failure)),
                 }
             }
@@ -170,12 +183,18 @@ impl<S: InboxStore> Worker<S> {
                 .map(|(i, s)| s.bind(i, row))
                 .collect::<Result<Vec<_>, MissingField>>()
                 .map_err(|MissingField(name)| Failure::Dead(format!("the event has no value for :{name}"))),
-            Effect::Http(http) => match http.deliver(row, trace).await {
-                Delivery::Done => Ok(Vec::new()),
-                Delivery::Refused(e) => Err(Failure::Dead(e)),
-                Delivery::Failed(e) => Err(Failure::Retry(e)),
-                Delivery::Unavailable(e) => Err(Failure::Unavailable(e)),
-            },
+            Effect::Http(http) => {
+                let delivery = http.deliver(row, trace).await;
+                // Each answer (or timeout) is progress: a batch of posts to a slow or silent
+                // endpoint may outlast the loop's `stall_after`, and must not fail liveness.
+                self.deps.health.beat();
+                match delivery {
+                    Delivery::Done => Ok(Vec::new()),
+                    Delivery::Refused(e) => Err(Failure::Dead(e)),
+                    Delivery::Failed(e) => Err(Failure::Retry(e)),
+                    Delivery::Unavailable(e) => Err(Failure::Unavailable(e)),
+                }
+            }
         }
     }
 
