@@ -145,17 +145,14 @@ async fn a_database_refusing_a_privilege_or_writes_burns_no_attempts() {
     };
     refused("permission").await;
     untouched().await;
-    // Writes allowed again, but every new session is read-only: cut the relay's sessions.
+    // Every new session read-only, the relay's sessions cut (so each it opens is), and only then
+    // the privilege back: no session can write in between.
     let cut = format!(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{role}' AND pid <> pg_backend_pid()"
     );
-    env.db
-        .batch_execute(&format!(
-            "ALTER ROLE {role} SET default_transaction_read_only = on; GRANT UPDATE ON audit_outbox TO {role};"
-        ))
-        .await
-        .unwrap();
+    env.db.batch_execute(&format!("ALTER ROLE {role} SET default_transaction_read_only = on")).await.unwrap();
     env.scalar_i64(&cut).await;
+    env.db.batch_execute(&format!("GRANT UPDATE ON audit_outbox TO {role}")).await.unwrap();
     refused("read_only").await;
     untouched().await;
     env.db.batch_execute(&format!("ALTER ROLE {role} RESET default_transaction_read_only")).await.unwrap();

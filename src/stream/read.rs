@@ -40,10 +40,11 @@ impl RawEntry {
     /// [`MORE_FIELDS`]: many small fields cannot grow the record either.
     pub fn fields_json(&self, limit: usize) -> serde_json::Value {
         let mut map = serde_json::Map::new();
-        let (mut kept, mut names) = (0usize, 0usize);
+        // `kept`: bytes of values kept whole; `listed`: every byte the record holds so far.
+        let (mut kept, mut listed) = (0usize, 0usize);
         let (mut left_out, mut left_out_bytes) = (0usize, 0usize);
         for (k, v) in self.fields.iter().flatten() {
-            if names + kept > limit.saturating_mul(2) {
+            if listed > limit.saturating_mul(2) {
                 (left_out, left_out_bytes) = (left_out + 1, left_out_bytes + k.len() + v.len());
                 continue;
             }
@@ -56,12 +57,13 @@ impl RawEntry {
             if map.contains_key(&key) {
                 continue;
             }
-            names += key.len();
+            listed += key.len();
             let value = if v.len() > limit || kept + v.len() > limit.saturating_mul(2) {
                 let prefix = String::from_utf8_lossy(&v[..v.len().min(PREFIX_BYTES)]).replace('\0', "\\0");
+                listed += prefix.len();
                 serde_json::json!({ "prefix": prefix, "bytes": v.len() })
             } else {
-                kept += v.len();
+                (kept, listed) = (kept + v.len(), listed + v.len());
                 match std::str::from_utf8(v) {
                     Ok(text) if !text.contains('\0') => serde_json::Value::String(text.to_owned()),
                     _ => serde_json::json!({ "base64": crate::base64::encode(v) }),
@@ -195,19 +197,27 @@ mod tests {
     }
 
     #[test]
+    fn many_values_kept_as_prefixes_do_not_grow_the_record_past_its_bound_either() {
+        let limit = 100;
+        let fields = (0..1000).map(|i| (Bytes::from(format!("f{i}")), Bytes::from(vec![b'x'; 5000]))).collect();
+        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(limit);
+        let record = json.to_string().len();
+        assert!(record < 2 * limit + 2 * PREFIX_BYTES + 200, "the record holds {record} bytes");
+        assert!(json[MORE_FIELDS]["fields"].as_u64().unwrap() > 990);
+    }
+
+    #[test]
     fn a_value_over_the_limit_and_values_past_twice_it_keep_only_a_prefix() {
-        let big = Bytes::from(vec![b'x'; 3000]);
-        let fields = vec![
-            (Bytes::from_static(b"a"), Bytes::from(vec![b'a'; 900])),
-            (Bytes::from_static(b"b"), big.clone()),
-            (Bytes::from_static(b"c"), Bytes::from(vec![b'c'; 900])),
-            (Bytes::from_static(b"d"), Bytes::from(vec![b'd'; 900])),
-        ];
+        let field = |name: &'static [u8], byte: u8, n: usize| (Bytes::from_static(name), Bytes::from(vec![byte; n]));
+        let fields = vec![field(b"big", b'x', 3000), field(b"a", b'a', 900)];
         let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(1000);
+        assert_eq!(json["big"]["bytes"], 3000, "over the limit: its length and a prefix");
+        assert_eq!(json["big"]["prefix"].as_str().map(str::len), Some(PREFIX_BYTES));
         assert_eq!(json["a"].as_str().map(str::len), Some(900));
-        assert_eq!(json["b"]["bytes"], 3000, "over the limit: its length and a prefix");
-        assert_eq!(json["b"]["prefix"].as_str().map(str::len), Some(PREFIX_BYTES));
-        assert_eq!(json["c"].as_str().map(str::len), Some(900));
-        assert_eq!(json["d"]["bytes"], 900, "past twice the limit: a prefix too");
+        let fields = vec![field(b"a", b'a', 900), field(b"c", b'c', 900), field(b"d", b'd', 900), field(b"e", b'e', 9)];
+        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(1000);
+        assert_eq!(json["c"].as_str().map(str::len), Some(900), "within twice the limit: whole");
+        assert_eq!(json["d"]["bytes"], 900, "past twice the limit: a prefix");
+        assert_eq!(json[MORE_FIELDS]["fields"], 1, "then only counted");
     }
 }
