@@ -345,6 +345,10 @@ async fn the_http_handler_sends_the_idempotency_key_retries_5xx_and_kills_on_4xx
     assert!(seen.iter().all(|(_, _, trace)| trace.starts_with("00-0af7651916cd43dd")), "traceparent travels: {seen:?}");
     assert_eq!(seen.iter().filter(|(e, _, _)| e == "retry-1").count(), 2, "5xx is retried");
     assert_eq!(seen.iter().filter(|(e, _, _)| e == "reject-1").count(), 1, "422 is not");
+    // A 503 says the endpoint is down: no attempt, though it answered the batch's other events.
+    let attempts: i32 =
+        env.db.query_one("SELECT attempts FROM consumer_inbox WHERE event_id = 'retry-1'", &[]).await.unwrap().get(0);
+    assert_eq!(attempts, 0, "a 503 counts no attempt");
     let error: String =
         env.db.query_one("SELECT last_error FROM consumer_inbox WHERE status = 'DEAD'", &[]).await.unwrap().get(0);
     assert!(error.contains("422"), "{error}");

@@ -23,16 +23,19 @@ use opentelemetry::trace::SpanKind;
 pub(super) enum Failure {
     Retry(String),
     Dead(String),
-    /// Its HTTP endpoint gave no verdict (down, no answer in time, overloaded): not the row's
-    /// fault. It goes back untouched, and the batch ends in `Next::Backoff`: the loop waits out
-    /// its outage backoff.
-    Unavailable(String),
+    /// Its HTTP endpoint gave no verdict (down, overloaded, or no answer: `silent`): not the
+    /// row's fault. It goes back untouched, and the batch ends in `Next::Backoff`: the loop waits
+    /// out its outage backoff.
+    Unavailable {
+        error: String,
+        silent: bool,
+    },
 }
 
 impl Failure {
     fn error(&self) -> &str {
         match self {
-            Failure::Retry(e) | Failure::Dead(e) | Failure::Unavailable(e) => e,
+            Failure::Retry(e) | Failure::Dead(e) | Failure::Unavailable { error: e, .. } => e,
         }
     }
 }
@@ -58,9 +61,10 @@ impl<S: InboxStore> Worker<S> {
                 rows.iter().zip(&parents).map(|(row, trace)| self.prepare(row, trace.as_deref())),
             )
             .await;
-            // A handler whose endpoint answered some of this batch's events is up: a row it gave
-            // no verdict on (a payload that hangs or crashes the receiver) counts an attempt, so
-            // one such row cannot hold the worker in its outage backoff for ever.
+            // A handler whose endpoint answered some of this batch's events is up: a row it did
+            // not answer at all (a payload that hangs or crashes the receiver) counts an attempt,
+            // so one such row cannot hold the worker in its outage backoff for ever. An answer
+            // that the endpoint is down or overloaded (503, 429, …) never counts one.
             let answered: HashSet<&str> = rows
                 .iter()
                 .zip(&prepared)
@@ -73,8 +77,10 @@ impl<S: InboxStore> Worker<S> {
                 }
                 match outcome {
                     Ok(statements) => items.push((row, statements)),
-                    Err(Failure::Unavailable(e)) if answered.contains(self.handler_label(&row.event_type)) => {
-                        failures.push((row, Failure::Retry(format!("{e} (the endpoint answered other events)"))))
+                    Err(Failure::Unavailable { error, silent: true })
+                        if answered.contains(self.handler_label(&row.event_type)) =>
+                    {
+                        failures.push((row, Failure::Retry(format!("{error} (the endpoint answered other events)"))))
                     }
                     Err(failure) => failures.push((row, failure)),
                 }
@@ -93,7 +99,7 @@ impl<S: InboxStore> Worker<S> {
         let seconds = started.elapsed().as_secs_f64() / rows.len().max(1) as f64;
         // Rows whose HTTP endpoint gave no verdict: handed back untouched, below.
         let (waiting, mut failures): (Vec<_>, Vec<_>) =
-            failures.into_iter().partition(|(_, failure)| matches!(failure, Failure::Unavailable(_)));
+            failures.into_iter().partition(|(_, failure)| matches!(failure, Failure::Unavailable { .. }));
         match applied {
             Ok(results) => {
                 self.deps.health.set_work_ok(waiting.is_empty());
@@ -192,7 +198,8 @@ impl<S: InboxStore> Worker<S> {
                     Delivery::Done => Ok(Vec::new()),
                     Delivery::Refused(e) => Err(Failure::Dead(e)),
                     Delivery::Failed(e) => Err(Failure::Retry(e)),
-                    Delivery::Unavailable(e) => Err(Failure::Unavailable(e)),
+                    Delivery::Unavailable(error) => Err(Failure::Unavailable { error, silent: false }),
+                    Delivery::NoAnswer(error) => Err(Failure::Unavailable { error, silent: true }),
                 }
             }
         }
@@ -232,7 +239,7 @@ impl<S: InboxStore> Worker<S> {
                 (error, None)
             }
             // Not a failure of the row (`process_batch` hands these back together).
-            Failure::Unavailable(_) => {
+            Failure::Unavailable { .. } => {
                 self.release(owner, &[row.held()]).await;
                 return;
             }

@@ -44,9 +44,13 @@ pub enum Delivery {
     Refused(String),
     /// The receiver failed this event: worth retrying, an attempt counted.
     Failed(String),
-    /// No verdict on the event: the endpoint could not be reached, did not answer in time, or
-    /// answered that it is overloaded or down (429, 502, 503, 504). Not the event's fault.
+    /// The endpoint answered that it is overloaded or down (429, 502, 503, 504): no verdict on
+    /// the event, and not the event's fault.
     Unavailable(String),
+    /// No answer at all: the endpoint could not be reached, or did not answer in time. Not the
+    /// event's fault, unless the endpoint answered the batch's other events (then the event may
+    /// be what hangs or crashes the receiver).
+    NoAnswer(String),
 }
 
 /// Statuses that say the endpoint, not the event, is the problem: too many requests, a gateway
@@ -83,8 +87,8 @@ impl HttpHandler {
             Err(e) => return Delivery::Refused(format!("cannot build the request: {e}")),
         };
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await {
-            Err(_) => return Delivery::Unavailable(format!("no response within {:?}", self.timeout)),
-            Ok(Err(e)) => return Delivery::Unavailable(format!("request failed: {}", crate::error::error_chain(&e))),
+            Err(_) => return Delivery::NoAnswer(format!("no response within {:?}", self.timeout)),
+            Ok(Err(e)) => return Delivery::NoAnswer(format!("request failed: {}", crate::error::error_chain(&e))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
