@@ -36,6 +36,7 @@ mod relay_ordering;
 mod relay_outages;
 mod relay_semantics;
 mod scale_out;
+mod silent_network;
 mod telemetry;
 mod tls;
 mod tracing;

@@ -23,6 +23,14 @@ pub struct DatabaseConfig {
     /// Timeout for opening a connection and for waiting on the pool. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How long a connection may leave a request unanswered before it counts as dead and is
+    /// closed: a silent network failure (a partition, a lost NAT entry, a proxy that lost its
+    /// upstream) sends no error, and without this a statement would wait on it for ever. The
+    /// statement fails as an outage and the next one opens a new connection. Keep it above
+    /// your slowest statement (a handler's, an operator's purge). Postgres only for now.
+    /// Default: "30s".
+    #[serde(default = "defaults::thirty_seconds", with = "humantime_serde")]
+    pub reply_timeout: Duration,
     /// TLS. The URL's own words (`sslmode`, `sslrootcert`, `sslcert`, `sslkey` for Postgres;
     /// `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` for MySQL) are read into this table; where both
     /// say something they must agree. Default mode: `verify-full` when a CA is given, else
@@ -124,5 +132,8 @@ mod defaults {
     }
     pub fn five_seconds() -> Duration {
         Duration::from_secs(5)
+    }
+    pub fn thirty_seconds() -> Duration {
+        Duration::from_secs(30)
     }
 }

@@ -7,6 +7,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::errors::{pool_error, query_error};
+use super::watched::WatchedConnect;
 use crate::config::{DatabaseConfig, TlsMode};
 pub use crate::store::error::ConnectError;
 use crate::store::error::StoreError;
@@ -14,7 +15,8 @@ use crate::store::error::StoreError;
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
 pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, ConnectError> {
     let (pg, tls) = connect_config(config, application_name)?;
-    let manager = Manager::from_config(pg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let connect = WatchedConnect { tls, reply_timeout: config.reply_timeout };
+    let manager = Manager::from_connect(pg, connect, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(Runtime::Tokio1)
@@ -41,8 +43,11 @@ pub(crate) fn connect_config(
         pg.application_name(application_name);
     }
     pg.connect_timeout(config.connect_timeout);
-    // Keepalives notice a silently dropped connection instead of waiting on it forever.
-    pg.keepalives(true).keepalives_idle(Duration::from_secs(30));
+    // Keepalives and a user timeout notice a silently dropped connection instead of waiting on
+    // it for ever (the pool's own connections are watched more closely: `watched`).
+    let probe = (config.reply_timeout / 4).max(Duration::from_secs(1));
+    pg.keepalives(true).keepalives_idle(probe).keepalives_interval(probe).keepalives_retries(3);
+    pg.tcp_user_timeout(config.reply_timeout);
     let mode = config.tls_mode();
     pg.ssl_mode(match mode {
         TlsMode::Disable => SslMode::Disable,

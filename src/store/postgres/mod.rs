@@ -7,5 +7,6 @@ pub(crate) mod errors;
 pub(crate) mod scan_start;
 pub(crate) mod tx;
 pub(crate) mod values;
+pub(crate) mod watched;
 
 pub use connect::pool;

@@ -1,0 +1,260 @@
+//! Connections that notice a silent network failure. A partition, a lost NAT entry or a proxy
+//! that lost its upstream sends no RST and no FIN: a request written into such a connection is
+//! never answered, and without a deadline of the client's own the statement (and the loop that
+//! sent it) waits for ever while the process looks healthy.
+//!
+//! Every pooled connection is opened here, on a socket of our own, so that it can be watched:
+//! once a request is written, some reply must come back within `database.reply_timeout`, or
+//! the connection fails with `TimedOut`. Its client is then closed, the statement fails as an
+//! outage (invariant 6), the pool discards the connection, and the next claim opens a new one.
+//! A connection that waits for nothing (idle in the pool, a locked batch held open while its
+//! rows are appended) is never timed out: only an unanswered request arms the deadline.
+//!
+//! The kernel's own checks back this up where the network really is gone (no ACK comes back):
+//! TCP keepalive probes for an idle connection and `TCP_USER_TIMEOUT` for unacknowledged data,
+//! both derived from the same timeout.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use deadpool_postgres::Connect;
+use futures_util::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio::time::Sleep;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// A stream whose reads fail with `TimedOut` when a write has gone unanswered for `limit`.
+pub struct Watched<S> {
+    inner: S,
+    limit: Duration,
+    /// Armed by the first write since the last byte read; disarmed by the next byte read.
+    due: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> Watched<S> {
+    pub fn new(inner: S, limit: Duration) -> Self {
+        Self { inner, limit, due: None }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.due = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                let limit = self.limit;
+                match self.due.as_mut().map(|due| due.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the database sent no reply within database.reply_timeout ({limit:?}); connection closed"
+                        ),
+                    ))),
+                    _ => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) && self.due.is_none() {
+            self.due = Some(Box::pin(tokio::time::sleep(self.limit)));
+            // The reader may be parked already without a timer; have it polled again so that
+            // the deadline is registered with this task.
+            cx.waker().wake_by_ref();
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A socket of ours, or the reason it could not be opened (which tokio-postgres then reports
+/// through its own error type on the first write: it has no public constructor for one).
+pub enum Socket {
+    Open(Watched<TcpStream>),
+    Failed(Option<io::Error>),
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Open(s) => Pin::new(s).poll_read(cx, buf),
+            Socket::Failed(e) => Poll::Ready(Err(failure(e))),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Open(s) => Pin::new(s).poll_write(cx, data),
+            Socket::Failed(e) => Poll::Ready(Err(failure(e))),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Open(s) => Pin::new(s).poll_flush(cx),
+            Socket::Failed(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Open(s) => Pin::new(s).poll_shutdown(cx),
+            Socket::Failed(_) => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+fn failure(e: &mut Option<io::Error>) -> io::Error {
+    e.take().unwrap_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "not connected"))
+}
+
+/// The pool's way of opening a connection: each TCP host of the URL in turn (as libpq does),
+/// on a watched socket. A URL naming a Unix socket or `hostaddr` is connected by tokio-postgres
+/// itself, with only the kernel's checks.
+pub struct WatchedConnect {
+    pub tls: MakeRustlsConnect,
+    pub reply_timeout: Duration,
+}
+
+impl Connect for WatchedConnect {
+    fn connect(&self, config: &Config) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
+        let config = config.clone();
+        Box::pin(async move {
+            let tcp_only = config.get_hostaddrs().is_empty()
+                && !config.get_hosts().is_empty()
+                && config.get_hosts().iter().all(|h| matches!(h, Host::Tcp(_)));
+            if !tcp_only {
+                let (client, connection) = config.connect(self.tls.clone()).await?;
+                return Ok((client, tokio::spawn(drive(connection))));
+            }
+            connect_watched(&config, self.tls.clone(), self.reply_timeout).await
+        })
+    }
+}
+
+async fn connect_watched(
+    config: &Config,
+    mut tls: MakeRustlsConnect,
+    reply_timeout: Duration,
+) -> Result<(Client, JoinHandle<()>), tokio_postgres::Error> {
+    let hosts = config.get_hosts();
+    let mut last = None;
+    for (i, host) in hosts.iter().enumerate() {
+        let Host::Tcp(host) = host else { continue };
+        let port = config.get_ports().get(i).or(config.get_ports().first()).copied().unwrap_or(5432);
+        let socket = open(host, port, config.get_connect_timeout().copied(), reply_timeout).await;
+        let connector = <MakeRustlsConnect as MakeTlsConnect<Socket>>::make_tls_connect(&mut tls, host)
+            .unwrap_or_else(|never| match never {});
+        let attempt = async {
+            let (client, connection) = config.connect_raw(socket, connector).await?;
+            let task = tokio::spawn(drive(connection));
+            if config.get_target_session_attrs() == TargetSessionAttrs::ReadWrite {
+                let row = client.simple_query("SHOW transaction_read_only").await?;
+                let read_only = row.iter().any(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("on"),
+                    _ => false,
+                });
+                if read_only {
+                    task.abort();
+                    return Ok(None);
+                }
+            }
+            Ok::<_, tokio_postgres::Error>(Some((client, task)))
+        };
+        match attempt.await {
+            Ok(Some(connected)) => return Ok(connected),
+            Ok(None) => last = Some(tokio_postgres::Error::__private_api_timeout()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(tokio_postgres::Error::__private_api_timeout))
+}
+
+async fn open(host: &str, port: u16, connect_timeout: Option<Duration>, reply_timeout: Duration) -> Socket {
+    let connecting = TcpStream::connect((host, port));
+    let tcp = match connect_timeout {
+        Some(limit) => match tokio::time::timeout(limit, connecting).await {
+            Ok(tcp) => tcp,
+            Err(_) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("no connection to {host}:{port} within {limit:?}")))
+            }
+        },
+        None => connecting.await,
+    };
+    let tcp = match tcp.and_then(|tcp| tune(&tcp, reply_timeout).map(|()| tcp)) {
+        Ok(tcp) => tcp,
+        Err(e) => return Socket::Failed(Some(io::Error::new(e.kind(), format!("connecting to {host}:{port}: {e}")))),
+    };
+    Socket::Open(Watched::new(tcp, reply_timeout))
+}
+
+/// No Nagle delay; keepalive probes that give up within about the reply timeout on an idle
+/// connection; unacknowledged data that fails the connection after the reply timeout.
+fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
+    tcp.set_nodelay(true)?;
+    let socket = socket2::SockRef::from(tcp);
+    let probe = (reply_timeout / 4).max(Duration::from_secs(1));
+    let keepalive = socket2::TcpKeepalive::new().with_time(probe).with_interval(probe).with_retries(3);
+    socket.set_tcp_keepalive(&keepalive)?;
+    #[cfg(target_os = "linux")]
+    socket.set_tcp_user_timeout(Some(reply_timeout))?;
+    Ok(())
+}
+
+async fn drive<C: Future<Output = Result<(), tokio_postgres::Error>>>(connection: C) {
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "database connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_write_fails_the_read_after_the_limit_and_an_answer_disarms_it() {
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut watched = Watched::new(near, Duration::from_secs(5));
+        let mut buf = [0u8; 8];
+        // Nothing asked: waiting for data is not overdue.
+        assert!(tokio::time::timeout(Duration::from_secs(60), watched.read(&mut buf)).await.is_err());
+        watched.write_all(b"ask").await.unwrap();
+        far.write_all(b"ok").await.unwrap();
+        assert_eq!(watched.read(&mut buf).await.unwrap(), 2);
+        // Answered: idle again for as long as it likes.
+        assert!(tokio::time::timeout(Duration::from_secs(60), watched.read(&mut buf)).await.is_err());
+        watched.write_all(b"ask again").await.unwrap();
+        let error = watched.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert!(error.to_string().contains("database.reply_timeout (5s)"), "{error}");
+    }
+}

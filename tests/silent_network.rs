@@ -1,0 +1,116 @@
+//! Silent network failures: a path that stops carrying bytes without a RST or a FIN (a
+//! partition, a lost NAT entry, a proxy that lost its upstream), then heals for new connections
+//! only. Each loop notices within its own timeouts, readiness says so, the rows count no
+//! attempt, and the frozen process delivers again by itself once the path heals.
+
+use crate::common;
+
+use common::http::get;
+use common::process::Handoff;
+use common::proxy::Proxy;
+use common::{TestEnv, eventually};
+
+fn port_of(url: &str) -> u16 {
+    let rest = url.rsplit_once(':').map(|(_, rest)| rest).unwrap_or_default();
+    rest.split('/').next().and_then(|p| p.parse().ok()).expect("a URL with a port")
+}
+
+async fn await_ready(address: &str, ready: bool) -> String {
+    eventually(&format!("/readyz to answer {}", if ready { 200 } else { 503 }), || async {
+        let (status, body) = get(address, "/readyz");
+        ((status == 200) == ready).then_some(body)
+    })
+    .await
+}
+
+async fn assert_no_attempt_counted(env: &TestEnv) {
+    assert_eq!(env.count("DEAD").await, 0);
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::int8 FROM audit_outbox").await, 0);
+}
+
+/// The relay's Redis path freezes with rows waiting, then heals: readiness fails meanwhile,
+/// and every row is delivered after the heal through new connections (the Redis client's
+/// frozen connection is dropped, not waited on for ever).
+#[tokio::test]
+async fn a_relay_whose_redis_path_freezes_delivers_again_after_the_heal() {
+    let env = TestEnv::new().await;
+    let proxy = Proxy::start(port_of(&env.redis_url)).await;
+    let config = env.config("").replace(&env.redis_url, &format!("redis://127.0.0.1:{}", proxy.port));
+    let relay = Handoff::run(&config);
+    let address = relay.telemetry_address().await;
+    env.insert_events("before", "user", 100).await;
+    env.await_delivered(100).await;
+    await_ready(&address, true).await;
+
+    proxy.freeze();
+    env.insert_events("during", "user", 200).await;
+    let body = await_ready(&address, false).await;
+    assert!(body.contains("redis unreachable"), "{body}");
+    assert_eq!(get(&address, "/healthz").0, 200, "waiting out an outage is alive");
+    assert_eq!(env.count("DELIVERED").await, 100, "nothing is counted delivered while frozen");
+
+    proxy.heal();
+    env.await_delivered(300).await;
+    await_ready(&address, true).await;
+    assert_no_attempt_counted(&env).await;
+    let ids = env.stream_event_ids(&env.stream("user")).await;
+    assert!((1..=200).all(|i| ids.contains(&format!("during-{i}"))), "every row reached the stream");
+}
+
+/// A relay's database path freezes while it holds a locked batch (appended, not yet settled):
+/// its settle gets no reply and fails within `database.reply_timeout`; the server ends the dead
+/// session within the lease, so a replica takes the rows over and delivers them; after the heal
+/// the frozen relay delivers new rows by itself.
+#[tokio::test]
+async fn a_relay_whose_database_path_freezes_holding_a_batch_leaves_it_to_a_replica_and_recovers() {
+    let env = TestEnv::new().await;
+    let proxy = Proxy::start(port_of(&env.database_url)).await;
+    let proxied =
+        env.database_url.replacen(&format!(":{}/", port_of(&env.database_url)), &format!(":{}/", proxy.port), 1);
+    // The lease is the held batch's idle-in-transaction timeout; long enough that the batch
+    // inserted after the first (leased) turn is claimed by a locked turn.
+    let config = env.config("claim = \"locked\"\nlease = \"10s\"");
+    let frozen_config = config
+        .replace(&env.database_url, &proxied)
+        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let frozen = Handoff::run_paused(&frozen_config, "after_append");
+    frozen.await_log("claiming in locked transactions").await;
+    env.insert_events("held", "user", 20).await;
+    frozen.await_paused().await;
+    let address = frozen.telemetry_address().await;
+    assert_eq!(env.count("DELIVERED").await, 0);
+
+    proxy.freeze();
+    frozen.resume();
+    // Its settle is never answered: the connection is given up after reply_timeout.
+    await_ready(&address, false).await;
+    let replica = Handoff::run(&config);
+    env.await_delivered(20).await;
+    assert_no_attempt_counted(&env).await;
+
+    proxy.heal();
+    drop(replica);
+    env.insert_events("after", "user", 30).await;
+    env.await_delivered(50).await;
+    await_ready(&address, true).await;
+    assert_eq!(get(&address, "/healthz").0, 200);
+    assert_no_attempt_counted(&env).await;
+}
+
+/// The Redis client's own connection (probes, consumer groups, trimming) through a frozen
+/// path: a PING fails within the command timeout, and once the path heals the client answers
+/// again by itself — the frozen connection is given up, not waited on for ever.
+#[tokio::test]
+async fn the_redis_client_gives_up_a_frozen_connection_and_answers_after_the_heal() {
+    use handoff::stream::EventStream;
+    let proxy = Proxy::start(port_of(&common::base_redis_url())).await;
+    let toml = format!("[redis]\nurl = \"redis://127.0.0.1:{}\"\ncommand_timeout = \"1s\"\n", proxy.port);
+    let config =
+        handoff::config::load_str(&format!("[database]\nurl = \"postgres://x@localhost/db\"\n{toml}")).unwrap();
+    let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
+    stream.ping().await.expect("answers before the freeze");
+    proxy.freeze();
+    assert!(stream.ping().await.is_err(), "a frozen path gives no answer within the command timeout");
+    proxy.heal();
+    eventually("the client to answer again through a new connection", || async { stream.ping().await.ok() }).await;
+}
