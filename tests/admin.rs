@@ -168,3 +168,68 @@ crate::on_both_dialects!(
     tokens_and_scopes_guard_every_call_and_mutations_are_logged_and_idempotent,
     the_status_page_shows_a_dead_row_and_a_paused_relay_in_chromium
 );
+
+/// What a web page can make a browser send to the listener is refused before anything runs:
+/// remembered basic credentials, a form or `text/plain` body, another origin, an empty body;
+/// out-of-range numbers are refused naming their field, and an age past every row saturates
+/// instead of wrapping; an idempotency key reused for another request is refused.
+#[tokio::test]
+async fn mutations_refuse_what_a_browser_can_send_cross_site_and_numbers_out_of_range() {
+    let (env, _handoff, address, _secrets) = admin_env(Dialect::Postgres).await;
+    let dead = || async { env.scalar("SELECT COUNT(*) FROM audit_outbox WHERE status = 'DEAD'").await };
+    let basic = format!("Basic {}", base64(format!("ops:{WRITE}").as_bytes()));
+    let evil = [("Authorization", basic.as_str()), ("Origin", "http://evil.example")];
+    let (status, answer) = request(&address, "POST", "/api/dead/retry", &evil, "");
+    assert!(status == 403 && answer.contains("bearer token"), "the issue's request: {status} {answer}");
+    let write = bearer(WRITE);
+    let pause = r#"{"component": "relay", "name": "relay"}"#;
+    let as_text = [("Authorization", write.as_str()), ("Content-Type", "text/plain")];
+    let (status, answer) = request(&address, "POST", "/api/pause", &as_text, pause);
+    assert!(status == 415 && answer.contains("application/json"), "{status} {answer}");
+    let form = [("Authorization", write.as_str()), ("Content-Type", "application/x-www-form-urlencoded")];
+    assert_eq!(request(&address, "POST", "/api/dead/purge", &form, "").0, 415);
+    let cross = [("Authorization", write.as_str()), ("Origin", "http://evil.example")];
+    let (status, answer) = request(&address, "POST", "/api/pause", &cross, pause);
+    assert!(status == 403 && answer.contains("cross-origin"), "{status} {answer}");
+    let fetched = [("Authorization", write.as_str()), ("Sec-Fetch-Site", "cross-site")];
+    assert_eq!(request(&address, "POST", "/api/pause", &fetched, pause).0, 403);
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM handoff_pauses").await, 0, "nothing was paused");
+    assert_eq!(dead().await, 1, "nothing was re-driven or purged");
+
+    let bearer_only = [("Authorization", write.as_str())];
+    let (status, answer) = request(&address, "POST", "/api/dead/retry", &bearer_only, "");
+    assert!(status == 400 && answer.contains("a JSON object is required"), "{status} {answer}");
+    let (status, answer) =
+        request(&address, "POST", "/api/replay", &bearer_only, r#"{"relay": "relay", "batch": 4294967295}"#);
+    assert!(status == 400 && answer.contains("batch: must be between 1 and 10000"), "{status} {answer}");
+    let (status, answer) = request(&address, "POST", "/api/dead/purge", &bearer_only, r#"{"limit": 0}"#);
+    assert!(status == 400 && answer.contains("limit: must be between 1 and 10000"), "{status} {answer}");
+    let eons = r#"{"older_than": "18446744073709552s"}"#;
+    let (status, answer) = request(&address, "POST", "/api/dead/purge", &bearer_only, eons);
+    assert!(status == 200 && answer.contains("\"count\": 0"), "older than any row matches none: {answer}");
+    assert_eq!(dead().await, 1, "the row dead a moment ago was not purged");
+
+    let keyed = [("Authorization", write.as_str()), ("Idempotency-Key", "k-1")];
+    let dry = r#"{"dry_run": true}"#;
+    let (status, first) = request(&address, "POST", "/api/dead/retry", &keyed, dry);
+    assert_eq!(status, 200, "{first}");
+    let (status, answer) = request(&address, "POST", "/api/poison/retry", &keyed, dry);
+    assert!(status == 422 && answer.contains("used for another request"), "{status} {answer}");
+    let long = "k".repeat(300);
+    let (status, _) = request(&address, "POST", "/api/dead/retry", &[keyed[0], ("Idempotency-Key", &long)], dry);
+    assert_eq!(status, 400);
+}
+
+/// Standard base64 with padding (what a browser sends for basic credentials).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            let c = if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' };
+            out.push(c);
+        }
+    }
+    out
+}

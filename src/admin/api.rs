@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -13,15 +12,25 @@ use tracing::info;
 
 use super::auth::{Caller, authenticate};
 use super::bodies::{DeadBody, PauseBody, PoisonBody, ReplayBody, ReprocessBody, ResumeBody, RewindBody};
+use super::idempotency::{Begun, MAX_KEY};
 use super::reply::response;
 use super::state::AdminState;
 use crate::ops;
 
 /// A request body larger than this is refused.
 const MAX_BODY: usize = 64 * 1024;
-/// Responses remembered for a retried `Idempotency-Key`, and for how long.
-const REMEMBERED: usize = 1000;
-const REMEMBER_FOR: Duration = Duration::from_secs(3600);
+/// Rows one call may touch or load at once (`limit` of dead and poison calls, a replay's
+/// `batch`); a reprocess's `limit` (rows moved in small transactions) goes further.
+const MAX_ROWS: u32 = 10_000;
+const MAX_REPROCESS: u32 = 1_000_000;
+
+/// `value` if it is within `1..=max`, else a refusal naming `field`.
+fn within(field: &str, value: u32, max: u32) -> Result<u32, Reply> {
+    match value {
+        1.. if value <= max => Ok(value),
+        _ => Err(error(StatusCode::BAD_REQUEST, format!("{field}: must be between 1 and {max} (got {value})"))),
+    }
+}
 
 type Reply = (StatusCode, Value);
 
@@ -51,44 +60,49 @@ pub async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Resp
     if !caller.may_write() {
         return json_response(error(StatusCode::FORBIDDEN, format!("token `{}` may only read", caller.name)));
     }
-    let key = request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    if let Some(key) = &key
-        && let Some((status, body)) = remembered(state, &caller, key)
-    {
-        return response(status, "application/json", body);
+    if let Some((status, why)) = super::guard::refusal(request.headers(), caller.scheme) {
+        return json_response(error(status, why));
     }
+    let key = request.headers().get("idempotency-key").map(|v| v.to_str().map(str::to_owned));
+    let key = match key.transpose() {
+        Ok(Some(k)) if k.len() > MAX_KEY => {
+            return json_response(error(
+                StatusCode::BAD_REQUEST,
+                format!("Idempotency-Key: at most {MAX_KEY} characters"),
+            ));
+        }
+        Ok(key) => key,
+        Err(_) => return json_response(error(StatusCode::BAD_REQUEST, "Idempotency-Key: visible ASCII only")),
+    };
     let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => return json_response(error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {e}"))),
+    };
+    let ticket = match key.as_deref().map(|k| state.idempotency.begin(&caller.name, k, method.as_str(), &path, &body)) {
+        None => None,
+        Some(Begun::Run(ticket)) => Some(ticket),
+        Some(Begun::Replay(status, body)) => return response(status, "application/json", body),
+        Some(Begun::Running) => {
+            let why = "a request with this Idempotency-Key is still running; retry when it is done";
+            return json_response(error(StatusCode::CONFLICT, why));
+        }
+        Some(Begun::Reused) => {
+            let why = "this Idempotency-Key was used for another request (path or body differ); use a new key";
+            return json_response(error(StatusCode::UNPROCESSABLE_ENTITY, why));
+        }
     };
     let (status, value) = write(state, &caller, &path, &body).await;
     let summary = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
     info!(target: "handoff::admin", caller = %caller.name, %path, request = %summary, status = status.as_u16(), "admin call");
     let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-    if let Some(key) = key {
-        remember(state, &caller, key, status, &text);
+    if let Some(ticket) = ticket {
+        ticket.finish(status, &text);
     }
     response(status, "application/json", text)
 }
 
 fn json_response((status, value): Reply) -> Response<Full<Bytes>> {
     response(status, "application/json", serde_json::to_string_pretty(&value).unwrap_or_default())
-}
-
-fn remembered(state: &AdminState, caller: &Caller, key: &str) -> Option<(StatusCode, String)> {
-    let answered = state.answered.lock().unwrap_or_else(|e| e.into_inner());
-    answered
-        .get(&(caller.name.clone(), key.to_owned()))
-        .filter(|(at, _, _)| at.elapsed() < REMEMBER_FOR)
-        .map(|(_, status, body)| (*status, body.clone()))
-}
-
-fn remember(state: &AdminState, caller: &Caller, key: String, status: StatusCode, body: &str) {
-    let mut answered = state.answered.lock().unwrap_or_else(|e| e.into_inner());
-    answered.retain(|_, (at, _, _)| at.elapsed() < REMEMBER_FOR);
-    if answered.len() < REMEMBERED {
-        answered.insert((caller.name.clone(), key), (Instant::now(), status, body.to_owned()));
-    }
 }
 
 /// `a=1&b=x%20y` → pairs (later keys win).
@@ -167,12 +181,16 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
 
 async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]) -> Reply {
     macro_rules! parse {
-        ($t:ty) => {
-            match serde_json::from_slice::<$t>(if body.is_empty() { b"{}" } else { body }) {
+        ($t:ty) => {{
+            if body.iter().all(u8::is_ascii_whitespace) {
+                let why = "request body: a JSON object is required (send {} for the defaults)";
+                return error(StatusCode::BAD_REQUEST, why);
+            }
+            match serde_json::from_slice::<$t>(body) {
                 Ok(value) => value,
                 Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
             }
-        };
+        }};
     }
     let config = &state.config;
     match path {
@@ -182,6 +200,9 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 Ok(d) => d,
                 Err(e) => return error(StatusCode::BAD_REQUEST, format!("older_than: {e}")),
             };
+            if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
+                return reply;
+            }
             let rows = crate::store::dead::DeadFilter {
                 event_id: b.event_id,
                 older_than,
@@ -202,6 +223,9 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
         }
         "/api/poison/retry" => {
             let b = parse!(PoisonBody);
+            if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
+                return reply;
+            }
             let records = crate::store::takeover::PoisonFilter {
                 reason: b.reason,
                 event_id: b.event_id,
@@ -242,6 +266,9 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
         }
         "/api/reprocess" => {
             let b = parse!(ReprocessBody);
+            if let Err(reply) = within("limit", b.limit, MAX_REPROCESS) {
+                return reply;
+            }
             let selection = match b.selection.into_selection() {
                 Ok(s) => s,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
@@ -271,7 +298,13 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
         }
-        "/api/replay" => super::replay::start(state, parse!(ReplayBody)).await,
+        "/api/replay" => {
+            let b = parse!(ReplayBody);
+            if let Err(reply) = within("batch", b.batch, MAX_ROWS) {
+                return reply;
+            }
+            super::replay::start(state, b).await
+        }
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint: POST {path}")),
     }
 }

@@ -11,6 +11,16 @@ use crate::config::admin::{AdminToken, Scope};
 pub struct Caller {
     pub name: String,
     pub scope: Scope,
+    /// How the token was presented: only a bearer token may mutate (`guard`).
+    pub scheme: Scheme,
+}
+
+/// How a caller presented its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Bearer,
+    /// Basic authentication, which a browser remembers and sends by itself.
+    Basic,
 }
 
 impl Caller {
@@ -22,12 +32,12 @@ impl Caller {
 /// The caller the `Authorization` header proves, if it proves one.
 pub fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) -> Option<Caller> {
     let given = header?.to_str().ok()?;
-    let caller = |t: &AdminToken| Caller { name: t.name.clone(), scope: t.scope };
+    let caller = |scheme| move |t: &AdminToken| Caller { name: t.name.clone(), scope: t.scope, scheme };
     if let Some(bearer) = given.strip_prefix("Bearer ") {
         return tokens
             .iter()
             .find(|t| t.token.as_ref().is_some_and(|secret| same(bearer.trim().as_bytes(), secret.expose().as_bytes())))
-            .map(caller);
+            .map(caller(Scheme::Bearer));
     }
     let basic = crate::base64::decode(given.strip_prefix("Basic ")?.trim())?;
     let (user, password) = std::str::from_utf8(&basic).ok()?.split_once(':')?;
@@ -35,7 +45,7 @@ pub fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) -> Opti
         .iter()
         .filter(|t| t.name == user)
         .find(|t| t.token.as_ref().is_some_and(|secret| same(password.as_bytes(), secret.expose().as_bytes())))
-        .map(caller)
+        .map(caller(Scheme::Basic))
 }
 
 /// Equal bytes, compared without an early exit.

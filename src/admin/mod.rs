@@ -6,6 +6,8 @@
 mod api;
 mod auth;
 mod bodies;
+mod guard;
+mod idempotency;
 mod page;
 mod replay;
 mod reply;

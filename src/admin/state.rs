@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use hyper::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -13,9 +11,6 @@ use crate::config::Config;
 use crate::store::Database;
 use crate::stream::nats::NatsStream;
 use crate::stream::redis::RedisStream;
-
-/// A mutation's answer, kept for a retry with the same key: when, status, body.
-pub(super) type Answered = (Instant, StatusCode, String);
 
 /// What the handlers work with: the config, the database and brokers `run` connected to.
 pub struct AdminState {
@@ -27,8 +22,8 @@ pub struct AdminState {
     pub registry: prometheus::Registry,
     /// Replays started here: their latest progress (or error), by job.
     pub(super) replays: Mutex<HashMap<String, Value>>,
-    /// Responses to mutations by (caller, `Idempotency-Key`).
-    pub(super) answered: Mutex<HashMap<(String, String), Answered>>,
+    /// Mutations by (caller, `Idempotency-Key`): running, or answered.
+    pub(super) idempotency: super::idempotency::Idempotency,
     /// Stops replays started here when the process drains.
     shutdown: CancellationToken,
 }
@@ -41,8 +36,8 @@ impl AdminState {
         registry: prometheus::Registry,
         shutdown: CancellationToken,
     ) -> Self {
-        let (replays, answered) = (Mutex::default(), Mutex::default());
-        Self { config, db, redis, nats, registry, replays, answered, shutdown }
+        let (replays, idempotency) = (Mutex::default(), Default::default());
+        Self { config, db, redis, nats, registry, replays, idempotency, shutdown }
     }
 }
 

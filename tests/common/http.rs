@@ -72,9 +72,10 @@ pub fn request(address: &str, method: &str, path: &str, headers: &[(&str, &str)]
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    if !body.is_empty() {
-        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-type")) {
+        head.push_str("Content-Type: application/json\r\n");
     }
+    head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     write!(stream, "{head}\r\n{body}").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();

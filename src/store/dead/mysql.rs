@@ -26,7 +26,7 @@ pub async fn run(
            AND (? IS NULL OR LOCATE(?, last_error) > 0)
          ORDER BY dead_at, id LIMIT ? OFFSET ? {lock}"
     );
-    let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
+    let older_ms = filter.older_than_ms();
     let mut params: Vec<Value> = target.consumer.iter().map(|c| c.as_str().into()).collect();
     params.extend([filter.event_id.clone().into(), filter.event_id.clone().into()]);
     params.extend([older_ms.into(), older_ms.into()]);

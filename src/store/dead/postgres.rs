@@ -34,7 +34,7 @@ pub async fn run(
     };
     let label = "dead rows";
     let mut client = pool.get().await.map_err(|e| pool_error(label, e))?;
-    let older_ms = filter.older_than.map(|d| d.as_millis() as i64);
+    let older_ms = filter.older_than_ms();
     let (limit, offset) = (i64::from(filter.limit), i64::from(filter.offset));
     let failed = |e: tokio_postgres::Error| query_error(label, e);
     let tx = client.transaction().await.map_err(failed)?;

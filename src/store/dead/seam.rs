@@ -15,6 +15,17 @@ pub struct DeadFilter {
     pub offset: u32,
 }
 
+impl DeadFilter {
+    /// `older_than` in milliseconds, as the statements take it. Past a thousand years every row
+    /// is younger, so longer ages saturate there: a cast would wrap ("older than 500 million
+    /// years" became 384 ms and matched rows dead a second ago) and the database's interval
+    /// arithmetic overflows long before `i64::MAX` milliseconds.
+    pub fn older_than_ms(&self) -> Option<i64> {
+        const OLDEST: Duration = Duration::from_secs(1000 * 366 * 24 * 3600);
+        self.older_than.map(|d| d.min(OLDEST).as_millis() as i64)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadAction {
     List,
@@ -65,4 +76,19 @@ pub struct DeadRow {
     pub dead_for_seconds: f64,
     pub redrives: i32,
     pub last_error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_age_past_any_row_saturates_instead_of_wrapping() {
+        let filter = |d| DeadFilter { older_than: Some(d), ..Default::default() };
+        assert_eq!(filter(Duration::from_secs(2)).older_than_ms(), Some(2000));
+        let eons = humantime::parse_duration("18446744073709552s").unwrap();
+        let ms = filter(eons).older_than_ms().unwrap();
+        assert!(ms > 900 * 365 * 24 * 3600 * 1000, "{ms}");
+        assert_eq!(filter(Duration::MAX).older_than_ms(), Some(ms));
+    }
 }
