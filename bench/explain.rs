@@ -1,5 +1,5 @@
 //! `handoff-bench --explain`: the plans of the relay's default statements on a mostly
-//! delivered outbox, plain and partitioned by day, written to docs/claim-plans.md. Each runs
+//! delivered outbox, plain and partitioned by day, written to docs/dev/claim-plans.md. Each runs
 //! with EXPLAIN ANALYZE inside a transaction that is rolled back.
 
 use std::fmt::Write as _;
@@ -107,7 +107,7 @@ fn locked_delivered(target: &str, picked: &str) -> String {
         .replace("$1", "'explain'")
 }
 
-/// Writes docs/claim-plans.md.
+/// Writes docs/dev/claim-plans.md.
 pub async fn write(base_url: &str, rows: usize) -> anyhow::Result<()> {
     let plain = plans(base_url, OutboxLayout::Plain, rows).await?;
     let partitioned = plans(base_url, OutboxLayout::Partitioned, rows).await?;
@@ -145,7 +145,7 @@ in it is PENDING and counts.\n"
             writeln!(doc, "\n### {}\n\n```\n{}\n```", plan.statement, plan.text)?;
         }
     }
-    std::fs::write("docs/claim-plans.md", doc)?;
-    eprintln!("wrote docs/claim-plans.md");
+    std::fs::write("docs/dev/claim-plans.md", doc)?;
+    eprintln!("wrote docs/dev/claim-plans.md");
     Ok(())
 }
