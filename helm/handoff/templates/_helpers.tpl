@@ -276,7 +276,7 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
 
-{{/* ===== Public templates for an owner chart (mode: sidecar). See docs/deployment.md. =====
+{{/* ===== Public templates for an owner chart (mode: sidecar). See docs/how-to/deploy-sidecar-helm.md. =====
 
 In the owner chart (handoff declared as a dependency named "handoff", values under handoff:):
 
