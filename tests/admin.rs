@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::db_env::{DbEnv, Dialect};
-use common::http::request;
+use common::http::{get, request};
 use common::process::Handoff;
 
 const READ: &str = "read-token-0123456789";
@@ -232,4 +232,45 @@ fn base64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// 2,000 connections that never finish their headers (each sending 400 KB of them, as the
+/// issue's flood did) on the admin port: the operators' calls and the probes are answered
+/// throughout, and the process stays far below the chart's 256 MiB memory limit.
+#[tokio::test]
+async fn a_flood_of_unfinished_connections_starves_neither_the_api_nor_the_probes() {
+    use std::io::Write;
+    let (_env, handoff, address, _secrets) = admin_env(Dialect::Postgres).await;
+    let telemetry = handoff.telemetry_address().await;
+    let read = bearer(READ);
+    let flood = address.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        let filler = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Filler: {}", "a".repeat(400 * 1024));
+        let mut held = Vec::new();
+        let mut answered = 0;
+        for i in 1..=2000 {
+            let Ok(mut stream) = std::net::TcpStream::connect(&flood) else { continue };
+            // The listener may close it (to make room, or refusing headers this large).
+            let _ = stream.write_all(filler.as_bytes());
+            held.push(stream);
+            if i % 250 == 0 {
+                let (status, body) = request(&flood, "GET", "/api/status", &[("Authorization", &read)], "");
+                assert_eq!(status, 200, "the API answers during the flood: {body}");
+                assert_eq!(get(&telemetry, "/healthz").0, 200, "the probes answer during the flood");
+                answered += 1;
+            }
+        }
+        (answered, held)
+    })
+    .await
+    .unwrap();
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", handoff.pid()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().unwrap()))
+        .unwrap();
+    eprintln!("handoff peak RSS after the flood: {rss_kib} KiB");
+    assert_eq!(answered.0, 8);
+    assert!(rss_kib < 256 * 1024, "peak RSS {rss_kib} KiB under the chart's 256 MiB");
+    drop(answered.1);
 }

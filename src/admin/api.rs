@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -16,6 +17,7 @@ use super::idempotency::{Begun, MAX_KEY};
 use super::reply::response;
 use super::state::AdminState;
 use crate::ops;
+use crate::telemetry::listener::{BodyError, read_body};
 
 /// A request body larger than this is refused.
 const MAX_BODY: usize = 64 * 1024;
@@ -74,9 +76,12 @@ pub async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Resp
         Ok(key) => key,
         Err(_) => return json_response(error(StatusCode::BAD_REQUEST, "Idempotency-Key: visible ASCII only")),
     };
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => return json_response(error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {e}"))),
+    let within = state.config.admin.as_ref().map(|a| a.header_read_timeout).unwrap_or(Duration::from_secs(5));
+    let body = match read_body(request.into_body(), MAX_BODY, within).await {
+        Ok(body) => body,
+        Err(e @ BodyError::TooLarge(_)) => return json_response(error(StatusCode::PAYLOAD_TOO_LARGE, e)),
+        Err(e @ BodyError::TooSlow(_)) => return json_response(error(StatusCode::REQUEST_TIMEOUT, e)),
+        Err(e) => return json_response(error(StatusCode::BAD_REQUEST, e)),
     };
     let ticket = match key.as_deref().map(|k| state.idempotency.begin(&caller.name, k, method.as_str(), &path, &body)) {
         None => None,

@@ -13,16 +13,14 @@ mod replay;
 mod reply;
 mod state;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::info;
+
+use crate::telemetry::listener::Settings;
 
 pub use state::AdminState;
 
@@ -36,42 +34,15 @@ pub async fn bind(
     let listener = TcpListener::bind(admin.listen).await?;
     let local = listener.local_addr()?;
     info!(address = %local, scheme = if tls.is_some() { "https" } else { "http" }, tokens = admin.tokens.len(), "admin listener bound");
-    let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
-    let timeout = admin.header_read_timeout;
-    Ok((local, async move {
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(pair) => pair,
-                    Err(error) => { debug!(%error, "admin accept failed"); continue; }
-                },
-                _ = shutdown.cancelled() => return,
-            };
-            let (state, acceptor) = (state.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                match acceptor {
-                    None => serve(TokioIo::new(stream), state, timeout).await,
-                    Some(acceptor) => match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => serve(TokioIo::new(stream), state, timeout).await,
-                        _ => debug!(%peer, "admin TLS handshake failed or timed out"),
-                    },
-                }
-            });
-        }
-    }))
-}
-
-async fn serve<I>(io: I, state: Arc<AdminState>, timeout: std::time::Duration)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let service = service_fn(move |request| {
+    let settings = Settings {
+        name: "admin",
+        header_read_timeout: admin.header_read_timeout,
+        max_connections: admin.max_connections,
+        tls: tls.map(Arc::new),
+    };
+    let handle = move |request| {
         let state = state.clone();
-        async move { Ok::<_, Infallible>(api::handle(&state, request).await) }
-    });
-    let served =
-        http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(timeout).serve_connection(io, service);
-    if let Err(error) = served.await {
-        debug!(%error, "admin connection ended with an error");
-    }
+        async move { api::handle(&state, request).await }
+    };
+    Ok((local, crate::telemetry::listener::serve(listener, settings, handle, shutdown)))
 }

@@ -21,9 +21,15 @@ pub struct AdminConfig {
     pub tokens: Vec<AdminToken>,
     /// The listener's own certificate. Default: plain HTTP (keep it on a private address).
     pub tls: Option<ListenerTls>,
-    /// A request's headers must arrive within this. Default: "5s".
+    /// A request's headers must arrive within this, and its body within this again.
+    /// Default: "5s".
     #[serde(default = "five_seconds", with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Connections open at once. A new one beyond it closes the connection that has been open
+    /// longest without a request in progress, so a flood of idle or slow connections can
+    /// neither shut the operators out nor grow the process. Default: 32.
+    #[serde(default = "thirty_two")]
+    pub max_connections: usize,
 }
 
 /// `[[admin.token]]`
@@ -51,6 +57,10 @@ pub enum Scope {
 
 fn five_seconds() -> Duration {
     Duration::from_secs(5)
+}
+
+fn thirty_two() -> usize {
+    32
 }
 
 /// The shortest token accepted: a guessable one would open the write API.

@@ -1,32 +1,24 @@
 //! The one small HTTP listener: `/metrics`, `/healthz` (liveness), `/readyz` (readiness).
 //!
-//! The probes must be answered within the kubelet's timeout whatever else is connected: a
-//! request's headers must arrive within `header_read_timeout` (keep-alive waits included), and
-//! when every slot is taken a new connection closes the one open longest without a request in
-//! progress ([`Connections`]). `/metrics` may ask for a bearer token or basic authentication,
-//! and the whole listener may speak TLS, as Prometheus exporters offer; the probes never ask
-//! for credentials.
+//! The probes must be answered within the kubelet's timeout whatever else is connected: the
+//! listener's limits are in [`super::listener`]. `/metrics` may ask for a bearer token or basic
+//! authentication, and the whole listener may speak TLS, as Prometheus exporters offer; the
+//! probes never ask for credentials.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::info;
 
-use super::connections::{Admitted, Connections};
 use super::health::Health;
+use super::listener::{self, Settings};
 use crate::config::{MetricsAuth, TelemetryConfig};
 
 #[derive(Clone)]
@@ -40,7 +32,7 @@ pub struct Endpoints {
 pub struct Limits {
     /// A request's headers must arrive within this time (and a TLS handshake, too).
     pub header_read_timeout: Duration,
-    /// Connections open at once (see [`Connections`]).
+    /// Connections open at once (see [`super::connections::Connections`]).
     pub max_connections: usize,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub auth: Option<MetricsAuth>,
@@ -60,9 +52,6 @@ impl Limits {
     }
 }
 
-/// No connection lives longer than this, whatever it does (scrapers reconnect).
-const CONNECTION_MAX_AGE: Duration = Duration::from_secs(60);
-
 /// Binds `addr` now (so a taken port fails startup) and returns the serving future.
 pub async fn bind(
     addr: SocketAddr,
@@ -74,71 +63,18 @@ pub async fn bind(
     let local = listener.local_addr()?;
     let scheme = if limits.tls.is_some() { "https" } else { "http" };
     info!(address = %local, scheme, metrics_auth = limits.auth.is_some(), "telemetry listener bound");
-    Ok((local, serve(listener, endpoints, limits, shutdown)))
-}
-
-async fn serve(listener: TcpListener, endpoints: Endpoints, limits: Limits, shutdown: CancellationToken) {
-    let connections = Connections::new(limits.max_connections);
-    let tls = limits.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    let limits = Arc::new(limits);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => { debug!(%error, "accept failed"); continue; }
-            },
-            _ = shutdown.cancelled() => return,
-        };
-        let Some(admitted) = connections.admit() else {
-            debug!(%peer, limit = limits.max_connections, "every telemetry connection is serving a request; closing");
-            drop(stream);
-            continue;
-        };
-        let (endpoints, limits, tls) = (endpoints.clone(), limits.clone(), tls.clone());
-        tokio::spawn(async move {
-            let Some(tls) = tls else {
-                return connection(stream, admitted, endpoints, &limits).await;
-            };
-            let handshake = tokio::time::timeout(limits.header_read_timeout, tls.accept(stream));
-            tokio::select! {
-                accepted = handshake => match accepted {
-                    Ok(Ok(stream)) => connection(stream, admitted, endpoints, &limits).await,
-                    Ok(Err(error)) => debug!(%peer, %error, "telemetry TLS handshake failed"),
-                    Err(_) => debug!(%peer, "telemetry TLS handshake timed out"),
-                },
-                _ = admitted.closed.cancelled() => {}
-            }
-        });
-    }
-}
-
-/// Serves one connection until it ends, reaches its maximum age, or is closed to make room.
-async fn connection<S>(stream: S, admitted: Admitted, endpoints: Endpoints, limits: &Arc<Limits>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (busy, auth) = (admitted.busy.clone(), limits.auth.clone());
-    let service = service_fn(move |req| {
-        let (endpoints, busy, auth) = (endpoints.clone(), busy.clone(), auth.clone());
-        async move {
-            busy.store(true, Ordering::Relaxed);
-            let response = respond(req, &endpoints, auth.as_ref());
-            busy.store(false, Ordering::Relaxed);
-            Ok::<_, Infallible>(response)
-        }
-    });
-    let serving = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::select! {
-        ended = tokio::time::timeout(CONNECTION_MAX_AGE, serving) => match ended {
-            Ok(Err(error)) => debug!(%error, "telemetry connection ended with an error"),
-            Err(_) => debug!("telemetry connection closed at its maximum age"),
-            Ok(Ok(())) => {}
-        },
-        _ = admitted.closed.cancelled() => debug!("telemetry connection closed to make room for a new one"),
-    }
+    let settings = Settings {
+        name: "telemetry",
+        header_read_timeout: limits.header_read_timeout,
+        max_connections: limits.max_connections,
+        tls: limits.tls.clone(),
+    };
+    let auth = Arc::new(limits.auth);
+    let handle = move |request| {
+        let (endpoints, auth) = (endpoints.clone(), auth.clone());
+        async move { respond(request, &endpoints, auth.as_ref().as_ref()) }
+    };
+    Ok((local, listener::serve(listener, settings, handle, shutdown)))
 }
 
 fn respond(req: Request<Incoming>, endpoints: &Endpoints, auth: Option<&MetricsAuth>) -> Response<Full<Bytes>> {

@@ -3,6 +3,7 @@
 mod connections;
 pub(crate) mod health;
 pub(crate) mod http;
+pub(crate) mod listener;
 pub(crate) mod logging;
 pub mod metrics;
 pub(crate) mod throttle;
