@@ -17,6 +17,7 @@ mod consumer_foreign_layout;
 mod consumer_outage;
 mod container_entrypoint;
 mod end_to_end;
+mod hostile_servers;
 mod mariadb_consumer;
 mod mariadb_relay;
 mod metrics_reference;

@@ -115,6 +115,11 @@ impl Handoff {
         assert!(status.success(), "kill -{signal} failed");
     }
 
+    /// Whether the process is still running (it has not exited or aborted).
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     pub fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -83,10 +83,20 @@ fn bulk(out: &mut BytesMut, arg: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// How deep arrays may nest in a reply. The replies appends get are flat or one level deep (a
+/// script's list of ids); a server (or something posing as one on a plain `redis://`
+/// connection) answering deeper nesting would otherwise have the reader recurse until the
+/// stack overflows and the process aborts.
+const MAX_DEPTH: usize = 8;
+/// The largest bulk string and array a reply may hold: far beyond any id, error or script
+/// result an append gets back, far below what would exhaust memory.
+const MAX_BULK: i64 = 16 << 20;
+const MAX_ARRAY: i64 = 1 << 20;
+
 /// Takes one whole reply off the front of `buf`; `Ok(None)` (and `buf` untouched) when it has
 /// not all arrived yet.
 pub fn parse(buf: &mut BytesMut) -> Result<Option<Reply>, ProtocolError> {
-    match scan(buf, 0)? {
+    match scan(buf, 0, 0)? {
         Some(end) => {
             let mut frame = buf.split_to(end).freeze();
             Ok(Some(read(&mut frame)?))
@@ -95,13 +105,13 @@ pub fn parse(buf: &mut BytesMut) -> Result<Option<Reply>, ProtocolError> {
     }
 }
 
-/// Where the reply starting at `at` ends, if all of it is in `buf`.
-fn scan(buf: &[u8], at: usize) -> Result<Option<usize>, ProtocolError> {
+/// Where the reply starting at `at` (nested `depth` arrays deep) ends, if all of it is in `buf`.
+fn scan(buf: &[u8], at: usize, depth: usize) -> Result<Option<usize>, ProtocolError> {
     let Some(Line { kind, text, next }) = line(buf, at)? else { return Ok(None) };
     match kind {
         b'+' | b'-' | b':' => Ok(Some(next)),
         b'$' => {
-            let len = length(text)?;
+            let len = bounded(length(text)?, MAX_BULK, "bulk string")?;
             if len < 0 {
                 return Ok(Some(next));
             }
@@ -109,10 +119,13 @@ fn scan(buf: &[u8], at: usize) -> Result<Option<usize>, ProtocolError> {
             Ok((buf.len() >= end).then_some(end))
         }
         b'*' => {
-            let len = length(text)?;
+            let len = bounded(length(text)?, MAX_ARRAY, "array")?;
+            if depth >= MAX_DEPTH {
+                return Err(ProtocolError(format!("arrays nested deeper than {MAX_DEPTH}")));
+            }
             let mut at = next;
             for _ in 0..len.max(0) {
-                match scan(buf, at)? {
+                match scan(buf, at, depth + 1)? {
                     Some(end) => at = end,
                     None => return Ok(None),
                 }
@@ -137,6 +150,13 @@ fn line(buf: &[u8], at: usize) -> Result<Option<Line<'_>>, ProtocolError> {
         return Err(ProtocolError("an empty line".into()));
     };
     Ok(Some(Line { kind, text, next: at + end + 2 }))
+}
+
+fn bounded(len: i64, max: i64, what: &str) -> Result<i64, ProtocolError> {
+    match len {
+        -1..=i64::MAX if len <= max => Ok(len),
+        _ => Err(ProtocolError(format!("a {what} of length {len} (at most {max})"))),
+    }
 }
 
 fn length(line: &[u8]) -> Result<i64, ProtocolError> {
@@ -221,6 +241,22 @@ mod tests {
     fn garbage_is_a_protocol_error() {
         assert!(parse(&mut BytesMut::from(&b"?what\r\n"[..])).is_err());
         assert!(parse(&mut BytesMut::from(&b"$x\r\n"[..])).is_err());
+        assert!(parse(&mut BytesMut::from(&b"$-2\r\n"[..])).is_err());
+    }
+
+    /// A hostile server's reply cannot overflow the stack or claim unbounded memory: it is a
+    /// protocol error (the connection is closed), not an abort.
+    #[test]
+    fn deep_nesting_and_huge_lengths_are_refused() {
+        let mut deep = BytesMut::from("*1\r\n".repeat(20_000).as_bytes());
+        deep.extend_from_slice(b":1\r\n");
+        let error = parse(&mut deep).unwrap_err();
+        assert!(error.to_string().contains("nested deeper than 8"), "{error}");
+        let mut nested = BytesMut::from("*1\r\n".repeat(8).as_bytes());
+        nested.extend_from_slice(b":1\r\n");
+        assert!(parse(&mut nested).unwrap().is_some(), "eight levels are read");
+        assert!(parse(&mut BytesMut::from(&b"$9223372036854775807\r\n"[..])).is_err());
+        assert!(parse(&mut BytesMut::from(&b"*9223372036854775807\r\n"[..])).is_err());
     }
 
     fn reply() -> impl Strategy<Value = Reply> {
