@@ -189,7 +189,7 @@ async fn metrics_can_ask_for_a_bearer_token_over_tls_and_the_probes_stay_open() 
     let env = TestEnv::new().await;
     let pki = common::pki::Pki::new();
     let token = pki.dir.path().join("metrics-token");
-    std::fs::write(&token, "t0ken\n").unwrap();
+    std::fs::write(&token, "t0ken-0123456789\n").unwrap();
     let telemetry = format!(
         "sample_interval = \"100ms\"\n[telemetry.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\
          [telemetry.auth]\nbearer_token_file = \"{}\"\n",
@@ -201,7 +201,7 @@ async fn metrics_can_ask_for_a_bearer_token_over_tls_and_the_probes_stay_open() 
     let address = relay.telemetry_address().await;
     assert_eq!(tls_get(&address, &pki.ca, "/metrics", None).await, 401);
     assert_eq!(tls_get(&address, &pki.ca, "/metrics", Some("Bearer wrong")).await, 401);
-    assert_eq!(tls_get(&address, &pki.ca, "/metrics", Some("Bearer t0ken")).await, 200);
+    assert_eq!(tls_get(&address, &pki.ca, "/metrics", Some("Bearer t0ken-0123456789")).await, 200);
     assert_eq!(tls_get(&address, &pki.ca, "/healthz", None).await, 200);
     assert_eq!(common::http::try_get(&address, "/healthz").map(|(s, _)| s), None, "no plain HTTP on a TLS listener");
     assert!(!relay.logs().contains("t0ken"), "the token is never logged");

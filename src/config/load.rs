@@ -311,12 +311,18 @@ fn database_tls(database: &mut super::connections::DatabaseConfig, errors: &mut 
 }
 
 /// Reads `[telemetry.auth]`'s secret files: exactly one of a bearer token or a basic user with
-/// its password.
+/// its password, each as long as an admin token must be (one rule for every credential handoff
+/// checks).
 fn metrics_auth(auth: &mut super::telemetry::MetricsAuth, errors: &mut Vec<String>) {
+    use super::admin::MIN_TOKEN_LEN;
     let read = |key: &str, path: &PathBuf, errors: &mut Vec<String>| match std::fs::read_to_string(path) {
-        Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
-        Ok(_) => {
-            errors.push(format!("telemetry.auth.{key}: {} is empty", path.display()));
+        Ok(text) if text.trim().len() >= MIN_TOKEN_LEN => Some(Secret::new(text.trim())),
+        Ok(text) => {
+            errors.push(format!(
+                "telemetry.auth.{key}: {} holds {} characters; a credential needs at least {MIN_TOKEN_LEN}",
+                path.display(),
+                text.trim().len()
+            ));
             None
         }
         Err(e) => {
@@ -407,5 +413,20 @@ mod tests {
         let mut value: figment::value::Value = Figment::from(Toml::string(toml)).extract().unwrap();
         let unknown = apply_named(&mut value, "relay", "billing", &["batch_size".into()], "1").unwrap_err().to_string();
         assert!(unknown.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE") && unknown.contains("billing"), "{unknown}");
+    }
+
+    #[test]
+    fn a_metrics_credential_needs_as_many_characters_as_an_admin_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let config = format!(
+            "[database]\nurl = \"postgres://x@h/db\"\n[telemetry.auth]\nbearer_token_file = \"{}\"\n",
+            file.display()
+        );
+        std::fs::write(&file, "short\n").unwrap();
+        let error = format!("{:#}", load_str(&config).unwrap_err());
+        assert!(error.contains("holds 5 characters; a credential needs at least 16"), "{error}");
+        std::fs::write(&file, "0123456789abcdef\n").unwrap();
+        assert!(load_str(&config).is_ok());
     }
 }

@@ -30,8 +30,9 @@ impl fmt::Display for Secret {
     }
 }
 
-/// A URL as it may be shown: scheme, host, port and path, with credentials and the query
-/// replaced by `***` (`https://***@hooks.internal:8443/events?***`).
+/// A URL as it may be shown: scheme, host and port, with credentials, the path and the query
+/// replaced by `***` (`https://***@hooks.internal:8443/***?***`): webhook URLs carry their
+/// token in the path as often as in the query.
 pub fn redacted_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "***".into() };
     let (before_query, query) = match rest.split_once('?') {
@@ -43,7 +44,7 @@ pub fn redacted_url(url: &str) -> String {
         Some((_, host)) => format!("***@{host}"),
         None => authority.to_owned(),
     };
-    let path = if path.is_empty() { String::new() } else { format!("/{path}") };
+    let path = if path.is_empty() { "" } else { "/***" };
     format!("{scheme}://{host}{path}{query}")
 }
 
@@ -55,9 +56,14 @@ mod tests {
     fn redacted_urls_keep_where_they_go_and_drop_credentials() {
         assert_eq!(
             redacted_url("https://u:hunter2@hooks.local:8443/events?token=abc"),
-            "https://***@hooks.local:8443/events?***"
+            "https://***@hooks.local:8443/***?***"
         );
-        assert_eq!(redacted_url("http://127.0.0.1:9000/x"), "http://127.0.0.1:9000/x");
+        assert_eq!(redacted_url("http://127.0.0.1:9000/x"), "http://127.0.0.1:9000/***");
+        assert_eq!(
+            redacted_url("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX"),
+            "https://hooks.slack.com/***"
+        );
+        assert_eq!(redacted_url("https://hooks.local/"), "https://hooks.local");
         assert_eq!(redacted_url("https://hooks.local?key=1"), "https://hooks.local?***");
         assert_eq!(redacted_url("not a url with hunter2"), "***");
     }

@@ -71,7 +71,16 @@ fn judge(status: u16, dead_on: &[u16], message: String) -> Delivery {
 impl HttpHandler {
     pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, EndpointError> {
         let (uri, client) = https::client(path, "url", config.url(), &config.shown_url(), &config.tls)?;
-        let headers = https::json_headers(path, config.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let mut headers = https::json_headers(path, config.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        // `user:password@` in the URL (which may come from `url_file`) is sent as basic auth.
+        let (uri, basic) = https::basic_auth_from(uri);
+        if let Some(basic) = basic {
+            if headers.contains_key(hyper::header::AUTHORIZATION) {
+                let detail = "set by the URL's user:password@ too; keep one".to_owned();
+                return Err(EndpointError::Header { path: path.to_owned(), name: "Authorization".into(), detail });
+            }
+            headers.insert(hyper::header::AUTHORIZATION, basic);
+        }
         let forward = config.forward_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         let in_flight = tokio::sync::Semaphore::new(config.concurrency.max(1) as usize);
         Ok(Self { client, uri, timeout: config.timeout, dead_on: config.dead_on.clone(), headers, forward, in_flight })
@@ -184,6 +193,18 @@ mod tests {
         let names: Vec<String> = forwarded(&event, &allowed).into_iter().map(|(n, _)| n.to_string()).collect();
         // `tracestate` is not a string: left out; `authorization` and `host` are never forwarded.
         assert_eq!(names, ["traceparent"]);
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_sent_as_basic_auth_and_never_in_the_host() {
+        let uri: Uri = "https://ops%40acme:p%3Ass@hooks.local:8443/events?x=1".parse().unwrap();
+        let (uri, basic) = https::basic_auth_from(uri);
+        assert_eq!(uri.to_string(), "https://hooks.local:8443/events?x=1");
+        let basic = basic.unwrap();
+        assert!(basic.is_sensitive());
+        assert_eq!(basic, format!("Basic {}", crate::base64::encode(b"ops@acme:p:ss")).as_str());
+        let (plain, none) = https::basic_auth_from("http://127.0.0.1:9000/x".parse().unwrap());
+        assert_eq!((plain.to_string().as_str(), none), ("http://127.0.0.1:9000/x", None));
     }
 
     #[test]
