@@ -76,7 +76,10 @@ async fn plans(base_url: &str, layout: OutboxLayout, rows: usize) -> anyhow::Res
         |sql: String| sql.replace(":batch_size", "500").replace(":claimant", "'explain'").replace(":lease_ms", "30000");
     let picked = "(SELECT array_agg(id) FROM (SELECT id FROM audit_outbox WHERE status = 'PENDING' ORDER BY next_attempt_at, id LIMIT 500) p)";
     let statements = [
-        ("lock (claim = \"locked\", the default; batch 500)", locked.lock.replace("$1", "500").replace("$2", "0")),
+        (
+            "lock (claim = \"locked\", what \"auto\" picks on Postgres; batch 500)",
+            locked.lock.replace("$1", "500").replace("$2", "0"),
+        ),
         ("locked mark delivered (500 rows)", locked_delivered(&target, picked)),
         ("claim (claim = \"leased\"; batch 500)", named(default_sql(StatementKind::Claim, "audit_outbox"))),
         ("stats", default_sql(StatementKind::Stats, "audit_outbox")),

@@ -79,7 +79,7 @@ struct Args {
     /// replicas (1 to 8 relay processes on one outbox) when named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Print the capacity model (docs/scaling.md) for --services, --rate, --bytes, --groups,
+    /// Print the capacity model (docs/explanation/capacity.md) for --services, --rate, --bytes, --groups,
     /// --families and --headroom instead of measuring; costs from --costs where it holds them.
     #[arg(long)]
     plan: bool,
@@ -87,7 +87,7 @@ struct Args {
     /// default parts).
     #[arg(long, default_value_t = 10_000_000)]
     retention_history: usize,
-    /// Write docs/claim-plans.md: the relay's statements' plans on a plain and a partitioned outbox.
+    /// Write docs/dev/claim-plans.md: the relay's statements' plans on a plain and a partitioned outbox.
     #[arg(long)]
     explain: bool,
     /// Rows of the outbox --explain builds.

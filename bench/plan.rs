@@ -1,9 +1,9 @@
-//! `handoff-bench --plan`: the capacity model of docs/scaling.md, printed for given inputs.
+//! `handoff-bench --plan`: the capacity model of docs/explanation/capacity.md, printed for given inputs.
 //!
 //! Every output is a per-event cost the benchmark measures, times the events per second that
 //! pay it, divided by the share of a core a process may use at peak (the headroom rule). The
 //! costs come from a results.json of the benchmark where it holds them (`--costs`), from the
-//! figures in docs/scaling.md otherwise; the printout says which.
+//! figures in docs/explanation/capacity.md otherwise; the printout says which.
 
 use std::path::PathBuf;
 
@@ -90,7 +90,7 @@ pub struct Sourced {
 }
 
 impl Costs {
-    /// The costs docs/scaling.md states: the 2-vCPU development machine, one sitting of
+    /// The costs docs/explanation/capacity.md states: the 2-vCPU development machine, one sitting of
     /// `scripts/bench --scale` (2026-12-05 08:03 UTC; the relay, replicas and consumer parts, the
     /// relays alone at 2,000 events/s for the per-cycle terms and the deployment at 1,500 events/s
     /// for the per-takeover terms): what `--costs` with that sitting's results.json gives.
@@ -333,7 +333,7 @@ impl Costs {
     /// Owner Postgres per row (µs) with `relays` relay processes on the outbox, whose claim
     /// cycles carry `fill` rows: one relay, or two and more at the figure of two (the model
     /// plans two, for availability; more replicas add contention the model does not count, see
-    /// docs/scaling.md on replicas).
+    /// docs/explanation/scaling.md on replicas).
     pub fn owner_pg_at(&self, relays: u32, fill: f64) -> f64 {
         let full = if relays >= 2 { self.owner_pg_us * self.second_relay_pg } else { self.owner_pg_us };
         full + self.owner_pg_cycle_us * (1.0 / fill.max(1.0) - 1.0 / 500.0)
@@ -369,7 +369,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     let c = &sourced.costs;
     let p = plan(i, c);
     let from = if sourced.from_results.is_empty() {
-        "built-in (docs/scaling.md)".to_owned()
+        "built-in (docs/explanation/capacity.md)".to_owned()
     } else if sourced.from_results.len() == SOURCED_COSTS {
         "results.json".to_owned()
     } else {
@@ -461,7 +461,7 @@ pub fn print(i: &Inputs, sourced: &Sourced) {
     );
     println!(
         "processes sharing a host: plan their sum to at most {:.0}% of its cores; past it each pays more CPU per \
-         event, which the model does not predict (docs/scaling.md, the scale run)",
+         event, which the model does not predict (docs/dev/scaling-sittings.md, the scale run)",
         HOST_HEADROOM * 100.0
     );
     if let Some((rate, measured_us)) = sourced.chain {

@@ -1,4 +1,4 @@
-//! The scale run (`--only scale`, `scripts/bench --scale`): the deployment docs/scaling.md plans,
+//! The scale run (`--only scale`, `scripts/bench --scale`): the deployment docs/explanation/capacity.md plans,
 //! on one machine. Four owner databases (schemas of the local Postgres) with two relays each,
 //! writing sharded streams (8 shards per family) to a Redis Cluster of three primaries of the
 //! benchmark's own; two consumer groups, each with its own inbox database and two bridge

@@ -16,7 +16,7 @@ use handoff::store::outbox::contract::StatementKind;
 const ROUNDS: usize = 3;
 const PER_ROUND: usize = 300;
 
-/// The consumer's own tables on Postgres (as in docs/sql-contract.md): its inbox and the effect
+/// The consumer's own tables on Postgres (as in docs/reference/sql-contract.md): its inbox and the effect
 /// the handler writes. The effect has no `ON CONFLICT`: applying an event twice would fail, and
 /// the row would go to `failed`.
 const POSTGRES_TABLES: &str = "

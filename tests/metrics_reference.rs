@@ -1,4 +1,4 @@
-//! The metrics reference (docs/operations.md, section "Metrics") and the registry agree: every
+//! The metrics reference (docs/reference/metrics.md) and the registry agree: every
 //! exported family is documented and every documented one is exported.
 
 use std::collections::BTreeSet;
@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use prometheus::Registry;
 
 fn documented() -> BTreeSet<String> {
-    let reference = include_str!("../docs/operations.md");
+    let reference = include_str!("../docs/reference/metrics.md");
     reference
         .lines()
         .filter(|line| line.starts_with("| `handoff_") || line.starts_with("| `process_"))
@@ -40,8 +40,8 @@ fn every_exported_metric_is_documented_and_vice_versa() {
     let exported = exported();
     let undocumented: Vec<_> = exported.difference(&documented).collect();
     let missing: Vec<_> = documented.difference(&exported).collect();
-    assert!(undocumented.is_empty(), "exported but not in docs/operations.md: {undocumented:?}");
-    assert!(missing.is_empty(), "in docs/operations.md but not exported: {missing:?}");
+    assert!(undocumented.is_empty(), "exported but not in docs/reference/metrics.md: {undocumented:?}");
+    assert!(missing.is_empty(), "in docs/reference/metrics.md but not exported: {missing:?}");
 }
 
 #[test]

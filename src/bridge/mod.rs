@@ -274,7 +274,7 @@ pub(super) struct Sorted {
 /// at a time and refuses them, instead of dying on them again for ever — those reads come
 /// before anything could count the deliveries. Redis cannot bound a read by bytes, so a read
 /// after small entries can still bring `batch_size` entries of whatever size a producer wrote;
-/// the next reads adapt (docs/consumer.md, memory).
+/// the next reads adapt (docs/explanation/consumer.md, memory).
 #[derive(Debug, Clone)]
 struct ReadBudget {
     batch_size: u32,

@@ -63,7 +63,7 @@ pub struct BridgeConfig {
     #[serde(default = "defaults::poison_table")]
     pub poison_table: String,
     /// handoff's own table of redeliveries that reached the inbox database without a verdict
-    /// (what `max_deliveries` counts; see docs/consumer.md). Default: "consumer_inbox_deliveries".
+    /// (what `max_deliveries` counts; see docs/explanation/consumer.md). Default: "consumer_inbox_deliveries".
     #[serde(default = "defaults::deliveries_table")]
     pub deliveries_table: String,
     /// Also append poison entries to this stream (with `reason`, `detail`, `source_stream`,

@@ -217,7 +217,7 @@ impl Default for BrokerLossConfig {
     }
 }
 
-/// `[relay.sql]`: replacement statements with named parameters (see docs/sql-contract.md).
+/// `[relay.sql]`: replacement statements with named parameters (see docs/reference/sql-contract.md).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SqlOverrides {

@@ -118,7 +118,7 @@ pub async fn postgres(pool: &Pool) -> Result<Vec<&'static str>, MigrateError> {
 
 /// Applies the versions of `layout` not yet recorded; returns the ones applied now. A table
 /// cannot become partitioned in place: asking for a partitioned outbox where a plain one
-/// exists is refused, naming the way (docs/scaling.md).
+/// exists is refused, naming the way (docs/explanation/scaling.md).
 pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<&'static str>, MigrateError> {
     let e = |e| query_error("migrate", e);
     let mut client = pool.get().await.map_err(|e| pool_error("migrate", e))?;
@@ -145,7 +145,7 @@ pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<&'st
         if plain {
             return Err(MigrateError::Layout(
                 "--partitioned: audit_outbox exists and is not partitioned; a table cannot be partitioned in place \
-                 (docs/scaling.md, \"Partitioned outbox\"): create it where no outbox exists yet"
+                 (docs/explanation/scaling.md, \"Partitioned outbox\"): create it where no outbox exists yet"
                     .into(),
             ));
         }

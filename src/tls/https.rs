@@ -59,8 +59,8 @@ pub fn client(
 }
 
 /// `uri` without its `user:password@`, and those credentials as an `Authorization: Basic`
-/// value (marked sensitive). A client would otherwise send no credentials at all — and put
-/// them in the `Host` header. The password may be percent-encoded, as in any URL.
+/// value (marked sensitive): the HTTP client sends no credentials from a URL by itself. The
+/// password may be percent-encoded, as in any URL.
 pub fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
     let Some(authority) = uri.authority().cloned() else { return (uri, None) };
     let Some((userinfo, host)) = authority.as_str().rsplit_once('@') else { return (uri, None) };

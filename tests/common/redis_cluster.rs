@@ -23,7 +23,7 @@ impl RedisCluster {
 
     /// Three primaries with `replicas` replicas each; a primary that stops answering is
     /// replaced by its replica after about `cluster-node-timeout` (1.5 s here). Full coverage
-    /// is not required, as docs/delivery.md advises for handoff.
+    /// is not required, as docs/explanation/delivery.md advises for handoff.
     pub async fn start_with(replicas: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // The cluster bus listens on port + 10000: ports whose bus port is free too, and no

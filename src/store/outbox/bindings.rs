@@ -1,5 +1,5 @@
 //! What each named parameter of the relay's statements is bound to — the parameter half of the
-//! SQL contract (docs/sql-contract.md), in one place for every dialect. A dialect only turns [`Param`] into its
+//! SQL contract (docs/reference/sql-contract.md), in one place for every dialect. A dialect only turns [`Param`] into its
 //! own wire values (Postgres: the placeholder's inferred type; MySQL: text and JSON arrays).
 
 use std::time::Duration;

@@ -80,7 +80,7 @@ pub async fn unfit(pool: &Pool, table: &str) -> StoreResult<Option<String>> {
     let row = client.query_opt(sql, &[&table]).await.map_err(|e| query_error(LABEL, e))?;
     Ok(match row {
         None => Some(format!(
-            "table `{table}` is not partitioned: relay.partitions needs an outbox created by `handoff migrate --partitioned` (docs/scaling.md)"
+            "table `{table}` is not partitioned: relay.partitions needs an outbox created by `handoff migrate --partitioned` (docs/explanation/scaling.md, \"Partitioned outbox\")"
         )),
         Some(row)
             if row.get::<_, String>(0) != "r"

@@ -1,7 +1,7 @@
 //! Metrics, registered once on the app's registry and bound per component.
 //!
 //! Labels are component names and small fixed enums (`reason`), never row or event ids. The
-//! metrics reference in docs/operations.md lists every name; a test encodes a fresh registry against it.
+//! metrics reference in docs/reference/metrics.md lists every name; a test encodes a fresh registry against it.
 
 mod bridge;
 mod pause;
