@@ -114,3 +114,38 @@ async fn the_redis_client_gives_up_a_frozen_connection_and_answers_after_the_hea
     proxy.heal();
     eventually("the client to answer again through a new connection", || async { stream.ping().await.ok() }).await;
 }
+
+/// A bridge's Redis path freezes while it waits in a blocking read, with entries arriving
+/// meanwhile: its reads fail within block + command_timeout, readiness says so, and after the
+/// heal every entry is taken in and acknowledged (nothing waits on the frozen connection).
+#[tokio::test]
+async fn a_bridge_whose_redis_path_freezes_takes_in_again_after_the_heal() {
+    let env = TestEnv::new().await;
+    let proxy = Proxy::start(port_of(&env.redis_url)).await;
+    // The test's own appends and checks go straight to Redis (keys under its prefix).
+    let stream = "user";
+    let proxied = format!("redis://127.0.0.1:{}", proxy.port);
+    let config = env.bridge_config("b1", &[stream], "").replace(&env.redis_url, &proxied);
+    for i in 1..=10 {
+        let id = format!("before-{i}");
+        env.xadd_event(stream, &id, &format!(r#"{{"auditId":"{id}","actor":"admin"}}"#)).await;
+    }
+    let bridge = Handoff::run(&config);
+    let address = bridge.telemetry_address().await;
+    eventually("10 inbox rows", || async { (env.inbox_count("PENDING").await == 10).then_some(()) }).await;
+    await_ready(&address, true).await;
+
+    proxy.freeze();
+    for i in 1..=10 {
+        let id = format!("during-{i}");
+        env.xadd_event(stream, &id, &format!(r#"{{"auditId":"{id}","actor":"admin"}}"#)).await;
+    }
+    let body = await_ready(&address, false).await;
+    assert!(body.contains("redis unreachable"), "{body}");
+    assert_eq!(get(&address, "/healthz").0, 200, "waiting out an outage is alive");
+
+    proxy.heal();
+    eventually("20 inbox rows", || async { (env.inbox_count("PENDING").await == 20).then_some(()) }).await;
+    eventually("every entry acknowledged", || async { env.group_caught_up(stream).await.then_some(()) }).await;
+    await_ready(&address, true).await;
+}

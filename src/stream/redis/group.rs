@@ -79,7 +79,21 @@ impl Group {
         let command = CustomCommand::new_static("XREADGROUP", ClusterHash::Offset(key_at), block.is_some());
         let timeout = self.command_timeout + block.unwrap_or_default();
         let options = Options { timeout: Some(timeout), ..Default::default() };
-        let reply: Value = self.client().with_options(&options).custom(command, args).await?;
+        let client = self.client();
+        let reply: Value = match client.with_options(&options).custom(command, args).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                // A blocking read the server left unanswered past its block: the connection
+                // is dead without having said so (a partition, a lost NAT entry). The client
+                // exempts a blocked connection from its unresponsive check and queues every
+                // later command behind it, so it is remade here, or nothing would get through
+                // again.
+                if block.is_some() && *e.kind() == ErrorKind::Timeout {
+                    let _ = tokio::time::timeout(self.command_timeout, client.force_reconnection()).await;
+                }
+                return Err(e.into());
+            }
+        };
         Ok(parse_read(reply))
     }
 
