@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use common::db_env::{DbEnv, Dialect};
 use common::http::get;
 use common::process::Handoff;
 use common::proxy::Proxy;
@@ -149,3 +150,68 @@ async fn a_bridge_whose_redis_path_freezes_takes_in_again_after_the_heal() {
     eventually("every entry acknowledged", || async { env.group_caught_up(stream).await.then_some(()) }).await;
     await_ready(&address, true).await;
 }
+
+/// A relay's MariaDB path freezes with rows waiting, then heals: the statements left
+/// unanswered fail within `database.reply_timeout` (the driver has no deadline of its own; the
+/// pool's watched path closes the connection), readiness says so, nothing turns DEAD, and
+/// every row is delivered after the heal.
+#[tokio::test]
+async fn a_relay_whose_mariadb_path_freezes_delivers_again_after_the_heal() {
+    let env = DbEnv::new(Dialect::Mariadb).await;
+    let url = env.database_url().to_owned();
+    let proxy = Proxy::start(port_of(&url)).await;
+    let proxied = url.replacen(&format!(":{}/", port_of(&url)), &format!(":{}/", proxy.port), 1);
+    let config = env
+        .config("")
+        .replace(&url, &proxied)
+        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let relay = Handoff::run(&config);
+    let address = relay.telemetry_address().await;
+    env.insert_events("before", "user", 50).await;
+    env.await_delivered(50).await;
+
+    proxy.freeze();
+    env.insert_events("during", "user", 50).await;
+    let body = await_ready(&address, false).await;
+    assert!(body.contains("database"), "{body}");
+    assert_eq!(get(&address, "/healthz").0, 200, "waiting out an outage is alive");
+
+    proxy.heal();
+    env.await_delivered(100).await;
+    await_ready(&address, true).await;
+    assert_eq!(env.count("DEAD").await, 0);
+}
+
+/// A worker's database path freezes inside its handler transaction (effect written, PROCESSED
+/// not yet): the statement left unanswered fails within `database.reply_timeout` instead of
+/// waiting for ever, readiness says so; the server ends the cut-off session within twice that
+/// (so its row locks do not outlive it), and after the heal the event is applied exactly once.
+async fn a_worker_whose_path_freezes_inside_its_transaction_applies_the_event_once_after_the_heal(dialect: Dialect) {
+    let env = DbEnv::new(dialect).await;
+    env.exec(
+        "INSERT INTO consumer_inbox (consumer, event_id, event_type, owner, payload, headers, content_hash, stream, stream_entry_id)
+         VALUES ('admin', 'f-1', 'auth.mfa_policy_changed', 'auth', '{\"actor\": \"admin\"}', '{}', 'hash', 's', '0-1')",
+    )
+    .await;
+    let url = env.database_url().to_owned();
+    let proxy = Proxy::start(port_of(&url)).await;
+    let proxied = url.replacen(&format!(":{}/", port_of(&url)), &format!(":{}/", proxy.port), 1);
+    let config = format!("{}{}", env.base_config(), env.worker_section(""))
+        .replace(&url, &proxied)
+        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let worker = Handoff::run_paused(&config, "worker_in_handler");
+    worker.await_paused().await;
+    let address = worker.telemetry_address().await;
+    proxy.freeze();
+    worker.resume();
+    await_ready(&address, false).await;
+    assert_eq!(env.inbox_count("PROCESSED").await, 0);
+
+    proxy.heal();
+    eventually("the event applied", || async { (env.inbox_count("PROCESSED").await == 1).then_some(()) }).await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 1);
+    assert_eq!(env.inbox_count("DEAD").await, 0);
+    await_ready(&address, true).await;
+}
+
+crate::on_both_dialects!(a_worker_whose_path_freezes_inside_its_transaction_applies_the_event_once_after_the_heal);

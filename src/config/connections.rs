@@ -27,7 +27,7 @@ pub struct DatabaseConfig {
     /// closed: a silent network failure (a partition, a lost NAT entry, a proxy that lost its
     /// upstream) sends no error, and without this a statement would wait on it for ever. The
     /// statement fails as an outage and the next one opens a new connection. Keep it above
-    /// your slowest statement (a handler's, an operator's purge). Postgres only for now.
+    /// your slowest statement (a handler's, an operator's purge).
     /// Default: "30s".
     #[serde(default = "defaults::thirty_seconds", with = "humantime_serde")]
     pub reply_timeout: Duration,
@@ -40,6 +40,16 @@ pub struct DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// How long the server lets a handoff session sit idle inside a transaction before ending
+    /// it (its locks with it): twice `reply_timeout`. A process cut off by a silent network
+    /// failure mid-transaction gives its connection up after `reply_timeout`, but the server
+    /// sees nothing and would keep the session and its row locks for hours, the rows' next
+    /// claimant waiting on them. A transaction idle on purpose (a locked batch held while its
+    /// rows are appended) sets its own, longer, limit.
+    pub fn idle_in_transaction(&self) -> Duration {
+        self.reply_timeout * 2
+    }
+
     /// The TLS mode in force (after the URL's words were merged in at load).
     pub fn tls_mode(&self) -> TlsMode {
         let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);

@@ -7,4 +7,5 @@
 
 pub(crate) mod errors;
 pub(crate) mod pool;
+pub(crate) mod tunnel;
 pub(crate) mod values;

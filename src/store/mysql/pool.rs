@@ -15,6 +15,8 @@ use crate::store::error::{ConnectError, StoreError};
 pub struct Pool {
     inner: mysql_async::Pool,
     connect_timeout: Duration,
+    /// The watched path the pool connects through (see `tunnel`), kept open while it lives.
+    _tunnel: Option<std::sync::Arc<super::tunnel::Tunnel>>,
 }
 
 impl Pool {
@@ -52,14 +54,43 @@ pub fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
     let mut builder = OptsBuilder::from_opts(opts)
         .pool_opts(PoolOpts::default().with_constraints(constraints))
         // Leases and retry times compare DATETIME(3) columns with NOW(3): keep the session in UTC
-        // so every instance reads the same clock the same way.
-        .init(vec!["SET time_zone = '+00:00'"]);
+        // so every instance reads the same clock the same way. On MariaDB (the `/*M!` comment
+        // is MariaDB's; MySQL skips it) the server also ends a session left idle inside a
+        // transaction (see `idle_in_transaction`).
+        .init(vec![format!(
+            "SET time_zone = '+00:00' /*M!, idle_transaction_timeout = {} */",
+            config.idle_in_transaction().as_secs().max(1)
+        )]);
     let mode = config.tls_mode();
+    let (host, port) = (opts_host(&builder), opts_port(&builder));
+    let tunnel = super::tunnel::open(&host, port, config.connect_timeout, config.reply_timeout).map_err(|e| {
+        ConnectError::Url { dialect: "MySQL", detail: format!("opening the watched path to {host}:{port}: {e}") }
+    })?;
+    if let Some(tunnel) = &tunnel {
+        // Through the tunnel (TLS still runs end to end and verifies the server's own name);
+        // never switch to the server's Unix socket behind its back.
+        builder =
+            builder.ip_or_hostname(tunnel.local.ip().to_string()).tcp_port(tunnel.local.port()).prefer_socket(false);
+    }
     if mode != TlsMode::Disable {
         // Over a local socket the driver would skip TLS without a word: keep to TCP.
-        builder = builder.ssl_opts(ssl_opts(config, mode)?).prefer_socket(false);
+        let ssl = ssl_opts(config, mode)?;
+        let ssl = if tunnel.is_some() { ssl.with_danger_tls_hostname_override(Some(host.clone())) } else { ssl };
+        builder = builder.ssl_opts(ssl).prefer_socket(false);
     }
-    Ok(Pool { inner: mysql_async::Pool::new(builder), connect_timeout: config.connect_timeout })
+    Ok(Pool {
+        inner: mysql_async::Pool::new(builder),
+        connect_timeout: config.connect_timeout,
+        _tunnel: tunnel.map(std::sync::Arc::new),
+    })
+}
+
+fn opts_host(builder: &OptsBuilder) -> String {
+    Opts::from(builder.clone()).ip_or_hostname().to_owned()
+}
+
+fn opts_port(builder: &OptsBuilder) -> u16 {
+    Opts::from(builder.clone()).tcp_port()
 }
 
 /// `require` accepts any certificate; `verify-full` checks chain and host name against

@@ -15,7 +15,8 @@ use crate::store::error::StoreError;
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
 pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, ConnectError> {
     let (pg, tls) = connect_config(config, application_name)?;
-    let connect = WatchedConnect { tls, reply_timeout: config.reply_timeout };
+    let idle_in_transaction = config.idle_in_transaction();
+    let connect = WatchedConnect { tls, reply_timeout: config.reply_timeout, idle_in_transaction };
     let manager = Manager::from_connect(pg, connect, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(config.pool_size)

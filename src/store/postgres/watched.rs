@@ -142,6 +142,8 @@ fn failure(e: &mut Option<io::Error>) -> io::Error {
 pub struct WatchedConnect {
     pub tls: MakeRustlsConnect,
     pub reply_timeout: Duration,
+    /// The session's `idle_in_transaction_session_timeout`, set once connected.
+    pub idle_in_transaction: Duration,
 }
 
 impl Connect for WatchedConnect {
@@ -151,11 +153,16 @@ impl Connect for WatchedConnect {
             let tcp_only = config.get_hostaddrs().is_empty()
                 && !config.get_hosts().is_empty()
                 && config.get_hosts().iter().all(|h| matches!(h, Host::Tcp(_)));
-            if !tcp_only {
+            let (client, task) = if tcp_only {
+                connect_watched(&config, self.tls.clone(), self.reply_timeout).await?
+            } else {
                 let (client, connection) = config.connect(self.tls.clone()).await?;
-                return Ok((client, tokio::spawn(drive(connection))));
-            }
-            connect_watched(&config, self.tls.clone(), self.reply_timeout).await
+                (client, tokio::spawn(drive(connection)))
+            };
+            // A session cut off mid-transaction is ended by the server, and its locks released.
+            let ms = self.idle_in_transaction.as_millis().max(1);
+            client.batch_execute(&format!("SET idle_in_transaction_session_timeout = {ms}")).await?;
+            Ok((client, task))
         })
     }
 }
@@ -218,7 +225,7 @@ async fn open(host: &str, port: u16, connect_timeout: Option<Duration>, reply_ti
 
 /// No Nagle delay; keepalive probes that give up within about the reply timeout on an idle
 /// connection; unacknowledged data that fails the connection after the reply timeout.
-fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
+pub(crate) fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
     tcp.set_nodelay(true)?;
     let socket = socket2::SockRef::from(tcp);
     let probe = (reply_timeout / 4).max(Duration::from_secs(1));

@@ -1,0 +1,96 @@
+//! A watched path to MySQL. mysql_async has no client-side deadline of its own and takes no
+//! socket from its caller, so after a silent network failure (a partition, a lost NAT entry: no
+//! RST, no FIN) a statement would wait on its connection for ever, and a connection given up
+//! mid-statement would hang its pool's recycler draining a reply that never comes.
+//!
+//! The pool therefore connects through this in-process tunnel on loopback, which forwards each
+//! connection to the server unchanged (TLS, when on, runs end to end through it) and closes
+//! both ends when a request goes unanswered for `database.reply_timeout` — the same rule as
+//! Postgres's watched sockets. The driver then sees its connection fail at once, the statement
+//! fails as an outage and the connection is discarded. The server-side socket also carries TCP
+//! keepalive and a user timeout derived from the same timeout.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// A tunnel's local end; it stops when the last pool holding it is dropped.
+pub struct Tunnel {
+    pub local: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Opens a tunnel to `host:port`; `None` outside a Tokio runtime (the pool then connects
+/// directly, with only the kernel's checks).
+pub fn open(host: &str, port: u16, connect_timeout: Duration, reply_timeout: Duration) -> io::Result<Option<Tunnel>> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return Ok(None) };
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let _entered = runtime.enter();
+    let listener = TcpListener::from_std(listener)?;
+    let upstream = (host.to_owned(), port);
+    let task = runtime.spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else { continue };
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Err(error) = forward(client, &upstream, connect_timeout, reply_timeout).await {
+                    debug!(%error, "database connection ended");
+                }
+            });
+        }
+    });
+    Ok(Some(Tunnel { local, task }))
+}
+
+async fn forward(
+    mut client: TcpStream,
+    (host, port): &(String, u16),
+    connect_timeout: Duration,
+    reply_timeout: Duration,
+) -> io::Result<()> {
+    let connecting = tokio::time::timeout(connect_timeout, TcpStream::connect((host.as_str(), *port)));
+    let mut server = connecting.await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
+    crate::store::postgres::watched::tune(&server, reply_timeout)?;
+    client.set_nodelay(true)?;
+    let (mut asked, mut answered) = ([0u8; 16 * 1024], [0u8; 16 * 1024]);
+    // Armed by bytes towards the server while none were due; disarmed by any reply.
+    let mut due: Option<Instant> = None;
+    loop {
+        let deadline = due.unwrap_or_else(|| Instant::now() + reply_timeout);
+        tokio::select! {
+            n = client.read(&mut asked) => {
+                let n = n?;
+                if n == 0 {
+                    return Ok(());
+                }
+                server.write_all(&asked[..n]).await?;
+                due.get_or_insert_with(|| Instant::now() + reply_timeout);
+            }
+            n = server.read(&mut answered) => {
+                let n = n?;
+                if n == 0 {
+                    return Ok(());
+                }
+                due = None;
+                client.write_all(&answered[..n]).await?;
+            }
+            _ = tokio::time::sleep_until(deadline), if due.is_some() => {
+                warn!(server = %format!("{host}:{port}"), ?reply_timeout, "the database sent no reply within database.reply_timeout; connection closed");
+                return Ok(());
+            }
+        }
+    }
+}
