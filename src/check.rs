@@ -77,6 +77,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                     ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
                     let (claim, chosen) = relay.claim_loop.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
+                    ok.push(crate::config::keep::described(relay));
                     match crate::ops::shards::agree(&db, relay, false).await {
                         Ok(Agreement::NotSharded) => {}
                         Ok(Agreement::Agrees { family, count }) => {

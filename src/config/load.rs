@@ -106,6 +106,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     }
     super::claim::resolve(&mut config);
     super::apply::resolve(&mut config);
+    super::keep::resolve(&mut config);
     Ok(config)
 }
 

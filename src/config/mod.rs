@@ -14,6 +14,7 @@ mod connections;
 pub(crate) mod consumer_sql;
 mod event_types;
 mod file;
+pub(crate) mod keep;
 mod load;
 mod nats;
 pub(crate) mod ordered;

@@ -34,7 +34,9 @@ pub struct RelayConfig {
     /// `mark_delivered` keeps delivered rows (status DELIVERED); `delete` removes them. Default: "mark_delivered".
     #[serde(default)]
     pub settle: SettleMode,
-    /// Stream trimming. Default: none (streams grow until something else trims them).
+    /// Stream trimming. Default on Redis: `acknowledged` every 30 s (entries every consumer
+    /// group has read and acknowledged are trimmed; a stream no group reads yet is kept whole).
+    /// `[relay.trim] acknowledged = false` keeps every entry.
     pub trim: Option<TrimConfig>,
     /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
     pub notify: Option<NotifyConfig>,
@@ -43,7 +45,9 @@ pub struct RelayConfig {
     pub dedupe: Option<DedupeConfig>,
     /// Events with the same key reach the stream in commit order. Default: off.
     pub ordering: Option<OrderingConfig>,
-    /// Purge delivered rows after an age. Default: off (delivered rows stay).
+    /// Purge delivered rows after an age. Default: delivered rows are deleted after 7 days on
+    /// the reference outbox (no `[relay.sql]` statements, `settle = "mark_delivered"`, no
+    /// `partitions`); kept otherwise. `[relay.retention] enabled = false` keeps them.
     pub retention: Option<RetentionConfig>,
     /// Keep a time-partitioned outbox's partitions: create ahead, drop old delivered ones.
     /// Default: off (a plain table).
@@ -96,12 +100,37 @@ pub struct TrimConfig {
     #[serde(default, with = "humantime_serde::option")]
     pub min_age: Option<Duration>,
     /// Trim each stream the relay writes, every `interval`, only below what every consumer
-    /// group has both delivered and acknowledged. Default: false.
-    #[serde(default)]
-    pub acknowledged: bool,
+    /// group has both delivered and acknowledged; `false` alone keeps every entry.
+    pub acknowledged: Option<bool>,
     /// How often the `acknowledged` trim runs. Default: "30s".
     #[serde(default = "defaults::trim_interval", with = "humantime_serde")]
     pub interval: Duration,
+    /// Set by handoff, not read from the file: the relay trims by default.
+    #[serde(skip)]
+    pub defaulted: bool,
+}
+
+impl TrimConfig {
+    /// The default on Redis: below what every group acknowledged, every 30 s.
+    pub fn acknowledged_by_default() -> Self {
+        Self {
+            maxlen: None,
+            min_age: None,
+            acknowledged: Some(true),
+            interval: defaults::trim_interval(),
+            defaulted: true,
+        }
+    }
+
+    /// Whether the `acknowledged` trim is on.
+    pub fn acknowledged(&self) -> bool {
+        self.acknowledged == Some(true)
+    }
+
+    /// `acknowledged = false` and nothing else: keep every entry.
+    pub fn off(&self) -> bool {
+        self.acknowledged == Some(false) && self.maxlen.is_none() && self.min_age.is_none()
+    }
 }
 
 /// `[relay.notify]`
@@ -147,8 +176,11 @@ pub enum OnFailure {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Delivered rows older than this (by `delivered_at`) are deleted. Required.
-    #[serde(with = "humantime_serde")]
+    /// `false` keeps delivered rows for ever. Default: true.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// Delivered rows older than this (by `delivered_at`) are deleted. Default: "7d".
+    #[serde(default = "defaults::seven_days", with = "humantime_serde")]
     pub delivered_after: Duration,
     /// Rows per delete statement; small batches keep locks short. Default: 1000.
     #[serde(default = "defaults::purge_batch")]
@@ -156,6 +188,21 @@ pub struct RetentionConfig {
     /// Pause between purge passes. Default: "1m".
     #[serde(default = "defaults::purge_interval", with = "humantime_serde")]
     pub interval: Duration,
+    /// Set by handoff, not read from the file: the relay purges by default.
+    #[serde(skip)]
+    pub defaulted: bool,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            delivered_after: defaults::seven_days(),
+            batch: defaults::purge_batch(),
+            interval: defaults::purge_interval(),
+            defaulted: true,
+        }
+    }
 }
 
 /// `[relay.durability]`: what "appended" must mean before a row is settled.
@@ -257,6 +304,11 @@ impl RelayConfig {
 }
 
 impl SqlOverrides {
+    /// No statement replaced: the reference outbox.
+    pub fn is_empty(&self) -> bool {
+        crate::store::outbox::contract::StatementKind::ALL.iter().all(|kind| self.get(*kind).is_none())
+    }
+
     /// The configured replacement for `kind`, if any.
     pub fn get(&self, kind: crate::store::outbox::contract::StatementKind) -> Option<&str> {
         use crate::store::outbox::contract::StatementKind as K;
@@ -303,6 +355,9 @@ mod defaults {
     }
     pub fn purge_batch() -> u32 {
         1000
+    }
+    pub fn seven_days() -> Duration {
+        Duration::from_secs(7 * 24 * 3600)
     }
     pub fn purge_interval() -> Duration {
         Duration::from_secs(60)

@@ -220,9 +220,11 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     validate_backoff(&format!("{path}.outage_backoff"), &relay.claim_loop.outage_backoff, errors);
     if let Some(trim) = &relay.trim {
         let set =
-            usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged);
-        if set != 1 {
-            errors.push(format!("{path}.trim: set exactly one of maxlen, min_age, acknowledged"));
+            usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());
+        if set != 1 && !trim.off() {
+            errors.push(format!(
+                "{path}.trim: set exactly one of maxlen, min_age, acknowledged = true (acknowledged = false alone keeps every entry)"
+            ));
         }
         if trim.maxlen == Some(0) {
             errors.push(format!("{path}.trim.maxlen must be > 0"));
@@ -260,7 +262,7 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     }
     if let Some(partitions) = &relay.partitions {
         errors.extend(partitions.problems(path));
-        if relay.retention.is_some() {
+        if relay.retention.as_ref().is_some_and(|r| r.enabled) {
             errors.push(format!(
                 "{path}: partitions drops old partitions and retention deletes old rows: choose one (partitions)"
             ));

@@ -44,7 +44,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Every `trim.interval`, trims each stream this relay appended to below the oldest entry
     /// any consumer group still needs (pending, or not yet delivered to it).
     pub async fn trim_acknowledged(&self, shutdown: CancellationToken) {
-        let Some(interval) = self.config.trim.as_ref().filter(|t| t.acknowledged).map(|t| t.interval) else { return };
+        let Some(interval) = self.config.trim.as_ref().filter(|t| t.acknowledged()).map(|t| t.interval) else { return };
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}

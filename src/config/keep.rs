@@ -1,0 +1,93 @@
+//! What a relay keeps, unless told otherwise: nothing grows without bound by default. A Redis
+//! relay trims its streams below what every consumer group has acknowledged (a stream no group
+//! reads yet is kept whole: nothing vouches for its entries), and a relay on the reference
+//! outbox deletes delivered rows after 7 days (replays reach that far back). An outbox of the
+//! service's own layout (`[relay.sql]`), `settle = "delete"` and a partitioned outbox keep
+//! their own ways. `[relay.trim] acknowledged = false` and `[relay.retention] enabled = false`
+//! keep everything.
+
+use super::file::Config;
+use super::nats::Broker;
+use super::relay::{RetentionConfig, SettleMode, TrimConfig};
+
+/// Fills in the defaults after validation (which saw only what the file says).
+pub fn resolve(config: &mut Config) {
+    for relay in &mut config.relays {
+        relay.trim = match relay.trim.take() {
+            None if relay.broker == Broker::Redis => Some(TrimConfig::acknowledged_by_default()),
+            Some(trim) if trim.off() => None,
+            trim => trim,
+        };
+        let reference = relay.sql.is_empty() && relay.settle == SettleMode::MarkDelivered && relay.partitions.is_none();
+        relay.retention = match relay.retention.take() {
+            None if reference => Some(RetentionConfig::default()),
+            Some(retention) if !retention.enabled => None,
+            retention => retention,
+        };
+    }
+}
+
+/// What a relay keeps, in words, for `check`.
+pub fn described(relay: &super::relay::RelayConfig) -> String {
+    let default = |d: bool| if d { " (default)" } else { "" };
+    let rows = match &relay.retention {
+        Some(r) => format!(
+            "deletes delivered rows after {}{}",
+            humantime::format_duration(r.delivered_after),
+            default(r.defaulted)
+        ),
+        None if relay.settle == SettleMode::Delete => "deletes each row when it is delivered".to_owned(),
+        None if relay.partitions.is_some() => "drops old partitions ([relay.partitions])".to_owned(),
+        None => "keeps delivered rows for ever (set [relay.retention])".to_owned(),
+    };
+    let entries = match (&relay.trim, relay.broker) {
+        (_, Broker::Nats) => "the JetStream stream's limits decide what it keeps".to_owned(),
+        (Some(t), _) if t.acknowledged() => format!(
+            "trims its streams below what every group acknowledged, every {}{}",
+            humantime::format_duration(t.interval),
+            default(t.defaulted)
+        ),
+        (Some(t), _) => match (t.maxlen, t.min_age) {
+            (Some(n), _) => format!("trims its streams to about {n} entries"),
+            (_, Some(age)) => format!("trims entries older than {}", humantime::format_duration(age)),
+            _ => "keeps every stream entry".to_owned(),
+        },
+        (None, _) => "keeps every stream entry for ever ([relay.trim] acknowledged = false)".to_owned(),
+    };
+    format!("relay `{}`: {rows}; {entries}", relay.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load_str;
+
+    const BASE: &str = "[database]\nurl = \"postgres://x@h/db\"\n";
+
+    #[test]
+    fn a_relay_trims_acknowledged_entries_and_deletes_old_delivered_rows_unless_told_otherwise() {
+        let config = load_str(&format!("{BASE}[[relay]]\nname = \"a\"\n")).unwrap();
+        let relay = &config.relays[0];
+        assert!(relay.trim.as_ref().is_some_and(|t| t.acknowledged() && t.defaulted));
+        assert_eq!(relay.retention.as_ref().map(|r| r.delivered_after.as_secs()), Some(7 * 24 * 3600));
+        let text = super::described(relay);
+        assert!(text.contains("after 7days (default)") && text.contains("every 30s (default)"), "{text}");
+
+        let off = "[[relay]]\nname = \"a\"\n[relay.trim]\nacknowledged = false\n[relay.retention]\nenabled = false\n";
+        let config = load_str(&format!("{BASE}{off}")).unwrap();
+        assert!(config.relays[0].trim.is_none() && config.relays[0].retention.is_none());
+        assert!(super::described(&config.relays[0]).contains("keeps delivered rows for ever"));
+
+        let own = "[[relay]]\nname = \"a\"\n[relay.sql]\nclaim = \"SELECT 1\"\n";
+        let config = load_str(&format!("{BASE}{own}")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.relays[0].retention.is_none(), "an outbox of its own layout keeps its rows");
+        let deleting = load_str(&format!("{BASE}[[relay]]\nname = \"a\"\nsettle = \"delete\"\n")).unwrap();
+        assert!(deleting.relays[0].retention.is_none());
+    }
+
+    #[test]
+    fn trim_settings_that_contradict_each_other_are_refused() {
+        let both = "[[relay]]\nname = \"a\"\n[relay.trim]\nacknowledged = true\nmaxlen = 10\n";
+        let error = format!("{}", load_str(&format!("{BASE}{both}")).unwrap_err());
+        assert!(error.contains("trim"), "{error}");
+    }
+}
