@@ -215,3 +215,51 @@ async fn a_worker_whose_path_freezes_inside_its_transaction_applies_the_event_on
 }
 
 crate::on_both_dialects!(a_worker_whose_path_freezes_inside_its_transaction_applies_the_event_once_after_the_heal);
+
+/// A relay's NATS path freezes with rows waiting, then heals for new connections: publishes
+/// fail within the timeout, readiness says so, no attempt is counted, and every row is
+/// published after the heal (the client's pings notice the dead connection and it reconnects).
+#[tokio::test]
+async fn a_relay_whose_nats_path_freezes_delivers_again_after_the_heal() {
+    let chain = common::brokers::Chain::nats_via_proxy().await;
+    let env = &chain.env;
+    let relay = Handoff::run(&chain.relay_config("", ""));
+    let address = relay.telemetry_address().await;
+    env.insert_events("before", "user", 20).await;
+    env.await_delivered(20).await;
+
+    chain.proxy().freeze();
+    env.insert_events("during", "user", 20).await;
+    let body = await_ready(&address, false).await;
+    assert!(body.contains("nats unreachable"), "{body}");
+    assert_eq!(get(&address, "/healthz").0, 200, "waiting out an outage is alive");
+
+    chain.proxy().heal();
+    env.await_delivered(40).await;
+    await_ready(&address, true).await;
+    assert_no_attempt_counted(env).await;
+    let ids = chain.stream_event_ids().await;
+    assert!((1..=20).all(|i| ids.contains(&format!("during-{i}"))), "every row reached the stream");
+}
+
+/// A bridge's NATS path freezes with messages arriving: readiness fails while frozen, and after
+/// the heal every message is taken in once and acknowledged.
+#[tokio::test]
+async fn a_bridge_whose_nats_path_freezes_takes_in_again_after_the_heal() {
+    let chain = common::brokers::Chain::nats_via_proxy().await;
+    chain.publish("before", 10, &[]).await;
+    let bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
+    let address = bridge.telemetry_address().await;
+    eventually("10 taken in", || async { (chain.taken_in().await == 10).then_some(()) }).await;
+
+    chain.proxy().freeze();
+    chain.publish("during", 10, &[]).await;
+    let body = await_ready(&address, false).await;
+    assert!(body.contains("nats unreachable"), "{body}");
+
+    chain.proxy().heal();
+    eventually("20 taken in", || async { (chain.taken_in().await == 20).then_some(()) }).await;
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(20).await;
+    await_ready(&address, true).await;
+}

@@ -156,6 +156,11 @@ impl Chain {
         }
     }
 
+    /// The proxy in front of NATS (`Chain::nats_via_proxy`).
+    pub fn proxy(&self) -> &super::proxy::Proxy {
+        self.proxy.as_ref().expect("a chain made with nats_via_proxy")
+    }
+
     fn nats_section(&self) -> String {
         let url = match (&self.broker, &self.proxy) {
             (Broker::Redis(_), _) => return String::new(),

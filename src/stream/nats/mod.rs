@@ -106,6 +106,10 @@ impl NatsStream {
             .await?
             .connection_timeout(timeout)
             .request_timeout(Some(timeout))
+            // The client drops a connection once two pings go unanswered: a silent network
+            // failure (no RST, no FIN) is noticed within about 1.5 × timeout instead of the
+            // default's three minutes, and the client reconnects.
+            .ping_interval((timeout / 2).max(std::time::Duration::from_millis(250)))
             .retry_on_initial_connect()
             .event_callback(move |event| {
                 let notify = notify.clone();
