@@ -230,16 +230,21 @@ seccompProfile:
     {{- end }}
 {{- end -}}
 
-{{/* Pod volumes for the container above, as items of a volumes: list. */}}
+{{/* Pod volumes for the container above, as items of a volumes: list. Secret files are 0440:
+readable by the pod's fsGroup (the chart's pod sets it to handoff's group). A sidecar lives in
+the owner's pod, whose fsGroup the chart does not set: there they stay 0444 unless the owner's
+pod sets fsGroup to handoff's group and `sidecar.fsGroupSet` says so. */}}
 {{- define "handoff.volumes" -}}
 {{- $v := .values -}}
+{{- $mode := 0440 -}}
+{{- if and .sidecar (not $v.sidecar.fsGroupSet) }}{{ $mode = 0444 }}{{ end -}}
 - name: handoff-config
   configMap:
     name: {{ include "handoff.configMapName" . }}
 {{- if $v.secrets.asFiles }}
 - name: handoff-secrets
   projected:
-    defaultMode: 0444
+    defaultMode: {{ $mode }}
     sources:
       - secret:
           name: {{ $v.secrets.databaseUrl.name | quote }}
@@ -258,7 +263,7 @@ seccompProfile:
 - name: handoff-tls-{{ .name }}
   secret:
     secretName: {{ .secretName | quote }}
-    defaultMode: 0444
+    defaultMode: {{ $mode }}
     {{- with .items }}
     items:
       {{- toYaml . | nindent 6 }}
