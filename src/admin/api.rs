@@ -96,14 +96,23 @@ pub async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Resp
             return json_response(error(StatusCode::UNPROCESSABLE_ENTITY, why));
         }
     };
-    let (status, value) = write(state, &caller, &path, &body).await;
-    let summary = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
-    info!(target: "handoff::admin", caller = %caller.name, %path, request = %summary, status = status.as_u16(), "admin call");
-    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-    if let Some(ticket) = ticket {
-        ticket.finish(status, &text);
+    // In a task of its own: a client that hangs up does not cut a mutation off half way, and
+    // its idempotency key is settled with the answer either way.
+    let (state, path) = (state.clone(), path.clone());
+    let mutation = tokio::spawn(async move {
+        let (status, value) = write(&state, &caller, &path, &body).await;
+        let summary = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
+        info!(target: "handoff::admin", caller = %caller.name, %path, request = %summary, status = status.as_u16(), "admin call");
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        if let Some(ticket) = ticket {
+            ticket.finish(status, &text);
+        }
+        (status, text)
+    });
+    match mutation.await {
+        Ok((status, text)) => response(status, "application/json", text),
+        Err(e) => json_response(error(StatusCode::INTERNAL_SERVER_ERROR, format!("the call failed: {e}"))),
     }
-    response(status, "application/json", text)
 }
 
 fn json_response((status, value): Reply) -> Response<Full<Bytes>> {

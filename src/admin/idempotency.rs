@@ -90,10 +90,12 @@ impl Idempotency {
 }
 
 impl Ticket {
+    /// Keeps a success for the key's retries; anything else frees the key (a retry after an
+    /// outage or a refusal runs again, with the state of that moment).
     pub(super) fn finish(mut self, status: StatusCode, body: &str) {
         let Some((slot, request)) = self.slot.take() else { return };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if body.len() <= MAX_ANSWER {
+        if status.is_success() && body.len() <= MAX_ANSWER {
             let answered = Entry::Answered { at: Instant::now(), request, status, body: body.to_owned() };
             entries.insert(slot, answered);
         } else {
@@ -147,5 +149,7 @@ mod tests {
         assert_eq!(keys.entries.lock().unwrap().len(), REMEMBERED);
         run(keys.begin("ops", "big", "POST", "/", b"")).finish(StatusCode::OK, &"x".repeat(MAX_ANSWER + 1));
         assert!(matches!(keys.begin("ops", "big", "POST", "/", b""), Begun::Run(_)), "too large to keep");
+        run(keys.begin("ops", "down", "POST", "/", b"")).finish(StatusCode::SERVICE_UNAVAILABLE, "outage");
+        assert!(matches!(keys.begin("ops", "down", "POST", "/", b""), Begun::Run(_)), "a failure is not kept");
     }
 }

@@ -5,7 +5,7 @@
 //!   request in progress ([`Connections`]);
 //! - a TLS handshake and a request's headers (keep-alive waits included) must arrive within
 //!   `header_read_timeout`, and the headers fit in [`MAX_HEADER_BYTES`];
-//! - no connection lives longer than [`CONNECTION_MAX_AGE`].
+//! - a connection is closed at [`CONNECTION_MAX_AGE`], once its request in progress is answered.
 //!
 //! A handler that reads a request body bounds its size and time itself ([`read_body`]).
 
@@ -28,7 +28,8 @@ use tracing::debug;
 
 use super::connections::{Admitted, Connections};
 
-/// No connection lives longer than this, whatever it does (clients reconnect).
+/// A connection is closed after this, once the request in progress (if any) is answered
+/// (clients reconnect).
 pub const CONNECTION_MAX_AGE: Duration = Duration::from_secs(60);
 /// A request's line and headers together: more is refused (hyper answers 431).
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -106,13 +107,26 @@ where
         .max_buf_size(MAX_HEADER_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     let name = settings.name;
-    tokio::select! {
-        ended = tokio::time::timeout(CONNECTION_MAX_AGE, serving) => match ended {
-            Ok(Err(error)) => debug!(listener = name, %error, "connection ended with an error"),
-            Err(_) => debug!(listener = name, "connection closed at its maximum age"),
-            Ok(Ok(())) => {}
-        },
-        _ = admitted.closed.cancelled() => debug!(listener = name, "connection closed to make room for a new one"),
+    let mut serving = std::pin::pin!(serving);
+    let ended = tokio::select! {
+        ended = serving.as_mut() => ended,
+        () = tokio::time::sleep(CONNECTION_MAX_AGE) => {
+            // A request in progress is finished first (an admin mutation is never cut off
+            // half way); the connection then closes instead of waiting for another.
+            debug!(listener = name, "connection at its maximum age; closing after the request in progress");
+            serving.as_mut().graceful_shutdown();
+            tokio::select! {
+                ended = serving.as_mut() => ended,
+                _ = admitted.closed.cancelled() => Ok(()),
+            }
+        }
+        _ = admitted.closed.cancelled() => {
+            debug!(listener = name, "connection closed to make room for a new one");
+            Ok(())
+        }
+    };
+    if let Err(error) = ended {
+        debug!(listener = name, %error, "connection ended with an error");
     }
 }
 
