@@ -192,7 +192,18 @@ impl EventStream for RedisStream {
                 true => Ok(()),
             };
         }
-        self.client.ping::<String>(None).await.map(drop).map_err(|e| Unavailable(e.details().to_owned()))
+        match self.client.ping::<String>(None).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // No answer at all: the connection may be dead without having said so, and a
+                // client kept busy by other callers never looks idle enough for its own
+                // unresponsive check. Remake it, so the next probe goes out on a fresh one.
+                if *e.kind() == ErrorKind::Timeout {
+                    let _ = tokio::time::timeout(self.command_timeout, self.client.force_reconnection()).await;
+                }
+                Err(Unavailable(e.details().to_owned()))
+            }
+        }
     }
 
     async fn partly_up(&self) -> bool {

@@ -21,6 +21,8 @@ use super::resp::{self, Reply};
 
 /// Idle links kept per node (about one per claim loop).
 const MAX_IDLE_PER_NODE: usize = 8;
+/// The most a batch's replies may hold before the exchange is given up as a protocol error.
+const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// Where a batch's appends for one node go.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -221,6 +223,12 @@ impl Link {
             match resp::parse(&mut self.read) {
                 Ok(Some(reply)) => replies.push(reply),
                 Ok(None) => {
+                    // Replies to a batch of appends are ids and errors: far less than this. A
+                    // server that keeps sending without finishing a reply is not one.
+                    if self.read.len() > MAX_REPLY_BYTES {
+                        let why = format!("a reply over {MAX_REPLY_BYTES} bytes");
+                        return Err(Failure { replied: true, why: LinkError::Protocol(why) });
+                    }
                     if self.read.capacity() - self.read.len() < 4096 {
                         self.read.reserve(16 * 1024);
                     }
