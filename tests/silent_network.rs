@@ -11,6 +11,17 @@ use common::process::Handoff;
 use common::proxy::Proxy;
 use common::{TestEnv, eventually};
 
+/// `config` with `from` replaced by `to`, which must be there.
+fn replaced(config: &str, from: &str, to: &str) -> String {
+    assert!(config.contains(from), "the test's config has `{from}`: {config}");
+    config.replace(from, to)
+}
+
+/// Short database timeouts, so a frozen path is noticed within a test's wait.
+fn fast(config: &str) -> String {
+    replaced(config, "pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"")
+}
+
 fn port_of(url: &str) -> u16 {
     let rest = url.rsplit_once(':').map(|(_, rest)| rest).unwrap_or_default();
     rest.split('/').next().and_then(|p| p.parse().ok()).expect("a URL with a port")
@@ -36,7 +47,7 @@ async fn assert_no_attempt_counted(env: &TestEnv) {
 async fn a_relay_whose_redis_path_freezes_delivers_again_after_the_heal() {
     let env = TestEnv::new().await;
     let proxy = Proxy::start(port_of(&env.redis_url)).await;
-    let config = env.config("").replace(&env.redis_url, &format!("redis://127.0.0.1:{}", proxy.port));
+    let config = replaced(&env.config(""), &env.redis_url, &format!("redis://127.0.0.1:{}", proxy.port));
     let relay = Handoff::run(&config);
     let address = relay.telemetry_address().await;
     env.insert_events("before", "user", 100).await;
@@ -71,9 +82,7 @@ async fn a_relay_whose_database_path_freezes_holding_a_batch_leaves_it_to_a_repl
     // The lease is the held batch's idle-in-transaction timeout; long enough that the batch
     // inserted after the first (leased) turn is claimed by a locked turn.
     let config = env.config("claim = \"locked\"\nlease = \"10s\"");
-    let frozen_config = config
-        .replace(&env.database_url, &proxied)
-        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let frozen_config = fast(&replaced(&config, &env.database_url, &proxied));
     let frozen = Handoff::run_paused(&frozen_config, "after_append");
     frozen.await_log("claiming in locked transactions").await;
     env.insert_events("held", "user", 20).await;
@@ -126,7 +135,7 @@ async fn a_bridge_whose_redis_path_freezes_takes_in_again_after_the_heal() {
     // The test's own appends and checks go straight to Redis (keys under its prefix).
     let stream = "user";
     let proxied = format!("redis://127.0.0.1:{}", proxy.port);
-    let config = env.bridge_config("b1", &[stream], "").replace(&env.redis_url, &proxied);
+    let config = replaced(&env.bridge_config("b1", &[stream], ""), &env.redis_url, &proxied);
     for i in 1..=10 {
         let id = format!("before-{i}");
         env.xadd_event(stream, &id, &format!(r#"{{"auditId":"{id}","actor":"admin"}}"#)).await;
@@ -161,10 +170,7 @@ async fn a_relay_whose_mariadb_path_freezes_delivers_again_after_the_heal() {
     let url = env.database_url().to_owned();
     let proxy = Proxy::start(port_of(&url)).await;
     let proxied = url.replacen(&format!(":{}/", port_of(&url)), &format!(":{}/", proxy.port), 1);
-    let config = env
-        .config("")
-        .replace(&url, &proxied)
-        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let config = fast(&replaced(&env.config(""), &url, &proxied));
     let relay = Handoff::run(&config);
     let address = relay.telemetry_address().await;
     env.insert_events("before", "user", 50).await;
@@ -196,9 +202,7 @@ async fn a_worker_whose_path_freezes_inside_its_transaction_applies_the_event_on
     let url = env.database_url().to_owned();
     let proxy = Proxy::start(port_of(&url)).await;
     let proxied = url.replacen(&format!(":{}/", port_of(&url)), &format!(":{}/", proxy.port), 1);
-    let config = format!("{}{}", env.base_config(), env.worker_section(""))
-        .replace(&url, &proxied)
-        .replace("pool_size = 4", "pool_size = 4\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"");
+    let config = fast(&replaced(&format!("{}{}", env.base_config(), env.worker_section("")), &url, &proxied));
     let worker = Handoff::run_paused(&config, "worker_in_handler");
     worker.await_paused().await;
     let address = worker.telemetry_address().await;

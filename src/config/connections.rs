@@ -23,11 +23,13 @@ pub struct DatabaseConfig {
     /// Timeout for opening a connection and for waiting on the pool. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// How long a connection may leave a request unanswered before it counts as dead and is
-    /// closed: a silent network failure (a partition, a lost NAT entry, a proxy that lost its
-    /// upstream) sends no error, and without this a statement would wait on it for ever. The
-    /// statement fails as an outage and the next one opens a new connection. Keep it above
-    /// your slowest statement (a handler's, an operator's purge).
+    /// The longest a statement may run: the server ends it there (`statement_timeout`,
+    /// MariaDB's `max_statement_time`), and a connection that leaves a request unanswered a
+    /// little longer counts as dead and is closed — a silent network failure (a partition, a
+    /// lost NAT entry, a proxy that lost its upstream) sends no error, and without this a
+    /// statement would wait on it for ever. Either way the statement fails as an outage and
+    /// the next one opens a new connection. Keep it above your slowest statement (a handler's);
+    /// operator commands (`migrate`, `dead`, `replay`, …) allow an hour at least.
     /// Default: "30s".
     #[serde(default = "defaults::thirty_seconds", with = "humantime_serde")]
     pub reply_timeout: Duration,
@@ -48,6 +50,14 @@ impl DatabaseConfig {
     /// rows are appended) sets its own, longer, limit.
     pub fn idle_in_transaction(&self) -> Duration {
         self.reply_timeout * 2
+    }
+
+    /// How long a connection may leave a request unanswered before handoff gives it up: a
+    /// little longer than `reply_timeout`, which the server is asked to hold every statement
+    /// to (`statement_timeout`; MariaDB's `max_statement_time`), so that a slow statement ends
+    /// on the server with its own error, first, instead of running on after its client left.
+    pub fn reply_deadline(&self) -> Duration {
+        self.reply_timeout + (self.reply_timeout / 4).max(Duration::from_secs(1))
     }
 
     /// The TLS mode in force (after the URL's words were merged in at load).

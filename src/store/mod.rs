@@ -12,6 +12,7 @@ pub(crate) mod error;
 pub mod inbox;
 pub mod migrate;
 pub(crate) mod mysql;
+pub(crate) mod net;
 pub mod outbox;
 pub(crate) mod param;
 pub mod partitions;

@@ -58,12 +58,13 @@ pub fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
         // is MariaDB's; MySQL skips it) the server also ends a session left idle inside a
         // transaction (see `idle_in_transaction`).
         .init(vec![format!(
-            "SET time_zone = '+00:00' /*M!, idle_transaction_timeout = {} */",
-            config.idle_in_transaction().as_secs().max(1)
+            "SET time_zone = '+00:00' /*M!, idle_transaction_timeout = {}, max_statement_time = {} */",
+            config.idle_in_transaction().as_secs().max(1),
+            config.reply_timeout.as_secs_f64().max(0.001)
         )]);
     let mode = config.tls_mode();
     let (host, port) = (opts_host(&builder), opts_port(&builder));
-    let tunnel = super::tunnel::open(&host, port, config.connect_timeout, config.reply_timeout).map_err(|e| {
+    let tunnel = super::tunnel::open(&host, port, config.connect_timeout, config.reply_deadline()).map_err(|e| {
         ConnectError::Url { dialect: "MySQL", detail: format!("opening the watched path to {host}:{port}: {e}") }
     })?;
     if let Some(tunnel) = &tunnel {
@@ -75,7 +76,8 @@ pub fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
     if mode != TlsMode::Disable {
         // Over a local socket the driver would skip TLS without a word: keep to TCP.
         let ssl = ssl_opts(config, mode)?;
-        let ssl = if tunnel.is_some() { ssl.with_danger_tls_hostname_override(Some(host.clone())) } else { ssl };
+        let name = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let ssl = if tunnel.is_some() { ssl.with_danger_tls_hostname_override(Some(name)) } else { ssl };
         builder = builder.ssl_opts(ssl).prefer_socket(false);
     }
     Ok(Pool {

@@ -14,10 +14,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::Instant;
 use tracing::{debug, warn};
+
+use crate::store::net::{Watched, tune};
 
 /// A tunnel's local end; it stops when the last pool holding it is dropped.
 pub struct Tunnel {
@@ -40,14 +40,26 @@ pub fn open(host: &str, port: u16, connect_timeout: Duration, reply_timeout: Dur
     let local = listener.local_addr()?;
     let _entered = runtime.enter();
     let listener = TcpListener::from_std(listener)?;
-    let upstream = (host.to_owned(), port);
+    // A URL's IPv6 literal comes bracketed (`[::1]`); a socket address takes it bare.
+    let upstream = (host.trim_start_matches('[').trim_end_matches(']').to_owned(), port);
     let task = runtime.spawn(async move {
         loop {
-            let Ok((client, _)) = listener.accept().await else { continue };
+            let client = match listener.accept().await {
+                Ok((client, _)) => client,
+                Err(error) => {
+                    // Out of file descriptors, say: wait instead of spinning.
+                    debug!(%error, "database tunnel accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let upstream = upstream.clone();
             tokio::spawn(async move {
                 if let Err(error) = forward(client, &upstream, connect_timeout, reply_timeout).await {
-                    debug!(%error, "database connection ended");
+                    match error.kind() {
+                        io::ErrorKind::TimedOut => warn!(%error, "database connection closed"),
+                        _ => debug!(%error, "database connection ended"),
+                    }
                 }
             });
         }
@@ -55,6 +67,8 @@ pub fn open(host: &str, port: u16, connect_timeout: Duration, reply_timeout: Dur
     Ok(Some(Tunnel { local, task }))
 }
 
+/// Carries one connection both ways until either end closes it, or the server leaves a request
+/// unanswered for `reply_timeout` ([`Watched`]): then both ends close.
 async fn forward(
     mut client: TcpStream,
     (host, port): &(String, u16),
@@ -62,35 +76,9 @@ async fn forward(
     reply_timeout: Duration,
 ) -> io::Result<()> {
     let connecting = tokio::time::timeout(connect_timeout, TcpStream::connect((host.as_str(), *port)));
-    let mut server = connecting.await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
-    crate::store::postgres::watched::tune(&server, reply_timeout)?;
+    let server = connecting.await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect"))??;
+    tune(&server, reply_timeout)?;
     client.set_nodelay(true)?;
-    let (mut asked, mut answered) = ([0u8; 16 * 1024], [0u8; 16 * 1024]);
-    // Armed by bytes towards the server while none were due; disarmed by any reply.
-    let mut due: Option<Instant> = None;
-    loop {
-        let deadline = due.unwrap_or_else(|| Instant::now() + reply_timeout);
-        tokio::select! {
-            n = client.read(&mut asked) => {
-                let n = n?;
-                if n == 0 {
-                    return Ok(());
-                }
-                server.write_all(&asked[..n]).await?;
-                due.get_or_insert_with(|| Instant::now() + reply_timeout);
-            }
-            n = server.read(&mut answered) => {
-                let n = n?;
-                if n == 0 {
-                    return Ok(());
-                }
-                due = None;
-                client.write_all(&answered[..n]).await?;
-            }
-            _ = tokio::time::sleep_until(deadline), if due.is_some() => {
-                warn!(server = %format!("{host}:{port}"), ?reply_timeout, "the database sent no reply within database.reply_timeout; connection closed");
-                return Ok(());
-            }
-        }
-    }
+    let mut server = Watched::new(server, reply_timeout);
+    tokio::io::copy_bidirectional(&mut client, &mut server).await.map(drop)
 }

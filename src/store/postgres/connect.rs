@@ -15,8 +15,12 @@ use crate::store::error::StoreError;
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
 pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, ConnectError> {
     let (pg, tls) = connect_config(config, application_name)?;
-    let idle_in_transaction = config.idle_in_transaction();
-    let connect = WatchedConnect { tls, reply_timeout: config.reply_timeout, idle_in_transaction };
+    let connect = WatchedConnect {
+        tls,
+        reply_timeout: config.reply_deadline(),
+        statement_timeout: config.reply_timeout,
+        idle_in_transaction: config.idle_in_transaction(),
+    };
     let manager = Manager::from_connect(pg, connect, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(config.pool_size)
@@ -46,9 +50,9 @@ pub(crate) fn connect_config(
     pg.connect_timeout(config.connect_timeout);
     // Keepalives and a user timeout notice a silently dropped connection instead of waiting on
     // it for ever (the pool's own connections are watched more closely: `watched`).
-    let probe = (config.reply_timeout / 4).max(Duration::from_secs(1));
+    let probe = (config.reply_deadline() / 4).max(Duration::from_secs(1));
     pg.keepalives(true).keepalives_idle(probe).keepalives_interval(probe).keepalives_retries(3);
-    pg.tcp_user_timeout(config.reply_timeout);
+    pg.tcp_user_timeout(config.reply_deadline());
     let mode = config.tls_mode();
     pg.ssl_mode(match mode {
         TlsMode::Disable => SslMode::Disable,

@@ -20,78 +20,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::store::net::{Watched, tune};
+
 use deadpool_postgres::Connect;
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
-use tokio::time::Sleep;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
-
-/// A stream whose reads fail with `TimedOut` when a write has gone unanswered for `limit`.
-pub struct Watched<S> {
-    inner: S,
-    limit: Duration,
-    /// Armed by the first write since the last byte read; disarmed by the next byte read.
-    due: Option<Pin<Box<Sleep>>>,
-}
-
-impl<S> Watched<S> {
-    pub fn new(inner: S, limit: Duration) -> Self {
-        Self { inner, limit, due: None }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        match Pin::new(&mut self.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    self.due = None;
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                let limit = self.limit;
-                match self.due.as_mut().map(|due| due.as_mut().poll(cx)) {
-                    Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the database sent no reply within database.reply_timeout ({limit:?}); connection closed"
-                        ),
-                    ))),
-                    _ => Poll::Pending,
-                }
-            }
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let written = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) && self.due.is_none() {
-            self.due = Some(Box::pin(tokio::time::sleep(self.limit)));
-            // The reader may be parked already without a timer; have it polled again so that
-            // the deadline is registered with this task.
-            cx.waker().wake_by_ref();
-        }
-        written
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
 
 /// A socket of ours, or the reason it could not be opened (which tokio-postgres then reports
 /// through its own error type on the first write: it has no public constructor for one).
@@ -142,7 +81,9 @@ fn failure(e: &mut Option<io::Error>) -> io::Error {
 pub struct WatchedConnect {
     pub tls: MakeRustlsConnect,
     pub reply_timeout: Duration,
-    /// The session's `idle_in_transaction_session_timeout`, set once connected.
+    /// The session's `statement_timeout` and `idle_in_transaction_session_timeout`, set once
+    /// connected.
+    pub statement_timeout: Duration,
     pub idle_in_transaction: Duration,
 }
 
@@ -159,9 +100,17 @@ impl Connect for WatchedConnect {
                 let (client, connection) = config.connect(self.tls.clone()).await?;
                 (client, tokio::spawn(drive(connection)))
             };
-            // A session cut off mid-transaction is ended by the server, and its locks released.
-            let ms = self.idle_in_transaction.as_millis().max(1);
-            client.batch_execute(&format!("SET idle_in_transaction_session_timeout = {ms}")).await?;
+            // The server holds each statement to the limit, and ends a session cut off
+            // mid-transaction (its locks released). A server that knows neither setting (a
+            // Postgres-like one) still serves: only the client's own deadline then applies.
+            let settings = format!(
+                "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+                self.statement_timeout.as_millis().max(1),
+                self.idle_in_transaction.as_millis().max(1)
+            );
+            if let Err(error) = client.batch_execute(&settings).await {
+                tracing::warn!(%error, "the database refused handoff's session limits; only its own deadline applies");
+            }
             Ok((client, task))
         })
     }
@@ -223,45 +172,8 @@ async fn open(host: &str, port: u16, connect_timeout: Option<Duration>, reply_ti
     Socket::Open(Watched::new(tcp, reply_timeout))
 }
 
-/// No Nagle delay; keepalive probes that give up within about the reply timeout on an idle
-/// connection; unacknowledged data that fails the connection after the reply timeout.
-pub(crate) fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
-    tcp.set_nodelay(true)?;
-    let socket = socket2::SockRef::from(tcp);
-    let probe = (reply_timeout / 4).max(Duration::from_secs(1));
-    let keepalive = socket2::TcpKeepalive::new().with_time(probe).with_interval(probe).with_retries(3);
-    socket.set_tcp_keepalive(&keepalive)?;
-    #[cfg(target_os = "linux")]
-    socket.set_tcp_user_timeout(Some(reply_timeout))?;
-    Ok(())
-}
-
 async fn drive<C: Future<Output = Result<(), tokio_postgres::Error>>>(connection: C) {
     if let Err(error) = connection.await {
         tracing::debug!(%error, "database connection ended");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    #[tokio::test(start_paused = true)]
-    async fn an_unanswered_write_fails_the_read_after_the_limit_and_an_answer_disarms_it() {
-        let (near, mut far) = tokio::io::duplex(64);
-        let mut watched = Watched::new(near, Duration::from_secs(5));
-        let mut buf = [0u8; 8];
-        // Nothing asked: waiting for data is not overdue.
-        assert!(tokio::time::timeout(Duration::from_secs(60), watched.read(&mut buf)).await.is_err());
-        watched.write_all(b"ask").await.unwrap();
-        far.write_all(b"ok").await.unwrap();
-        assert_eq!(watched.read(&mut buf).await.unwrap(), 2);
-        // Answered: idle again for as long as it likes.
-        assert!(tokio::time::timeout(Duration::from_secs(60), watched.read(&mut buf)).await.is_err());
-        watched.write_all(b"ask again").await.unwrap();
-        let error = watched.read(&mut buf).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        assert!(error.to_string().contains("database.reply_timeout (5s)"), "{error}");
     }
 }
