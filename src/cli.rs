@@ -32,11 +32,17 @@ pub enum Command {
     Run,
     /// Validate the config, connect to the database and Redis, prepare and check every statement.
     Check,
-    /// Apply the reference schema (idempotent).
+    /// Apply the reference schema (idempotent): only the tables the config's components need
+    /// (or `--role`'s), never a table the config adopts.
     Migrate {
         /// Print the SQL instead of applying it.
         #[arg(long)]
         print: bool,
+        /// Whose tables: relay (outbox), bridge (inbox, poison, deliveries), worker (inbox),
+        /// all (everything, the demo's table too); repeat for several. Default: the roles of the
+        /// config's [[relay]], [[bridge]] and [[worker]] sections, or all when it has none.
+        #[arg(long, value_enum)]
+        role: Vec<store::migrate::parts::Role>,
         /// Create the outbox partitioned by range of `created_at` (Postgres), for retention by
         /// dropping partitions (`[relay.partitions]`). Only where no outbox exists yet.
         #[arg(long)]
@@ -123,7 +129,7 @@ async fn reshard(config: &Config, relay: &str) -> ExitCode {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Migrate { print: true, partitioned } = cli.command {
+    if let Command::Migrate { print: true, partitioned, role } = &cli.command {
         // The dialect comes from the config: a config that does not load is an error, not a
         // reason to print another dialect's schema.
         let config = match config::load(&cli.config) {
@@ -136,12 +142,16 @@ pub fn main() -> ExitCode {
         let mysql = config
             .database
             .url
+            .as_ref()
             .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
         let layout =
-            if partitioned { store::migrate::OutboxLayout::Partitioned } else { store::migrate::OutboxLayout::Plain };
+            if *partitioned { store::migrate::OutboxLayout::Partitioned } else { store::migrate::OutboxLayout::Plain };
         let versions = if mysql { store::migrate::MYSQL.to_vec() } else { store::migrate::postgres_versions(layout) };
+        let wanted = store::migrate::parts::needed(&config, role);
         for (version, sql) in versions {
-            println!("-- {version}\n{sql}");
+            for (part, text) in store::migrate::parts::split(sql).into_iter().filter(|(p, _)| wanted.contains(p)) {
+                println!("-- {version} ({})\n{text}", part.name());
+            }
         }
         return ExitCode::SUCCESS;
     }
@@ -153,6 +163,13 @@ pub fn main() -> ExitCode {
         }
     };
     telemetry::logging::init(config.telemetry.log_format, &config.telemetry.log_level);
+    let mut config = config;
+    if !matches!(cli.command, Command::Run | Command::Check) {
+        // An operator's command may run long statements on purpose (a migration's DDL, a purge,
+        // a replay's pages): an hour at least before the server or handoff gives one up.
+        let hour = std::time::Duration::from_secs(3600);
+        config.database.reply_timeout = config.database.reply_timeout.max(hour);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -192,7 +209,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Reshard { relay } => reshard(&config, &relay).await,
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
-        Command::Migrate { partitioned, .. } => {
+        Command::Migrate { partitioned, role, .. } => {
             let layout = if partitioned {
                 store::migrate::OutboxLayout::Partitioned
             } else {
@@ -200,7 +217,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             };
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
-                let mut applied: Vec<String> = db.migrate(layout).await?.into_iter().map(str::to_owned).collect();
+                let wanted = store::migrate::parts::needed(&config, &role);
+                let mut applied = db.migrate(layout, &wanted).await?;
                 applied.extend(create_partitions(&config, &db).await?);
                 applied.extend(create_nats_stream(&config).await?);
                 anyhow::Ok(applied)

@@ -231,11 +231,13 @@ async fn insert_orders(env: &DbEnv, round: usize, n: usize) {
     .await;
 }
 
-/// Waits until `table` holds more rows than it does now.
-async fn await_more_rows(env: &DbEnv, table: &str, what: &str) {
-    let count = format!("SELECT COUNT(*) FROM {table}");
-    let before = env.scalar(&count).await;
-    eventually(what, || async { (env.scalar(&count).await > before).then_some(()) }).await;
+async fn rows(env: &DbEnv, table: &str) -> i64 {
+    env.scalar(&format!("SELECT COUNT(*) FROM {table}")).await
+}
+
+/// Waits until `table` holds more than `before` rows.
+async fn await_more_rows(env: &DbEnv, table: &str, before: i64, what: &str) {
+    eventually(what, || async { (rows(env, table).await > before).then_some(()) }).await;
 }
 
 async fn an_existing_inbox_and_envelope_are_adopted_by_configuration_through_kills(dialect: Dialect) {
@@ -259,11 +261,14 @@ async fn an_existing_inbox_and_envelope_are_adopted_by_configuration_through_kil
     let mut bridge_process = Handoff::run(&bridge);
     let mut worker_process = Handoff::run(&worker);
     for round in 0..ROUNDS {
+        // Counted before the round's events exist: the worker may apply all of them before the
+        // bridge is restarted, and progress is measured from here either way.
+        let (taken, applied) = (rows(&env, "app_inbox").await, rows(&env, "order_versions").await);
         insert_orders(&env, round, PER_ROUND).await;
-        await_more_rows(&env, "app_inbox", "the bridge to make progress").await;
+        await_more_rows(&env, "app_inbox", taken, "the bridge to make progress").await;
         bridge_process.kill();
         bridge_process = Handoff::run(&bridge);
-        await_more_rows(&env, "order_versions", "the worker to make progress").await;
+        await_more_rows(&env, "order_versions", applied, "the worker to make progress").await;
         worker_process.kill();
         worker_process = Handoff::run(&worker);
     }
@@ -326,4 +331,40 @@ async fn an_adopted_inbox_without_a_hash_column_detects_a_replay_with_other_cont
     let reason: String = env.db.query_one("SELECT reason FROM consumer_inbox_poison", &[]).await.unwrap().get(0);
     assert_eq!(reason, "payload_conflict", "the same payload again is a duplicate, another one a conflict");
     assert_eq!(env.scalar_i64("SELECT count(*) FROM app_inbox").await, 1);
+}
+
+/// As a user's database is: only the service's own tables (`app_inbox`, `order_versions`).
+/// `handoff migrate` with the shipped example's bridge, then its worker, creates handoff's own
+/// bookkeeping beside them and nothing else — no reference inbox, no outbox, no demo table —
+/// and `check` then accepts both.
+#[tokio::test]
+async fn migrate_beside_an_adopted_inbox_creates_only_handoffs_own_tables_and_check_passes() {
+    let env = TestEnv::empty().await;
+    env.db.batch_execute(POSTGRES_TABLES).await.unwrap();
+    for part in ["bridge", "worker"] {
+        let config = example_part(&env.base_config(), &env.id, part);
+        let (ok, out) = common::process::run_to_end(&config, &["migrate"]);
+        assert!(ok, "migrate for the {part}: {out}");
+        let (ok, out) = common::process::run_to_end(&config, &["check"]);
+        assert!(ok, "check for the {part}: {out}");
+    }
+    let rows = env
+        .db
+        .query("SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()", &[])
+        .await
+        .unwrap();
+    let mut tables: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    tables.sort();
+    assert_eq!(
+        tables,
+        [
+            "app_inbox",
+            "consumer_inbox_deliveries",
+            "consumer_inbox_poison",
+            "handoff_pauses",
+            "handoff_schema_migrations",
+            "handoff_stream_shards",
+            "order_versions"
+        ]
+    );
 }

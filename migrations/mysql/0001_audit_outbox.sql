@@ -1,6 +1,7 @@
 -- handoff reference schema, MySQL 8 / MariaDB 10.6+: the owner service's outbox.
 -- MySQL has no partial indexes; (status, …) indexes serve the same intent: the claim reads the
 -- PENDING / IN_FLIGHT ranges of the index and never the delivered history.
+-- part: outbox
 CREATE TABLE IF NOT EXISTS audit_outbox (
     id               BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
     event_id         VARCHAR(128) NOT NULL,

@@ -1,4 +1,5 @@
 -- handoff reference schema, MySQL 8 / MariaDB 10.6+: the consumer side.
+-- part: inbox
 CREATE TABLE IF NOT EXISTS consumer_inbox (
     id               BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
     consumer         VARCHAR(128) NOT NULL,
@@ -32,6 +33,7 @@ CREATE TABLE IF NOT EXISTS consumer_inbox (
     KEY consumer_inbox_lease (consumer, status, lease_expires_at)
 ) ENGINE = InnoDB;
 
+-- part: poison
 CREATE TABLE IF NOT EXISTS consumer_inbox_poison (
     id              BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
     consumer        VARCHAR(128) NOT NULL,

@@ -1,4 +1,5 @@
 -- Example read model from the seed (MySQL / MariaDB): the consumer's audit log.
+-- part: demo
 CREATE TABLE IF NOT EXISTS audit_logs (
     audit_id    VARCHAR(128) NOT NULL PRIMARY KEY,
     source      VARCHAR(128) NOT NULL,

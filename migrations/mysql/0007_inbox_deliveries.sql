@@ -1,6 +1,7 @@
 -- handoff reference schema, MySQL / MariaDB: deliveries of stream entries that reached the inbox
 -- database without a verdict (see migrations/postgres/0010_inbox_deliveries.sql): only those
 -- count towards a bridge's max_deliveries.
+-- part: deliveries
 CREATE TABLE IF NOT EXISTS consumer_inbox_deliveries (
     consumer        VARCHAR(128) NOT NULL,
     stream          VARCHAR(255) NOT NULL,

@@ -1,6 +1,7 @@
 -- handoff reference schema, MySQL / MariaDB: paused components (see
 -- migrations/postgres/0011_pauses.sql): a row per paused relay, bridge or worker, polled by
 -- every replica, deleted by `handoff resume`.
+-- part: pauses
 CREATE TABLE IF NOT EXISTS handoff_pauses (
     component  VARCHAR(16)  NOT NULL,
     name       VARCHAR(200) NOT NULL,

@@ -1,5 +1,6 @@
 -- handoff reference schema, MySQL / MariaDB: replay jobs (see
 -- migrations/postgres/0012_replays.sql): the checkpoint a `handoff replay` resumes from.
+-- part: replays
 CREATE TABLE IF NOT EXISTS handoff_replays (
     job         VARCHAR(200) NOT NULL PRIMARY KEY,
     relay       VARCHAR(200) NOT NULL,

@@ -1,5 +1,6 @@
 -- handoff reference schema, MySQL / MariaDB: the shard count each family of sharded streams was
 -- first written with (see migrations/postgres/0013_stream_shards.sql).
+-- part: shards
 CREATE TABLE IF NOT EXISTS handoff_stream_shards (
     family      VARCHAR(700) NOT NULL PRIMARY KEY,
     shard_count INT          NOT NULL,

@@ -1,5 +1,6 @@
 -- handoff reference schema, Postgres: the owner service's outbox.
 -- The service adds one INSERT to its own transaction; handoff does everything else.
+-- part: outbox
 
 CREATE TABLE IF NOT EXISTS audit_outbox (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

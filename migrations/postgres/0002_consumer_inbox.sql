@@ -1,6 +1,7 @@
 -- handoff reference schema, Postgres: the consumer side. The bridge takes stream entries over
 -- into consumer_inbox (unique per consumer and event) before acknowledging them; the worker
 -- applies each row's effect and marks it PROCESSED in one transaction.
+-- part: inbox
 
 CREATE TABLE IF NOT EXISTS consumer_inbox (
     id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -46,6 +47,7 @@ CREATE INDEX IF NOT EXISTS consumer_inbox_dead
 CREATE INDEX IF NOT EXISTS consumer_inbox_processed
     ON consumer_inbox (processed_at) WHERE status = 'PROCESSED';
 
+-- part: poison
 -- Entries the bridge could not take over, with the reason and the original fields; also
 -- payload conflicts (same event id, other content). One row per stream entry, so a redelivered
 -- entry is recorded once.

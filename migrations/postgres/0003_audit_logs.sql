@@ -1,6 +1,7 @@
 -- Example read model from the seed: the consumer's audit log, written by a worker handler keyed
 -- by the event id (INSERT … ON CONFLICT DO NOTHING), in the transaction that marks the inbox
 -- row PROCESSED.
+-- part: demo
 
 CREATE TABLE IF NOT EXISTS audit_logs (
     audit_id    text PRIMARY KEY,

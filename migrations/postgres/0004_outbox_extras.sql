@@ -1,4 +1,5 @@
 -- handoff reference schema, Postgres: what the optional relay features use.
+-- part: outbox
 
 -- Low-latency wake-up: a statement-level trigger NOTIFYs the relay's channel once per INSERT
 -- statement (NOTIFY also folds identical notifications within a transaction). Polling stays as
@@ -25,5 +26,6 @@ ALTER TABLE audit_outbox ALTER COLUMN commit_horizon SET DEFAULT pg_current_xact
 -- Re-drive history: DEAD rows sent back to PENDING keep their last error and count this.
 ALTER TABLE audit_outbox ADD COLUMN IF NOT EXISTS redrives integer NOT NULL DEFAULT 0;
 ALTER TABLE audit_outbox ADD COLUMN IF NOT EXISTS redriven_at timestamptz;
+-- part: inbox
 ALTER TABLE consumer_inbox ADD COLUMN IF NOT EXISTS redrives integer NOT NULL DEFAULT 0;
 ALTER TABLE consumer_inbox ADD COLUMN IF NOT EXISTS redriven_at timestamptz;

@@ -4,6 +4,7 @@
 -- append the event again, so the database refuses it loudly instead. Re-drives (`handoff dead
 -- retry`, broker-loss repair) set `handoff.redrive` for their own transaction. The WHEN clause is
 -- evaluated without calling the function, so settles and claims pay next to nothing for it.
+-- part: outbox
 CREATE OR REPLACE FUNCTION handoff_refuse_reopen() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(current_setting('handoff.redrive', true), '') <> 'on' THEN

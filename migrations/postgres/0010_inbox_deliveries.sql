@@ -5,6 +5,7 @@
 -- as far as the database count towards max_deliveries: a redelivery during an inbox outage, or
 -- one the bridge was restarted in before it could write anything, never does. A row lives only
 -- while its entry is pending; rows not counted again for delete_idle_consumers_after are purged.
+-- part: deliveries
 CREATE TABLE IF NOT EXISTS consumer_inbox_deliveries (
     consumer        text        NOT NULL,
     stream          text        NOT NULL,

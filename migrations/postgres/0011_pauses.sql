@@ -3,6 +3,7 @@
 -- table and stops claiming or reading while its row is present and not expired. The row lives
 -- in the database the component already uses, so a pause survives restarts and reaches every
 -- replica without another moving part.
+-- part: pauses
 CREATE TABLE IF NOT EXISTS handoff_pauses (
     component  text        NOT NULL CHECK (component IN ('relay', 'bridge', 'worker')),
     name       text        NOT NULL,

@@ -2,6 +2,7 @@
 -- replays (the relay, the target stream, the selection as JSON, the highest row id it covers)
 -- and how far it got (`after_id`: every matching row up to it has been appended). A replay
 -- killed or interrupted resumes from here; at most the batch in flight is appended twice.
+-- part: replays
 CREATE TABLE IF NOT EXISTS handoff_replays (
     job         text        PRIMARY KEY,
     relay       text        NOT NULL,

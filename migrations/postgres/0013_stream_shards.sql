@@ -4,6 +4,7 @@
 -- the same key would land in another shard while the old one may still hold its earlier
 -- events, and consumers would see them out of order. `handoff reshard` records a new count
 -- once the old shards are drained.
+-- part: shards
 CREATE TABLE IF NOT EXISTS handoff_stream_shards (
     family      text        PRIMARY KEY,
     shard_count integer     NOT NULL CHECK (shard_count > 0),

@@ -40,11 +40,18 @@ impl Database {
         }
     }
 
-    /// Applies the reference schema; returns the versions applied now.
-    pub async fn migrate(&self, layout: super::migrate::OutboxLayout) -> Result<Vec<&'static str>, MigrateError> {
+    /// Applies the reference schema's `parts` (see `migrate::parts`); returns what was applied
+    /// now.
+    pub async fn migrate(
+        &self,
+        layout: super::migrate::OutboxLayout,
+        parts: &std::collections::BTreeSet<super::migrate::parts::Part>,
+    ) -> Result<Vec<String>, MigrateError> {
         match (self, layout) {
-            (Database::Postgres(pool), _) => super::migrate::postgres_with(pool, layout).await,
-            (Database::Mysql(pool), super::migrate::OutboxLayout::Plain) => super::migrate::mysql(pool).await,
+            (Database::Postgres(pool), _) => super::migrate::postgres_parts(pool, layout, parts).await,
+            (Database::Mysql(pool), super::migrate::OutboxLayout::Plain) => {
+                super::migrate::mysql_parts(pool, parts).await
+            }
             (Database::Mysql(_), super::migrate::OutboxLayout::Partitioned) => Err(MigrateError::Layout(
                 "--partitioned: a partitioned outbox needs Postgres (on MariaDB, relay.retention deletes delivered rows)".into(),
             )),

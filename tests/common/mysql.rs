@@ -40,7 +40,10 @@ impl MyEnv {
         let env = Self { id, database_url, redis_url: redis_url.to_owned(), db, redis };
         let config = handoff::config::load_str(&format!("[database]\nurl = \"{}\"\n", env.database_url)).unwrap();
         let database = handoff::store::database::Database::connect(&config.database, "handoff-test").unwrap();
-        database.migrate(Default::default()).await.expect("migrate MariaDB");
+        database
+            .migrate(Default::default(), &handoff::store::migrate::parts::Part::ALL.into_iter().collect())
+            .await
+            .expect("migrate MariaDB");
         env
     }
 

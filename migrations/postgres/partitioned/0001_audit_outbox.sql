@@ -8,6 +8,7 @@
 -- event_id and different creation times are both accepted here. Consumers still apply an event
 -- once (their inbox is keyed on the event id), so a repeated id means the second event is
 -- dropped as a duplicate; producers must keep event ids unique (UUIDs do).
+-- part: outbox
 
 CREATE TABLE IF NOT EXISTS audit_outbox (
     id               bigint GENERATED ALWAYS AS IDENTITY,
