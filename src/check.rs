@@ -42,6 +42,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         check_redis(config, &mut ok, &mut problems).await;
     }
     check_nats(config, &mut ok, &mut problems).await;
+    ok.extend(crate::checklist::database(config));
     let db = match Database::connect(&config.database, "handoff-check") {
         Ok(db) => db,
         Err(e) => {
@@ -177,6 +178,7 @@ async fn check_redis(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<S
         Ok((stream, _)) => match stream.ping().await {
             Ok(()) => {
                 ok.push(format!("redis: reachable, {}", redis_tls(config).await));
+                ok.extend(crate::checklist::redis(&stream, config).await);
                 for relay in &config.relays {
                     match stream.check_gate(relay).await {
                         Ok(Ok(())) => {}

@@ -13,6 +13,7 @@ mod app;
 mod base64;
 mod bridge;
 mod check;
+mod checklist;
 pub mod cli;
 pub mod config;
 mod error;

@@ -3,9 +3,9 @@
 
 use crate::common;
 
-use common::TestEnv;
 use common::db_env::{DbEnv, Dialect};
 use common::process::{run_to_end, run_with_env};
+use common::{TestEnv, eventually};
 
 fn minimal(extra: &str) -> String {
     format!("[database]\nurl = \"postgres://postgres@127.0.0.1:5432/handoff_test\"\n{extra}")
@@ -335,4 +335,38 @@ fn an_environment_override_reaches_a_named_relay() {
     assert!(!ok && out.contains("relay[1].batch_size") && !out.contains("relay[0].batch_size"), "{out}");
     let (ok, out) = common::process::run_with_env(&path, &["check"], &[("HANDOFF_RELAY__BILLING__BATCH_SIZE", "5")]);
     assert!(!ok && out.contains("HANDOFF_RELAY__BILLING__BATCH_SIZE: no [[relay]] entry is named `billing`"), "{out}");
+}
+
+/// The production checklist reads the live Redis: an evicting, unpersisted Redis with a replica
+/// and an ungated relay warns about each, naming the setting; once fixed, each passes. Warnings
+/// never fail the check.
+#[tokio::test]
+async fn check_warns_about_redis_settings_that_can_lose_entries_and_passes_them_once_fixed() {
+    use common::redis_server::{RedisServer, redis_cli};
+    let primary = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]).await;
+    let _replica = RedisServer::replica_of(primary.port).await;
+    let env = TestEnv::with_redis(&primary.url()).await;
+    eventually("the replica to be connected", || async {
+        redis_cli(primary.port, &["info", "replication"]).contains("connected_slaves:1").then_some(())
+    })
+    .await;
+    let (ok, out) = run_to_end(&env.config(""), &["check"]);
+    assert!(ok, "warnings do not fail the check: {out}");
+    assert!(out.contains("warn: redis: maxmemory-policy is allkeys-lru"), "{out}");
+    assert!(out.contains("warn: redis: no persistence"), "{out}");
+    assert!(out.contains("warn: redis: 1 replica(s), and relay(s) relay settle"), "{out}");
+
+    redis_cli(primary.port, &["config", "set", "maxmemory-policy", "noeviction"]);
+    redis_cli(primary.port, &["config", "set", "appendonly", "yes"]);
+    eventually("the AOF to be on", || async {
+        redis_cli(primary.port, &["info", "persistence"]).contains("aof_enabled:1").then_some(())
+    })
+    .await;
+    let gated = env.config("[relay.durability]\nreplicas = 1\n");
+    let (ok, out) = run_to_end(&gated, &["check"]);
+    assert!(ok && !out.contains("warn: redis"), "{out}");
+    assert!(
+        out.contains("ok: redis: maxmemory-policy noeviction") && out.contains("ok: redis: appendonly on"),
+        "{out}"
+    );
 }

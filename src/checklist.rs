@@ -1,0 +1,91 @@
+//! `handoff check`'s production checklist: server settings that do not stop handoff from
+//! working but can lose or delay events, read from the live servers. Each line passes or warns
+//! (`warn: …`), naming the setting or the key to change; none fails the check.
+
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand, InfoKind, Value};
+
+use crate::config::{Config, TlsMode};
+use crate::stream::redis::RedisStream;
+
+/// A warning line, as `check` prints it.
+pub fn warn(text: impl std::fmt::Display) -> String {
+    format!("warn: {text}")
+}
+
+/// Redis: what it does when memory runs out, what it keeps across a restart, and whether a
+/// failover can lose acknowledged appends that no relay waits for.
+pub async fn redis(stream: &RedisStream, config: &Config) -> Vec<String> {
+    let client = stream.client();
+    let mut lines = Vec::new();
+    match config_get(client, "maxmemory-policy").await {
+        Some(policy) if policy == "noeviction" => lines.push("redis: maxmemory-policy noeviction".to_owned()),
+        Some(policy) => lines.push(warn(format!(
+            "redis: maxmemory-policy is {policy}: under memory pressure Redis may evict stream entries before a \
+             consumer reads them (broker-loss checks re-drive them from the outbox, once); set noeviction"
+        ))),
+        None => lines.push(warn(
+            "redis: CONFIG GET maxmemory-policy refused (a managed Redis?): make sure it is noeviction".to_owned(),
+        )),
+    }
+    let persistence: Option<String> = client.info(Some(InfoKind::Persistence)).await.ok();
+    let field = |info: &str, name: &str| {
+        info.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_owned()))
+    };
+    let aof = persistence.as_deref().and_then(|i| field(i, "aof_enabled")).is_some_and(|v| v == "1");
+    let rdb = config_get(client, "save").await.is_some_and(|s| !s.trim().is_empty());
+    lines.push(match (aof, rdb) {
+        (true, _) => "redis: appendonly on (entries survive a restart)".to_owned(),
+        (false, true) => warn(
+            "redis: appendonly off, RDB snapshots only: a restart loses the entries appended since the last \
+             snapshot (re-driven from the outbox when broker_loss is on); set appendonly yes",
+        ),
+        (false, false) => warn(
+            "redis: no persistence (appendonly off, no save): a restart loses every entry not yet taken in \
+             (re-driven from the outbox when broker_loss is on); set appendonly yes",
+        ),
+    });
+    let replication: Option<String> = client.info(Some(InfoKind::Replication)).await.ok();
+    let replicas = replication.as_deref().and_then(|i| field(i, "connected_slaves")).and_then(|v| v.parse().ok());
+    let ungated: Vec<&str> = config
+        .relays
+        .iter()
+        .filter(|r| r.broker == crate::config::Broker::Redis && r.durability.is_none())
+        .map(|r| r.name.as_str())
+        .collect();
+    if replicas.is_some_and(|n: u32| n > 0) && !ungated.is_empty() {
+        lines.push(warn(format!(
+            "redis: {} replica(s), and relay(s) {} settle when the primary alone acknowledged: a failover can \
+             lose those appends (re-driven from the outbox by broker_loss); set [relay.durability] replicas",
+            replicas.unwrap_or_default(),
+            ungated.join(", ")
+        )));
+    }
+    lines
+}
+
+async fn config_get(client: &Client, name: &str) -> Option<String> {
+    let command = CustomCommand::new_static("CONFIG", ClusterHash::Random, false);
+    let reply: Value = client.custom(command, vec!["GET", name]).await.ok()?;
+    match reply {
+        Value::Array(items) => items.get(1).and_then(|v| v.as_string()),
+        Value::Map(map) => map.inner().into_iter().next().and_then(|(_, v)| v.as_string()),
+        _ => None,
+    }
+}
+
+/// The database: a connection that leaves the machine unverified.
+pub fn database(config: &Config) -> Vec<String> {
+    let mode = config.database.tls_mode();
+    let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+    let host = crate::tls::host_port(url).map(|(h, _)| h).unwrap_or_default();
+    let local = host.is_empty() || host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
+    if mode == TlsMode::VerifyFull || local {
+        return Vec::new();
+    }
+    vec![warn(format!(
+        "database: tls mode {} to `{host}`: the server's certificate is not checked, so anyone on the path can \
+         read or change what handoff sends; set database.tls.mode = \"verify-full\" (and ca_file)",
+        mode.name()
+    ))]
+}
