@@ -329,15 +329,19 @@ async fn main() -> anyhow::Result<()> {
     };
     let configs = configs(&through_proxy, &redis_url, nats_url.as_deref());
 
-    // migrate creates the schema and, on NATS, the JetStream stream the relays need.
+    // migrate creates the schema (every role's: one database holds the owner's and the
+    // consumer's tables here) and, on NATS, the JetStream stream the relays need.
     let migrate_config = dir.join("migrate.toml");
     let migrate = match &broker {
         Broker::Redis(_) => format!("[database]\nurl = \"{direct}\"\n"),
         Broker::Nats(_) => configs[0].1.replace(&through_proxy, &direct),
     };
     std::fs::write(&migrate_config, migrate)?;
-    let status =
-        Command::new(&args.binary).args(["migrate", "--config"]).arg(&migrate_config).stdout(Stdio::null()).status()?;
+    let status = Command::new(&args.binary)
+        .args(["migrate", "--role", "all", "--config"])
+        .arg(&migrate_config)
+        .stdout(Stdio::null())
+        .status()?;
     anyhow::ensure!(status.success(), "migrate failed");
 
     let mut fleet = Fleet { binary: args.binary.clone(), dir: dir.clone(), configs, children: HashMap::new() };
