@@ -19,6 +19,7 @@ pub mod config;
 mod error;
 pub mod fault;
 mod ops;
+mod percent;
 pub mod reasons;
 mod relay;
 mod runtime;

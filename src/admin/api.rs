@@ -121,25 +121,7 @@ fn json_response((status, value): Reply) -> Response<Full<Bytes>> {
 
 /// `a=1&b=x%20y` → pairs (later keys win).
 fn parse_query(query: &str) -> HashMap<String, String> {
-    let decode = |s: &str| {
-        let bytes = s.replace('+', " ").into_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-                (b'%', Some(high), Some(low)) => {
-                    out.push((high * 16 + low) as u8);
-                    i += 3;
-                }
-                (byte, _, _) => {
-                    out.push(byte);
-                    i += 1;
-                }
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    };
+    let decode = |s: &str| crate::percent::decode(&s.replace('+', " "));
     query
         .split('&')
         .filter(|p| !p.is_empty())

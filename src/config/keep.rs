@@ -27,6 +27,33 @@ pub fn resolve(config: &mut Config) {
     }
 }
 
+/// What the file says of a relay's `trim` and `retention` that cannot hold, into `errors`.
+pub fn validate(relay: &super::relay::RelayConfig, path: &str, errors: &mut Vec<String>) {
+    if let Some(trim) = &relay.trim {
+        let set =
+            usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());
+        if set != 1 && !trim.off() {
+            errors.push(format!(
+                "{path}.trim: set exactly one of maxlen, min_age, acknowledged = true (acknowledged = false alone keeps every entry)"
+            ));
+        }
+        if trim.maxlen == Some(0) {
+            errors.push(format!("{path}.trim.maxlen must be > 0"));
+        }
+        if trim.interval.is_zero() {
+            errors.push(format!("{path}.trim.interval must be > 0"));
+        }
+    }
+    if let Some(retention) = &relay.retention {
+        if retention.delivered_after.is_zero() || retention.interval.is_zero() {
+            errors.push(format!("{path}.retention: delivered_after and interval must be > 0"));
+        }
+        if !(1..=100_000).contains(&retention.batch) {
+            errors.push(format!("{path}.retention.batch must be between 1 and 100000"));
+        }
+    }
+}
+
 /// What a relay keeps, in words, for `check`.
 pub fn described(relay: &super::relay::RelayConfig) -> String {
     let default = |d: bool| if d { " (default)" } else { "" };

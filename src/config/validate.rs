@@ -218,21 +218,7 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
     );
     validate_backoff(&format!("{path}.backoff"), &relay.claim_loop.backoff, errors);
     validate_backoff(&format!("{path}.outage_backoff"), &relay.claim_loop.outage_backoff, errors);
-    if let Some(trim) = &relay.trim {
-        let set =
-            usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());
-        if set != 1 && !trim.off() {
-            errors.push(format!(
-                "{path}.trim: set exactly one of maxlen, min_age, acknowledged = true (acknowledged = false alone keeps every entry)"
-            ));
-        }
-        if trim.maxlen == Some(0) {
-            errors.push(format!("{path}.trim.maxlen must be > 0"));
-        }
-        if trim.interval.is_zero() {
-            errors.push(format!("{path}.trim.interval must be > 0"));
-        }
-    }
+    super::keep::validate(relay, path, errors);
     if let Some(dedupe) = &relay.dedupe {
         if dedupe.window < relay.claim_loop.lease * 2 {
             errors.push(format!(
@@ -266,14 +252,6 @@ fn validate_relay(path: &str, relay: &RelayConfig, style: Placeholder, errors: &
             errors.push(format!(
                 "{path}: partitions drops old partitions and retention deletes old rows: choose one (partitions)"
             ));
-        }
-    }
-    if let Some(retention) = &relay.retention {
-        if retention.delivered_after.is_zero() || retention.interval.is_zero() {
-            errors.push(format!("{path}.retention: delivered_after and interval must be > 0"));
-        }
-        if !(1..=100_000).contains(&retention.batch) {
-            errors.push(format!("{path}.retention.batch must be between 1 and 100000"));
         }
     }
     if let Err(e) = Template::parse(&relay.stream) {

@@ -65,7 +65,7 @@ pub fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
     let Some(authority) = uri.authority().cloned() else { return (uri, None) };
     let Some((userinfo, host)) = authority.as_str().rsplit_once('@') else { return (uri, None) };
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    let credentials = format!("{}:{}", percent_decoded(user), percent_decoded(password));
+    let credentials = format!("{}:{}", crate::percent::decode(user), crate::percent::decode(password));
     let mut value = HeaderValue::from_str(&format!("Basic {}", crate::base64::encode(credentials.as_bytes())))
         .expect("base64 is a valid header value");
     value.set_sensitive(true);
@@ -73,26 +73,6 @@ pub fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
     parts.authority = host.parse().ok();
     let uri = Uri::from_parts(parts).expect("the same URI without its userinfo");
     (uri, Some(value))
-}
-
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
-        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// JSON requests' headers: `Content-Type: application/json`, then `pairs` (`path`.headers).

@@ -1,0 +1,33 @@
+//! Percent-decoding, for the text URLs carry: a query string's values, a URL's credentials.
+
+/// `a%20b` → `a b`; a `%` not followed by two hex digits stays as it is; bytes that are not
+/// UTF-8 become U+FFFD.
+pub fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_are_decoded_and_a_stray_percent_is_kept() {
+        assert_eq!(super::decode("p%3Ass%40x"), "p:ss@x");
+        assert_eq!(super::decode("100%"), "100%");
+        assert_eq!(super::decode("%zz%4"), "%zz%4");
+    }
+}
