@@ -97,6 +97,19 @@ pub enum Command {
         #[arg(long)]
         relay: String,
     },
+    /// Print the GRANT statements a role's database user needs, and no more (run them as the
+    /// tables' owner after `migrate`).
+    Grants {
+        /// Whose: relay, bridge, worker; repeat for several. Default: the config's sections.
+        #[arg(long, value_enum)]
+        role: Vec<store::migrate::parts::Role>,
+        /// The database user to grant to.
+        #[arg(long)]
+        user: String,
+        /// Postgres: the schema holding the tables.
+        #[arg(long, default_value = "public")]
+        schema: String,
+    },
     /// A bridge's consumer groups.
     Bridge {
         #[command(subcommand)]
@@ -214,6 +227,14 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Bridge { action } => bridge::run(&config, action).await,
         Command::Replay(args) => replay::run(&config, args).await,
         Command::Reshard { relay } => reshard(&config, &relay).await,
+        Command::Grants { role, user, schema } => {
+            let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            let dialect = crate::config::Dialect::of(url).unwrap_or(crate::config::Dialect::Postgres);
+            for line in crate::ops::grants::statements(&config, &role, &user, &schema, dialect) {
+                println!("{line}");
+            }
+            ExitCode::SUCCESS
+        }
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { partitioned, role, .. } => {
             let layout = if partitioned {
