@@ -1,4 +1,5 @@
-//! Percent-decoding, for the text URLs carry: a query string's values, a URL's credentials.
+//! Percent-decoding, for the text URLs carry: a query string's values, a URL's credentials and
+//! TLS words (`sslrootcert=%2Fetc…`), `OTEL_EXPORTER_OTLP_HEADERS` values.
 
 /// `a%20b` → `a b`; a `%` not followed by two hex digits stays as it is; bytes that are not
 /// UTF-8 become U+FFFD.
@@ -27,6 +28,9 @@ mod tests {
     #[test]
     fn escapes_are_decoded_and_a_stray_percent_is_kept() {
         assert_eq!(super::decode("p%3Ass%40x"), "p:ss@x");
+        assert_eq!(super::decode("Bearer%20abc%3D"), "Bearer abc=");
+        assert_eq!(super::decode("%2Fetc%2Fca.pem"), "/etc/ca.pem");
+        assert_eq!(super::decode("%+1"), "%+1", "a sign is not a hex digit");
         assert_eq!(super::decode("100%"), "100%");
         assert_eq!(super::decode("%zz%4"), "%zz%4");
     }

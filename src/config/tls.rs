@@ -132,7 +132,7 @@ pub fn from_url(url: &str, mysql: bool) -> Result<UrlTls, Vec<String>> {
     let mut errors = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value);
+        let value = crate::percent::decode(value);
         if mysql && MYSQL_REFUSED.contains(&name) {
             errors.push(format!("database.url: `{name}` is not read; say it with ssl-mode=… or [database.tls] mode"));
             continue;
@@ -214,25 +214,6 @@ pub fn check_shape(path: &str, tls: &TlsConfig, mode: TlsMode) -> Vec<String> {
         }
     }
     errors
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| bytes.get(at).and_then(|b| (*b as char).to_digit(16));
-        if bytes[i] == b'%'
-            && let (Some(h), Some(l)) = (hex(i + 1), hex(i + 2))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

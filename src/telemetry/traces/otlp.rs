@@ -69,7 +69,7 @@ impl OtlpJson {
         let pairs: Vec<(String, String)> = from_env
             .split(',')
             .filter_map(|pair| pair.split_once('='))
-            .map(|(k, v)| (k.trim().to_owned(), percent_decode(v.trim())))
+            .map(|(k, v)| (k.trim().to_owned(), crate::percent::decode(v.trim())))
             .chain(config.headers.iter().map(|(k, v)| (k.clone(), v.clone())))
             .collect();
         let headers = https::json_headers(path, pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
@@ -176,36 +176,4 @@ fn attribute(kv: &KeyValue) -> serde_json::Value {
         other => json!({ "stringValue": other.to_string() }),
     };
     json!({ "key": kv.key.as_str(), "value": value })
-}
-
-/// `%XX` escapes of an `OTEL_EXPORTER_OTLP_HEADERS` value (the variable is URL-encoded).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_values_are_url_decoded() {
-        assert_eq!(percent_decode("Bearer%20abc%3D"), "Bearer abc=");
-        assert_eq!(percent_decode("100%"), "100%");
-    }
 }
