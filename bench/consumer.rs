@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::{Run, relay_config};
+use handoff::broker::redis::RedisStream;
+use handoff::broker::{AppendOptions, Entry, EventStream};
 use handoff::config::HandlerErrors;
 use handoff::config::load_str;
 use handoff::fault::Faults;
@@ -15,8 +17,6 @@ use handoff::store::inbox::{BindValue, BoundStatement, EventInput, HandlerSql, I
 use handoff::store::postgres::pool;
 use handoff::store::takeover::PgTakeover;
 use handoff::store::takeover::{Effects, InboxEvent, TakeoverStore, Text};
-use handoff::stream::redis::RedisStream;
-use handoff::stream::{AppendOptions, Entry, EventStream};
 
 /// The seed's handler, per event.
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";

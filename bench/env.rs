@@ -17,7 +17,7 @@ pub struct BenchEnv {
     pub db: tokio_postgres::Client,
     pub redis: fred::prelude::Client,
     /// The broker as handoff sees it (for what a stream has been sent).
-    pub broker: handoff::stream::redis::RedisStream,
+    pub broker: handoff::broker::redis::RedisStream,
     pub binary: PathBuf,
     pub dir: PathBuf,
 }
@@ -53,7 +53,7 @@ impl BenchEnv {
         let redis_config = handoff::config::load_str(&format!(
             "[database]\nurl = \"{database_url}\"\n[redis]\nurl = \"{redis_url}\"\n{redis_tls}"
         ))?;
-        let (stream, _) = handoff::stream::redis::RedisStream::connect(&redis_config.redis).await?;
+        let (stream, _) = handoff::broker::redis::RedisStream::connect(&redis_config.redis).await?;
         let redis = stream.client().clone();
         let broker = stream;
         std::fs::create_dir_all(&dir)?;
@@ -345,8 +345,8 @@ impl BenchEnv {
 /// Entries ever appended to `stream` (0 before the first). What a relay delivered, counted
 /// without reading the outbox: counting its PENDING rows walks every entry that delivered rows
 /// left in the partial index since the last vacuum, a scan that grows through a long run.
-pub async fn appended(broker: &handoff::stream::redis::RedisStream, stream: &str) -> anyhow::Result<i64> {
-    use handoff::stream::EventStream;
+pub async fn appended(broker: &handoff::broker::redis::RedisStream, stream: &str) -> anyhow::Result<i64> {
+    use handoff::broker::EventStream;
     let state = broker.stream_state(stream).await.map_err(|e| anyhow::anyhow!("XINFO STREAM {stream}: {e}"))?;
     Ok(state.entries_added.unwrap_or(0) as i64)
 }

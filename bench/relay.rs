@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 
 use crate::env::{BenchEnv, appended, postgres_cpu_seconds, resources, stop};
+use handoff::broker::redis::RedisStream;
+use handoff::broker::{AppendOptions, Entry, EventStream};
 use handoff::config::load_str;
 use handoff::store::outbox::PgOutbox;
 use handoff::store::outbox::{ClaimedRow, Delivered, OutboxClaims, OutboxStore};
 use handoff::store::postgres::pool;
-use handoff::stream::redis::RedisStream;
-use handoff::stream::{AppendOptions, Entry, EventStream};
 
 /// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.
 #[derive(Debug, Clone, Copy, Default)]

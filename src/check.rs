@@ -7,6 +7,9 @@ use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use crate::bridge::validate::Validator;
+use crate::broker::EventStream;
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
 use crate::ops::shards::Agreement;
@@ -15,9 +18,6 @@ use crate::store::inbox::Inbox;
 use crate::store::outbox::{Outbox, OutboxStore};
 use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError};
-use crate::stream::EventStream;
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::tls;
@@ -261,7 +261,7 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
             ok.push(format!("nats: reachable at {} (nats-server {})", nats.url, stream.server_version()));
             problems.extend(stream.version_problem());
             for relay in relays {
-                let (fine, wrong) = crate::stream::nats::settings::review(stream.stream_name(), &settings, relay);
+                let (fine, wrong) = crate::broker::nats::settings::review(stream.stream_name(), &settings, relay);
                 ok.extend(fine);
                 problems.extend(wrong);
             }
@@ -269,7 +269,7 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
                 for (i, source) in bridge.streams.iter().enumerate() {
                     let name = stream.stream_name();
                     let subject = (bridge.name.as_str(), i, source.key.as_str());
-                    let (fine, wrong) = crate::stream::nats::settings::review_bridge(name, &settings, subject);
+                    let (fine, wrong) = crate::broker::nats::settings::review_bridge(name, &settings, subject);
                     ok.extend(fine);
                     problems.extend(wrong);
                 }

@@ -5,8 +5,8 @@
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, InfoKind, Value};
 
+use crate::broker::redis::RedisStream;
 use crate::config::{Config, TlsMode};
-use crate::stream::redis::RedisStream;
 
 /// A warning line, as `check` prints it.
 pub fn warn(text: impl std::fmt::Display) -> String {

@@ -296,9 +296,9 @@ async fn create_partitions(config: &Config, db: &store::Database) -> anyhow::Res
 async fn create_nats_stream(config: &Config) -> anyhow::Result<Option<String>> {
     let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
     let (Some(nats), false) = (&config.nats, relays.is_empty()) else { return Ok(None) };
-    let stream = crate::stream::nats::NatsStream::connect(nats, "payload").await?;
+    let stream = crate::broker::nats::NatsStream::connect(nats, "payload").await?;
     anyhow::ensure!(stream.connected().await, "nats: {} does not answer within {:?}", nats.url, nats.timeout);
-    let (subjects, window) = crate::stream::nats::settings::to_create(relays);
+    let (subjects, window) = crate::broker::nats::settings::to_create(relays);
     let created = stream.create_if_absent(subjects.clone(), window, nats.replicas).await?;
     Ok(created.then(|| {
         format!(
@@ -318,11 +318,11 @@ async fn status(config: &Config, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stream = crate::stream::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
+    let stream = crate::broker::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
     // NATS only where a bridge reads from it: the group figures status shows are the bridges'.
     let nats = match &config.nats {
         Some(nats) if config.bridges.iter().any(|b| b.broker == crate::config::Broker::Nats) => {
-            crate::stream::nats::NatsStream::connect(nats, "payload").await.ok()
+            crate::broker::nats::NatsStream::connect(nats, "payload").await.ok()
         }
         _ => None,
     };

@@ -15,9 +15,9 @@ use async_nats::jetstream::stream::Config;
 use common::db_env::{DbEnv, Dialect};
 use common::eventually;
 use common::nats_server::NatsServer;
+use handoff::broker::nats::NatsStream;
+use handoff::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
 use handoff::config::NatsConfig;
-use handoff::stream::nats::NatsStream;
-use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

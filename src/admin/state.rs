@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
 use crate::config::Config;
 use crate::store::Database;
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
 
 /// What the handlers work with: the config, the database and brokers `run` connected to.
 pub struct AdminState {

@@ -14,13 +14,13 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::runtime::pause::Pauses;
 use crate::runtime::supervisor::Supervisor;
 use crate::store::Database;
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
 

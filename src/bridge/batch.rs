@@ -9,14 +9,14 @@ use tracing::{error, trace, warn};
 
 use super::validate::Verdict;
 use super::{Committed, Sorted, StreamBridge};
+use crate::broker::group::ConsumerGroup;
+use crate::broker::read::RawEntry;
 use crate::error::error_chain;
 use crate::fault::Point;
 use crate::reasons::PoisonReason;
 use crate::runtime::outage::{Failed, retry_through};
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
-use crate::stream::group::ConsumerGroup;
-use crate::stream::read::RawEntry;
 use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
+use crate::broker::group::{ConsumerGroup, GroupError, GroupResult, Read};
+use crate::broker::read::RawEntry;
 use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::runtime::backoff::Retrier;
 use crate::runtime::pause::PauseSwitch;
 use crate::store::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
-use crate::stream::group::{ConsumerGroup, GroupError, GroupResult, Read};
-use crate::stream::read::RawEntry;
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::broker::read::RawEntry;
 use crate::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
 use crate::reasons::PoisonReason;
 use crate::store::takeover::{InboxEvent, PoisonRecord, Text};
-use crate::stream::read::RawEntry;
 
 /// What becomes of one entry.
 #[derive(Debug)]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::selection::SelectionArgs;
+use crate::broker::nats::NatsStream;
 use crate::config::{Broker, Config};
 use crate::ops::replay::{self, OutboxTime, Progress, Request};
-use crate::stream::nats::NatsStream;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -105,7 +105,7 @@ pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
         return fail(format!("no relay named `{}`", args.relay));
     };
     let result = match (relay.broker, &config.nats) {
-        (Broker::Redis, _) => match crate::stream::redis::RedisStream::connect(&config.redis).await {
+        (Broker::Redis, _) => match crate::broker::redis::RedisStream::connect(&config.redis).await {
             Ok((stream, _)) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
             Err(e) => return fail(format!("redis: {e}")),
         },

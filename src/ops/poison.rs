@@ -13,13 +13,13 @@ use serde::Serialize;
 
 use bytes::Bytes;
 
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
+use crate::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
 use crate::config::{BridgeConfig, Broker, Config};
 use crate::error::error_chain;
 use crate::store::Database;
 use crate::store::takeover::{self, PoisonFilter, StoredPoison};
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
-use crate::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -260,7 +260,7 @@ pub type Field = (Vec<u8>, Vec<u8>);
 /// and `base64:` names decoded.
 pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
     let Some(map) = fields.as_object() else { return Err(FieldsError::NotAnObject) };
-    if let Some(more) = map.get(crate::stream::read::MORE_FIELDS).filter(|v| v.get("fields").is_some()) {
+    if let Some(more) = map.get(crate::broker::read::MORE_FIELDS).filter(|v| v.get("fields").is_some()) {
         let count = |key: &str| more.get(key).cloned().unwrap_or_default();
         return Err(FieldsError::FieldsLeftOut { fields: count("fields"), bytes: count("bytes") });
     }

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::{AppendOptions, AppendOutcome, EventStream};
 use crate::config::{Config, RelayConfig, SettleMode};
 use crate::error::error_chain;
 use crate::relay::entries::EntryBuilder;
@@ -19,7 +20,6 @@ use crate::store::outbox::ClaimedRow;
 use crate::store::replay::{self, COLUMNS, Checkpoint, ReplayRow, Source};
 use crate::store::selection::{Moment, Selection};
 use crate::store::{Database, StoreError};
-use crate::stream::{AppendOptions, AppendOutcome, EventStream};
 
 /// The field every replayed entry carries: the job's name.
 pub const REPLAY_FIELD: &str = "replay";
@@ -297,7 +297,7 @@ fn entry(
     row: &ReplayRow,
     job: &str,
     to_stream: Option<&str>,
-) -> Result<crate::stream::Entry, ReplayError> {
+) -> Result<crate::broker::Entry, ReplayError> {
     let mut claimed = ClaimedRow::first_claim(row.id.to_string(), 0, row.event_id.clone(), row.values.clone());
     let mut entry = builder.build(&mut claimed).map_err(|refusal| ReplayError::Row {
         id: row.id,

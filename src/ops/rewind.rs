@@ -6,10 +6,10 @@
 
 use serde::Serialize;
 
+use crate::broker::redis::RedisStream;
+use crate::broker::redis::group::Group;
 use crate::config::{Broker, Config};
 use crate::store::selection::{Moment, MomentError};
-use crate::stream::redis::RedisStream;
-use crate::stream::redis::group::Group;
 
 /// Where to move the group: just before an entry id, or to a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ pub enum RewindError {
     #[error("stream {stream}: rewind only moves back: {to} is after the group's position {position}")]
     Forward { stream: String, to: String, position: String },
     #[error("stream {stream}: {error}")]
-    Group { stream: String, error: crate::stream::group::GroupError },
+    Group { stream: String, error: crate::broker::group::GroupError },
     #[error("redis: {0}")]
     Connect(String),
 }

@@ -8,11 +8,11 @@
 use async_nats::jetstream::consumer::DeliverPolicy;
 
 use super::rewind::{Moved, RewindError, RewindTo, parse_id};
+use crate::broker::nats::NatsStream;
+use crate::broker::nats::group::GroupSettings;
 use crate::config::{BridgeConfig, Config, StreamSource};
 use crate::store::control::{ComponentKind, Target};
 use crate::store::selection::Moment;
-use crate::stream::nats::NatsStream;
-use crate::stream::nats::group::GroupSettings;
 
 pub(super) async fn rewind(
     config: &Config,

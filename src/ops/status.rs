@@ -2,14 +2,14 @@
 
 use serde::Serialize;
 
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
+use crate::broker::redis::group::Group;
 use crate::config::{Broker, Config};
 use crate::store::control::Pause;
 use crate::store::inbox;
 use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::{Database, PrepareError, StoreResult};
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
-use crate::stream::redis::group::Group;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Line {
@@ -124,7 +124,7 @@ async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) ->
                     Ok(None) => {
                         line.error = Some(format!(
                             "JetStream consumer {} does not exist yet (the bridge creates it when it starts)",
-                            crate::stream::nats::group::durable_name(bridge.group(), &source.key)
+                            crate::broker::nats::group::durable_name(bridge.group(), &source.key)
                         ))
                     }
                     Err(e) => line.error = Some(e.0),

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::broker::nats::NatsStream;
+use crate::broker::redis::RedisStream;
 use crate::config::{Broker, Config, RelayConfig};
 use crate::relay::loss::{self, StreamReport};
 use crate::store::Database;
 use crate::store::outbox::Outbox;
-use crate::stream::nats::NatsStream;
-use crate::stream::redis::RedisStream;
 
 /// Why `handoff verify` could not check.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +23,7 @@ pub enum VerifyError {
     #[error(transparent)]
     Database(#[from] crate::store::error::ConnectError),
     #[error(transparent)]
-    Redis(#[from] crate::stream::redis::ConnectError),
+    Redis(#[from] crate::broker::redis::ConnectError),
     #[error("nats: {0}")]
     Nats(String),
     #[error(transparent)]

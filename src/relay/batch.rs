@@ -12,12 +12,12 @@ use std::time::Instant;
 use tracing::{trace, warn};
 
 use super::Relay;
+use crate::broker::{AppendOutcome, Entry, EventStream};
 use crate::config::OnFailure;
 use crate::fault::Point;
 use crate::reasons::DeadReason;
 use crate::runtime::backoff::delay;
 use crate::store::outbox::{ClaimedRow, Deferred, Delivered, Failure, OutboxStore, RowRef, Verdict};
-use crate::stream::{AppendOutcome, Entry, EventStream};
 use crate::telemetry::metrics::FailureReason;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;

@@ -6,12 +6,12 @@
 
 use bytes::Bytes;
 
+use crate::broker::Entry;
 use crate::config::RelayConfig;
 use crate::config::template::{BoundTemplate, Template};
 use crate::reasons::DeadReason;
 use crate::store::outbox::ClaimedRow;
 use crate::store::outbox::contract::ENTRY_COLUMNS;
-use crate::stream::Entry;
 
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {

@@ -5,9 +5,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Relay;
+use crate::broker::EventStream;
 use crate::error::error_chain;
 use crate::store::outbox::OutboxStore;
-use crate::stream::EventStream;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Deletes delivered rows older than `retention.delivered_after` in batches of

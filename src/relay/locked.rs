@@ -9,9 +9,9 @@ use tracing::{trace, warn};
 
 use super::Relay;
 use super::batch::Turn;
+use crate::broker::EventStream;
 use crate::error::error_chain;
 use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
-use crate::stream::EventStream;
 use crate::telemetry::traces::EventSpan;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {

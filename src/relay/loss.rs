@@ -12,9 +12,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::broker::{EntryId, EventStream, StreamState, Unavailable};
 use crate::store::StoreError;
 use crate::store::outbox::{DeliveredRow, OutboxStore};
-use crate::stream::{EntryId, EventStream, StreamState, Unavailable};
 
 /// Streams a relay appended to, and what it last saw of them.
 #[derive(Default)]

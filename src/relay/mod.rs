@@ -25,6 +25,7 @@ use tracing::{debug, info, info_span, warn};
 use entries::EntryBuilder;
 use wake::Wake;
 
+use crate::broker::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::config::RelayConfig;
 use crate::error::error_chain;
 use crate::fault::Faults;
@@ -33,7 +34,6 @@ use crate::runtime::pause::PauseSwitch;
 use crate::store::StoreError;
 use crate::store::outbox::contract::ORDER_KEY_COLUMN;
 use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
-use crate::stream::{AppendOptions, Dedupe, Durability, EventStream, Trim};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::RelayHandles;
 use crate::telemetry::throttle::Throttle;

@@ -7,9 +7,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::Relay;
+use crate::broker::EventStream;
 use crate::error::error_chain;
 use crate::store::outbox::OutboxStore;
-use crate::stream::EventStream;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`.

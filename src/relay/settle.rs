@@ -9,12 +9,12 @@ use tracing::{debug, warn};
 
 use super::Relay;
 use super::batch::Settlement;
+use crate::broker::EventStream;
 use crate::error::error_chain;
 use crate::runtime::lease;
 use crate::runtime::outage::{Failed, retry_through};
 use crate::store::outbox::{Failure, OutboxStore, RowRef};
 use crate::store::{StoreError, StoreResult};
-use crate::stream::EventStream;
 use crate::telemetry::throttle::Throttle;
 
 /// Times a settle the database refuses for its data is tried before it is given up.

@@ -9,13 +9,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Relay, RelayDeps};
+use crate::broker::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::config::load_str;
 use crate::fault::Faults;
 use crate::store::StoreResult;
 use crate::store::outbox::{
     ClaimedRow, Delivered, DeliveredRow, Failure, OutboxClaims, OutboxStats, OutboxStore, RowRef, Verdict,
 };
-use crate::stream::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::RelayMetrics;
 

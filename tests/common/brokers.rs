@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::TestEnv;
 use super::nats_server::NatsServer;
 use super::redis_server::RedisServer;
+use handoff::broker::nats::NatsStream;
+use handoff::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
 use handoff::config::NatsConfig;
-use handoff::stream::nats::NatsStream;
-use handoff::stream::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 /// Declares each scenario (an `async fn(Chain)` of the calling file) as a test on Redis
 /// (`redis::<name>`) and on NATS (`nats::<name>`).
@@ -258,7 +258,7 @@ impl Chain {
         let outcomes = match &self.broker {
             Broker::Redis(_) => {
                 let config = handoff::config::load_str(&self.env.base_config()).unwrap();
-                let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
+                let (stream, _) = handoff::broker::redis::RedisStream::connect(&config.redis).await.unwrap();
                 stream.append(&entries, &AppendOptions::default()).await
             }
             Broker::Nats(server) => {

@@ -146,7 +146,7 @@ impl TestEnv {
             let toml =
                 format!("[database]\nurl = \"{base}\"\n[redis]\nurl = \"{redis_url}\"\n[redis.tls]\n{redis_tls}\n");
             let config = handoff::config::load_str(&toml).unwrap();
-            let (stream, _) = handoff::stream::redis::RedisStream::connect(&config.redis).await.unwrap();
+            let (stream, _) = handoff::broker::redis::RedisStream::connect(&config.redis).await.unwrap();
             stream.client().clone()
         };
         Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned(), redis_tls: redis_tls.to_owned() }

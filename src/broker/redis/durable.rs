@@ -15,7 +15,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::client::RedisStream;
 use super::replies::ErrorReply;
-use crate::stream::seam::{AppendOutcome, Durability};
+use crate::broker::seam::{AppendOutcome, Durability};
 
 /// One script call of an append: the entries it covers and the slot its key hashes to.
 pub(super) struct Call {

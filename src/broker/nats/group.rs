@@ -21,9 +21,9 @@ use async_nats::jetstream::context::GetStreamErrorKind;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
+use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
-use crate::stream::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
-use crate::stream::read::RawEntry;
 
 /// What a bridge's durable consumer is made of.
 #[derive(Debug, Clone)]

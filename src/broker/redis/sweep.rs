@@ -9,7 +9,7 @@
 //! entries sit between the wanted ones, a read answers fewer ids than it returns entries; the
 //! next read then asks for fewer, so the sweep never reads much more than the wanted entries.
 
-use crate::stream::seam::EntryId;
+use crate::broker::seam::EntryId;
 
 /// Most entries one read asks for.
 pub(super) const MAX_READ: usize = 1000;

@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
 
-use crate::stream::seam::AppendOutcome;
+use crate::broker::seam::AppendOutcome;
 
 /// The text of an error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]

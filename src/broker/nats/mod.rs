@@ -22,10 +22,10 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::config::{NatsConfig, TlsMode};
-use crate::stream::seam::{
+use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
+use crate::config::{NatsConfig, TlsMode};
 
 /// A JetStream stream the relay publishes into.
 #[derive(Clone)]
@@ -240,12 +240,12 @@ impl NatsStream {
         &self,
         group: &str,
         subject: &str,
-    ) -> Result<Option<crate::stream::group::GroupInfo>, Unavailable> {
+    ) -> Result<Option<crate::broker::group::GroupInfo>, Unavailable> {
         use async_nats::jetstream::context::ConsumerInfoErrorKind;
         let Some(stream) = self.stream_handle().await? else { return Ok(None) };
         let durable = group::durable_name(group, subject);
         match stream.consumer_info(&durable).await {
-            Ok(info) => Ok(Some(crate::stream::group::GroupInfo {
+            Ok(info) => Ok(Some(crate::broker::group::GroupInfo {
                 pending: info.num_ack_pending as u64,
                 lag: Some(info.num_pending),
             })),

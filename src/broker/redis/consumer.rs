@@ -8,9 +8,9 @@ use tracing::{debug, info, warn};
 
 use super::client::RedisStream;
 use super::group::Group;
+use crate::broker::group::{ConsumerGroup, GroupInfo, GroupResult, Read};
+use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
-use crate::stream::group::{ConsumerGroup, GroupInfo, GroupResult, Read};
-use crate::stream::read::RawEntry;
 
 pub struct RedisGroup {
     group: Group,

@@ -5,8 +5,8 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::client::RedisStream;
-use crate::stream::read::text;
-use crate::stream::seam::{EntryId, Unavailable};
+use crate::broker::read::text;
+use crate::broker::seam::{EntryId, Unavailable};
 
 /// What one group still needs, from XINFO GROUPS and XPENDING.
 pub fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> EntryId {

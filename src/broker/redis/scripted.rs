@@ -9,8 +9,8 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use super::client::RedisStream;
 use super::replies::{min_id, reply_outcome};
 use super::{durable, shards};
-use crate::stream::script::{self, Untaggable, marker_key};
-use crate::stream::seam::{AppendOptions, AppendOutcome, Entry, Trim};
+use crate::broker::script::{self, Untaggable, marker_key};
+use crate::broker::seam::{AppendOptions, AppendOutcome, Entry, Trim};
 
 impl RedisStream {
     pub(super) async fn append_scripted(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {

@@ -8,9 +8,9 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::replies::is_outage;
-use crate::stream::read::{RawEntry, parse_entries, parse_read, text};
+use crate::broker::read::{RawEntry, parse_entries, parse_read, text};
 
-use crate::stream::group::{GroupError, GroupInfo, GroupResult};
+use crate::broker::group::{GroupError, GroupInfo, GroupResult};
 
 impl From<Error> for GroupError {
     fn from(e: Error) -> Self {

@@ -8,10 +8,10 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use super::build::build;
 use super::{link, shards};
-use crate::config::{RedisConfig, TlsMode};
-use crate::stream::seam::{
+use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
+use crate::config::{RedisConfig, TlsMode};
 
 #[derive(Clone)]
 pub struct RedisStream {

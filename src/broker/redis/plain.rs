@@ -12,7 +12,7 @@ use super::link::{LinkError, Node};
 use super::replies::{ErrorReply, reply_outcome};
 use super::resp::{self, Reply};
 use super::{durable, shards};
-use crate::stream::seam::{AppendOptions, AppendOutcome, Durability, Entry, Trim};
+use crate::broker::seam::{AppendOptions, AppendOutcome, Durability, Entry, Trim};
 
 impl RedisStream {
     pub(super) async fn append_plain(&self, entries: &[Entry], options: &AppendOptions) -> Vec<AppendOutcome> {

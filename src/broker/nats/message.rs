@@ -8,7 +8,7 @@ use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bytes::Bytes;
 
-use crate::stream::seam::{AppendOutcome, Entry};
+use crate::broker::seam::{AppendOutcome, Entry};
 
 /// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
 #[derive(Debug, thiserror::Error)]

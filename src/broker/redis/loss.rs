@@ -8,9 +8,9 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use super::client::RedisStream;
 use super::sweep::Sweep;
 use super::trim::pairs;
-use crate::stream::read::text;
-use crate::stream::seam::EntryId;
-use crate::stream::seam::{ServerId, StreamState, Unavailable};
+use crate::broker::read::text;
+use crate::broker::seam::EntryId;
+use crate::broker::seam::{ServerId, StreamState, Unavailable};
 
 fn unavailable(e: Error) -> Unavailable {
     Unavailable(e.details().to_owned())
