@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::bodies::ReplayBody;
 use super::state::AdminState;
+use crate::broker::kafka::KafkaStream;
 use crate::config::Broker;
 use crate::ops::replay::{self, Request};
 
@@ -57,6 +58,12 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
         let progress =
             |p: &replay::Progress| state.replay_progress(&p.job, json!({ "running": !p.done, "progress": p }));
         let stop = state.shutdown();
+        let kafka = match (broker, &state.config.kafka) {
+            (Broker::Kafka, Some(kafka)) => {
+                KafkaStream::connect(kafka, payload_field.as_deref().unwrap_or_default()).ok()
+            }
+            _ => None,
+        };
         let result = match (broker, &state.redis, &state.nats) {
             (Broker::Redis, Some(redis), _) => {
                 replay::run(&state.config, &state.db, redis, &request, checkpoint, progress, stop).await
@@ -65,6 +72,10 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
                 // The relay's message mapping: its payload field is the body.
                 let nats = nats.with_body_field(payload_field.as_deref());
                 replay::run(&state.config, &state.db, &nats, &request, checkpoint, progress, stop).await
+            }
+            (Broker::Kafka, _, _) if kafka.is_some() => {
+                let kafka = kafka.as_ref().expect("checked");
+                replay::run(&state.config, &state.db, kafka, &request, checkpoint, progress, stop).await
             }
             _ => {
                 state.replay_progress(&job, json!({ "running": false, "error": "no client of the relay's broker" }));

@@ -12,6 +12,7 @@ use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
 use crate::broker::EventStream;
 use crate::broker::group::ConsumerGroup;
+use crate::broker::kafka::KafkaStream;
 use crate::broker::nats::NatsStream;
 use crate::broker::nats::group::GroupSettings;
 use crate::broker::redis::{RedisGroup, RedisStream};
@@ -36,7 +37,7 @@ pub async fn spawn_all(
     config: &Config,
     shared: &Shared,
     db: &Database,
-    (stream, nats): (Option<&RedisStream>, Option<&NatsStream>),
+    (stream, nats, kafka): (Option<&RedisStream>, Option<&NatsStream>, Option<&KafkaStream>),
 ) -> anyhow::Result<bool> {
     crate::telemetry::metrics::process::register(&shared.registry)?;
     let relay_metrics = RelayMetrics::register(&shared.registry)?;
@@ -44,7 +45,7 @@ pub async fn spawn_all(
     let worker_metrics = WorkerMetrics::register(&shared.registry)?;
     watch_pauses(config, shared, db)?;
     for relay in &config.relays {
-        if !spawn_relay(config, relay, shared, db, (stream, nats), &relay_metrics).await? {
+        if !spawn_relay(config, relay, shared, db, (stream, nats, kafka), &relay_metrics).await? {
             return Ok(false);
         }
     }
@@ -70,6 +71,9 @@ pub async fn spawn_all(
                 return Err(anyhow!("bridge `{}`: broker = \"nats\" without [nats]", bridge.name));
             }
             (Broker::Redis, None, _) => return Err(anyhow!("bridge `{}`: no Redis client", bridge.name)),
+            (Broker::Kafka, _, _) => {
+                return Err(anyhow!("bridge `{}`: broker = \"kafka\" is for relays only", bridge.name));
+            }
         }
     }
     for worker in &config.workers {
@@ -97,7 +101,7 @@ async fn spawn_relay(
     relay: &RelayConfig,
     shared: &Shared,
     db: &Database,
-    (stream, nats): (Option<&RedisStream>, Option<&NatsStream>),
+    (stream, nats, kafka): (Option<&RedisStream>, Option<&NatsStream>, Option<&KafkaStream>),
     metrics: &RelayMetrics,
 ) -> anyhow::Result<bool> {
     let context = format!("relay `{}`", relay.name);
@@ -121,6 +125,12 @@ async fn spawn_relay(
             start_relay(config, relay, shared, store, &nats, metrics)?
         }
         (Broker::Nats, _, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
+        (Broker::Kafka, _, _) => match kafka {
+            Some(kafka) => {
+                start_relay(config, relay, shared, store, &kafka.with_body_field(relay.payload_field()), metrics)?
+            }
+            None => return Err(anyhow!("relay `{}`: broker = \"kafka\" without [kafka]", relay.name)),
+        },
     }
     Ok(true)
 }

@@ -85,6 +85,15 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
         }
         _ => None,
     };
+    // Kafka only where a relay uses it; librdkafka connects in the background.
+    let kafka = match &config.kafka {
+        Some(kafka) if config.uses(crate::config::Broker::Kafka) => {
+            let mode = if kafka.tls_required() { kafka.tls_mode() } else { crate::config::TlsMode::Disable };
+            log_tls("kafka", None, mode);
+            Some(crate::broker::kafka::KafkaStream::connect(kafka, "payload").context("kafka")?)
+        }
+        _ => None,
+    };
     let server_stop = CancellationToken::new();
     let endpoints = Endpoints { registry: shared.registry.clone(), health: shared.health.clone() };
     let limits = http::Limits::from_config(&config.telemetry).map_err(|e| anyhow!(e))?;
@@ -111,7 +120,7 @@ pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>)
     };
     tokio::pin!(stop);
     let started = tokio::select! {
-        started = components::spawn_all(&config, &shared, &db, (stream.as_ref(), nats.as_ref())) => started?,
+        started = components::spawn_all(&config, &shared, &db, (stream.as_ref(), nats.as_ref(), kafka.as_ref())) => started?,
         _ = &mut stop => false,
     };
     shared.tasks.close();

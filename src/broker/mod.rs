@@ -1,9 +1,10 @@
 //! The broker: the seam the relay appends through (`seam`), the seam a bridge reads a consumer
 //! group through (`group`), entries as read (`read`), the dedupe / ordered-run script
 //! (`script`), and the brokers behind both seams: Redis Streams (`redis`) and NATS JetStream
-//! (`nats`).
+//! (`nats`), and Apache Kafka (`kafka`, owner side only so far).
 
 pub mod group;
+pub mod kafka;
 pub mod nats;
 pub(crate) mod read;
 pub mod redis;

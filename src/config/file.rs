@@ -21,6 +21,8 @@ pub struct Config {
     pub redis: RedisConfig,
     /// The NATS server for relays and bridges with `broker = "nats"`. Default: none.
     pub nats: Option<super::nats::NatsConfig>,
+    /// The Kafka cluster for relays with `broker = "kafka"`. Default: none.
+    pub kafka: Option<crate::broker::kafka::KafkaConfig>,
     /// Metrics, health endpoints and logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,

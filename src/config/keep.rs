@@ -69,6 +69,7 @@ pub fn described(relay: &super::relay::RelayConfig) -> String {
     };
     let entries = match (&relay.trim, relay.broker) {
         (_, Broker::Nats) => "the JetStream stream's limits decide what it keeps".to_owned(),
+        (_, Broker::Kafka) => "the topics' retention decides what they keep".to_owned(),
         (Some(t), _) if t.acknowledged() => format!(
             "trims its streams below what every group acknowledged, every {}{}",
             humantime::format_duration(t.interval),

@@ -46,6 +46,7 @@ pub enum Broker {
     #[default]
     Redis,
     Nats,
+    Kafka,
 }
 
 impl Broker {
@@ -54,6 +55,7 @@ impl Broker {
         match self {
             Broker::Redis => "redis",
             Broker::Nats => "nats",
+            Broker::Kafka => "kafka",
         }
     }
 }

@@ -60,5 +60,65 @@ pub(super) fn problems(config: &Config) -> Vec<String> {
             }
         }
     }
+    errors.extend(kafka_problems(config));
     errors
+}
+
+/// What the configuration may not ask of Kafka: `[kafka]` itself, and the relays and bridges
+/// with `broker = "kafka"`.
+fn kafka_problems(config: &Config) -> Vec<String> {
+    let mut errors = config.kafka.as_ref().map(|k| k.problems()).unwrap_or_default();
+    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Kafka) {
+        if config.kafka.is_none() {
+            errors.push(format!("relay[{i}].broker: \"kafka\" needs a [kafka] section"));
+        }
+        // The idempotent producer stores each message once per session, on every in-sync
+        // replica before its report; the topic's retention decides what it keeps.
+        for (set, key, instead) in [
+            (relay.dedupe.is_some(), "dedupe", "the inbox's insert-if-absent on the event id header"),
+            (relay.trim.is_some(), "trim", "the topic's retention.ms / retention.bytes"),
+            (
+                relay.durability.is_some(),
+                "durability",
+                "the topic's replication factor and min.insync.replicas (acks=all)",
+            ),
+        ] {
+            if set {
+                errors.push(format!("relay[{i}].{key}: not for broker = \"kafka\"; use {instead}"));
+            }
+        }
+    }
+    for (i, _) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == Broker::Kafka) {
+        errors.push(format!(
+            "bridge[{i}].broker: \"kafka\" is not offered to bridges yet (relays only); read the topics with a Kafka consumer into the inbox, or bridge from Redis or NATS"
+        ));
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load_str;
+
+    const BASE: &str = "[database]\nurl = \"postgres://x@h/db\"\n";
+
+    #[test]
+    fn a_kafka_relay_needs_kafka_and_is_told_what_kafka_does_instead_of_dedupe() {
+        let relay = "[[relay]]\nname = \"a\"\nbroker = \"kafka\"\nstream = \"audit.{aggregate_type}\"\n";
+        let error = load_str(&format!("{BASE}{relay}")).unwrap_err().to_string();
+        assert!(error.contains("relay[0].broker: \"kafka\" needs a [kafka] section"), "{error}");
+        let kafka = "[kafka]\nbootstrap_servers = \"k1:9092\"\n";
+        let config = load_str(&format!("{BASE}{relay}{kafka}")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.relays[0].trim.is_none(), "the topic's retention keeps what Kafka keeps");
+        let deduped = format!("{BASE}{relay}[relay.dedupe]\nwindow = \"1h\"\n{kafka}");
+        let error = load_str(&deduped).unwrap_err().to_string();
+        assert!(error.contains("relay[0].dedupe: not for broker = \"kafka\""), "{error}");
+    }
+
+    #[test]
+    fn a_bridge_on_kafka_is_refused_by_name() {
+        let bridge = "[[bridge]]\nname = \"b\"\nconsumer = \"c\"\nbroker = \"kafka\"\n[[bridge.streams]]\nkey = \"audit.user\"\n";
+        let error = load_str(&format!("{BASE}{bridge}[kafka]\nbootstrap_servers = \"k1:9092\"\n")).unwrap_err();
+        assert!(error.to_string().contains("bridge[0].broker: \"kafka\" is not offered to bridges yet"), "{error}");
+    }
 }

@@ -199,6 +199,8 @@ impl Reappender {
                 Ok(Reappender::Nats(Box::new(stream)))
             }
             (Broker::Nats, None) => Err(nats_error("no [nats] section".into())),
+            // Refused by the configuration's checks: no bridge reads Kafka yet.
+            (Broker::Kafka, _) => Err(nats_error("broker = \"kafka\" is for relays only".into())),
             (Broker::Redis, _) => {
                 if redis.is_none() {
                     let (stream, _) =

@@ -116,6 +116,7 @@ async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) ->
             let mut line = Line::new(format!("bridge {} {}", bridge.name, source.key));
             match (bridge.broker, brokers.redis, brokers.nats) {
                 (Broker::Nats, _, None) => line.error = Some("nats unreachable".into()),
+                (Broker::Kafka, _, _) => line.error = Some("broker = \"kafka\" is for relays only".into()),
                 (Broker::Nats, _, Some(nats)) => match nats.consumer_info(bridge.group(), &source.key).await {
                     Ok(Some(info)) => {
                         line.in_flight = Some(info.pending as i64);

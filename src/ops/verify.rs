@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::broker::EventStream;
+use crate::broker::kafka::KafkaStream;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::config::{Broker, Config, RelayConfig};
@@ -26,6 +28,8 @@ pub enum VerifyError {
     Redis(#[from] crate::broker::redis::ConnectError),
     #[error("nats: {0}")]
     Nats(String),
+    #[error("{0}")]
+    Kafka(String),
     #[error(transparent)]
     Statements(#[from] crate::store::PrepareError),
     #[error(transparent)]
@@ -56,6 +60,7 @@ pub async fn run(
     let uses = |broker| relays.iter().any(|r| r.broker == broker);
     let redis = if uses(Broker::Redis) { Some(RedisStream::connect(&config.redis).await?.0) } else { None };
     let nats = if uses(Broker::Nats) { Some(connect_nats(config).await?) } else { None };
+    let kafka = if uses(Broker::Kafka) { Some(connect_kafka(config).await?) } else { None };
     let mut reports = Vec::new();
     for relay in relays {
         let store = Outbox::prepare(&db, relay).await?;
@@ -63,6 +68,9 @@ pub async fn run(
         let found = match (relay.broker, &redis, &nats) {
             (Broker::Redis, Some(stream), _) => loss::verify(&store, stream, since, repair, page).await?,
             (Broker::Nats, _, Some(stream)) => loss::verify(&store, stream, since, repair, page).await?,
+            (Broker::Kafka, _, _) if kafka.is_some() => {
+                loss::verify(&store, kafka.as_ref().expect("checked"), since, repair, page).await?
+            }
             _ => unreachable!("connected above to every broker a relay uses"),
         };
         let note = found.is_none().then(|| {
@@ -71,6 +79,15 @@ pub async fn run(
         reports.push(RelayReport { relay: relay.name.clone(), streams: found.unwrap_or_default(), note });
     }
     Ok(reports)
+}
+
+/// A client of `[kafka]`, once the cluster answers (as for NATS: verify says it could not look
+/// rather than report what it did not see).
+async fn connect_kafka(config: &Config) -> Result<KafkaStream, VerifyError> {
+    let kafka = config.kafka.as_ref().ok_or_else(|| VerifyError::Kafka("kafka: no [kafka] section".into()))?;
+    let stream = KafkaStream::connect(kafka, "payload").map_err(|e| VerifyError::Kafka(e.to_string()))?;
+    stream.ping().await.map_err(|e| VerifyError::Kafka(e.0))?;
+    Ok(stream)
 }
 
 /// The JetStream stream of `[nats]`, once it answers: a server that does not would make every

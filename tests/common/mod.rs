@@ -8,6 +8,7 @@
 pub mod brokers;
 pub mod db_env;
 pub mod http;
+pub mod kafka;
 pub mod mysql;
 pub mod nats_cluster;
 pub mod nats_server;

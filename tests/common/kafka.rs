@@ -1,0 +1,129 @@
+//! The Kafka broker `scripts/services` starts (a single KRaft node, `HANDOFF_TEST_KAFKA_BOOTSTRAP`),
+//! and what tests ask of it through librdkafka's own clients: topics of their own, made and
+//! deleted with the admin API, and every message of a topic read back.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn bootstrap() -> String {
+    std::env::var("HANDOFF_TEST_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into())
+}
+
+/// A message as read back.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub value: String,
+    pub headers: HashMap<String, String>,
+}
+
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("kafka admin client")
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1) and the given topic configs.
+pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        new = new.set(key, value);
+    }
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let results = admin().create_topics([&new], &options).await.expect("create_topics");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
+    }
+    // The topic's leader is known to every client once its metadata lists the partitions.
+    super::eventually("the new topic's partitions have leaders", || async {
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().ok()?;
+            let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
+            let found = metadata.topics().iter().find(|t| t.name() == topic)?;
+            (found.partitions().len() == partitions as usize && found.partitions().iter().all(|p| p.leader() >= 0))
+                .then_some(())
+        })
+        .await
+        .unwrap()
+    })
+    .await;
+}
+
+/// Deletes `topic` and waits until the cluster no longer lists it.
+pub async fn delete_topic(topic: &str) {
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let results = admin().delete_topics(&[topic], &options).await.expect("delete_topics");
+    for result in results {
+        result.unwrap_or_else(|(name, code)| panic!("deleting topic {name}: {code:?}"));
+    }
+    super::eventually("the topic is gone", || async {
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().ok()?;
+            let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
+            let listed = metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none());
+            (!listed).then_some(())
+        })
+        .await
+        .unwrap()
+    })
+    .await;
+}
+
+/// Every message of `topic` now (from each partition's start to its high watermark), in
+/// partition and offset order.
+pub async fn read_all(topic: &str) -> Vec<Read> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", "handoff-tests")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("kafka consumer");
+        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else { return Vec::new() };
+        let mut ends = HashMap::new();
+        let mut assignment = TopicPartitionList::new();
+        for partition in found.partitions() {
+            let (low, high) = consumer.fetch_watermarks(&topic, partition.id(), TIMEOUT).expect("watermarks");
+            if high > low {
+                ends.insert(partition.id(), high);
+                assignment.add_partition_offset(&topic, partition.id(), Offset::Offset(low)).unwrap();
+            }
+        }
+        consumer.assign(&assignment).unwrap();
+        let mut read = Vec::new();
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while read.len() < ends.values().sum::<i64>() as usize && std::time::Instant::now() < deadline {
+            let Some(message) = consumer.poll(Duration::from_millis(500)) else { continue };
+            let message = message.expect("a message");
+            let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
+            let headers = message
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key.to_owned(), text(h.value).unwrap_or_default())).collect())
+                .unwrap_or_default();
+            read.push(Read {
+                partition: message.partition(),
+                offset: message.offset(),
+                key: text(message.key()),
+                value: text(message.payload()).unwrap_or_default(),
+                headers,
+            });
+        }
+        read.sort_by_key(|m| (m.partition, m.offset));
+        read
+    })
+    .await
+    .unwrap()
+}

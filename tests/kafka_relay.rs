@@ -1,0 +1,153 @@
+//! The relay on Apache Kafka (`broker = "kafka"`), on the KRaft broker `scripts/services` starts,
+//! each test on topics of its own: each row one message (value the payload, key the aggregate
+//! id, fields as headers, the event id in its header) whose `partition:offset` the row stores;
+//! a row over the topic's `max.message.bytes` turns DEAD alone; a cluster that does not answer
+//! burns no attempt; a relay killed between the produce and the settle produces again (Kafka
+//! keeps no dedupe window: the duplicates carry the same event id for the inbox to collapse);
+//! `handoff verify` finds a lost topic's messages missing and `--repair` re-drives them.
+
+use crate::common;
+
+use std::collections::{HashMap, HashSet};
+
+use common::kafka::{self, Read};
+use common::process::{Handoff, run_to_end};
+
+/// One relay on the reference outbox producing to `<id>.audit.<type>` on the test broker.
+fn kafka_relay_config(env: &common::TestEnv, extra: &str, bootstrap: &str) -> String {
+    let relay = env.config(&format!(
+        "broker = \"kafka\"\nstream = \"{}.audit.{{aggregate_type}}\"\nbatch_size = 25\n{extra}\n[relay.broker_loss]\ncheck_interval = \"200ms\"",
+        env.id
+    ));
+    format!("{relay}\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ntimeout = \"5s\"\ndelivery_timeout = \"5s\"\n")
+}
+
+fn topic(env: &common::TestEnv) -> String {
+    format!("{}.audit.user", env.id)
+}
+
+async fn stored_entry_ids(env: &common::TestEnv) -> HashMap<String, String> {
+    let rows = env.db.query("SELECT event_id, stream_entry_id FROM audit_outbox WHERE status = 'DELIVERED'", &[]);
+    rows.await.unwrap().iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+#[tokio::test]
+async fn each_row_is_one_message_keyed_by_its_aggregate_whose_partition_and_offset_the_row_stores() {
+    let env = common::TestEnv::new().await;
+    kafka::create_topic(&topic(&env), 3, &[]).await;
+    env.insert_events("k", "user", 60).await;
+    let _relay = Handoff::run(&kafka_relay_config(&env, "", &kafka::bootstrap()));
+    env.await_delivered(60).await;
+
+    let messages = kafka::read_all(&topic(&env)).await;
+    assert_eq!(messages.len(), 60);
+    let stored = stored_entry_ids(&env).await;
+    for Read { partition, offset, key, value, headers } in &messages {
+        let event_id = &headers["event_id"];
+        assert_eq!(stored[event_id], format!("{partition}:{offset}"), "the row stores its message's place");
+        let n = event_id.strip_prefix("k-").unwrap();
+        assert_eq!(key.as_deref(), Some(format!("agg-{n}").as_str()), "keyed by aggregate_id");
+        assert_eq!(headers["aggregate_id"], format!("agg-{n}"));
+        assert_eq!(headers["event_type"], "user.changed");
+        let body: serde_json::Value = serde_json::from_str(value).unwrap();
+        assert_eq!(body["auditId"], *event_id, "the payload is the value");
+        assert!(!headers.contains_key("payload"));
+    }
+    let partitions: HashSet<i32> = messages.iter().map(|m| m.partition).collect();
+    assert!(partitions.len() > 1, "60 keys spread over the topic's partitions: {partitions:?}");
+}
+
+#[tokio::test]
+async fn a_row_over_the_topics_max_message_bytes_turns_dead_alone() {
+    let env = common::TestEnv::new().await;
+    kafka::create_topic(&topic(&env), 1, &[("max.message.bytes", "2048")]).await;
+    let retry = "max_attempts = 2\nbackoff = { initial = \"50ms\", max = \"50ms\", multiplier = 1.0, jitter = 0.0 }";
+    let config = kafka_relay_config(&env, retry, &kafka::bootstrap());
+    env.insert_events("before", "user", 10).await;
+    env.db
+        .execute(
+            "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers)
+             VALUES ('big', 'user', 'u', 'user.changed', jsonb_build_object('blob', repeat('x', 5000)), '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    env.insert_events("after", "user", 10).await;
+    let _relay = Handoff::run(&config);
+    env.await_delivered(20).await;
+    common::eventually("the large row DEAD", || async { (env.count("DEAD").await == 1).then_some(()) }).await;
+    let error: String =
+        env.db.query_one("SELECT last_error FROM audit_outbox WHERE event_id = 'big'", &[]).await.unwrap().get(0);
+    assert!(error.contains("kafka") && error.to_lowercase().contains("too large"), "{error}");
+    assert_eq!(kafka::read_all(&topic(&env)).await.len(), 20, "every other row was produced");
+}
+
+#[tokio::test]
+async fn a_cluster_that_does_not_answer_burns_no_attempt_and_the_rows_go_once_it_does() {
+    let env = common::TestEnv::new().await;
+    kafka::create_topic(&topic(&env), 1, &[]).await;
+    env.insert_events("o", "user", 10).await;
+    // Nothing listens on this port: every produce times out (delivery_timeout 5s).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let down = Handoff::run(&kafka_relay_config(&env, "max_attempts = 1", &nowhere));
+    // The batch's produces time out, and the relay hands the rows back.
+    down.await_log("stream unavailable; releasing rows without counting an attempt").await;
+    assert_eq!(env.count("DEAD").await, 0, "max_attempts = 1, yet an outage burns none");
+    assert_eq!(env.scalar_i64("SELECT coalesce(max(attempts), 0)::bigint FROM audit_outbox").await, 0);
+    drop(down);
+
+    let _up = Handoff::run(&kafka_relay_config(&env, "max_attempts = 1", &kafka::bootstrap()));
+    env.await_delivered(10).await;
+    assert_eq!(kafka::read_all(&topic(&env)).await.len(), 10);
+}
+
+#[tokio::test]
+async fn a_relay_killed_between_produce_and_settle_produces_again_with_the_same_event_ids() {
+    let env = common::TestEnv::new().await;
+    kafka::create_topic(&topic(&env), 2, &[]).await;
+    env.insert_events("c", "user", 50).await;
+    let config = kafka_relay_config(&env, "", &kafka::bootstrap());
+    let mut crashed = Handoff::run_paused(&config, "after_append");
+    crashed.await_paused().await;
+    crashed.kill();
+    let produced = kafka::read_all(&topic(&env)).await.len();
+    assert!(produced >= 1, "a batch was produced");
+    assert_eq!(env.count("DELIVERED").await, 0, "and not settled");
+
+    let _restarted = Handoff::run(&config);
+    env.await_delivered(50).await;
+    let messages = kafka::read_all(&topic(&env)).await;
+    assert_eq!(messages.len(), 50 + produced, "the unsettled batch went twice: Kafka keeps no dedupe window");
+    let ids: HashSet<&str> = messages.iter().map(|m| m.headers["event_id"].as_str()).collect();
+    assert_eq!(ids.len(), 50, "every event, each repeat under its own event id for the inbox to collapse");
+    let stored = stored_entry_ids(&env).await;
+    assert_eq!(stored.values().collect::<HashSet<_>>().len(), 50, "each row stores the message that settled it");
+}
+
+#[tokio::test]
+async fn verify_reports_a_lost_topics_messages_missing_and_repair_produces_them_again() {
+    let env = common::TestEnv::new().await;
+    kafka::create_topic(&topic(&env), 2, &[]).await;
+    env.insert_events("v", "user", 20).await;
+    let config = kafka_relay_config(&env, "", &kafka::bootstrap());
+    let relay = Handoff::run(&config);
+    env.await_delivered(20).await;
+    drop(relay);
+    let (ok, out) = run_to_end(&config, &["verify", "--since", "10m"]);
+    assert!(ok && out.contains(&format!("stream {}: 20 checked, 0 trimmed, 0 missing", topic(&env))), "{out}");
+
+    // The topic is lost (deleted and made again empty): its offsets start over, and those the
+    // rows stored either lie past the new end or hold other events.
+    kafka::delete_topic(&topic(&env)).await;
+    kafka::create_topic(&topic(&env), 2, &[]).await;
+    let (ok, out) = run_to_end(&config, &["verify", "--since", "10m"]);
+    assert!(!ok && out.contains("20 missing"), "{out}");
+    let (ok, out) = run_to_end(&config, &["verify", "--since", "10m", "--repair"]);
+    assert!(ok && out.contains("20 re-driven"), "{out}");
+    assert_eq!(env.count("PENDING").await, 20, "the lost rows are due again");
+    let _relay = Handoff::run(&config);
+    env.await_delivered(20).await;
+    assert_eq!(kafka::read_all(&topic(&env)).await.len(), 20);
+}
