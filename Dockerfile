@@ -17,6 +17,11 @@
 # Builder: pinned toolchain (the crate uses edition 2024; rust-version of the dev machines).
 FROM docker.io/library/rust:1.95.0-slim-bookworm AS builder
 WORKDIR /build
+# librdkafka (the Kafka client) and the OpenSSL it is linked with are built from source: make,
+# perl and a C++ compiler besides the image's gcc.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make perl g++ \
+ && rm -rf /var/lib/apt/lists/*
 # Only what `cargo build` reads: manifests, the build settings (jemalloc's), sources, and
 # the SQL that src/store/migrate.rs embeds.
 COPY Cargo.toml Cargo.lock ./

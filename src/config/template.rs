@@ -97,6 +97,11 @@ impl Template {
     }
 
     /// The column, when the template is that one column and nothing else (`"{payload}"`).
+    /// The template's own text, its column references left out (what every rendering holds).
+    pub fn literal_text(&self) -> String {
+        self.parts.iter().filter_map(|p| if let Part::Text(t) = p { Some(t.as_str()) } else { None }).collect()
+    }
+
     pub fn sole_column(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [Part::Column(name)] => Some(name),

@@ -72,6 +72,16 @@ fn kafka_problems(config: &Config) -> Vec<String> {
         if config.kafka.is_none() {
             errors.push(format!("relay[{i}].broker: \"kafka\" needs a [kafka] section"));
         }
+        // The template's own text is in every topic it renders: a character Kafka refuses
+        // there (the default template's `:`) would turn every row DEAD.
+        let text = super::template::Template::parse(&relay.stream).map(|t| t.literal_text()).unwrap_or_default();
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if let Some(bad) = text.chars().find(|c| !legal(*c)) {
+            errors.push(format!(
+                "relay[{i}].stream: `{}` holds `{bad}`, which a Kafka topic cannot (A-Z a-z 0-9 . _ -); e.g. \"audit.{{aggregate_type}}\"",
+                relay.stream
+            ));
+        }
         // The idempotent producer stores each message once per session, on every in-sync
         // replica before its report; the topic's retention decides what it keeps.
         for (set, key, instead) in [
@@ -107,6 +117,9 @@ mod tests {
         let relay = "[[relay]]\nname = \"a\"\nbroker = \"kafka\"\nstream = \"audit.{aggregate_type}\"\n";
         let error = load_str(&format!("{BASE}{relay}")).unwrap_err().to_string();
         assert!(error.contains("relay[0].broker: \"kafka\" needs a [kafka] section"), "{error}");
+        let colon = "[[relay]]\nname = \"a\"\nbroker = \"kafka\"\n[kafka]\nbootstrap_servers = \"k1:9092\"\n";
+        let error = load_str(&format!("{BASE}{colon}")).unwrap_err().to_string();
+        assert!(error.contains("relay[0].stream: `audit:{aggregate_type}` holds `:`"), "the default template: {error}");
         let kafka = "[kafka]\nbootstrap_servers = \"k1:9092\"\n";
         let config = load_str(&format!("{BASE}{relay}{kafka}")).unwrap_or_else(|e| panic!("{e}"));
         assert!(config.relays[0].trim.is_none(), "the topic's retention keeps what Kafka keeps");

@@ -28,26 +28,36 @@ pub struct Read {
     pub headers: HashMap<String, String>,
 }
 
-fn admin() -> AdminClient<DefaultClientContext> {
-    ClientConfig::new().set("bootstrap.servers", bootstrap()).create().expect("kafka admin client")
+fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("kafka admin client")
 }
 
 /// Creates `topic` with `partitions` partitions (replication 1) and the given topic configs.
 pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    create_topic_on(&bootstrap(), topic, (partitions, 1), configs).await
+}
+
+/// Creates `topic` on the cluster at `bootstrap` with (partitions, replicas).
+pub async fn create_topic_on(
+    bootstrap: &str,
+    topic: &str,
+    (partitions, replicas): (i32, i32),
+    configs: &[(&str, &str)],
+) {
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas));
     for (key, value) in configs {
         new = new.set(key, value);
     }
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    let results = admin().create_topics([&new], &options).await.expect("create_topics");
+    let results = admin(bootstrap).create_topics([&new], &options).await.expect("create_topics");
     for result in results {
         result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
     }
     // The topic's leader is known to every client once its metadata lists the partitions.
     super::eventually("the new topic's partitions have leaders", || async {
-        let topic = topic.to_owned();
+        let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
         tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().ok()?;
+            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().ok()?;
             let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
             let found = metadata.topics().iter().find(|t| t.name() == topic)?;
             (found.partitions().len() == partitions as usize && found.partitions().iter().all(|p| p.leader() >= 0))
@@ -62,7 +72,7 @@ pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]
 /// Deletes `topic` and waits until the cluster no longer lists it.
 pub async fn delete_topic(topic: &str) {
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    let results = admin().delete_topics(&[topic], &options).await.expect("delete_topics");
+    let results = admin(&bootstrap()).delete_topics(&[topic], &options).await.expect("delete_topics");
     for result in results {
         result.unwrap_or_else(|(name, code)| panic!("deleting topic {name}: {code:?}"));
     }
@@ -83,10 +93,15 @@ pub async fn delete_topic(topic: &str) {
 /// Every message of `topic` now (from each partition's start to its high watermark), in
 /// partition and offset order.
 pub async fn read_all(topic: &str) -> Vec<Read> {
-    let topic = topic.to_owned();
+    read_all_on(&bootstrap(), topic).await
+}
+
+/// [`read_all`] on the cluster at `bootstrap`.
+pub async fn read_all_on(bootstrap: &str, topic: &str) -> Vec<Read> {
+    let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
+            .set("bootstrap.servers", bootstrap)
             .set("group.id", "handoff-tests")
             .set("enable.auto.commit", "false")
             .create()
@@ -107,7 +122,8 @@ pub async fn read_all(topic: &str) -> Vec<Read> {
         let deadline = std::time::Instant::now() + TIMEOUT;
         while read.len() < ends.values().sum::<i64>() as usize && std::time::Instant::now() < deadline {
             let Some(message) = consumer.poll(Duration::from_millis(500)) else { continue };
-            let message = message.expect("a message");
+            // A node of a cluster that is down shows as transport errors: the rest still answer.
+            let Ok(message) = message else { continue };
             let text = |bytes: Option<&[u8]>| bytes.map(|b| String::from_utf8_lossy(b).into_owned());
             let headers = message
                 .headers()
@@ -126,4 +142,66 @@ pub async fn read_all(topic: &str) -> Vec<Read> {
     })
     .await
     .unwrap()
+}
+
+/// The broker id leading `partition` of `topic` on the cluster at `bootstrap`.
+pub async fn leader(bootstrap: &str, topic: &str, partition: i32) -> i32 {
+    let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
+        let found = metadata.topics().iter().find(|t| t.name() == topic).expect("the topic");
+        found.partitions().iter().find(|p| p.id() == partition).expect("the partition").leader()
+    })
+    .await
+    .unwrap()
+}
+
+/// Three KRaft nodes of the test's own (`scripts/services kafka-cluster`): replication factor 3
+/// and `min.insync.replicas = 2` by default; a node can be killed and started again.
+pub struct KafkaCluster {
+    dir: tempfile::TempDir,
+    pub bootstrap: String,
+}
+
+fn services(args: &[&str]) -> std::process::Output {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services");
+    std::process::Command::new(script).args(args).output().expect("scripts/services")
+}
+
+impl KafkaCluster {
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_str().unwrap().to_owned();
+        tokio::task::spawn_blocking(move || {
+            // Six ports from a base: another base if any of them is taken.
+            for _ in 0..10 {
+                let base = 20000 + (rand::random::<u16>() % 20000);
+                let out = services(&["kafka-cluster", &path, &base.to_string()]);
+                if out.status.success() {
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    return stdout.lines().last().unwrap_or_default().trim().to_owned();
+                }
+                eprintln!("kafka cluster on base port {base}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            panic!("no Kafka cluster could start");
+        })
+        .await
+        .map(|bootstrap| Self { dir, bootstrap })
+        .unwrap()
+    }
+
+    /// Kills node `id` (1, 2 or 3) with SIGKILL, or starts it again on its data.
+    pub async fn node(&self, id: i32, action: &'static str) {
+        let dir = self.dir.path().to_str().unwrap().to_owned();
+        let out = tokio::task::spawn_blocking(move || services(&["kafka-node", &dir, &id.to_string(), action]));
+        let out = out.await.unwrap();
+        assert!(out.status.success(), "kafka-node {id} {action}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        services(&["kafka-cluster-stop", self.dir.path().to_str().unwrap()]);
+    }
 }

@@ -103,20 +103,26 @@ fn millis(duration: std::time::Duration) -> String {
 pub struct Logged;
 
 impl ClientContext for Logged {
+    /// A broker that cannot be reached is an outage the relay waits out (warn, as on the other
+    /// brokers); librdkafka suppresses repeats of the same line itself.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
         match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
                 tracing::error!(facility, "librdkafka: {line}")
             }
-            RDKafkaLogLevel::Warning => tracing::warn!(facility, "librdkafka: {line}"),
+            RDKafkaLogLevel::Error | RDKafkaLogLevel::Warning => tracing::warn!(facility, "librdkafka: {line}"),
             _ => tracing::debug!(facility, "librdkafka: {line}"),
         }
     }
 
+    /// The same events as [`log`](Self::log) says, as error values: said once, there; a fatal
+    /// one (the idempotent producer cannot go on) is an error here too.
     fn error(&self, error: KafkaError, reason: &str) {
-        // Brokers going away and coming back are outages the relay waits out: said once each
-        // by librdkafka, at warn.
-        tracing::warn!(error = %error, "kafka: {reason}");
+        if matches!(error, KafkaError::Global(rdkafka::types::RDKafkaErrorCode::Fatal)) {
+            tracing::error!(error = %error, "kafka: {reason}");
+        } else {
+            tracing::debug!(error = %error, "kafka: {reason}");
+        }
     }
 }
 

@@ -15,7 +15,7 @@ mod client;
 pub mod config;
 mod message;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -120,37 +120,70 @@ impl KafkaStream {
         Ok(Some(marks))
     }
 
-    /// The event id header of the message at `offset` of `topic`'s `partition`, if a message is
-    /// there (a compacted-away offset, or a transaction marker, holds none).
-    fn event_id_at(&self, topic: &str, partition: i32, offset: i64) -> Result<Option<String>, Unavailable> {
+    /// The event id header of each message at `offsets` of `topic`'s `partition` that holds one
+    /// (a compacted-away offset holds none). Reads forward from the lowest offset, seeking ahead
+    /// over long gaps: a page of a relay's rows lies close together in a partition.
+    fn event_ids_at(
+        &self,
+        topic: &str,
+        (partition, high): (i32, i64),
+        offsets: &BTreeSet<i64>,
+    ) -> Result<HashMap<i64, String>, Unavailable> {
+        /// Read through a gap this long rather than seek over it.
+        const SEEK_OVER: i64 = 1000;
         let reader = self.reader.get_or_init(|| {
             client::reader_config(&self.config)
                 .map_err(|e| e.to_string())
                 .and_then(|c| c.create_with_context(Logged).map_err(|e| e.to_string()))
         });
         let reader = reader.as_ref().map_err(|e| Unavailable(format!("kafka: {e}")))?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(unavailable)?;
-        reader.assign(&assignment).map_err(unavailable)?;
-        let deadline = std::time::Instant::now() + self.config.timeout;
-        loop {
+        let seek = |offset: i64| -> Result<(), Unavailable> {
+            let mut assignment = TopicPartitionList::new();
+            assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(unavailable)?;
+            reader.assign(&assignment).map_err(unavailable)
+        };
+        let mut found = HashMap::new();
+        let mut wanted = offsets.iter().copied().peekable();
+        let Some(&first) = wanted.peek() else { return Ok(found) };
+        seek(first)?;
+        let header = self.config.event_id_header.as_str();
+        let mut last_error = String::new();
+        let mut deadline = std::time::Instant::now() + self.config.timeout;
+        while let Some(&next) = wanted.peek() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
-                return Err(Unavailable(format!("kafka: no answer reading {topic} [{partition}] at {offset}")));
+                return Err(Unavailable(format!(
+                    "kafka: no answer reading {topic} [{partition}] at {next}{last_error}"
+                )));
             }
-            match reader.poll(left) {
-                Some(Ok(m)) if m.topic() == topic && m.partition() == partition && m.offset() >= offset => {
-                    if m.offset() > offset {
-                        return Ok(None);
-                    }
-                    let header = self.config.event_id_header.as_str();
-                    let id = m.headers().and_then(|h| h.iter().find(|h| h.key == header)).and_then(|h| h.value);
-                    return Ok(Some(id.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default()));
-                }
+            let message = match reader.poll(left) {
+                Some(Ok(m)) if m.topic() == topic && m.partition() == partition => m,
                 Some(Ok(_)) | None => continue,
-                Some(Err(e)) => return Err(unavailable(e)),
+                // A broker of the cluster that is down shows here too (a node restarting, a
+                // leader moving): the partition's new leader may still answer in time.
+                Some(Err(e)) => {
+                    last_error = format!(" ({e})");
+                    continue;
+                }
+            };
+            deadline = std::time::Instant::now() + self.config.timeout;
+            let at = message.offset();
+            // Offsets passed over hold no message (compacted away); none lies past the end.
+            while wanted.next_if(|&o| o < at).is_some() {}
+            if wanted.next_if_eq(&at).is_some() {
+                let id = message.headers().and_then(|h| h.iter().find(|h| h.key == header)).and_then(|h| h.value);
+                found.insert(at, id.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default());
+            }
+            if at + 1 >= high {
+                wanted.by_ref().for_each(drop);
+            }
+            if let Some(&next) = wanted.peek()
+                && next - at > SEEK_OVER
+            {
+                seek(next)?;
             }
         }
+        Ok(found)
     }
 }
 
@@ -267,20 +300,37 @@ impl EventStream for KafkaStream {
         self.blocking(move |this| {
             let Some(marks) = this.watermarks(&topic)? else { return Ok(vec![false; entries.len()]) };
             let marks: HashMap<i32, (i64, i64)> = marks.into_iter().map(|(p, low, high)| (p, (low, high))).collect();
-            let mut found = Vec::with_capacity(entries.len());
-            for (id, event_id) in &entries {
-                let here = match parse_entry_id(id).and_then(|(p, o)| marks.get(&p).map(|m| (p, o, *m))) {
-                    None => false,
-                    Some((_, offset, (_, high))) if offset >= high => false,
-                    Some((_, offset, (low, _))) if offset < low => true,
-                    Some((partition, offset, _)) => match event_id {
-                        None => true,
-                        Some(event_id) => this.event_id_at(&topic, partition, offset)?.as_deref() == Some(event_id),
-                    },
-                };
-                found.push(here);
+            // Where each entry stands against its partition's watermarks; the messages whose
+            // event ids must be read, by partition.
+            let mut to_read: HashMap<i32, BTreeSet<i64>> = HashMap::new();
+            let places: Vec<Option<(i32, i64)>> = entries
+                .iter()
+                .map(|(id, event_id)| {
+                    let (partition, offset) = parse_entry_id(id)?;
+                    let (low, high) = *marks.get(&partition)?;
+                    if offset >= high {
+                        return None;
+                    }
+                    if offset >= low && event_id.is_some() {
+                        to_read.entry(partition).or_default().insert(offset);
+                    }
+                    Some((partition, offset))
+                })
+                .collect();
+            let mut read = HashMap::new();
+            for (partition, offsets) in &to_read {
+                let high = marks[partition].1;
+                read.insert(*partition, this.event_ids_at(&topic, (*partition, high), offsets)?);
             }
-            Ok(found)
+            let found = places.iter().zip(&entries).map(|(place, (_, event_id))| {
+                let Some((partition, offset)) = place else { return false };
+                match (event_id, to_read.get(partition).is_some_and(|read| read.contains(offset))) {
+                    (Some(event_id), true) => read[partition].get(offset).is_some_and(|id| id == event_id),
+                    // Below the low watermark (removed by retention), or no event id to compare.
+                    _ => true,
+                }
+            });
+            Ok(found.collect())
         })
         .await
     }
