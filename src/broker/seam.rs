@@ -170,6 +170,36 @@ pub trait EventStream: Send + Sync + 'static {
     fn reconnected(&self) -> impl Future<Output = ()> + Send;
 }
 
+/// Completes `outcomes` (those of the entries outside runs already in) with the entries of
+/// ordered runs, appended one after the other by `one`, each after the previous one's outcome:
+/// the first failure of a run skips the rest of it, so a run lands in order or its tail comes
+/// back for the next batch. For brokers that append one entry per call (NATS, Kafka); Redis
+/// appends a run in one script.
+pub(crate) async fn append_runs<'a, F, Fut>(
+    entries: &'a [Entry],
+    mut outcomes: Vec<Option<AppendOutcome>>,
+    one: F,
+) -> Vec<AppendOutcome>
+where
+    F: Fn(&'a Entry) -> Fut,
+    Fut: Future<Output = AppendOutcome>,
+{
+    let mut failed_run: Option<u32> = None;
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(run) = entry.run else { continue };
+        if failed_run == Some(run) {
+            outcomes[i] = Some(AppendOutcome::Skipped);
+            continue;
+        }
+        let outcome = one(entry).await;
+        if !matches!(outcome, AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_)) {
+            failed_run = Some(run);
+        }
+        outcomes[i] = Some(outcome);
+    }
+    outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Skipped)).collect()
+}
+
 /// A stream entry id, ordered as Redis orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EntryId(pub u64, pub u64);

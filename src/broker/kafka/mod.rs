@@ -212,22 +212,8 @@ impl EventStream for KafkaStream {
             };
             outcomes[i] = Some(outcome);
         }
-        // Ordered runs: each message after the previous one's report; the first failure skips
-        // the rest of its run.
-        let mut failed_run: Option<u32> = None;
-        for (i, entry) in entries.iter().enumerate() {
-            let Some(run) = entry.run else { continue };
-            if failed_run == Some(run) {
-                outcomes[i] = Some(AppendOutcome::Skipped);
-                continue;
-            }
-            let outcome = self.produce(entry).await;
-            if !matches!(outcome, AppendOutcome::Appended(_)) {
-                failed_run = Some(run);
-            }
-            outcomes[i] = Some(outcome);
-        }
-        outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Skipped)).collect()
+        // Ordered runs: each message after the previous one's delivery report.
+        crate::broker::seam::append_runs(entries, outcomes, |entry| self.produce(entry)).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {

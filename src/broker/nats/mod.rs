@@ -292,25 +292,14 @@ impl EventStream for NatsStream {
         for (i, ack) in acks.await {
             outcomes[i] = Some(message::acknowledged(ack));
         }
-        // Ordered runs: each message after the previous one's PubAck; the first failure skips
-        // the rest of its run.
-        let mut failed_run: Option<u32> = None;
-        for (i, entry) in entries.iter().enumerate() {
-            let Some(run) = entry.run else { continue };
-            if failed_run == Some(run) {
-                outcomes[i] = Some(AppendOutcome::Skipped);
-                continue;
-            }
-            let outcome = match self.send(entry).await {
+        // Ordered runs: each message after the previous one's PubAck.
+        let one = |entry| async move {
+            match self.send(entry).await {
                 Ok(ack) => message::acknowledged(ack.await),
                 Err(outcome) => outcome,
-            };
-            if !matches!(outcome, AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_)) {
-                failed_run = Some(run);
             }
-            outcomes[i] = Some(outcome);
-        }
-        outcomes.into_iter().map(|o| o.unwrap_or(AppendOutcome::Skipped)).collect()
+        };
+        crate::broker::seam::append_runs(entries, outcomes, one).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
