@@ -12,7 +12,7 @@
 
 use crate::common;
 
-use common::brokers::{Chain, in_both_modes_on_both_brokers, on_both_brokers};
+use common::brokers::{Chain, in_both_modes_on_both_brokers, in_both_modes_on_kafka, on_both_brokers, on_kafka};
 use common::http::{get, sample};
 use common::process::Handoff;
 use common::proxy::Proxy;
@@ -28,6 +28,20 @@ in_both_modes_on_both_brokers!(
     through_an_inbox_outage_and_restarts_nothing_is_acknowledged_and_no_delivery_counts,
     two_takeover_loops_share_the_group_and_a_kill_mid_batch_loses_nothing,
 );
+
+// On Kafka: the chain, a bridge killed between its commit and its ack, poison with its dead
+// letters, two instances of one group. Not there: the outage scenarios stop the broker (the
+// shared one never stops; the relay's own Kafka outage test is in kafka_relay.rs), and
+// Kafka keeps no dedupe window (the relay's kill test there states what it keeps instead).
+in_both_modes_on_kafka!(
+    the_chain_applies_each_event_once,
+    a_bridge_killed_after_its_commit_before_its_ack_recognises_the_entries_again,
+    a_malformed_entry_goes_to_poison_with_its_reason_and_its_neighbours_go_on,
+    a_poison_entry_is_also_written_to_the_dead_letter_stream,
+    two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
+);
+
+on_kafka!(an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox);
 
 on_both_brokers!(
     a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
@@ -49,7 +63,11 @@ async fn the_chain_applies_each_event_once(chain: Chain) {
     // only, the worker applies every event.
     let consumer = format!(
         "\n[[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\n{}streams = [{{ key = \"{}\", owner = \"relay\" }}]\nblock = \"200ms\"\n{}{}",
-        if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "broker = \"nats\"\n" } else { "" },
+        match chain.broker {
+            common::brokers::Broker::Redis(_) => String::new(),
+            common::brokers::Broker::Nats(_) => "broker = \"nats\"\n".into(),
+            common::brokers::Broker::Kafka => format!("broker = \"kafka\"\ngroup = \"{}\"\n", env.id),
+        },
         chain.user_stream(),
         if chain.applying { "" } else { "apply = \"off\"\n" },
         TestEnv::worker_section("")
@@ -69,6 +87,7 @@ async fn the_chain_applies_each_event_once(chain: Chain) {
     let broker = match chain.broker {
         common::brokers::Broker::Redis(_) => "redis",
         common::brokers::Broker::Nats(_) => "nats",
+        common::brokers::Broker::Kafka => "kafka",
     };
     let info = format!(r#"handoff_bridge_info{{bridge="bridge",broker="{broker}",stream="{}"}}"#, chain.user_stream());
     assert_eq!(sample(&metrics, &info), Some(1.0), "the broker label, by join: {metrics}");

@@ -18,6 +18,7 @@ mod consumer_outage;
 mod container_entrypoint;
 mod end_to_end;
 mod hostile_servers;
+mod kafka_bridge;
 mod kafka_relay;
 mod least_privilege;
 mod mariadb_consumer;

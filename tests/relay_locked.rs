@@ -81,7 +81,7 @@ async fn a_relay_killed_mid_transaction_leaves_its_rows_untouched_and_another_de
     // Appended by the killed relay and again by the next: Redis keeps both without
     // `[relay.dedupe]`; JetStream drops the second within its duplicate window.
     let expected = match chain.broker {
-        Broker::Redis(_) => 40,
+        Broker::Redis(_) | Broker::Kafka => 40,
         Broker::Nats(_) => 20,
     };
     assert_eq!(ids.len(), expected);

@@ -1,5 +1,6 @@
 //! Builds each configured component with its dependencies and spawns it (and its sampler).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use crate::bridge::{Apply, BridgeDeps, StreamBridge};
 use crate::broker::EventStream;
 use crate::broker::group::ConsumerGroup;
 use crate::broker::kafka::KafkaStream;
+use crate::broker::kafka::group::{GroupSettings as KafkaGroupSettings, KafkaGroup};
 use crate::broker::nats::NatsStream;
 use crate::broker::nats::group::GroupSettings;
 use crate::broker::redis::{RedisGroup, RedisStream};
@@ -72,7 +74,29 @@ pub async fn spawn_all(
             }
             (Broker::Redis, None, _) => return Err(anyhow!("bridge `{}`: no Redis client", bridge.name)),
             (Broker::Kafka, _, _) => {
-                return Err(anyhow!("bridge `{}`: broker = \"kafka\" is for relays only", bridge.name));
+                let kafka = config
+                    .kafka
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("bridge `{}`: broker = \"kafka\" without [kafka]", bridge.name))?;
+                // Each member is made here, where a client librdkafka refuses is an error at
+                // start, not a panic in a loop.
+                let mut members = HashMap::new();
+                for source in &bridge.streams {
+                    for consumer in bridge.consumer_names(&instance) {
+                        let settings = KafkaGroupSettings::for_bridge(bridge, &source.key, &consumer);
+                        let member = KafkaGroup::new(kafka, settings)
+                            .map_err(|e| anyhow!("bridge `{}` {}: {e}", bridge.name, source.key))?;
+                        members.insert((source.key.clone(), consumer), member);
+                    }
+                }
+                let members = std::sync::Mutex::new(members);
+                let group = |source: &StreamSource, consumer: &str| {
+                    let mut members = members.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    members
+                        .remove(&(source.key.clone(), consumer.to_owned()))
+                        .expect("a member per stream and consumer")
+                };
+                spawn_bridge(config, (bridge, &instance), shared, store, (group, style), &bridge_metrics)?
             }
         }
     }

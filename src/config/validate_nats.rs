@@ -98,10 +98,26 @@ fn kafka_problems(config: &Config) -> Vec<String> {
             }
         }
     }
-    for (i, _) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == Broker::Kafka) {
-        errors.push(format!(
-            "bridge[{i}].broker: \"kafka\" is not offered to bridges yet (relays only); read the topics with a Kafka consumer into the inbox, or bridge from Redis or NATS"
-        ));
+    for (i, bridge) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == Broker::Kafka) {
+        if config.kafka.is_none() {
+            errors.push(format!("bridge[{i}].broker: \"kafka\" needs a [kafka] section"));
+        }
+        if !matches!(bridge.start.as_str(), "0" | "$") {
+            errors.push(format!(
+                "bridge[{i}].start: `{}` on Kafka is \"0\" (the earliest offset) or \"$\" (new messages), for a group without committed offsets",
+                bridge.start
+            ));
+        }
+        for (j, source) in bridge.streams.iter().enumerate() {
+            if let Some(problem) = crate::broker::kafka::config::topic_problem(&source.key) {
+                errors.push(format!("bridge[{i}].streams[{j}].key: {problem}"));
+            }
+        }
+        if let Some(problem) =
+            bridge.dead_letter_stream.as_deref().and_then(crate::broker::kafka::config::topic_problem)
+        {
+            errors.push(format!("bridge[{i}].dead_letter_stream: {problem}"));
+        }
     }
     errors
 }
@@ -129,9 +145,19 @@ mod tests {
     }
 
     #[test]
-    fn a_bridge_on_kafka_is_refused_by_name() {
-        let bridge = "[[bridge]]\nname = \"b\"\nconsumer = \"c\"\nbroker = \"kafka\"\n[[bridge.streams]]\nkey = \"audit.user\"\n";
-        let error = load_str(&format!("{BASE}{bridge}[kafka]\nbootstrap_servers = \"k1:9092\"\n")).unwrap_err();
-        assert!(error.to_string().contains("bridge[0].broker: \"kafka\" is not offered to bridges yet"), "{error}");
+    fn a_bridge_on_kafka_reads_topics_and_starts_at_either_end() {
+        let bridge = |key: &str, start: &str| {
+            format!(
+                "[[bridge]]\nname = \"b\"\nconsumer = \"c\"\nbroker = \"kafka\"\nstart = \"{start}\"\n[[bridge.streams]]\nkey = \"{key}\"\n"
+            )
+        };
+        let kafka = "[kafka]\nbootstrap_servers = \"k1:9092\"\n";
+        load_str(&format!("{BASE}{}{kafka}", bridge("audit.user", "0"))).unwrap_or_else(|e| panic!("{e}"));
+        let error = load_str(&format!("{BASE}{}", bridge("audit.user", "$"))).unwrap_err().to_string();
+        assert!(error.contains("bridge[0].broker: \"kafka\" needs a [kafka] section"), "{error}");
+        let error =
+            load_str(&format!("{BASE}{}{kafka}", bridge("audit:user", "1700000000000-0"))).unwrap_err().to_string();
+        assert!(error.contains("bridge[0].start: `1700000000000-0` on Kafka"), "{error}");
+        assert!(error.contains("bridge[0].streams[0].key: topic `audit:user` is not a Kafka topic name"), "{error}");
     }
 }

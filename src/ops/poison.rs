@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use bytes::Bytes;
 
+use crate::broker::kafka::KafkaStream;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
@@ -59,6 +60,8 @@ pub enum PoisonError {
     Redis(String),
     #[error("bridge {bridge}: nats: {error}")]
     Nats { bridge: String, error: String },
+    #[error("bridge {bridge}: {error}")]
+    Kafka { bridge: String, error: String },
 }
 
 /// Why a record's entry was not appended again.
@@ -178,6 +181,8 @@ enum Reappend {
 enum Reappender {
     Redis(RedisStream),
     Nats(Box<NatsStream>),
+    /// A producer of the bridge's topics, and the header that carries the event id.
+    Kafka(Box<KafkaStream>, String),
 }
 
 impl Reappender {
@@ -199,8 +204,14 @@ impl Reappender {
                 Ok(Reappender::Nats(Box::new(stream)))
             }
             (Broker::Nats, None) => Err(nats_error("no [nats] section".into())),
-            // Refused by the configuration's checks: no bridge reads Kafka yet.
-            (Broker::Kafka, _) => Err(nats_error("broker = \"kafka\" is for relays only".into())),
+            (Broker::Kafka, _) => {
+                let kafka_error = |error: String| PoisonError::Kafka { bridge: bridge.name.clone(), error };
+                let kafka = config.kafka.as_ref().ok_or_else(|| kafka_error("no [kafka] section".into()))?;
+                let stream =
+                    KafkaStream::connect(kafka, &bridge.envelope.payload).map_err(|e| kafka_error(e.to_string()))?;
+                stream.ping().await.map_err(|e| kafka_error(e.0))?;
+                Ok(Reappender::Kafka(Box::new(stream), kafka.event_id_header.clone()))
+            }
             (Broker::Redis, _) => {
                 if redis.is_none() {
                     let (stream, _) =
@@ -228,30 +239,50 @@ impl Reappender {
                 }
             }
             Reappender::Nats(stream) => {
-                let entry = Entry {
-                    stream: record.stream.clone(),
-                    fields: fields.into_iter().map(|(name, value)| (Bytes::from(name), Bytes::from(value))).collect(),
-                    // The message id: one per record and re-drive, so the same re-drive is
-                    // published once (within the stream's duplicate window) and the next one is
-                    // not taken for a duplicate.
-                    event_id: format!("poison-retry:{}:{}:{}", bridge.consumer, record.id, record.redrives + 1),
-                    run: None,
-                    trace: None,
-                };
-                let options = AppendOptions::default();
-                let appending = stream.append(std::slice::from_ref(&entry), &options);
-                let Ok(outcomes) = tokio::time::timeout(WAIT, appending).await else {
-                    return Err(ReappendError::NoAnswer);
-                };
-                match outcomes.into_iter().next() {
-                    Some(AppendOutcome::Appended(id)) => Ok(Reappend::Appended(id)),
-                    Some(AppendOutcome::Duplicate(id)) => Ok(Reappend::AlreadyThere(id)),
-                    Some(AppendOutcome::Rejected(why)) => Err(ReappendError::Refused(why)),
-                    Some(AppendOutcome::Unavailable(why)) => Err(ReappendError::Unavailable(why)),
-                    other => Err(ReappendError::Refused(format!("{other:?}"))),
-                }
+                // The message id: one per record and re-drive, so the same re-drive is published
+                // once (within the stream's duplicate window) and the next one is not taken for
+                // a duplicate.
+                let id = format!("poison-retry:{}:{}:{}", bridge.consumer, record.id, record.redrives + 1);
+                append_entry(stream.as_ref(), record, fields, id).await
+            }
+            Reappender::Kafka(stream, header) => {
+                // Kafka keeps no dedupe window: the message carries the event's own id in its
+                // header, as the relay sent it, and the inbox recognises a repeat by it.
+                let own = fields.iter().find(|(name, _)| name == header.as_bytes());
+                let id = own.map(|(_, value)| String::from_utf8_lossy(value).into_owned());
+                let id =
+                    id.or_else(|| record.event_id.clone()).unwrap_or_else(|| format!("poison-retry:{}", record.id));
+                append_entry(stream.as_ref(), record, fields, id).await
             }
         }
+    }
+}
+
+/// Appends `fields` to the record's stream through a broker that takes one entry per call.
+async fn append_entry<P: EventStream>(
+    stream: &P,
+    record: &StoredPoison,
+    fields: Vec<Field>,
+    event_id: String,
+) -> Result<Reappend, ReappendError> {
+    let entry = Entry {
+        stream: record.stream.clone(),
+        fields: fields.into_iter().map(|(name, value)| (Bytes::from(name), Bytes::from(value))).collect(),
+        event_id,
+        run: None,
+        trace: None,
+    };
+    let options = AppendOptions::default();
+    let appending = stream.append(std::slice::from_ref(&entry), &options);
+    let Ok(outcomes) = tokio::time::timeout(Duration::from_secs(10), appending).await else {
+        return Err(ReappendError::NoAnswer);
+    };
+    match outcomes.into_iter().next() {
+        Some(AppendOutcome::Appended(id)) => Ok(Reappend::Appended(id)),
+        Some(AppendOutcome::Duplicate(id)) => Ok(Reappend::AlreadyThere(id)),
+        Some(AppendOutcome::Rejected(why)) => Err(ReappendError::Refused(why)),
+        Some(AppendOutcome::Unavailable(why)) => Err(ReappendError::Unavailable(why)),
+        other => Err(ReappendError::Refused(format!("{other:?}"))),
     }
 }
 

@@ -116,7 +116,15 @@ async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) ->
             let mut line = Line::new(format!("bridge {} {}", bridge.name, source.key));
             match (bridge.broker, brokers.redis, brokers.nats) {
                 (Broker::Nats, _, None) => line.error = Some("nats unreachable".into()),
-                (Broker::Kafka, _, _) => line.error = Some("broker = \"kafka\" is for relays only".into()),
+                (Broker::Kafka, _, _) => match &config.kafka {
+                    None => line.error = Some("no [kafka] section".into()),
+                    Some(kafka) => {
+                        match crate::broker::kafka::group::committed_lag(kafka, bridge.group(), &source.key).await {
+                            Ok(lag) => line.lag = Some(lag as i64),
+                            Err(e) => line.error = Some(format!("kafka: {e}")),
+                        }
+                    }
+                },
                 (Broker::Nats, _, Some(nats)) => match nats.consumer_info(bridge.group(), &source.key).await {
                     Ok(Some(info)) => {
                         line.in_flight = Some(info.pending as i64);

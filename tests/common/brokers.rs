@@ -27,6 +27,35 @@ macro_rules! on_both_brokers {
 }
 pub(crate) use on_both_brokers;
 
+/// Declares each scenario as a test on Kafka too (`kafka::<name>`), on the broker
+/// `scripts/services` starts, each test on topics and a group of its own. Scenarios that stop
+/// the broker, or ask what only Redis and NATS tell (a group's read position, its deletion),
+/// are not among them.
+macro_rules! on_kafka {
+    ($($name:ident),* $(,)?) => {
+        mod kafka {
+            $(#[tokio::test] async fn $name() { super::$name($crate::common::brokers::Chain::kafka().await).await })*
+        }
+    };
+}
+pub(crate) use on_kafka;
+
+/// Like [`on_kafka!`] in both of the bridge's modes: `kafka_modes::taken_in::<name>` and
+/// `kafka_modes::applied::<name>`.
+macro_rules! in_both_modes_on_kafka {
+    ($($name:ident),* $(,)?) => {
+        mod kafka_modes {
+            mod taken_in {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::kafka().await).await })*
+            }
+            mod applied {
+                $(#[tokio::test] async fn $name() { super::super::$name($crate::common::brokers::Chain::kafka().await.applying()).await })*
+            }
+        }
+    };
+}
+pub(crate) use in_both_modes_on_kafka;
+
 /// Declares each scenario of the consumer side as a test on each broker in each of the bridge's
 /// modes: `taken_in::{redis,nats}::<name>` (the bridge alone, rows left PENDING for a worker) and
 /// `applied::{redis,nats}::<name>` (a worker of the inbox in the same file, its handler applied
@@ -59,6 +88,8 @@ pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba90
 pub enum Broker {
     Redis(RedisServer),
     Nats(NatsServer),
+    /// The shared broker of `scripts/services` (tests never stop it).
+    Kafka,
 }
 
 pub struct Chain {
@@ -117,6 +148,7 @@ impl Chain {
         match &mut self.broker {
             Broker::Redis(server) => server.stop(),
             Broker::Nats(server) => server.stop(),
+            Broker::Kafka => panic!("the shared Kafka broker is never stopped by a test"),
         }
     }
 
@@ -126,7 +158,17 @@ impl Chain {
         match &mut self.broker {
             Broker::Redis(server) => server.restart().await,
             Broker::Nats(server) => server.restart().await,
+            Broker::Kafka => panic!("the shared Kafka broker is never stopped by a test"),
         }
+    }
+
+    /// On the shared Kafka broker: the `user` topic (3 partitions) and the dead-letter topic of
+    /// this test, made before anything reads or writes them.
+    pub async fn kafka() -> Self {
+        let env = TestEnv::new().await;
+        super::kafka::create_topic(&format!("{}.audit.user", env.id), 3, &[]).await;
+        super::kafka::create_topic(&format!("{}.dead", env.id), 1, &[]).await;
+        Self { env, broker: Broker::Kafka, proxy: None, applying: false }
     }
 
     pub async fn nats() -> Self {
@@ -147,6 +189,7 @@ impl Chain {
     /// on Redis the server kills its normal clients (at least one), on NATS the proxy drops them.
     pub fn cut_connections(&self) {
         match (&self.broker, &self.proxy) {
+            (Broker::Kafka, _) => panic!("cut_connections is not offered on Kafka"),
             (Broker::Redis(server), _) => {
                 let killed = super::redis_server::redis_cli(server.port, &["client", "kill", "type", "normal"]);
                 assert!(killed.trim().parse::<u32>().is_ok_and(|n| n > 0), "connections were cut: {killed}");
@@ -164,6 +207,12 @@ impl Chain {
     fn nats_section(&self) -> String {
         let url = match (&self.broker, &self.proxy) {
             (Broker::Redis(_), _) => return String::new(),
+            (Broker::Kafka, _) => {
+                let bootstrap = super::kafka::bootstrap();
+                return format!(
+                    "\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ntimeout = \"5s\"\ndelivery_timeout = \"5s\"\n"
+                );
+            }
             (Broker::Nats(_), Some(proxy)) => format!("nats://127.0.0.1:{}", proxy.port),
             (Broker::Nats(server), None) => server.url(),
         };
@@ -176,6 +225,7 @@ impl Chain {
         match &self.broker {
             Broker::Redis(_) => self.env.stream("user"),
             Broker::Nats(_) => "audit.user".into(),
+            Broker::Kafka => format!("{}.audit.user", self.env.id),
         }
     }
 
@@ -191,6 +241,9 @@ impl Chain {
         let relay = match &self.broker {
             Broker::Redis(_) => self.env.config(&format!("stream = \"{}:{{{column}}}\"\n{extra}", self.env.id)),
             Broker::Nats(_) => self.env.config(&format!("broker = \"nats\"\nstream = \"audit.{{{column}}}\"\n{extra}")),
+            Broker::Kafka => self
+                .env
+                .config(&format!("broker = \"kafka\"\nstream = \"{}.audit.{{{column}}}\"\n{extra}", self.env.id)),
         };
         format!("{relay}{more}{}", self.nats_section())
     }
@@ -199,8 +252,10 @@ impl Chain {
     /// `extra` goes into `[[bridge]]`, `more` sections after it.
     pub fn bridge_config(&self, instance: &str, extra: &str, more: &str) -> String {
         let broker = match &self.broker {
-            Broker::Redis(_) => "",
-            Broker::Nats(_) => "broker = \"nats\"\n",
+            Broker::Redis(_) => String::new(),
+            Broker::Nats(_) => "broker = \"nats\"\n".into(),
+            // A group of this test's own: Kafka's groups are the cluster's, shared by every test.
+            Broker::Kafka => format!("broker = \"kafka\"\ngroup = \"{}\"\n", self.env.id),
         };
         // Applying: a worker of the inbox in the same file, named, so a configuration that
         // could not apply is refused instead of quietly taking the rows in only.
@@ -266,6 +321,12 @@ impl Chain {
                 let stream = NatsStream::connect(&config, "payload").await.unwrap();
                 stream.append(&entries, &AppendOptions::default()).await
             }
+            // Exactly these fields as headers (an entry without an event id stays without one).
+            Broker::Kafka => {
+                let messages = entries.iter().map(|e| e.fields.clone()).collect();
+                super::kafka::produce(&self.user_stream(), messages).await;
+                return;
+            }
         };
         assert!(outcomes.iter().all(|o| matches!(o, AppendOutcome::Appended(_))), "{outcomes:?}");
     }
@@ -275,7 +336,7 @@ impl Chain {
     pub fn dedupe(&self) -> &'static str {
         match &self.broker {
             Broker::Redis(_) => "[relay.dedupe]\nwindow = \"1h\"\n",
-            Broker::Nats(_) => "",
+            Broker::Nats(_) | Broker::Kafka => "",
         }
     }
 
@@ -285,6 +346,7 @@ impl Chain {
         match &self.broker {
             Broker::Redis(_) => self.env.stream("dead"),
             Broker::Nats(_) => "audit.dead".into(),
+            Broker::Kafka => format!("{}.dead", self.env.id),
         }
     }
 
@@ -311,11 +373,12 @@ impl Chain {
             Broker::Nats(server) => messages_on(&server.url(), "audit.dead")
                 .await
                 .iter()
-                .map(|message| {
-                    let body: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
-                    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-                    (text(&body["reason"]), text(&body["source_stream"]), text(&body["fields"]["payload"]))
-                })
+                .map(|message| dead_letter(&message.payload))
+                .collect(),
+            Broker::Kafka => super::kafka::read_all(&self.dead_letter_key())
+                .await
+                .iter()
+                .map(|message| dead_letter(message.value.as_bytes()))
                 .collect(),
         }
     }
@@ -342,6 +405,13 @@ impl Chain {
                 .map(|message| {
                     let event_id = message.headers.get("event_id").map(|v| v.as_str().to_owned());
                     (event_id.unwrap_or_default(), message.sequence.to_string())
+                })
+                .collect(),
+            Broker::Kafka => super::kafka::read_all(&self.user_stream())
+                .await
+                .into_iter()
+                .map(|m| {
+                    (m.headers.get("event_id").cloned().unwrap_or_default(), format!("{}:{}", m.partition, m.offset))
                 })
                 .collect(),
         }
@@ -379,6 +449,11 @@ impl Chain {
                 .iter()
                 .map(|message| message.headers.get("event_id").map(|v| v.as_str().to_owned()).unwrap_or_default())
                 .collect(),
+            Broker::Kafka => super::kafka::read_all(&format!("{}.audit.{value}", self.env.id))
+                .await
+                .into_iter()
+                .map(|m| m.headers.get("event_id").cloned().unwrap_or_default())
+                .collect(),
         }
     }
 
@@ -388,6 +463,8 @@ impl Chain {
         match &self.broker {
             Broker::Redis(_) => self.env.group_pending("user").await,
             Broker::Nats(server) => nats_consumer(&server.url()).await.map(|info| info.num_ack_pending as u64),
+            // Kafka tells what the group has not committed, delivered or not.
+            Broker::Kafka => self.kafka_lag().await,
         }
     }
 
@@ -419,6 +496,7 @@ impl Chain {
                 let info = nats_consumer(&server.url()).await.expect("the bridge's durable consumer");
                 (info.delivered.stream_sequence, info.num_ack_pending as u64)
             }
+            Broker::Kafka => panic!("a Kafka group's read position is its members' own"),
         }
     }
 
@@ -436,6 +514,7 @@ impl Chain {
                 let stream = async_nats::jetstream::new(client).get_stream("AUDIT").await.unwrap();
                 assert!(stream.delete_consumer(DURABLE).await.unwrap().success);
             }
+            Broker::Kafka => panic!("a Kafka group with members cannot be deleted"),
         }
     }
 
@@ -462,6 +541,7 @@ impl Chain {
                 )
             }
             Broker::Nats(server) => nats_consumer(&server.url()).await.map(|info| info.delivered.consumer_sequence),
+            Broker::Kafka => None,
         }
     }
 
@@ -473,11 +553,28 @@ impl Chain {
                 Broker::Nats(server) => nats_consumer(&server.url())
                     .await
                     .is_some_and(|info| info.num_ack_pending == 0 && info.num_pending == 0),
+                Broker::Kafka => self.kafka_lag().await == Some(0),
             };
             done.then_some(())
         })
         .await;
     }
+}
+
+impl Chain {
+    /// What the bridge's group has not committed of the `user` topic; `None` when it cannot be
+    /// read.
+    pub async fn kafka_lag(&self) -> Option<u64> {
+        let config = handoff::broker::kafka::KafkaConfig::new(&super::kafka::bootstrap());
+        handoff::broker::kafka::group::committed_lag(&config, &self.env.id, &self.user_stream()).await.ok()
+    }
+}
+
+/// A dead-letter record's (reason, source stream, the entry's `payload` field).
+fn dead_letter(body: &[u8]) -> (String, String, String) {
+    let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    (text(&body["reason"]), text(&body["source_stream"]), text(&body["fields"]["payload"]))
 }
 
 /// Every message of the `AUDIT` stream on `subject`, in order.

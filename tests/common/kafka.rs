@@ -205,3 +205,32 @@ impl Drop for KafkaCluster {
         services(&["kafka-cluster-stop", self.dir.path().to_str().unwrap()]);
     }
 }
+
+/// Produces one message per entry to `topic`: its `payload` field the value, `aggregate_id` the
+/// key, every other field a header, exactly as given (an entry may lack its event id).
+pub async fn produce(topic: &str, entries: Vec<Vec<(bytes::Bytes, bytes::Bytes)>>) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    for fields in entries {
+        let mut headers = OwnedHeaders::new();
+        let (mut key, mut value) = (None, Vec::new());
+        for (name, field) in &fields {
+            match &name[..] {
+                b"payload" => value = field.to_vec(),
+                name => {
+                    if name == b"aggregate_id" {
+                        key = Some(field.to_vec());
+                    }
+                    let name = String::from_utf8_lossy(name).into_owned();
+                    headers = headers.insert(Header { key: &name, value: Some(&field[..]) });
+                }
+            }
+        }
+        let mut record = FutureRecord::<Vec<u8>, Vec<u8>>::to(topic).payload(&value).headers(headers);
+        if let Some(key) = &key {
+            record = record.key(key);
+        }
+        producer.send(record, TIMEOUT).await.map_err(|(e, _)| e).expect("produced");
+    }
+}

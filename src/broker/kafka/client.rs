@@ -40,14 +40,20 @@ pub(super) fn producer_config(config: &KafkaConfig) -> Result<ClientConfig, Kafk
     Ok(client)
 }
 
-/// A consumer that only reads given offsets (loss checks): no group membership, no commits.
-pub(super) fn reader_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
+/// A consumer that commits only what it is told to (a bridge commits after the inbox did).
+pub(super) fn consumer_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
     let mut client = common(config)?;
     client
-        .set("group.id", "handoff-verify")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false");
+    Ok(client)
+}
+
+/// A consumer that only reads given offsets (loss checks): it joins no group, commits nothing.
+pub(super) fn reader_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
+    let mut client = consumer_config(config)?;
+    client.set("group.id", "handoff-verify");
     Ok(client)
 }
 

@@ -13,6 +13,7 @@
 
 mod client;
 pub mod config;
+pub mod group;
 mod message;
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,0 +1,417 @@
+//! A Kafka consumer group behind the consumer-side broker seam (`[[bridge]] broker = "kafka"`).
+//! Each takeover loop of a bridge is one member of the group named by the bridge's group, with
+//! cooperative rebalancing: the topic's partitions are shared among the members, one member
+//! per partition.
+//!
+//! Offsets are committed only for entries the bridge acknowledged, that is after their inbox
+//! transaction committed: a partition's committed offset is its lowest entry read and not yet
+//! acknowledged (or the one after the last read), so a commit never passes an entry whose
+//! takeover has not committed. A partition revoked in a rebalance is forgotten with what was
+//! in flight on it: its new owner starts at the committed offset and reads those entries
+//! again, and the inbox recognises the ones already taken over. An entry read and not
+//! acknowledged within `claim_idle` (its takeover failed: the inbox database was down) is read
+//! again: the member seeks back to it, and it comes back through `read` as redelivered.
+//!
+//! A message becomes an entry: `partition:offset` is its id, its headers the fields and its
+//! value the payload field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client::{self, Logged};
+use super::config::KafkaConfig;
+use super::message::{entry_id, parse_entry_id};
+use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
+use crate::broker::read::RawEntry;
+use crate::store::takeover::PoisonRecord;
+
+/// What one member reads, and where.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// The consumer group (the bridge's group).
+    pub group: String,
+    /// The topic read (the bridge's stream key).
+    pub topic: String,
+    /// This member's name (`client.id`, logs).
+    pub instance: String,
+    /// Where a group without committed offsets starts: "0" (the earliest) or "$" (new messages).
+    pub start: String,
+    /// The entry field the message value becomes (the envelope's payload).
+    pub body_field: String,
+    /// How long an entry read and not acknowledged waits before it is read again, and how long a
+    /// silent member keeps its partitions (`session.timeout.ms`, at least the broker's 6 s).
+    pub claim_idle: Duration,
+}
+
+impl GroupSettings {
+    /// The settings of `bridge`'s member `instance` reading `topic`.
+    pub fn for_bridge(bridge: &crate::config::BridgeConfig, topic: &str, instance: &str) -> Self {
+        Self {
+            group: bridge.group().to_owned(),
+            topic: topic.to_owned(),
+            instance: instance.to_owned(),
+            start: bridge.start.clone(),
+            body_field: bridge.envelope.payload.clone(),
+            claim_idle: bridge.claim_idle,
+        }
+    }
+}
+
+/// Entries read and not yet acknowledged, per partition this member owns.
+#[derive(Default)]
+struct Partition {
+    /// Offset → when it was read.
+    in_flight: BTreeMap<i64, Instant>,
+    /// The offset after the last one read.
+    next: i64,
+    /// The offset after the highest one ever read: below it, a read is a redelivery.
+    seen: i64,
+    /// The last offset committed.
+    committed: i64,
+    /// The read that found this partition first after it was assigned.
+    first_read: u64,
+}
+
+/// The member's partitions, shared with the rebalance callback.
+#[derive(Default, Clone)]
+pub struct Owned(Arc<Mutex<HashMap<i32, Partition>>>);
+
+impl Owned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Partition>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl ClientContext for Owned {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        Logged.log(level, facility, line)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        Logged.error(error, reason)
+    }
+}
+
+impl ConsumerContext for Owned {
+    /// Partitions revoked are forgotten with what was in flight on them (never committed past);
+    /// partitions assigned start afresh from the group's committed offset.
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let (Rebalance::Assign(list) | Rebalance::Revoke(list)) = rebalance else { return };
+        let mut owned = self.lock();
+        for element in list.elements() {
+            owned.remove(&element.partition());
+        }
+        tracing::info!(
+            partitions = list.count(),
+            assigned = matches!(rebalance, Rebalance::Assign(_)),
+            "kafka rebalance"
+        );
+    }
+}
+
+pub struct KafkaGroup {
+    consumer: Arc<StreamConsumer<Owned>>,
+    owned: Owned,
+    settings: GroupSettings,
+    config: Arc<KafkaConfig>,
+    body_field: Bytes,
+    subscribed: Mutex<bool>,
+    /// Reads so far (what tells a partition's first read after its assignment).
+    reads: std::sync::atomic::AtomicU64,
+    /// Writes dead letters (made on first use).
+    producer: std::sync::OnceLock<Result<FutureProducer<Logged>, String>>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> GroupError {
+    GroupError::Unavailable(format!("kafka: {e}"))
+}
+
+impl KafkaGroup {
+    pub fn new(config: &KafkaConfig, settings: GroupSettings) -> GroupResult<Self> {
+        let owned = Owned::default();
+        let session = settings.claim_idle.max(Duration::from_secs(6)).as_millis().min(i32::MAX as u128);
+        let mut client = client::consumer_config(config).map_err(unavailable)?;
+        client
+            .set("group.id", &settings.group)
+            .set("client.id", &settings.instance)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("auto.offset.reset", if settings.start == "$" { "latest" } else { "earliest" })
+            .set("session.timeout.ms", session.to_string())
+            .set("heartbeat.interval.ms", (session / 3).to_string());
+        let consumer = client.create_with_context(owned.clone()).map_err(unavailable)?;
+        Ok(Self {
+            consumer: Arc::new(consumer),
+            owned,
+            body_field: Bytes::copy_from_slice(settings.body_field.as_bytes()),
+            settings,
+            config: Arc::new(config.clone()),
+            subscribed: Mutex::new(false),
+            reads: std::sync::atomic::AtomicU64::new(0),
+            producer: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Joins the group (once): the topic's partitions are then assigned by the group.
+    fn subscribe(&self) -> GroupResult<()> {
+        let mut subscribed = self.subscribed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*subscribed {
+            self.consumer.subscribe(&[&self.settings.topic]).map_err(unavailable)?;
+            *subscribed = true;
+        }
+        Ok(())
+    }
+
+    /// The entry a message carries (recorded as in flight), and whether it may have been
+    /// delivered before: read again by this member, or read in the first read of its partition
+    /// after the partition was assigned — from the group's committed offset, where a member that
+    /// died (maybe killed by one of these entries) left off. Those are counted in the inbox
+    /// database before they are handled, as redeliveries are on the other brokers, so an entry
+    /// that kills every bridge reading it reaches `max_deliveries` (one delivery sooner than on
+    /// Redis and NATS, which know a first delivery from a second).
+    fn entry(&self, message: &BorrowedMessage<'_>, read: u64) -> (RawEntry, bool) {
+        let (partition, offset) = (message.partition(), message.offset());
+        let redelivered = {
+            let mut owned = self.owned.lock();
+            let state = owned.entry(partition).or_insert_with(|| Partition {
+                committed: -1,
+                first_read: read,
+                ..Partition::default()
+            });
+            state.in_flight.insert(offset, Instant::now());
+            state.next = state.next.max(offset + 1);
+            let again = offset < state.seen || state.first_read == read;
+            state.seen = state.seen.max(offset + 1);
+            again
+        };
+        let mut fields = Vec::new();
+        if let Some(headers) = message.headers() {
+            for header in headers.iter() {
+                let value = header.value.map(Bytes::copy_from_slice).unwrap_or_default();
+                fields.push((Bytes::copy_from_slice(header.key.as_bytes()), value));
+            }
+        }
+        let payload = message.payload().map(Bytes::copy_from_slice).unwrap_or_default();
+        fields.push((self.body_field.clone(), payload));
+        (RawEntry { id: entry_id(partition, offset), fields: Some(fields) }, redelivered)
+    }
+
+    /// Where each partition's committed offset may move now: its lowest entry in flight, or the
+    /// one after the last read; only forward.
+    fn commit_points(&self) -> TopicPartitionList {
+        let mut list = TopicPartitionList::new();
+        for (partition, state) in self.owned.lock().iter() {
+            let point = state.in_flight.keys().next().copied().unwrap_or(state.next);
+            if point > state.committed {
+                let _ = list.add_partition_offset(&self.settings.topic, *partition, Offset::Offset(point));
+            }
+        }
+        list
+    }
+
+    fn producer(&self) -> Result<&FutureProducer<Logged>, String> {
+        let made = self.producer.get_or_init(|| {
+            client::producer_config(&self.config)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.create_with_context(Logged).map_err(|e| e.to_string()))
+        });
+        made.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl ConsumerGroup for KafkaGroup {
+    fn consumer(&self) -> &str {
+        &self.settings.instance
+    }
+
+    async fn own_pending(&self, _count: u32) -> GroupResult<Vec<RawEntry>> {
+        // What this member left unacknowledged is read again from the committed offset.
+        Ok(Vec::new())
+    }
+
+    async fn read(&self, count: u32, block: Option<Duration>) -> GroupResult<Read> {
+        self.subscribe()?;
+        let this_read = self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut read = Read::default();
+        let first = match block {
+            Some(block) => match tokio::time::timeout(block, self.consumer.recv()).await {
+                Ok(message) => Some(message),
+                Err(_) => return Ok(read),
+            },
+            None => self.consumer.recv().now_or_never(),
+        };
+        let mut next = first;
+        while let Some(message) = next {
+            match message {
+                Ok(message) => {
+                    let (entry, again) = self.entry(&message, this_read);
+                    if again { read.redelivered.push(entry) } else { read.entries.push(entry) }
+                }
+                // What was received stays read (it is acknowledged or read again).
+                Err(e) if !read.is_empty() => {
+                    tracing::debug!(topic = %self.settings.topic, error = %e, "a read ended early");
+                    break;
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+            if read.entries.len() + read.redelivered.len() >= count as usize {
+                break;
+            }
+            next = self.consumer.recv().now_or_never();
+        }
+        Ok(read)
+    }
+
+    /// Commits each partition up to its lowest entry still in flight (after the inbox
+    /// transaction of `entry_ids` committed). An entry of a partition this member no longer
+    /// owns is let go: its new owner reads it again.
+    async fn ack(&self, entry_ids: &[String]) -> GroupResult<()> {
+        {
+            let mut owned = self.owned.lock();
+            for (partition, offset) in entry_ids.iter().filter_map(|id| parse_entry_id(id)) {
+                if let Some(state) = owned.get_mut(&partition) {
+                    state.in_flight.remove(&offset);
+                }
+            }
+        }
+        let points = self.commit_points();
+        if points.count() == 0 {
+            return Ok(());
+        }
+        let consumer = self.consumer.clone();
+        let committed = points.clone();
+        tokio::task::spawn_blocking(move || consumer.commit(&committed, CommitMode::Sync))
+            .await
+            .map_err(unavailable)?
+            .map_err(unavailable)?;
+        let mut owned = self.owned.lock();
+        for element in points.elements() {
+            if let (Some(state), Offset::Offset(offset)) = (owned.get_mut(&element.partition()), element.offset()) {
+                state.committed = state.committed.max(offset);
+            }
+        }
+        Ok(())
+    }
+
+    async fn ensure(&self, _start: &str) -> GroupResult<()> {
+        self.subscribe()
+    }
+
+    /// Entries read and not acknowledged for `idle` (their takeover failed): the member seeks
+    /// back to the oldest of each partition, and `read` returns them again as redelivered.
+    async fn reclaim(&self, idle: Duration, _count: u32) -> GroupResult<Vec<RawEntry>> {
+        let stale: Vec<(i32, i64)> = {
+            let mut owned = self.owned.lock();
+            owned
+                .iter_mut()
+                .filter_map(|(partition, state)| {
+                    let (&offset, read_at) = state.in_flight.iter().next()?;
+                    (read_at.elapsed() >= idle).then(|| {
+                        state.in_flight.clear();
+                        state.next = offset;
+                        (*partition, offset)
+                    })
+                })
+                .collect()
+        };
+        for (partition, offset) in stale {
+            let timeout = self.config.timeout;
+            self.consumer
+                .seek(&self.settings.topic, partition, Offset::Offset(offset), timeout)
+                .map_err(unavailable)?;
+        }
+        Ok(Vec::new())
+    }
+
+    async fn delete_idle_consumers(&self, _idle: Duration) {}
+
+    /// Entries in flight on this member, and what its partitions hold past its position.
+    async fn info(&self) -> GroupResult<GroupInfo> {
+        let pending = self.owned.lock().values().map(|s| s.in_flight.len() as u64).sum();
+        let (consumer, timeout, topic) = (self.consumer.clone(), self.config.timeout, self.settings.topic.clone());
+        let lag = tokio::task::spawn_blocking(move || -> Result<u64, KafkaError> {
+            let mut lag = 0;
+            for element in consumer.position()?.elements().iter().filter(|e| e.topic() == topic) {
+                let (_, high) = consumer.fetch_watermarks(&topic, element.partition(), timeout)?;
+                if let Offset::Offset(position) = element.offset() {
+                    lag += (high - position).max(0) as u64;
+                }
+            }
+            Ok(lag)
+        });
+        let lag = lag.await.map_err(unavailable)?.map_err(unavailable)?;
+        Ok(GroupInfo { pending, lag: Some(lag) })
+    }
+
+    async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
+        let owned = self.owned.lock();
+        Ok(owned.values().filter_map(|s| s.in_flight.values().min()).min().map(Instant::elapsed))
+    }
+
+    /// Produces each record to the topic `key` as one JSON value (reason, detail, source topic
+    /// and entry, event id, the entry's fields; nothing of the entry's content in a header) keyed
+    /// by its source entry, and awaits every delivery report; true only if each was stored.
+    async fn dead_letters(&self, key: &str, records: &[PoisonRecord]) -> bool {
+        let Ok(producer) = self.producer() else { return false };
+        let sends = records.iter().map(|p| {
+            let body = serde_json::json!({
+                "reason": p.reason.as_str(),
+                "detail": p.detail,
+                "source_stream": p.stream,
+                "source_id": p.entry_id,
+                "event_id": p.event_id,
+                "fields": p.fields,
+            })
+            .to_string();
+            let source = format!("{}:{}", p.stream, p.entry_id);
+            async move {
+                let record = FutureRecord::to(key).key(&source).payload(&body);
+                producer.send(record, Timeout::After(self.config.delivery_timeout)).await.is_ok()
+            }
+        });
+        futures_util::future::join_all(sends).await.into_iter().all(|stored| stored)
+    }
+}
+
+/// What the partitions of `topic` hold past `group`'s committed offsets (all of a partition
+/// where it committed nothing), read from outside the group, for `handoff status`.
+pub async fn committed_lag(config: &KafkaConfig, group: &str, topic: &str) -> Result<u64, String> {
+    let mut client = client::consumer_config(config).map_err(|e| e.to_string())?;
+    client.set("group.id", group);
+    let (timeout, topic) = (config.timeout, topic.to_owned());
+    tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let consumer: BaseConsumer<Logged> = client.create_with_context(Logged).map_err(|e| e.to_string())?;
+        let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(|e| e.to_string())?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none());
+        let partitions = found.ok_or_else(|| format!("topic {topic} does not exist"))?.partitions();
+        let mut list = TopicPartitionList::new();
+        for partition in partitions {
+            list.add_partition(&topic, partition.id());
+        }
+        let committed = consumer.committed_offsets(list, timeout).map_err(|e| e.to_string())?;
+        let mut lag = 0;
+        for element in committed.elements() {
+            let (low, high) =
+                consumer.fetch_watermarks(&topic, element.partition(), timeout).map_err(|e| e.to_string())?;
+            let from = match element.offset() {
+                Offset::Offset(offset) => offset,
+                _ => low,
+            };
+            lag += (high - from).max(0) as u64;
+        }
+        Ok(lag)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

@@ -1,0 +1,75 @@
+//! The bridge on Kafka, where it differs from Redis and NATS (the scenarios it shares with them
+//! run from `bridge.rs` and `both_brokers.rs`): what SIGTERM leaves is seen in the group's
+//! committed offsets; an entry that kills every bridge reading it is counted from its first
+//! read after a restart and reaches the delivery limit; `handoff status` shows the group's lag.
+
+use crate::common;
+
+use common::brokers::Chain;
+use common::eventually;
+use common::process::{Handoff, run_to_end};
+
+/// Whatever a bridge read is taken over and committed before SIGTERM lets it leave: the
+/// group's committed offsets are exactly past what the inbox holds, and a restart takes the rest
+/// in, each event once.
+#[tokio::test]
+async fn sigterm_commits_every_entry_already_read_before_exiting() {
+    let chain = Chain::kafka().await;
+    chain.publish("t", 3000, &[]).await;
+    let config = chain.bridge_config("b1", "batch_size = 50", "");
+    let mut bridge = Handoff::run(&config);
+    eventually("the bridge under way", || async { (chain.taken_in().await >= 100).then_some(()) }).await;
+    bridge.signal("TERM");
+    assert!(bridge.await_exit().await.success());
+    let taken = chain.taken_in().await;
+    assert!(taken < 3000, "stopped before the end ({taken})");
+    assert_eq!(chain.kafka_lag().await, Some(3000 - taken as u64), "committed exactly what was taken in");
+    let _restarted = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(3000).await;
+}
+
+/// Kafka cannot tell a first delivery from a second: a partition's first read after it is
+/// assigned (where a member that died left off) is counted before it is handled. An entry that
+/// kills the bridge every time is counted once per death and poisoned at `max_deliveries`.
+#[tokio::test]
+async fn an_entry_that_kills_the_bridge_every_time_goes_to_poison_at_the_limit() {
+    let chain = Chain::kafka().await;
+    let env = &chain.env;
+    chain.publish("killer", 1, &[]).await;
+    let config = chain.bridge_config("b1", "max_deliveries = 3", "");
+    let counts = || env.scalar_i64("SELECT coalesce(sum(deliveries), 0) FROM consumer_inbox_deliveries");
+    for counted in [1, 2] {
+        let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
+        victim.await_paused().await;
+        victim.kill();
+        assert_eq!(counts().await, counted);
+    }
+    let _bridge = Handoff::run(&config);
+    eventually("the entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
+    assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("killer-1".to_owned()))]);
+    chain.await_acknowledged().await;
+    assert_eq!(chain.taken_in().await, 0);
+    assert_eq!(counts().await, 0, "counts of entries with a verdict are forgotten");
+}
+
+/// `handoff status` reads a Kafka bridge's lag from its group's committed offsets.
+#[tokio::test]
+async fn status_shows_a_kafka_groups_lag_from_its_committed_offsets() {
+    let chain = Chain::kafka().await;
+    chain.publish("s", 12, &[]).await;
+    let config = chain.bridge_config("b1", "", "");
+    let (ok, out) = run_to_end(&config, &["status"]);
+    assert!(ok, "{out}");
+    let line = out.lines().find(|l| l.contains(&format!("bridge bridge {}", chain.user_stream()))).unwrap_or_default();
+    assert!(line.contains("12"), "nothing committed yet: all 12 behind: {out}");
+    let bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    drop(bridge);
+    let (ok, out) = run_to_end(&config, &["status", "--json"]);
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lines = status.as_array().or_else(|| status["components"].as_array()).cloned().unwrap_or_default();
+    let bridge = lines.iter().find(|l| l.to_string().contains(&chain.user_stream())).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(bridge["lag"], 0, "{bridge}");
+}
