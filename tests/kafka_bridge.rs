@@ -73,3 +73,35 @@ async fn status_shows_a_kafka_groups_lag_from_its_committed_offsets() {
     let bridge = lines.iter().find(|l| l.to_string().contains(&chain.user_stream())).unwrap_or_else(|| panic!("{out}"));
     assert_eq!(bridge["lag"], 0, "{bridge}");
 }
+
+/// `bridge rewind --to 1h` on Kafka moves the group's committed offsets back to the first
+/// message of that time on every partition: each entry is read again and recognised by the inbox
+/// (effects once). Kafka takes the offsets only from a group without members: refused while the
+/// bridge runs, and an entry id (one partition's offset) is not a position on Kafka.
+#[tokio::test]
+async fn rewind_moves_the_groups_offsets_back_to_a_time_once_the_bridge_is_stopped() {
+    let chain = Chain::kafka().await.applying();
+    chain.publish("r", 20, &[]).await;
+    let config = chain.bridge_config("b1", "", "");
+    let rewind = |to: &str| run_to_end(&config, &["bridge", "rewind", "--bridge", "bridge", "--to", to, "--json"]);
+    let mut bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(20).await;
+    let (ok, out) = rewind("1h");
+    assert!(!ok && out.contains("stop the bridge's processes"), "a group with a member: {out}");
+    let (ok, out) = rewind("1700000000000-0");
+    assert!(!ok && out.contains("on Kafka, rewind to a time"), "{out}");
+    bridge.signal("TERM");
+    assert!(bridge.await_exit().await.success());
+
+    let (ok, out) = rewind("1h");
+    assert!(ok, "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}"));
+    let moved = &doc["streams"][0];
+    assert_eq!(moved["stream"], chain.user_stream().as_str());
+    assert!(moved["to"].as_str().unwrap().split(',').all(|p| p.ends_with(":0")), "to each partition's start: {out}");
+    assert_eq!(chain.kafka_lag().await, Some(20), "every entry to be read again");
+    let _bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(20).await;
+}

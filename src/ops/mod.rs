@@ -8,6 +8,7 @@ pub mod poison;
 pub mod replay;
 pub mod reprocess;
 pub mod rewind;
+mod rewind_kafka;
 mod rewind_nats;
 pub mod shards;
 pub mod status;

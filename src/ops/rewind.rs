@@ -2,7 +2,7 @@
 //! SETID), so the entries after the new position are delivered again. The inbox's unique
 //! `(consumer, event_id)` turns every event already taken over into a duplicate: effects stay
 //! exactly once. Entries pending at the time stay pending to their consumers and are handed to
-//! whoever reads them again. On NATS JetStream, see `rewind_nats`.
+//! whoever reads them again. On NATS JetStream, see `rewind_nats`; on Kafka, `rewind_kafka`.
 
 use serde::Serialize;
 
@@ -59,6 +59,8 @@ pub enum RewindError {
     Database(String),
     #[error("nats: {0}")]
     Nats(String),
+    #[error("kafka: {0}")]
+    Kafka(String),
     #[error("stream {stream}: rewind only moves back: {to} is after the group's position {position}")]
     Forward { stream: String, to: String, position: String },
     #[error("stream {stream}: {error}")]
@@ -98,8 +100,10 @@ pub async fn rewind(
     if let (Some(key), true) = (stream, sources.is_empty()) {
         return Err(RewindError::NoStream(bridge.to_owned(), key.to_owned()));
     }
-    if b.broker == Broker::Nats {
-        return super::rewind_nats::rewind(config, b, &sources, to, dry_run).await;
+    match b.broker {
+        Broker::Nats => return super::rewind_nats::rewind(config, b, &sources, to, dry_run).await,
+        Broker::Kafka => return super::rewind_kafka::rewind(config, b, &sources, to, dry_run).await,
+        Broker::Redis => {}
     }
     let (redis, _) = RedisStream::connect(&config.redis).await.map_err(|e| RewindError::Connect(e.to_string()))?;
     let mut moved = Vec::new();

@@ -119,7 +119,7 @@ async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) ->
                 (Broker::Kafka, _, _) => match &config.kafka {
                     None => line.error = Some("no [kafka] section".into()),
                     Some(kafka) => {
-                        match crate::broker::kafka::group::committed_lag(kafka, bridge.group(), &source.key).await {
+                        match crate::broker::kafka::offsets::committed_lag(kafka, bridge.group(), &source.key).await {
                             Ok(lag) => line.lag = Some(lag as i64),
                             Err(e) => line.error = Some(format!("kafka: {e}")),
                         }

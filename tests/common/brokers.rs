@@ -566,7 +566,7 @@ impl Chain {
     /// read.
     pub async fn kafka_lag(&self) -> Option<u64> {
         let config = handoff::broker::kafka::KafkaConfig::new(&super::kafka::bootstrap());
-        handoff::broker::kafka::group::committed_lag(&config, &self.env.id, &self.user_stream()).await.ok()
+        handoff::broker::kafka::offsets::committed_lag(&config, &self.env.id, &self.user_stream()).await.ok()
     }
 }
 

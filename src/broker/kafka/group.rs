@@ -72,8 +72,8 @@ impl GroupSettings {
 /// Entries read and not yet acknowledged, per partition this member owns.
 #[derive(Default)]
 struct Partition {
-    /// Offset → when it was read.
-    in_flight: BTreeMap<i64, Instant>,
+    /// Offset → when it was read, and by which read.
+    in_flight: BTreeMap<i64, (Instant, u64)>,
     /// The offset after the last one read.
     next: i64,
     /// The offset after the highest one ever read: below it, a read is a redelivery.
@@ -189,7 +189,7 @@ impl KafkaGroup {
                 first_read: read,
                 ..Partition::default()
             });
-            state.in_flight.insert(offset, Instant::now());
+            state.in_flight.insert(offset, (Instant::now(), read));
             state.next = state.next.max(offset + 1);
             let again = offset < state.seen || state.first_read == read;
             state.seen = state.seen.max(offset + 1);
@@ -309,15 +309,19 @@ impl ConsumerGroup for KafkaGroup {
     }
 
     /// Entries read and not acknowledged for `idle` (their takeover failed): the member seeks
-    /// back to the oldest of each partition, and `read` returns them again as redelivered.
+    /// back to the oldest of each partition, and `read` returns them again as redelivered. The
+    /// bridge recovers between batches, having acknowledged what committed, so what is still in
+    /// flight then is either failed or the batch it read ahead, not yet taken over: the latest
+    /// read is never sought back over.
     async fn reclaim(&self, idle: Duration, _count: u32) -> GroupResult<Vec<RawEntry>> {
+        let latest = self.reads.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(1);
         let stale: Vec<(i32, i64)> = {
             let mut owned = self.owned.lock();
             owned
                 .iter_mut()
                 .filter_map(|(partition, state)| {
-                    let (&offset, read_at) = state.in_flight.iter().next()?;
-                    (read_at.elapsed() >= idle).then(|| {
+                    let (&offset, &(read_at, read)) = state.in_flight.iter().next()?;
+                    (read_at.elapsed() >= idle && read < latest).then(|| {
                         state.in_flight.clear();
                         state.next = offset;
                         (*partition, offset)
@@ -356,7 +360,7 @@ impl ConsumerGroup for KafkaGroup {
 
     async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
         let owned = self.owned.lock();
-        Ok(owned.values().filter_map(|s| s.in_flight.values().min()).min().map(Instant::elapsed))
+        Ok(owned.values().filter_map(|s| s.in_flight.values().map(|(at, _)| *at).min()).min().map(|at| at.elapsed()))
     }
 
     /// Produces each record to the topic `key` as one JSON value (reason, detail, source topic
@@ -382,36 +386,4 @@ impl ConsumerGroup for KafkaGroup {
         });
         futures_util::future::join_all(sends).await.into_iter().all(|stored| stored)
     }
-}
-
-/// What the partitions of `topic` hold past `group`'s committed offsets (all of a partition
-/// where it committed nothing), read from outside the group, for `handoff status`.
-pub async fn committed_lag(config: &KafkaConfig, group: &str, topic: &str) -> Result<u64, String> {
-    let mut client = client::consumer_config(config).map_err(|e| e.to_string())?;
-    client.set("group.id", group);
-    let (timeout, topic) = (config.timeout, topic.to_owned());
-    tokio::task::spawn_blocking(move || -> Result<u64, String> {
-        let consumer: BaseConsumer<Logged> = client.create_with_context(Logged).map_err(|e| e.to_string())?;
-        let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(|e| e.to_string())?;
-        let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none());
-        let partitions = found.ok_or_else(|| format!("topic {topic} does not exist"))?.partitions();
-        let mut list = TopicPartitionList::new();
-        for partition in partitions {
-            list.add_partition(&topic, partition.id());
-        }
-        let committed = consumer.committed_offsets(list, timeout).map_err(|e| e.to_string())?;
-        let mut lag = 0;
-        for element in committed.elements() {
-            let (low, high) =
-                consumer.fetch_watermarks(&topic, element.partition(), timeout).map_err(|e| e.to_string())?;
-            let from = match element.offset() {
-                Offset::Offset(offset) => offset,
-                _ => low,
-            };
-            lag += (high - from).max(0) as u64;
-        }
-        Ok(lag)
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }

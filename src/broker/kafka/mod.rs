@@ -15,6 +15,7 @@ mod client;
 pub mod config;
 pub mod group;
 mod message;
+pub mod offsets;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -1,0 +1,107 @@
+//! A bridge's group seen from outside it: what its partitions hold past its committed offsets
+//! (`handoff status`), and its committed offsets moved back to a time (`handoff bridge rewind`).
+//! Kafka takes offsets committed from outside a group only while the group has no members: a
+//! rewind needs the bridge's processes stopped, not only paused.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client::{self, Logged};
+use super::config::KafkaConfig;
+
+/// A partition's committed offset moved (or, in a dry run, that would move).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reset {
+    pub partition: i32,
+    /// The committed offset before (`None`: the group had committed nothing there).
+    pub from: Option<i64>,
+    pub to: i64,
+}
+
+/// A client of `group` that joins nothing: it reads and commits the group's offsets.
+fn outsider(config: &KafkaConfig, group: &str) -> Result<BaseConsumer<Logged>, String> {
+    let mut client = client::consumer_config(config).map_err(|e| e.to_string())?;
+    client.set("group.id", group);
+    client.create_with_context(Logged).map_err(|e| e.to_string())
+}
+
+/// Every partition of `topic` with the group's committed offset (`None` where it has none).
+fn committed(
+    consumer: &BaseConsumer<Logged>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<(i32, Option<i64>)>, String> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| e.to_string())?;
+    let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none());
+    let partitions = found.ok_or_else(|| format!("topic {topic} does not exist"))?.partitions();
+    let mut list = TopicPartitionList::new();
+    for partition in partitions {
+        list.add_partition(topic, partition.id());
+    }
+    let committed = consumer.committed_offsets(list, timeout).map_err(|e| e.to_string())?;
+    Ok(committed
+        .elements()
+        .iter()
+        .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+        .collect())
+}
+
+/// What the partitions of `topic` hold past `group`'s committed offsets (all of a partition
+/// where it committed nothing).
+pub async fn committed_lag(config: &KafkaConfig, group: &str, topic: &str) -> Result<u64, String> {
+    let (consumer, timeout, topic) = (outsider(config, group)?, config.timeout, topic.to_owned());
+    tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let mut lag = 0;
+        for (partition, committed) in committed(&consumer, &topic, timeout)? {
+            let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
+            lag += (high - committed.unwrap_or(low)).max(0) as u64;
+        }
+        Ok(lag)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Moves `group`'s committed offset on each partition of `topic` back to the first message at
+/// or after `unix_ms` (the partition's end if none is). Never forward: a partition whose
+/// committed offset is already there or before keeps it. With `dry_run`, commits nothing.
+pub async fn rewind_to_time(
+    config: &KafkaConfig,
+    group: &str,
+    topic: &str,
+    unix_ms: i64,
+    dry_run: bool,
+) -> Result<Vec<Reset>, String> {
+    let (consumer, timeout, topic) = (outsider(config, group)?, config.timeout, topic.to_owned());
+    tokio::task::spawn_blocking(move || -> Result<Vec<Reset>, String> {
+        let before = committed(&consumer, &topic, timeout)?;
+        let mut times = TopicPartitionList::new();
+        for (partition, _) in &before {
+            times.add_partition_offset(&topic, *partition, Offset::Offset(unix_ms)).map_err(|e| e.to_string())?;
+        }
+        let found = consumer.offsets_for_times(times, timeout).map_err(|e| e.to_string())?;
+        let mut resets = Vec::new();
+        let mut commit = TopicPartitionList::new();
+        for (partition, from) in before {
+            let to = match found.find_partition(&topic, partition).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => offset,
+                _ => consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?.1,
+            };
+            if from.is_some_and(|from| from <= to) {
+                continue;
+            }
+            commit.add_partition_offset(&topic, partition, Offset::Offset(to)).map_err(|e| e.to_string())?;
+            resets.push(Reset { partition, from, to });
+        }
+        if !dry_run && commit.count() > 0 {
+            consumer.commit(&commit, CommitMode::Sync).map_err(|e| {
+                format!("{e} (Kafka takes a group's offsets from outside only while it has no members: stop the bridge's processes, rewind, start them)")
+            })?;
+        }
+        Ok(resets)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
