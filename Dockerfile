@@ -18,7 +18,10 @@
 FROM docker.io/library/rust:1.95.0-slim-bookworm AS builder
 WORKDIR /build
 # librdkafka (the Kafka client) and the OpenSSL it is linked with are built from source: make,
-# perl and a C++ compiler besides the image's gcc.
+# perl and a C++ compiler besides the image's gcc. Not pinned to versions: they are whatever the
+# pinned base image's Debian release carries (its security updates change the exact ones), and
+# only the builder stage has them.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends make perl g++ \
  && rm -rf /var/lib/apt/lists/*
