@@ -10,6 +10,7 @@ mod consumer;
 use consumer::Mode;
 mod env;
 mod explain;
+mod kafka;
 mod latency;
 mod nats;
 mod plan;
@@ -74,7 +75,7 @@ struct Args {
     earlier_binary: Option<PathBuf>,
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
-    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker, nats (default: all); sustained
+    /// Run only these parts: relay, baseline, dwell, bloat, consumer, broker, nats (default: all); kafka and sustained
     /// only when named; bridge or chain (the consumer part's bridge or chain alone) when named;
     /// replicas (1 to 8 relay processes on one outbox) when named.
     #[arg(long, value_delimiter = ',')]
@@ -252,6 +253,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.wants("nats") {
         nats_part(&env, &args, &mut report).await?;
+    }
+    if args.only.iter().any(|p| p == "kafka") {
+        kafka_part(&env, &args, &mut report).await?;
     }
 
     env.drop_schema().await?;
@@ -900,6 +904,48 @@ async fn broker_side(args: &Args, report: &mut Report) -> anyhow::Result<()> {
             "MiB",
         );
     }
+    Ok(())
+}
+
+/// Apache Kafka beside Redis, on the broker `scripts/services` starts (`--only kafka`): the relay
+/// (default config, batch 500) against the Kafka producer's own limit for the same batches (same
+/// client, same settings, no database) and against the relay on Redis, taking turns.
+async fn kafka_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let (n, r) = (args.events, args.repeat);
+    let (mut relays, mut redis_relays, mut limits) = (Vec::new(), Vec::new(), Vec::new());
+    for turn in 1..=r {
+        limits.push(kafka::produce_limit(n, 500).await?);
+        relays.push(kafka::relay(env, n, 500).await?);
+        redis_relays.push(relay::throughput(env, n, 500, 1, "concurrency = 2\nclaim = \"locked\"").await?);
+        eprintln!(
+            "  kafka      turn {turn}: relay {:.0} (Redis {:.0}, produce limit {:.0}) rows/s",
+            relays[turn - 1].rows_per_sec,
+            redis_relays[turn - 1].rows_per_sec,
+            limits[turn - 1].0
+        );
+    }
+    let rate = |runs: &[relay::Run]| median(runs.iter().map(|x| x.rows_per_sec).collect());
+    let per_100k = |runs: &[relay::Run], f: fn(&relay::Run) -> f64| {
+        median(runs.iter().map(|x| f(x) / n as f64 * 100_000.0).collect())
+    };
+    let (kafka_relay, redis_relay) = (rate(&relays), rate(&redis_relays));
+    let limit = median(limits.iter().map(|(rate, _)| *rate).collect());
+    let limit_cpu = median(limits.iter().map(|(_, cpu)| cpu / n as f64 * 100_000.0).collect());
+    report.add(
+        "limit",
+        "Kafka produce, idempotent, acks=all, batch 500 in flight, reports awaited",
+        limit,
+        "messages/s",
+    );
+    report.add("kafka", "relay to Kafka, default config, batch 500", kafka_relay, "rows/s");
+    report.add("kafka", "relay to Redis, same config, same sitting", redis_relay, "rows/s");
+    report.add("ratio", "relay to Kafka / Kafka produce limit", kafka_relay / limit * 100.0, "%");
+    report.add("ratio", "relay to Kafka / relay to Redis", kafka_relay / redis_relay * 100.0, "%");
+    report.add("kafka", "producer CPU per 100k messages, the limit's client", limit_cpu, "s");
+    report.add("kafka", "relay CPU per 100k events, Kafka", per_100k(&relays, |x| x.cpu_seconds), "s");
+    report.add("kafka", "relay CPU per 100k events, Redis", per_100k(&redis_relays, |x| x.cpu_seconds), "s");
+    report.add("kafka", "Kafka broker CPU per 100k events, relay", per_100k(&relays, |x| x.redis_cpu_seconds), "s");
+    report.add("kafka", "Postgres CPU per 100k events, relay to Kafka", per_100k(&relays, |x| x.pg_cpu_seconds), "s");
     Ok(())
 }
 

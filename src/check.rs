@@ -42,6 +42,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
         check_redis(config, &mut ok, &mut problems).await;
     }
     check_nats(config, &mut ok, &mut problems).await;
+    check_kafka(config, &mut ok, &mut problems).await;
     ok.extend(crate::checklist::database(config));
     let db = match Database::connect(&config.database, "handoff-check") {
         Ok(db) => db,
@@ -276,4 +277,14 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
             }
         }
     }
+}
+
+/// The Kafka cluster and the topics the relays and bridges with `broker = "kafka"` name.
+async fn check_kafka(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Kafka).collect();
+    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::config::Broker::Kafka).collect();
+    let (Some(kafka), false) = (&config.kafka, relays.is_empty() && bridges.is_empty()) else { return };
+    let (fine, wrong) = crate::broker::kafka::check::check(kafka, &relays, &bridges).await;
+    ok.extend(fine);
+    problems.extend(wrong);
 }

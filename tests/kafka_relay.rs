@@ -176,3 +176,31 @@ async fn the_partition_leader_killed_mid_run_loses_nothing() {
     let (ok, out) = run_to_end(&config, &["verify", "--since", "10m"]);
     assert!(ok && out.contains("600 checked, 0 trimmed, 0 missing"), "{out}");
 }
+
+/// `handoff check` on Kafka: a topic the configuration names must exist (handoff creates none);
+/// one replica warns; a relay's `entry_max_bytes` over the topic's `max.message.bytes` fails.
+#[tokio::test]
+async fn check_names_a_missing_topic_a_single_replica_and_a_message_limit_below_entry_max_bytes() {
+    let env = common::TestEnv::new().await;
+    let fixed = format!("{}.audit.fixed", env.id);
+    let relay = env.config(&format!("broker = \"kafka\"\nstream = \"{fixed}\"\n"));
+    let config = format!("{relay}\n[kafka]\nbootstrap_servers = \"{}\"\ntimeout = \"5s\"\n", kafka::bootstrap());
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(!ok && out.contains(&format!("relay `relay`: topic {fixed} does not exist on the cluster")), "{out}");
+
+    kafka::create_topic(&fixed, 2, &[("max.message.bytes", "2048")]).await;
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(
+        !ok && out.contains(&format!(
+            "relay `relay`.entry_max_bytes: 1048576 is over topic {fixed}'s max.message.bytes 2048"
+        )),
+        "{out}"
+    );
+    let relay = env.config(&format!(
+        "broker = \"kafka\"\nstream = \"{fixed}\"\npayload_max_bytes = 1000\nentry_max_bytes = 1500\n"
+    ));
+    let config = format!("{relay}\n[kafka]\nbootstrap_servers = \"{}\"\ntimeout = \"5s\"\n", kafka::bootstrap());
+    let (ok, out) = run_to_end(&config, &["check"]);
+    assert!(ok && out.contains("kafka: reachable at"), "below the topic's limit now: {out}");
+    assert!(out.contains(&format!("warn: relay `relay`: topic {fixed}: 2 partitions, 1 replicas")), "{out}");
+}

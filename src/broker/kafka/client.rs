@@ -40,6 +40,11 @@ pub(super) fn producer_config(config: &KafkaConfig) -> Result<ClientConfig, Kafk
     Ok(client)
 }
 
+/// A client for metadata and the admin API (`handoff check`).
+pub(super) fn admin_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
+    common(config)
+}
+
 /// A consumer that commits only what it is told to (a bridge commits after the inbox did).
 pub(super) fn consumer_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
     let mut client = common(config)?;

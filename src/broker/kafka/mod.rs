@@ -11,6 +11,7 @@
 //! the row again on restart, a second message with the same event id header, which the inbox's
 //! insert-if-absent on `(consumer, event_id)` collapses (docs/explanation/delivery-guarantees.md).
 
+pub mod check;
 mod client;
 pub mod config;
 pub mod group;
