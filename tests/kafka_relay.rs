@@ -204,3 +204,29 @@ async fn check_names_a_missing_topic_a_single_replica_and_a_message_limit_below_
     assert!(ok && out.contains("kafka: reachable at"), "below the topic's limit now: {out}");
     assert!(out.contains(&format!("warn: relay `relay`: topic {fixed}: 2 partitions, 1 replicas")), "{out}");
 }
+
+/// `layout = "debezium"`: what Debezium's outbox event router writes by default, so a consumer
+/// written for it reads handoff's messages unchanged: topic `outbox.event.<aggregate type>`, key
+/// the aggregate id, value the payload as it is, and one header, `id`, the event id.
+#[tokio::test]
+async fn a_consumer_written_for_debeziums_outbox_event_router_reads_the_debezium_layout() {
+    let env = common::TestEnv::new().await;
+    let aggregate_type = format!("{}_user", env.id);
+    let topic = format!("outbox.event.{aggregate_type}");
+    kafka::create_topic(&topic, 2, &[]).await;
+    env.insert_events("z", &aggregate_type, 12).await;
+    let relay = env.config("broker = \"kafka\"\nstream = \"outbox.event.{aggregate_type}\"\n");
+    let config = format!("{relay}\n[kafka]\nbootstrap_servers = \"{}\"\nlayout = \"debezium\"\n", kafka::bootstrap());
+    let _relay = Handoff::run(&config);
+    env.await_delivered(12).await;
+    let messages = kafka::read_all(&topic).await;
+    assert_eq!(messages.len(), 12);
+    for Read { key, value, headers, .. } in &messages {
+        let event_id = headers.get("id").unwrap_or_else(|| panic!("the router's `id` header: {headers:?}"));
+        assert_eq!(headers.len(), 1, "no header but `id`: {headers:?}");
+        let n = event_id.strip_prefix("z-").unwrap();
+        assert_eq!(key.as_deref(), Some(format!("agg-{n}").as_str()), "keyed by the aggregate id");
+        let payload: serde_json::Value = serde_json::from_str(value).unwrap();
+        assert_eq!(payload["auditId"], *event_id, "the payload, as the row holds it");
+    }
+}

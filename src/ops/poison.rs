@@ -210,7 +210,7 @@ impl Reappender {
                 let stream =
                     KafkaStream::connect(kafka, &bridge.envelope.payload).map_err(|e| kafka_error(e.to_string()))?;
                 stream.ping().await.map_err(|e| kafka_error(e.0))?;
-                Ok(Reappender::Kafka(Box::new(stream), kafka.event_id_header.clone()))
+                Ok(Reappender::Kafka(Box::new(stream), kafka.event_id_header().to_owned()))
             }
             (Broker::Redis, _) => {
                 if redis.is_none() {

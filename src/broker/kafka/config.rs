@@ -30,9 +30,14 @@ pub struct KafkaConfig {
     #[serde(default = "defaults::key_field")]
     pub key_field: String,
     /// The header that carries the event id (consumers dedupe on it; `handoff verify` checks
-    /// it). Default: "event_id".
-    #[serde(default = "defaults::event_id_header")]
-    pub event_id_header: String,
+    /// it). Default: "event_id" ("id" with `layout = "debezium"`).
+    pub event_id_header: Option<String>,
+    /// How a message is laid out: "handoff" (every entry field but the payload a header) or
+    /// "debezium" (Debezium's outbox event router's defaults: the event id as header `id` and
+    /// no other header; topic and key come from the relay's `stream` and `key_field`, as there
+    /// `outbox.event.{aggregate_type}` and `aggregate_id`). Default: "handoff".
+    #[serde(default)]
+    pub layout: Layout,
     /// How long the client waits for a broker's answer to a metadata or offset request.
     /// Default: "10s".
     #[serde(default = "defaults::timeout", with = "humantime_serde")]
@@ -45,6 +50,17 @@ pub struct KafkaConfig {
     /// ([`TUNABLE`]); anything else is refused.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+/// What a message carries besides its key and value.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Every entry field but the payload as a header, the event id in its own.
+    #[default]
+    Handoff,
+    /// As Debezium's outbox event router writes it: the event id as the only header.
+    Debezium,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -109,10 +125,20 @@ impl KafkaConfig {
             tls: TlsConfig::default(),
             sasl: None,
             key_field: defaults::key_field(),
-            event_id_header: defaults::event_id_header(),
+            event_id_header: None,
+            layout: Layout::Handoff,
             timeout: defaults::timeout(),
             delivery_timeout: defaults::delivery_timeout(),
             properties: BTreeMap::new(),
+        }
+    }
+
+    /// The header that carries the event id.
+    pub fn event_id_header(&self) -> &str {
+        match (&self.event_id_header, self.layout) {
+            (Some(name), _) => name,
+            (None, Layout::Handoff) => "event_id",
+            (None, Layout::Debezium) => "id",
         }
     }
 
@@ -151,7 +177,7 @@ impl KafkaConfig {
         } else if self.tls.ca_file.is_some() || self.tls.cert_file.is_some() {
             problems.push("kafka.tls: certificates are given but mode is disable".into());
         }
-        for (name, key) in [(&self.key_field, "key_field"), (&self.event_id_header, "event_id_header")] {
+        for (name, key) in [(self.key_field.as_str(), "key_field"), (self.event_id_header(), "event_id_header")] {
             if name.is_empty() {
                 problems.push(format!("kafka.{key} must not be empty"));
             }
@@ -174,10 +200,6 @@ mod defaults {
 
     pub fn key_field() -> String {
         "aggregate_id".into()
-    }
-
-    pub fn event_id_header() -> String {
-        "event_id".into()
     }
 
     pub fn timeout() -> Duration {

@@ -17,6 +17,8 @@ pub(super) struct Mapping {
     pub key_field: Bytes,
     /// The header holding the event id (a field of that name is replaced by it).
     pub event_id_header: String,
+    /// Only the event id as a header (Debezium's outbox event router's layout).
+    pub event_id_only: bool,
 }
 
 /// One entry as a message's parts.
@@ -42,7 +44,7 @@ impl Mapping {
             // carried with its invalid bytes replaced (names come from the configuration, not
             // from rows).
             let name = String::from_utf8_lossy(name);
-            if name == self.event_id_header {
+            if self.event_id_only || name == self.event_id_header {
                 continue;
             }
             headers = headers.insert(Header { key: &name, value: Some(field.as_ref()) });
@@ -110,7 +112,22 @@ mod tests {
     }
 
     fn mapping() -> Mapping {
-        Mapping { body_field: "payload".into(), key_field: "aggregate_id".into(), event_id_header: "event_id".into() }
+        Mapping {
+            body_field: "payload".into(),
+            key_field: "aggregate_id".into(),
+            event_id_header: "event_id".into(),
+            event_id_only: false,
+        }
+    }
+
+    #[test]
+    fn the_debezium_layout_carries_the_event_id_as_header_id_and_nothing_else() {
+        let debezium = Mapping { event_id_header: "id".into(), event_id_only: true, ..mapping() };
+        let fields = [("event_id", "e-1"), ("event_type", "Created"), ("aggregate_id", "o-7"), ("payload", "{}")];
+        let message = debezium.message(&entry(&fields));
+        assert_eq!((message.key.as_deref(), message.value.as_ref()), (Some(&b"o-7"[..]), &b"{}"[..]));
+        let headers: Vec<(&str, Option<&[u8]>)> = message.headers.iter().map(|h| (h.key, h.value)).collect();
+        assert_eq!(headers, [("id", Some(&b"e-1"[..]))]);
     }
 
     #[test]

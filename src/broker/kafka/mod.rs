@@ -62,7 +62,8 @@ impl KafkaStream {
             mapping: Mapping {
                 body_field: Bytes::copy_from_slice(body_field.as_bytes()),
                 key_field: Bytes::copy_from_slice(config.key_field.as_bytes()),
-                event_id_header: config.event_id_header.clone(),
+                event_id_header: config.event_id_header().to_owned(),
+                event_id_only: config.layout == config::Layout::Debezium,
             },
         })
     }
@@ -149,7 +150,7 @@ impl KafkaStream {
         let mut wanted = offsets.iter().copied().peekable();
         let Some(&first) = wanted.peek() else { return Ok(found) };
         seek(first)?;
-        let header = self.config.event_id_header.as_str();
+        let header = self.config.event_id_header();
         let mut last_error = String::new();
         let mut deadline = std::time::Instant::now() + self.config.timeout;
         while let Some(&next) = wanted.peek() {
