@@ -11,6 +11,27 @@ pub mod redis;
 pub(crate) mod script;
 pub(crate) mod seam;
 
+/// Which broker a relay publishes to, or a bridge reads from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Broker {
+    #[default]
+    Redis,
+    Nats,
+    Kafka,
+}
+
+impl Broker {
+    /// Its name in configuration and metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Broker::Redis => "redis",
+            Broker::Nats => "nats",
+            Broker::Kafka => "kafka",
+        }
+    }
+}
+
 pub use seam::{
     AppendOptions, AppendOutcome, Dedupe, Durability, Entry, EntryId, EventStream, ServerId, StreamState, Trim,
     Unavailable,

@@ -17,7 +17,7 @@ pub struct BridgeConfig {
     /// stream is then a subject, read through a durable pull consumer named after the group and
     /// the subject). Default: "redis".
     #[serde(default)]
-    pub broker: super::nats::Broker,
+    pub broker: crate::broker::Broker,
     /// Consumer group (Redis) or durable consumer's prefix (NATS). Default: the consumer.
     pub group: Option<String>,
     /// This instance's consumer name in the group; must be stable across restarts of the same

@@ -20,7 +20,7 @@ pub struct Config {
     #[serde(default)]
     pub redis: RedisConfig,
     /// The NATS server for relays and bridges with `broker = "nats"`. Default: none.
-    pub nats: Option<super::nats::NatsConfig>,
+    pub nats: Option<crate::broker::nats::config::NatsConfig>,
     /// The Kafka cluster for relays with `broker = "kafka"`. Default: none.
     pub kafka: Option<crate::broker::kafka::KafkaConfig>,
     /// Metrics, health endpoints and logs.
@@ -47,7 +47,7 @@ pub struct Config {
 
 impl Config {
     /// Whether some relay or bridge uses `broker` (only those get a client of it).
-    pub fn uses(&self, broker: super::nats::Broker) -> bool {
+    pub fn uses(&self, broker: crate::broker::Broker) -> bool {
         self.relays.iter().any(|r| r.broker == broker) || self.bridges.iter().any(|b| b.broker == broker)
     }
 }

@@ -7,8 +7,8 @@
 //! keep everything.
 
 use super::file::Config;
-use super::nats::Broker;
 use super::relay::{RetentionConfig, SettleMode, TrimConfig};
+use crate::broker::Broker;
 
 /// Fills in the defaults after validation (which saw only what the file says).
 pub fn resolve(config: &mut Config) {

@@ -13,10 +13,9 @@ mod claim_loop;
 mod connections;
 pub(crate) mod consumer_sql;
 mod event_types;
-mod file;
+pub(crate) mod file;
 pub(crate) mod keep;
 mod load;
-mod nats;
 pub(crate) mod ordered;
 mod partitions;
 mod relay;
@@ -26,9 +25,10 @@ mod telemetry;
 pub(crate) mod template;
 pub(crate) mod tls;
 mod validate;
-mod validate_nats;
 mod worker;
 
+pub use crate::broker::Broker;
+pub use crate::broker::nats::config::NatsConfig;
 pub use backoff::BackoffConfig;
 pub use bridge::{BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
 pub use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults, RelayLoop, WorkerLoop};
@@ -37,7 +37,6 @@ pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub(crate) use event_types::type_matches;
 pub use file::{Config, PauseConfig, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
-pub use nats::{Broker, NatsConfig};
 pub use partitions::PartitionsConfig;
 pub use relay::{
     BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,

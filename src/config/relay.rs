@@ -20,7 +20,7 @@ pub struct RelayConfig {
     /// Where the relay publishes: `redis` (Redis Streams) or `nats` (NATS JetStream, `[nats]`;
     /// `stream` is then the subject template, e.g. "audit.{aggregate_type}"). Default: "redis".
     #[serde(default)]
-    pub broker: super::nats::Broker,
+    pub broker: crate::broker::Broker,
     /// Stream key template over claim columns, e.g. "audit:{aggregate_type}". Default: "audit:{aggregate_type}".
     #[serde(default = "defaults::stream")]
     pub stream: String,

@@ -172,7 +172,8 @@ pub fn validate(config: &Config) -> Vec<String> {
             errors.push("telemetry.tracing.timeout must be > 0".into());
         }
     }
-    errors.extend(super::validate_nats::problems(config));
+    errors.extend(crate::broker::nats::validate::problems(config));
+    errors.extend(crate::broker::kafka::validate::problems(config));
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

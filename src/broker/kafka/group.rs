@@ -25,14 +25,14 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::client::{self, Logged};
 use super::config::KafkaConfig;
-use super::message::{entry_id, parse_entry_id};
+use super::message::{entry_id, parse_entry_id, readable_headers};
 use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
@@ -127,7 +127,7 @@ pub struct KafkaGroup {
     settings: GroupSettings,
     config: Arc<KafkaConfig>,
     body_field: Bytes,
-    subscribed: Mutex<bool>,
+    subscribed: std::sync::atomic::AtomicBool,
     /// Reads so far (what tells a partition's first read after its assignment).
     reads: std::sync::atomic::AtomicU64,
     /// Writes dead letters (made on first use).
@@ -147,9 +147,15 @@ impl KafkaGroup {
             .set("group.id", &settings.group)
             .set("client.id", &settings.instance)
             .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("auto.offset.reset", if settings.start == "$" { "latest" } else { "earliest" })
+            // Also where a committed offset fell out of retention: the earliest left, never the
+            // end (which would skip what is still there). `start = "$"` is applied once, to a
+            // group that has committed nothing (`offsets::start_at_end_if_new`).
+            .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", session.to_string())
-            .set("heartbeat.interval.ms", (session / 3).to_string());
+            .set("heartbeat.interval.ms", (session / 3).to_string())
+            // A member that does not read for this long (paused, or its inbox down) leaves the
+            // group; at least librdkafka's default, and never below the session timeout.
+            .set("max.poll.interval.ms", (session * 2).max(300_000).to_string());
         let consumer = client.create_with_context(owned.clone()).map_err(unavailable)?;
         Ok(Self {
             consumer: Arc::new(consumer),
@@ -157,19 +163,26 @@ impl KafkaGroup {
             body_field: Bytes::copy_from_slice(settings.body_field.as_bytes()),
             settings,
             config: Arc::new(config.clone()),
-            subscribed: Mutex::new(false),
+            subscribed: std::sync::atomic::AtomicBool::new(false),
             reads: std::sync::atomic::AtomicU64::new(0),
             producer: std::sync::OnceLock::new(),
         })
     }
 
-    /// Joins the group (once): the topic's partitions are then assigned by the group.
-    fn subscribe(&self) -> GroupResult<()> {
-        let mut subscribed = self.subscribed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !*subscribed {
-            self.consumer.subscribe(&[&self.settings.topic]).map_err(unavailable)?;
-            *subscribed = true;
+    /// Joins the group (once): the topic's partitions are then assigned by the group. With
+    /// `start = "$"`, a group that has committed nothing first gets the topic's end committed.
+    async fn subscribe(&self) -> GroupResult<()> {
+        use std::sync::atomic::Ordering;
+        if self.subscribed.load(Ordering::Relaxed) {
+            return Ok(());
         }
+        if self.settings.start == "$" {
+            super::offsets::start_at_end_if_new(&self.config, &self.settings.group, &self.settings.topic)
+                .await
+                .map_err(GroupError::Unavailable)?;
+        }
+        self.consumer.subscribe(&[&self.settings.topic]).map_err(unavailable)?;
+        self.subscribed.store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -195,15 +208,17 @@ impl KafkaGroup {
             state.seen = state.seen.max(offset + 1);
             again
         };
-        let mut fields = Vec::new();
-        if let Some(headers) = message.headers() {
-            for header in headers.iter() {
-                let value = header.value.map(Bytes::copy_from_slice).unwrap_or_default();
-                fields.push((Bytes::copy_from_slice(header.key.as_bytes()), value));
+        // The value first, and no header of its name: a field is read by its first match, so a
+        // header cannot pose as the payload.
+        let payload = message.payload().map(Bytes::copy_from_slice).unwrap_or_default();
+        let mut fields = vec![(self.body_field.clone(), payload)];
+        match readable_headers(message.headers()) {
+            Some(headers) => fields.extend(headers.into_iter().filter(|(name, _)| *name != self.body_field)),
+            // Only the value: the entry lacks its fields and goes to poison as such.
+            None => {
+                tracing::warn!(topic = %self.settings.topic, partition, offset, "a header name is not UTF-8; the entry is read without its headers")
             }
         }
-        let payload = message.payload().map(Bytes::copy_from_slice).unwrap_or_default();
-        fields.push((self.body_field.clone(), payload));
         (RawEntry { id: entry_id(partition, offset), fields: Some(fields) }, redelivered)
     }
 
@@ -241,7 +256,7 @@ impl ConsumerGroup for KafkaGroup {
     }
 
     async fn read(&self, count: u32, block: Option<Duration>) -> GroupResult<Read> {
-        self.subscribe()?;
+        self.subscribe().await?;
         let this_read = self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut read = Read::default();
         let first = match block {
@@ -305,7 +320,7 @@ impl ConsumerGroup for KafkaGroup {
     }
 
     async fn ensure(&self, _start: &str) -> GroupResult<()> {
-        self.subscribe()
+        self.subscribe().await
     }
 
     /// Entries read and not acknowledged for `idle` (their takeover failed): the member seeks
@@ -322,18 +337,32 @@ impl ConsumerGroup for KafkaGroup {
                 .filter_map(|(partition, state)| {
                     let (&offset, &(read_at, read)) = state.in_flight.iter().next()?;
                     (read_at.elapsed() >= idle && read < latest).then(|| {
-                        state.in_flight.clear();
-                        state.next = offset;
+                        // They stay in flight, so no commit passes them whatever the seek does;
+                        // their clocks start again from this seek.
+                        state.in_flight.values_mut().for_each(|entry| *entry = (Instant::now(), latest));
                         (*partition, offset)
                     })
                 })
                 .collect()
         };
-        for (partition, offset) in stale {
-            let timeout = self.config.timeout;
-            self.consumer
-                .seek(&self.settings.topic, partition, Offset::Offset(offset), timeout)
-                .map_err(unavailable)?;
+        if stale.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (consumer, topic, timeout) = (self.consumer.clone(), self.settings.topic.clone(), self.config.timeout);
+        let failed = tokio::task::spawn_blocking(move || {
+            let seek = |(partition, offset): (i32, i64)| {
+                consumer
+                    .seek(&topic, partition, Offset::Offset(offset), timeout)
+                    .err()
+                    .map(|e| format!("{partition}: {e}"))
+            };
+            stale.into_iter().filter_map(seek).collect::<Vec<_>>()
+        })
+        .await
+        .map_err(unavailable)?;
+        if !failed.is_empty() {
+            // Not lost: still in flight, they hold the commit back until a seek succeeds.
+            tracing::warn!(topic = %self.settings.topic, partitions = %failed.join(", "), "seeking back to unacknowledged entries failed; trying again at the next recovery");
         }
         Ok(Vec::new())
     }

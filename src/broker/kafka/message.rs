@@ -54,6 +54,21 @@ impl Mapping {
     }
 }
 
+/// A read message's headers as (name, value) pairs; `None` when a name is not UTF-8. The rdkafka
+/// crate panics reading such a name (any producer can write one): caught here, so a message's
+/// bytes cannot stop the process or wedge a partition. A value that is null reads as empty.
+pub(super) fn readable_headers(headers: Option<&rdkafka::message::BorrowedHeaders>) -> Option<Vec<(Bytes, Bytes)>> {
+    use rdkafka::message::Headers;
+    let Some(headers) = headers else { return Some(Vec::new()) };
+    let read = || {
+        let pairs = headers.iter().map(|h| {
+            (Bytes::copy_from_slice(h.key.as_bytes()), h.value.map(Bytes::copy_from_slice).unwrap_or_default())
+        });
+        pairs.collect()
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).ok()
+}
+
 /// The entry id a stored message gets: `partition:offset`.
 pub(super) fn entry_id(partition: i32, offset: i64) -> String {
     format!("{partition}:{offset}")

@@ -17,13 +17,14 @@ pub mod config;
 pub mod group;
 mod message;
 pub mod offsets;
+pub(crate) mod validate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
+use rdkafka::message::Message as _;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
@@ -175,7 +176,8 @@ impl KafkaStream {
             // Offsets passed over hold no message (compacted away); none lies past the end.
             while wanted.next_if(|&o| o < at).is_some() {}
             if wanted.next_if_eq(&at).is_some() {
-                let id = message.headers().and_then(|h| h.iter().find(|h| h.key == header)).and_then(|h| h.value);
+                let headers = message::readable_headers(message.headers()).unwrap_or_default();
+                let id = headers.iter().find(|(name, _)| name == header.as_bytes()).map(|(_, value)| value);
                 found.insert(at, id.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default());
             }
             if at + 1 >= high {
@@ -187,6 +189,8 @@ impl KafkaStream {
                 seek(next)?;
             }
         }
+        // Nothing more is fetched for this partition while the reader waits for the next look.
+        let _ = reader.unassign();
         Ok(found)
     }
 }

@@ -64,6 +64,30 @@ pub async fn committed_lag(config: &KafkaConfig, group: &str, topic: &str) -> Re
     .map_err(|e| e.to_string())?
 }
 
+/// For `start = "$"`: commits the end of each partition of `topic` for a group that has
+/// committed nothing there yet, before its first member joins, so it begins with new messages.
+/// A group with offsets, or with members already (Kafka then refuses the commit), is left alone.
+pub async fn start_at_end_if_new(config: &KafkaConfig, group: &str, topic: &str) -> Result<(), String> {
+    let (consumer, timeout, topic) = (outsider(config, group)?, config.timeout, topic.to_owned());
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let before = committed(&consumer, &topic, timeout)?;
+        if before.iter().any(|(_, offset)| offset.is_some()) {
+            return Ok(());
+        }
+        let mut ends = TopicPartitionList::new();
+        for (partition, _) in before {
+            let (_, high) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
+            ends.add_partition_offset(&topic, partition, Offset::Offset(high)).map_err(|e| e.to_string())?;
+        }
+        if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
+            tracing::debug!(error = %e, "the group's start was set by another member");
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 /// Moves `group`'s committed offset on each partition of `topic` back to the first message at
 /// or after `unix_ms` (the partition's end if none is). Never forward: a partition whose
 /// committed offset is already there or before keeps it. With `dry_run`, commits nothing.
@@ -89,7 +113,12 @@ pub async fn rewind_to_time(
                 Some(Offset::Offset(offset)) => offset,
                 _ => consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?.1,
             };
-            if from.is_some_and(|from| from <= to) {
+            // A partition with nothing committed is read from its start: as far back as it goes.
+            let position = match from {
+                Some(from) => from,
+                None => consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?.0,
+            };
+            if position <= to {
                 continue;
             }
             commit.add_partition_offset(&topic, partition, Offset::Offset(to)).map_err(|e| e.to_string())?;

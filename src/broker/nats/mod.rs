@@ -9,9 +9,11 @@
 //! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
 //! run lands in order or its tail comes back for the next batch.
 
+pub mod config;
 pub mod group;
 mod message;
 pub mod settings;
+pub(crate) mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;

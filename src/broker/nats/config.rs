@@ -1,5 +1,5 @@
-//! `[nats]`: the NATS server (with JetStream) a relay may publish to instead of Redis
-//! (`[[relay]] broker = "nats"`): its URL, TLS (`[nats.tls]`, verified by default) and one way to
+//! `[nats]`: the NATS server (with JetStream) a relay may publish to and a bridge read from
+//! instead of Redis (`broker = "nats"`): its URL, TLS (`[nats.tls]`, verified by default) and one way to
 //! authenticate, each secret read from a file.
 
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ pub struct NatsConfig {
     /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
     /// Set, or a `tls://` URL: TLS is required, `verify-full` unless `mode` says otherwise.
     #[serde(default)]
-    pub tls: super::tls::TlsConfig,
+    pub tls: crate::config::tls::TlsConfig,
     /// A file holding the server's authorization token.
     pub token_file: Option<PathBuf>,
     /// A user name, with its password in `password_file`.
@@ -37,27 +37,6 @@ pub struct NatsConfig {
     /// How long a publish waits for its PubAck, and any other call for its answer. Default: "5s".
     #[serde(default = "defaults::timeout", with = "humantime_serde")]
     pub timeout: Duration,
-}
-
-/// Which broker a relay publishes to, or a bridge reads from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Broker {
-    #[default]
-    Redis,
-    Nats,
-    Kafka,
-}
-
-impl Broker {
-    /// Its name in configuration and metric labels.
-    pub fn label(self) -> &'static str {
-        match self {
-            Broker::Redis => "redis",
-            Broker::Nats => "nats",
-            Broker::Kafka => "kafka",
-        }
-    }
 }
 
 impl NatsConfig {
@@ -90,7 +69,7 @@ impl NatsConfig {
         if self.user.is_some() != self.password_file.is_some() {
             problems.push("nats.user and nats.password_file go together".into());
         }
-        if self.tls.mode == Some(super::tls::TlsMode::Disable) && self.tls_required() {
+        if self.tls.mode == Some(crate::config::tls::TlsMode::Disable) && self.tls_required() {
             problems.push("nats.tls.mode: disable, but a tls:// URL or other [nats.tls] keys ask for TLS".into());
         }
         let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
@@ -129,7 +108,7 @@ impl NatsConfig {
         self.urls().any(|url| url.starts_with("tls://"))
             || self.tls.ca_file.is_some()
             || self.tls.cert_file.is_some()
-            || matches!(self.tls.mode, Some(m) if m != super::tls::TlsMode::Disable && m != super::tls::TlsMode::Prefer)
+            || matches!(self.tls.mode, Some(m) if m != crate::config::tls::TlsMode::Disable && m != crate::config::tls::TlsMode::Prefer)
             || self.tls.server_name.is_some()
     }
 }

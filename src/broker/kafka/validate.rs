@@ -1,72 +1,11 @@
-//! What the configuration may not ask of NATS JetStream: `[nats]` itself, and the relays and
-//! bridges with `broker = "nats"` (keys JetStream has no use for, or offers in its own way).
+//! What the configuration may not ask of Kafka: `[kafka]` itself, and the relays and bridges with
+//! `broker = "kafka"` (keys Kafka has no use for, and names it cannot carry).
 
-use super::file::Config;
-use super::nats::{Broker, is_subject};
+use crate::broker::Broker;
+use crate::config::file::Config;
 
 /// Every problem, each naming its key.
-pub(super) fn problems(config: &Config) -> Vec<String> {
-    let mut errors = Vec::new();
-    if let Some(nats) = &config.nats {
-        errors.extend(nats.problems());
-        if nats.tls_required() {
-            let mode = nats.tls.mode_or(super::tls::TlsMode::VerifyFull);
-            errors.extend(super::tls::check_shape("nats.tls", &nats.tls, mode));
-        }
-    }
-    for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Nats) {
-        if config.nats.is_none() {
-            errors.push(format!("relay[{i}].broker: \"nats\" needs a [nats] section"));
-        }
-        // JetStream dedupes on Nats-Msg-Id within the stream's duplicate window, keeps what its
-        // retention policy says and stores on the stream's replicas before its PubAck.
-        for (set, key, instead) in [
-            (relay.dedupe.is_some(), "dedupe", "the JetStream stream's duplicate_window"),
-            (relay.trim.is_some(), "trim", "the JetStream stream's limits or retention policy"),
-            (
-                relay.durability.is_some(),
-                "durability",
-                "the JetStream stream's replicas (a PubAck means stored on a quorum)",
-            ),
-        ] {
-            if set {
-                errors.push(format!("relay[{i}].{key}: not for broker = \"nats\"; use {instead}"));
-            }
-        }
-    }
-    for (i, bridge) in config.bridges.iter().enumerate().filter(|(_, b)| b.broker == Broker::Nats) {
-        if config.nats.is_none() {
-            errors.push(format!("bridge[{i}].broker: \"nats\" needs a [nats] section"));
-        }
-        if !matches!(bridge.start.as_str(), "0" | "$") {
-            errors.push(format!(
-                "bridge[{i}].start: `{}` on NATS is \"0\" (the whole stream) or \"$\" (new messages)",
-                bridge.start
-            ));
-        }
-        if let Some(key) = &bridge.dead_letter_stream
-            && (!is_subject(key) || key.split('.').any(|t| t == "*" || t == ">"))
-        {
-            errors.push(format!(
-                "bridge[{i}].dead_letter_stream: `{key}` is not a NATS subject to publish to (tokens separated by dots, no wildcards)"
-            ));
-        }
-        for (j, source) in bridge.streams.iter().enumerate() {
-            if !is_subject(&source.key) {
-                errors.push(format!(
-                    "bridge[{i}].streams[{j}].key: `{}` is not a NATS subject (tokens separated by dots, no spaces)",
-                    source.key
-                ));
-            }
-        }
-    }
-    errors.extend(kafka_problems(config));
-    errors
-}
-
-/// What the configuration may not ask of Kafka: `[kafka]` itself, and the relays and bridges
-/// with `broker = "kafka"`.
-fn kafka_problems(config: &Config) -> Vec<String> {
+pub(crate) fn problems(config: &Config) -> Vec<String> {
     let mut errors = config.kafka.as_ref().map(|k| k.problems()).unwrap_or_default();
     for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Kafka) {
         if config.kafka.is_none() {
@@ -74,7 +13,8 @@ fn kafka_problems(config: &Config) -> Vec<String> {
         }
         // The template's own text is in every topic it renders: a character Kafka refuses
         // there (the default template's `:`) would turn every row DEAD.
-        let text = super::template::Template::parse(&relay.stream).map(|t| t.literal_text()).unwrap_or_default();
+        let text =
+            crate::config::template::Template::parse(&relay.stream).map(|t| t.literal_text()).unwrap_or_default();
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if let Some(bad) = text.chars().find(|c| !legal(*c)) {
             errors.push(format!(
