@@ -41,7 +41,12 @@ use crate::broker::seam::{
 /// A Kafka cluster the relay produces to.
 #[derive(Clone)]
 pub struct KafkaStream {
-    producer: FutureProducer<Logged>,
+    /// The producer, and how many were made before it: one that hit a fatal error (its
+    /// idempotence state is lost for good) is replaced by a new one.
+    producer: Arc<std::sync::RwLock<(u64, FutureProducer<Logged>)>>,
+    /// Sends one message per request (made on first use): a message too large goes again on it,
+    /// so no other message can share its request.
+    single: Arc<std::sync::OnceLock<Result<FutureProducer<Logged>, String>>>,
     /// Reads single offsets for loss checks (made on first use: most relays never need it).
     reader: Arc<std::sync::OnceLock<Result<BaseConsumer<Logged>, String>>>,
     config: Arc<KafkaConfig>,
@@ -53,11 +58,10 @@ impl KafkaStream {
     /// cluster is an outage the relay waits out); `body_field` is the entry field carried as
     /// the message value.
     pub fn connect(config: &KafkaConfig, body_field: &str) -> Result<Self, KafkaSetupError> {
-        let producer = client::producer_config(config)?
-            .create_with_context(Logged)
-            .map_err(|e| KafkaSetupError::Client(e.to_string()))?;
+        let producer = Self::made(config, false)?;
         Ok(Self {
-            producer,
+            producer: Arc::new(std::sync::RwLock::new((0, producer))),
+            single: Arc::default(),
             reader: Arc::default(),
             config: Arc::new(config.clone()),
             mapping: Mapping {
@@ -79,8 +83,34 @@ impl KafkaStream {
         Self { mapping, ..self.clone() }
     }
 
-    /// Produces one entry and awaits its delivery report: its outcome.
-    async fn produce(&self, entry: &Entry) -> AppendOutcome {
+    /// Produces one entry. The broker judges a record batch's size, not a message's: one
+    /// message too large fails the whole batch librdkafka put it in, with messages of other
+    /// calls too. Each message refused so goes again alone, on a producer that sends one message
+    /// per request, so only a message too large by itself is refused.
+    async fn send(&self, entry: &Entry) -> AppendOutcome {
+        match self.produce(entry, false).await {
+            AppendOutcome::Rejected(e) if message::too_large(&e) => self.produce(entry, true).await,
+            outcome => outcome,
+        }
+    }
+
+    /// The producer in use (its client also answers metadata and offset requests).
+    fn current(&self) -> FutureProducer<Logged> {
+        self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner).1.clone()
+    }
+
+    /// A producer for `config`; `alone`: one message per request.
+    fn made(config: &KafkaConfig, alone: bool) -> Result<FutureProducer<Logged>, KafkaSetupError> {
+        let mut settings = client::producer_config(config)?;
+        if alone {
+            settings.set("linger.ms", "0").set("batch.num.messages", "1");
+        }
+        settings.create_with_context(Logged).map_err(|e| KafkaSetupError::Client(e.to_string()))
+    }
+
+    /// Produces one entry and awaits its delivery report: its outcome. `alone`: in a request of
+    /// its own.
+    async fn produce(&self, entry: &Entry, alone: bool) -> AppendOutcome {
         if let Some(problem) = config::topic_problem(&entry.stream) {
             return AppendOutcome::Rejected(problem);
         }
@@ -90,10 +120,44 @@ impl KafkaStream {
         if let Some(key) = &message.key {
             record = record.key(key.as_ref());
         }
+        let (generation, producer) = match alone {
+            true => match self.single.get_or_init(|| Self::made(&self.config, true).map_err(|e| e.to_string())) {
+                Ok(single) => (None, single.clone()),
+                Err(e) => return AppendOutcome::Unavailable(format!("kafka: {e}")),
+            },
+            false => {
+                let current = self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+                (Some(current.0), current.1.clone())
+            }
+        };
         // Waits for room in librdkafka's queue up to the delivery timeout, then for the report.
-        match self.producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
+        match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
             Ok(delivery) => AppendOutcome::Appended(entry_id(delivery.partition, delivery.offset)),
-            Err((error, _)) => failed(&error),
+            Err((error, _)) => {
+                if let (Some(generation), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) =
+                    (generation, error.rdkafka_error_code())
+                {
+                    self.replace_producer(generation, &error);
+                }
+                failed(&error)
+            }
+        }
+    }
+
+    /// After a fatal error (the idempotent producer's sequence state is lost: librdkafka fails
+    /// every message from then on), a new producer takes over; the rows are released as in an
+    /// outage and produced again by it. Only the producer of `generation` is replaced, once.
+    fn replace_producer(&self, generation: u64, error: &rdkafka::error::KafkaError) {
+        let mut current = self.producer.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.0 != generation {
+            return;
+        }
+        match Self::made(&self.config, false) {
+            Ok(producer) => {
+                tracing::error!(error = %error, "kafka: the producer hit a fatal error; a new one takes over");
+                *current = (generation + 1, producer);
+            }
+            Err(e) => tracing::error!(error = %e, "kafka: a new producer could not be made"),
         }
     }
 
@@ -111,7 +175,7 @@ impl KafkaStream {
     /// The partitions of `topic` with their low and high watermarks; `None` if it does not exist.
     fn watermarks(&self, topic: &str) -> Result<Option<Vec<Watermarks>>, Unavailable> {
         let timeout = self.config.timeout;
-        let metadata = self.producer.client().fetch_metadata(Some(topic), timeout).map_err(unavailable)?;
+        let metadata = self.current().client().fetch_metadata(Some(topic), timeout).map_err(unavailable)?;
         let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
         if found.error().is_some() || found.partitions().is_empty() {
             return Ok(None);
@@ -119,7 +183,7 @@ impl KafkaStream {
         let mut marks = Vec::with_capacity(found.partitions().len());
         for partition in found.partitions() {
             let (low, high) =
-                self.producer.client().fetch_watermarks(topic, partition.id(), timeout).map_err(unavailable)?;
+                self.current().client().fetch_watermarks(topic, partition.id(), timeout).map_err(unavailable)?;
             marks.push((partition.id(), low, high));
         }
         Ok(Some(marks))
@@ -209,24 +273,17 @@ impl EventStream for KafkaStream {
         // it), then every report awaited.
         let loose = entries.iter().enumerate().filter(|(_, e)| e.run.is_none());
         let reports =
-            futures_util::future::join_all(loose.map(|(i, entry)| async move { (i, self.produce(entry).await) }));
+            futures_util::future::join_all(loose.map(|(i, entry)| async move { (i, self.send(entry).await) }));
         for (i, outcome) in reports.await {
-            // The broker judges a record batch's size, not a message's: one message too large
-            // fails the whole batch librdkafka put it in. Each of those goes again on its own
-            // (a batch of one), so only a message too large by itself is refused.
-            let outcome = match outcome {
-                AppendOutcome::Rejected(e) if message::too_large(&e) => self.produce(&entries[i]).await,
-                outcome => outcome,
-            };
             outcomes[i] = Some(outcome);
         }
         // Ordered runs: each message after the previous one's delivery report.
-        crate::broker::seam::append_runs(entries, outcomes, |entry| self.produce(entry)).await
+        crate::broker::seam::append_runs(entries, outcomes, |entry| self.send(entry)).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
         self.blocking(|this| {
-            let metadata = this.producer.client().fetch_metadata(None, this.config.timeout).map_err(unavailable)?;
+            let metadata = this.current().client().fetch_metadata(None, this.config.timeout).map_err(unavailable)?;
             if metadata.brokers().is_empty() {
                 return Err(Unavailable("kafka: the cluster lists no broker".into()));
             }
@@ -250,7 +307,7 @@ impl EventStream for KafkaStream {
     /// with `acks=all`; the high watermarks going back shows what does.)
     async fn servers(&self) -> Result<Vec<ServerId>, Unavailable> {
         self.blocking(|this| {
-            let id = this.producer.client().fetch_cluster_id(this.config.timeout);
+            let id = this.current().client().fetch_cluster_id(this.config.timeout);
             let id = id.ok_or_else(|| Unavailable("kafka: no cluster id within the timeout".into()))?;
             Ok(vec![ServerId { server: this.config.bootstrap_servers.clone(), run_id: id }])
         })
