@@ -48,11 +48,17 @@ pub async fn create_topic_on(
     for (key, value) in configs {
         new = new.set(key, value);
     }
+    // A cluster just started may time the first request out while its controller settles:
+    // asked again until it answers (a topic an earlier, timed-out request made counts).
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    let results = admin(bootstrap).create_topics([&new], &options).await.expect("create_topics");
-    for result in results {
-        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
-    }
+    super::eventually("the topic created", || async {
+        let results = admin(bootstrap).create_topics([&new], &options).await.ok()?;
+        results
+            .into_iter()
+            .all(|r| matches!(r, Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))))
+            .then_some(())
+    })
+    .await;
     // The topic's leader is known to every client once its metadata lists the partitions.
     super::eventually("the new topic's partitions have leaders", || async {
         let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
