@@ -132,6 +132,9 @@ pub struct KafkaGroup {
     reads: std::sync::atomic::AtomicU64,
     /// Writes dead letters (made on first use).
     producer: std::sync::OnceLock<Result<FutureProducer<Logged>, String>>,
+    /// Asks for the partitions' ends (the lag gauge), on connections of its own: on the
+    /// member's, a request waits behind the fetch the broker holds open for new messages.
+    watermarks: std::sync::OnceLock<Result<Arc<BaseConsumer<Logged>>, String>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> GroupError {
@@ -166,6 +169,7 @@ impl KafkaGroup {
             subscribed: std::sync::atomic::AtomicBool::new(false),
             reads: std::sync::atomic::AtomicU64::new(0),
             producer: std::sync::OnceLock::new(),
+            watermarks: std::sync::OnceLock::new(),
         })
     }
 
@@ -242,6 +246,15 @@ impl KafkaGroup {
                 .and_then(|c| c.create_with_context(Logged).map_err(|e| e.to_string()))
         });
         made.as_ref().map_err(Clone::clone)
+    }
+
+    fn watermarks(&self) -> Result<Arc<BaseConsumer<Logged>>, String> {
+        let made = self.watermarks.get_or_init(|| {
+            client::reader_config(&self.config)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.create_with_context(Logged).map(Arc::new).map_err(|e| e.to_string()))
+        });
+        made.clone()
     }
 }
 
@@ -372,11 +385,12 @@ impl ConsumerGroup for KafkaGroup {
     /// Entries in flight on this member, and what its partitions hold past its position.
     async fn info(&self) -> GroupResult<GroupInfo> {
         let pending = self.owned.lock().values().map(|s| s.in_flight.len() as u64).sum();
-        let (consumer, timeout, topic) = (self.consumer.clone(), self.config.timeout, self.settings.topic.clone());
+        let (consumer, ends) = (self.consumer.clone(), self.watermarks().map_err(unavailable)?);
+        let (timeout, topic) = (self.config.timeout, self.settings.topic.clone());
         let lag = tokio::task::spawn_blocking(move || -> Result<u64, KafkaError> {
             let mut lag = 0;
             for element in consumer.position()?.elements().iter().filter(|e| e.topic() == topic) {
-                let (_, high) = consumer.fetch_watermarks(&topic, element.partition(), timeout)?;
+                let (_, high) = ends.fetch_watermarks(&topic, element.partition(), timeout)?;
                 if let Offset::Offset(position) = element.offset() {
                     lag += (high - position).max(0) as u64;
                 }
