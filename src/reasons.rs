@@ -27,10 +27,12 @@ pub enum PoisonReason {
     PayloadConflict,
     /// The inbox refused the entry's data.
     RejectedByDatabase,
+    /// The broker's client cannot read the message (a NATS header it refuses).
+    UnreadableMessage,
 }
 
 impl PoisonReason {
-    pub const ALL: [PoisonReason; 15] = [
+    pub const ALL: [PoisonReason; 16] = [
         PoisonReason::Deleted,
         PoisonReason::MissingField,
         PoisonReason::NotUtf8,
@@ -46,6 +48,7 @@ impl PoisonReason {
         PoisonReason::DeliveryLimit,
         PoisonReason::PayloadConflict,
         PoisonReason::RejectedByDatabase,
+        PoisonReason::UnreadableMessage,
     ];
 
     /// The stable name: the `reason` column and label.
@@ -66,6 +69,7 @@ impl PoisonReason {
             PoisonReason::DeliveryLimit => "delivery_limit",
             PoisonReason::PayloadConflict => "payload_conflict",
             PoisonReason::RejectedByDatabase => "rejected_by_database",
+            PoisonReason::UnreadableMessage => "unreadable_message",
         }
     }
 }

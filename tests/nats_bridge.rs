@@ -355,3 +355,64 @@ async fn poison_retry_publishes_each_re_drive_once_and_counts_it_once() {
     assert!(ok, "{out}");
     assert_eq!((chain.stream_event_ids().await.len(), redrives().await), (5, 2), "a later retry is a new re-drive");
 }
+
+/// Publishes one message with these raw header lines on `subject`, over the NATS protocol itself
+/// (the client library refuses such names; the server does not).
+async fn publish_raw_headers(port: u16, subject: &str, header_lines: &str, payload: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let info = lines.next_line().await.unwrap().unwrap();
+    assert!(info.starts_with("INFO"), "{info}");
+    let headers = format!("NATS/1.0\r\n{header_lines}\r\n");
+    let total = headers.len() + payload.len();
+    let frame = format!(
+        "CONNECT {{\"verbose\":false,\"headers\":true,\"no_responders\":true}}\r\nHPUB {subject} _INBOX.raw {} {total}\r\n{headers}{payload}\r\nPING\r\n",
+        headers.len()
+    );
+    write.write_all(frame.as_bytes()).await.unwrap();
+    loop {
+        let line = lines.next_line().await.unwrap().expect("the server answers");
+        assert!(!line.starts_with("-ERR"), "{line}");
+        if line == "PONG" {
+            break;
+        }
+    }
+}
+
+/// A message whose header name the client library cannot take (a space in it) is published by
+/// another client: async-nats ends its connection on reading it, so the bridge finds it after the
+/// reconnect, sends it to poison with the reason and the header lines, and terminates it; its
+/// neighbours are taken in, and the connection stays up (nothing is redelivered, the later
+/// events flow).
+#[tokio::test]
+async fn a_message_with_a_header_name_the_client_refuses_goes_to_poison_and_its_neighbours_go_on() {
+    let chain = Chain::nats().await;
+    let common::brokers::Broker::Nats(server) = &chain.broker else { unreachable!() };
+    chain.publish("a", 3, &[]).await;
+    let headers = "Nats-Msg-Id: bad-1\r\nevent_id: bad-1\r\nbad name: x\r\nowner: relay\r\n";
+    publish_raw_headers(server.port, "audit.user", headers, "{}").await;
+    chain.publish("b", 3, &[]).await;
+    let bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
+    eventually("the message poisoned", || async { (!chain.env.poison().await.is_empty()).then_some(()) }).await;
+    assert_eq!(chain.env.poison().await, vec![("unreadable_message".to_owned(), Some("bad-1".to_owned()))]);
+    let (detail, fields): (String, serde_json::Value) = {
+        let row = chain.env.db.query_one("SELECT detail, fields FROM consumer_inbox_poison", &[]).await.unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert!(detail.contains("header name `bad name`"), "{detail}");
+    assert_eq!(fields["bad name"], "x", "{fields}");
+    await_acknowledged(&server.url()).await;
+    chain.publish("c", 3, &[]).await;
+    await_acknowledged(&server.url()).await;
+    assert_eq!(chain.taken_in().await, 9, "every neighbour taken in");
+    let reconnects = bridge.logs().matches("nats connection lost").count();
+    chain.publish("d", 3, &[]).await;
+    await_acknowledged(&server.url()).await;
+    assert_eq!(
+        bridge.logs().matches("nats connection lost").count(),
+        reconnects,
+        "no reconnect once it was terminated"
+    );
+}

@@ -303,10 +303,7 @@ mod tests {
     use super::*;
 
     fn entry(size: usize) -> RawEntry {
-        RawEntry {
-            id: "1-0".into(),
-            fields: Some(vec![(bytes::Bytes::from_static(b"p"), vec![b'x'; size - 1].into())]),
-        }
+        RawEntry::new("1-0".into(), Some(vec![(bytes::Bytes::from_static(b"p"), vec![b'x'; size - 1].into())]))
     }
 
     #[test]

@@ -78,6 +78,9 @@ impl Validator {
     }
 
     fn event(&self, source: &StreamSource, entry: &RawEntry) -> Result<InboxEvent, Refusal> {
+        if let Some(why) = &entry.unreadable {
+            return Err(Refusal(PoisonReason::UnreadableMessage, why.clone()));
+        }
         if entry.fields.is_none() {
             return Err(Refusal(PoisonReason::Deleted, "the entry was deleted from the stream while pending".into()));
         }

@@ -16,9 +16,16 @@ const PREFIX_BYTES: usize = 1024;
 pub struct RawEntry {
     pub id: String,
     pub fields: Option<Vec<(Bytes, Bytes)>>,
+    /// Why the broker's client could not read the message, when it could not (its fields are
+    /// then what could be made out of it): the entry goes to poison as such.
+    pub unreadable: Option<String>,
 }
 
 impl RawEntry {
+    pub fn new(id: String, fields: Option<Vec<(Bytes, Bytes)>>) -> Self {
+        Self { id, fields, unreadable: None }
+    }
+
     /// The first value of `name`, if present.
     pub fn field(&self, name: &str) -> Option<&Bytes> {
         self.fields.as_ref()?.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v)
@@ -109,7 +116,7 @@ pub fn parse_entries(entries: Value) -> Vec<RawEntry> {
             }
             let body = if parts.len() > 1 { parts.remove(1) } else { Value::Null };
             let id = text(parts.remove(0))?;
-            Some(RawEntry { id, fields: parse_fields(body) })
+            Some(RawEntry::new(id, parse_fields(body)))
         })
         .collect()
 }
@@ -175,10 +182,10 @@ mod tests {
 
     #[test]
     fn binary_values_are_kept_as_base64_in_poison_fields() {
-        let entry = RawEntry {
-            id: "1-0".into(),
-            fields: Some(vec![(Bytes::from_static(b"payload"), Bytes::from_static(&[0xff, 0xfe, 0x00]))]),
-        };
+        let entry = RawEntry::new(
+            "1-0".into(),
+            Some(vec![(Bytes::from_static(b"payload"), Bytes::from_static(&[0xff, 0xfe, 0x00]))]),
+        );
         assert_eq!(entry.fields_json(1 << 20)["payload"]["base64"], "//4A");
     }
 
@@ -186,7 +193,7 @@ mod tests {
     fn many_small_fields_do_not_grow_the_poison_record_past_its_bound() {
         let limit = 1000;
         let fields = (0..100_000).map(|i| (Bytes::from(format!("f{i}")), Bytes::from_static(b"v"))).collect();
-        let entry = RawEntry { id: "1-0".into(), fields: Some(fields) };
+        let entry = RawEntry::new("1-0".into(), Some(fields));
         let json = entry.fields_json(limit);
         let record = json.to_string().len();
         assert!(record < 4 * limit + 2 * PREFIX_BYTES, "the record holds {record} bytes");
@@ -200,7 +207,7 @@ mod tests {
     fn many_values_kept_as_prefixes_do_not_grow_the_record_past_its_bound_either() {
         let limit = 100;
         let fields = (0..1000).map(|i| (Bytes::from(format!("f{i}")), Bytes::from(vec![b'x'; 5000]))).collect();
-        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(limit);
+        let json = RawEntry::new("1-0".into(), Some(fields)).fields_json(limit);
         let record = json.to_string().len();
         assert!(record < 2 * limit + 2 * PREFIX_BYTES + 200, "the record holds {record} bytes");
         assert!(json[MORE_FIELDS]["fields"].as_u64().unwrap() > 990);
@@ -210,12 +217,12 @@ mod tests {
     fn a_value_over_the_limit_and_values_past_twice_it_keep_only_a_prefix() {
         let field = |name: &'static [u8], byte: u8, n: usize| (Bytes::from_static(name), Bytes::from(vec![byte; n]));
         let fields = vec![field(b"big", b'x', 3000), field(b"a", b'a', 900)];
-        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(1000);
+        let json = RawEntry::new("1-0".into(), Some(fields)).fields_json(1000);
         assert_eq!(json["big"]["bytes"], 3000, "over the limit: its length and a prefix");
         assert_eq!(json["big"]["prefix"].as_str().map(str::len), Some(PREFIX_BYTES));
         assert_eq!(json["a"].as_str().map(str::len), Some(900));
         let fields = vec![field(b"a", b'a', 900), field(b"c", b'c', 900), field(b"d", b'd', 900), field(b"e", b'e', 9)];
-        let json = RawEntry { id: "1-0".into(), fields: Some(fields) }.fields_json(1000);
+        let json = RawEntry::new("1-0".into(), Some(fields)).fields_json(1000);
         assert_eq!(json["c"].as_str().map(str::len), Some(900), "within twice the limit: whole");
         assert_eq!(json["d"]["bytes"], 900, "past twice the limit: a prefix");
         assert_eq!(json[MORE_FIELDS]["fields"], 1, "then only counted");

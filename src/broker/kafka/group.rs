@@ -223,7 +223,7 @@ impl KafkaGroup {
                 tracing::warn!(topic = %self.settings.topic, partition, offset, "a header name is not UTF-8; the entry is read without its headers")
             }
         }
-        (RawEntry { id: entry_id(partition, offset), fields: Some(fields) }, redelivered)
+        (RawEntry::new(entry_id(partition, offset), Some(fields)), redelivered)
     }
 
     /// Where each partition's committed offset may move now: its lowest entry in flight, or the

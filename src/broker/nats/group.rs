@@ -11,8 +11,9 @@
 //! (`Nats-*` headers aside) and its body the payload field. Acknowledgements are double acks (the
 //! server confirms each), all of a batch in flight at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::ErrorCode;
@@ -21,6 +22,7 @@ use async_nats::jetstream::context::GetStreamErrorKind;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
+use super::unreadable;
 use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
@@ -77,6 +79,12 @@ pub struct NatsGroup {
     consumer: tokio::sync::Mutex<Option<PullConsumer>>,
     /// Where to acknowledge each entry read and not yet acknowledged: entry id → reply subject.
     replies: Mutex<HashMap<String, async_nats::Subject>>,
+    /// The client's connection count when messages it cannot read were last looked for: a
+    /// reconnect since may be one of them ending the connection (`unreadable`).
+    connects_seen: AtomicU64,
+    /// Unreadable messages handed out: acknowledged by terminating them (they have no reply
+    /// subject, as they never arrived).
+    unreadable: Mutex<HashSet<String>>,
 }
 
 /// The durable consumer's name for `group` and `subject`: JetStream names hold no `.`, `*`, `>`
@@ -100,7 +108,6 @@ impl NatsGroup {
     ) -> Self {
         Self {
             timeout,
-            client,
             jetstream,
             stream: stream.to_owned(),
             durable: durable_name(&settings.group, &settings.subject),
@@ -108,6 +115,9 @@ impl NatsGroup {
             settings,
             consumer: tokio::sync::Mutex::new(None),
             replies: Mutex::new(HashMap::new()),
+            connects_seen: AtomicU64::new(client.statistics().connects.load(Ordering::Relaxed)),
+            unreadable: Mutex::new(HashSet::new()),
+            client,
         }
     }
 
@@ -196,7 +206,7 @@ impl NatsGroup {
         if let Some(reply) = &message.reply {
             self.replies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone(), reply.clone());
         }
-        Some((RawEntry { id, fields: Some(fields) }, redelivered))
+        Some((RawEntry::new(id, Some(fields)), redelivered))
     }
 }
 
@@ -255,12 +265,23 @@ impl ConsumerGroup for NatsGroup {
     }
 
     async fn ack(&self, entry_ids: &[String]) -> GroupResult<()> {
-        let replies: Vec<async_nats::Subject> = {
+        let mut replies: Vec<(async_nats::Subject, &'static [u8])> = {
             let mut map = self.replies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            entry_ids.iter().filter_map(|id| map.remove(id)).collect()
+            entry_ids.iter().filter_map(|id| map.remove(id)).map(|reply| (reply, &b"+ACK"[..])).collect()
         };
+        {
+            // Poisoned, never delivered: JetStream stops delivering it. The consumer's ack
+            // subject by the message's stream sequence (the server takes the rest from its own
+            // record of the delivery); if it fails, the next delivery ends the connection again
+            // and the message is found again.
+            let mut unreadable = self.unreadable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for id in entry_ids.iter().filter(|id| unreadable.remove(*id)) {
+                let subject = format!("$JS.ACK.{}.{}.1.{id}.1.0.0", self.stream, self.durable);
+                replies.push((subject.into(), &b"+TERM"[..]));
+            }
+        }
         // A double ack: a request the server answers once it has recorded the acknowledgement.
-        let acks = replies.into_iter().map(|reply| self.client.request(reply, Bytes::from_static(b"+ACK")));
+        let acks = replies.into_iter().map(|(reply, ack)| self.client.request(reply, Bytes::from_static(ack)));
         let results = futures_util::future::join_all(acks).await;
         match results.into_iter().find_map(Result::err) {
             None => Ok(()),
@@ -272,9 +293,25 @@ impl ConsumerGroup for NatsGroup {
         self.consumer().await.map(drop)
     }
 
+    /// JetStream redelivers a dead instance's messages after `ack_wait`, through `read`; what
+    /// it delivers and this client cannot read ends the connection instead, and is found here
+    /// after a reconnect (`unreadable`).
     async fn reclaim(&self, _idle: Duration, _count: u32) -> GroupResult<Vec<RawEntry>> {
-        // JetStream redelivers a dead instance's messages after `ack_wait`, through `read`.
-        Ok(Vec::new())
+        let connects = self.client.statistics().connects.load(Ordering::Relaxed);
+        if connects == self.connects_seen.load(Ordering::Relaxed) {
+            return Ok(Vec::new());
+        }
+        let info = self.consumer().await?.get_info().await.map_err(unavailable)?;
+        let found = unreadable::find(&self.jetstream, &self.stream, &info, &self.settings.subject, &self.body_field)
+            .await
+            .map_err(unavailable)?;
+        self.connects_seen.store(connects, Ordering::Relaxed);
+        let mut handed = self.unreadable.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for entry in &found {
+            tracing::warn!(subject = %self.settings.subject, sequence = %entry.id, reason = entry.unreadable.as_deref().unwrap_or_default(), "a message this client cannot read; it goes to poison");
+            handed.insert(entry.id.clone());
+        }
+        Ok(found)
     }
 
     async fn delete_idle_consumers(&self, _idle: Duration) {}

@@ -13,6 +13,7 @@ pub mod config;
 pub mod group;
 mod message;
 pub mod settings;
+mod unreadable;
 pub(crate) mod validate;
 
 use std::sync::Arc;
