@@ -87,7 +87,9 @@ def cmd_render(args: argparse.Namespace) -> None:
     for d in docs:
         check(bool(d.get("metadata", {}).get("namespace")), f"{d['kind']}/{d['metadata'].get('name')}: no namespace")
 
-    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    # The migration Job's ConfigMap (a hook) holds the same handoff.toml; checked with its Job.
+    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap" and d not in hooks}
     handoff_cms = {n: d for n, d in configmaps.items() if "handoff.toml" in d.get("data", {})}
     check(len(handoff_cms) == 1, f"{args.case}: expected one ConfigMap with handoff.toml, got {list(handoff_cms)}")
     config: dict = {}
@@ -187,6 +189,52 @@ def cmd_render(args: argparse.Namespace) -> None:
         check(found_handoff == 1, f"{args.case}: expected one handoff container, found {found_handoff}")
     for sa in (d for d in docs if d["kind"] == "ServiceAccount"):
         check(sa.get("automountServiceAccountToken") is False, f"ServiceAccount/{sa['metadata']['name']}: token automount")
+    for policy in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        network_policy(policy)
+    for job in (d for d in docs if d["kind"] == "Job"):
+        migration_job(job, hooks, args.handoff_bin)
+
+
+def migration_job(job: dict, hooks: list[dict], handoff_bin: str | None) -> None:
+    """The migration Job: a pre-install/pre-upgrade hook after its own ConfigMap, hardened like
+    the Deployment, reading its URL from a mounted Secret file, running `handoff migrate`."""
+    name = f"Job/{job['metadata']['name']}"
+    check(job in hooks and "pre-install" in job["metadata"]["annotations"]["helm.sh/hook"], f"{name}: not a pre-install hook")
+    pod = job["spec"]["template"]["spec"]
+    check(pod.get("restartPolicy") == "Never", f"{name}: restartPolicy Never")
+    check(pod.get("automountServiceAccountToken") is False, f"{name}: automountServiceAccountToken must be false")
+    check(pod.get("securityContext", {}).get("runAsNonRoot") is True, f"{name}: pod runAsNonRoot")
+    (container,) = pod["containers"]
+    check(container["args"][:1] == ["migrate"], f"{name}: runs {container['args']}, not handoff migrate")
+    sc = container.get("securityContext", {})
+    check(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False,
+          f"{name}: container not hardened")
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    url_file = env.get("HANDOFF_DATABASE__URL_FILE") or ""
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", []) if m.get("readOnly")]
+    check(any(url_file.startswith(m + "/") for m in mounts), f"{name}: the URL file is not on a read-only mount")
+    config_volume = next(v for v in pod["volumes"] if v["name"] == "handoff-config")["configMap"]["name"]
+    hook_maps = {d["metadata"]["name"]: d for d in hooks if d["kind"] == "ConfigMap"}
+    check(config_volume in hook_maps, f"{name}: its config is not a hook ConfigMap (the release's does not exist yet)")
+    weight = lambda d: int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))  # noqa: E731
+    if config_volume in hook_maps:
+        check(weight(hook_maps[config_volume]) < weight(job), f"{name}: its ConfigMap must come first (hook weight)")
+        if handoff_bin:
+            loader_check(hook_maps[config_volume]["data"]["handoff.toml"], handoff_bin, f"ConfigMap {config_volume}")
+
+
+def network_policy(policy: dict) -> None:
+    """handoff's policy opens nothing to everyone: each ingress rule to one of its ports names
+    its peers, and its egress (when it restricts egress) is port-bound or address-bound."""
+    name = f"NetworkPolicy/{policy['metadata']['name']}"
+    spec = policy["spec"]
+    ports_of = lambda rule: {p.get("port") for p in rule.get("ports", [])}  # noqa: E731
+    for rule in spec.get("ingress", []):
+        if ports_of(rule) & {"handoff-metrics", "handoff-admin"}:
+            check(bool(rule.get("from")), f"{name}: an ingress rule to handoff's ports without `from` admits every pod")
+    if "Egress" in spec.get("policyTypes", []):
+        for rule in spec.get("egress", []):
+            check(bool(rule.get("ports")) or bool(rule.get("to")), f"{name}: an egress rule open to every port and address")
 
 
 # ---------------------------------------------------------------------------------------------
