@@ -70,6 +70,11 @@ fn common(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
         .set("socket.timeout.ms", millis(config.timeout))
         // A silent network failure (no RST, no FIN) must not hold a connection for ever.
         .set("socket.keepalive.enable", "true")
+        // A partition's leader learned while its broker was dead and not yet fenced by the
+        // controller stays the leader librdkafka sends to until the next metadata refresh
+        // (5 minutes by default): every 10 s bounds how long a relay waits on a dead broker
+        // after a failover, for one small request per client.
+        .set("topic.metadata.refresh.interval.ms", "10000")
         .set_log_level(RDKafkaLogLevel::Warning);
     let tls = config.tls_required();
     let protocol = match (tls, config.sasl.is_some()) {

@@ -17,8 +17,6 @@ use std::str::FromStr;
 use async_nats::HeaderName;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::response::Response;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 
 use crate::broker::read::RawEntry;
@@ -45,7 +43,7 @@ pub(super) async fn find(
         if !captured(filter, &stored.subject) {
             continue;
         }
-        let decode = |text: Option<String>| STANDARD.decode(text.unwrap_or_default()).unwrap_or_default();
+        let decode = |text: Option<String>| crate::base64::decode(&text.unwrap_or_default()).unwrap_or_default();
         let headers = decode(stored.hdrs);
         if let Some(why) = header_problem(&headers) {
             let mut fields = lenient_fields(&headers);
