@@ -19,6 +19,8 @@ pub mod cli;
 pub mod config;
 mod error;
 pub mod fault;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 mod ops;
 mod percent;
 pub mod reasons;

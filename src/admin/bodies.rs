@@ -164,3 +164,27 @@ fn thousand() -> u32 {
 fn five_hundred() -> u32 {
     500
 }
+
+/// Every body kind read from `data` as its endpoint reads it (JSON, then its times and
+/// durations), for the fuzz target.
+#[cfg(fuzzing)]
+pub(crate) fn read_every_kind(data: &[u8]) {
+    let duration = |text: Option<&str>| text.map(humantime::parse_duration);
+    if let Ok(b) = serde_json::from_slice::<DeadBody>(data) {
+        let _ = duration(b.older_than.as_deref());
+    }
+    let _ = serde_json::from_slice::<PoisonBody>(data);
+    if let Ok(b) = serde_json::from_slice::<PauseBody>(data) {
+        let _ = duration(b.expires_after.as_deref());
+    }
+    let _ = serde_json::from_slice::<ResumeBody>(data);
+    if let Ok(b) = serde_json::from_slice::<ReprocessBody>(data) {
+        let _ = b.selection.into_selection();
+    }
+    if let Ok(b) = serde_json::from_slice::<RewindBody>(data) {
+        let _ = crate::ops::rewind::RewindTo::parse(&b.to);
+    }
+    if let Ok(b) = serde_json::from_slice::<ReplayBody>(data) {
+        let _ = b.selection.into_selection();
+    }
+}

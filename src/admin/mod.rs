@@ -6,6 +6,8 @@
 mod api;
 mod auth;
 mod bodies;
+#[cfg(fuzzing)]
+pub(crate) use bodies::read_every_kind;
 mod guard;
 mod idempotency;
 mod page;

@@ -14,6 +14,12 @@ pub mod group;
 mod message;
 pub mod settings;
 mod unreadable;
+
+/// A header block checked and split as the bridge does after a reconnect (the fuzz target).
+#[cfg(fuzzing)]
+pub(crate) fn check_headers(raw: &[u8]) {
+    let _ = (unreadable::header_problem(raw), unreadable::lenient_fields(raw));
+}
 pub(crate) mod validate;
 
 use std::sync::Arc;

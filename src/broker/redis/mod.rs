@@ -10,6 +10,8 @@ mod loss;
 mod plain;
 mod replies;
 mod resp;
+#[cfg(fuzzing)]
+pub(crate) use resp::parse as parse_reply;
 mod scripted;
 mod shards;
 mod sweep;
