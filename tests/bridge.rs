@@ -15,11 +15,12 @@ use common::{TestEnv, eventually};
 use fred::prelude::*;
 
 // On Kafka (kafka_bridge.rs has its own forms of the rest): not the group deleted at runtime
-// (a group with members cannot be), the killer entry's counts (Kafka's first read after a
-// restart is counted) nor SIGTERM's (only committed offsets show from outside a member).
+// (a group with members cannot be) nor SIGTERM's (only committed offsets show from outside a
+// member).
 in_both_modes_on_kafka!(
     valid_entries_are_taken_over_then_acknowledged,
     a_crash_before_the_insert_commits_redelivers_and_takes_over_once,
+    an_entry_that_kills_the_bridge_every_time_goes_to_poison_at_the_limit,
 );
 
 in_both_modes_on_both_brokers!(
@@ -197,8 +198,11 @@ async fn an_entry_that_kills_the_bridge_every_time_goes_to_poison_at_the_limit(c
     chain.publish("killer", 1, &[]).await;
     let config = chain.bridge_config("b1", "max_deliveries = 3", "");
     let counts = || env.scalar_i64("SELECT coalesce(sum(deliveries), 0) FROM consumer_inbox_deliveries");
-    // The first delivery is never counted; each one after it is, before it is handled.
-    for counted in [0, 1, 2] {
+    // The first delivery is never counted; each one after it is, before it is handled. Kafka
+    // cannot tell a first delivery from a second: a partition's first read after it is assigned
+    // (where a member that died left off) is counted, so the limit comes one death sooner.
+    let counted: &[i64] = if chain.is_kafka() { &[1, 2] } else { &[0, 1, 2] };
+    for &counted in counted {
         let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
         victim.await_paused().await;
         victim.kill();

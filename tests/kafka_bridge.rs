@@ -30,30 +30,6 @@ async fn sigterm_commits_every_entry_already_read_before_exiting() {
     chain.assert_taken_in_once(3000).await;
 }
 
-/// Kafka cannot tell a first delivery from a second: a partition's first read after it is
-/// assigned (where a member that died left off) is counted before it is handled. An entry that
-/// kills the bridge every time is counted once per death and poisoned at `max_deliveries`.
-#[tokio::test]
-async fn an_entry_that_kills_the_bridge_every_time_goes_to_poison_at_the_limit() {
-    let chain = Chain::kafka().await;
-    let env = &chain.env;
-    chain.publish("killer", 1, &[]).await;
-    let config = chain.bridge_config("b1", "max_deliveries = 3", "");
-    let counts = || env.scalar_i64("SELECT coalesce(sum(deliveries), 0) FROM consumer_inbox_deliveries");
-    for counted in [1, 2] {
-        let mut victim = Handoff::run_paused(&config, "bridge_before_commit");
-        victim.await_paused().await;
-        victim.kill();
-        assert_eq!(counts().await, counted);
-    }
-    let _bridge = Handoff::run(&config);
-    eventually("the entry to be poisoned", || async { (!env.poison().await.is_empty()).then_some(()) }).await;
-    assert_eq!(env.poison().await, vec![("delivery_limit".to_owned(), Some("killer-1".to_owned()))]);
-    chain.await_acknowledged().await;
-    assert_eq!(chain.taken_in().await, 0);
-    assert_eq!(counts().await, 0, "counts of entries with a verdict are forgotten");
-}
-
 /// `handoff status` reads a Kafka bridge's lag from its group's committed offsets.
 #[tokio::test]
 async fn status_shows_a_kafka_groups_lag_from_its_committed_offsets() {

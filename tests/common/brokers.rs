@@ -199,6 +199,12 @@ impl Chain {
         }
     }
 
+    /// Whether this chain runs on Kafka (which counts a partition's first read after an
+    /// assignment as a redelivery).
+    pub fn is_kafka(&self) -> bool {
+        matches!(self.broker, Broker::Kafka)
+    }
+
     /// The proxy in front of NATS (`Chain::nats_via_proxy`).
     pub fn proxy(&self) -> &super::proxy::Proxy {
         self.proxy.as_ref().expect("a chain made with nats_via_proxy")
