@@ -323,6 +323,27 @@ fn migrate_print_follows_the_config_and_refuses_a_broken_one() {
     assert!(!ok && out.contains("batch_sise") && !out.contains("CREATE TABLE"), "{out}");
 }
 
+/// `migrations/roles/<dialect>/<role>.sql`, the schema as plain files for migration tools, is
+/// exactly what `migrate --print --role` prints (`scripts/role-sql` writes them again).
+#[test]
+fn the_role_sql_files_are_what_migrate_prints() {
+    for (dialect, url) in
+        [("postgres", "postgres://handoff@127.0.0.1:1/app"), ("mysql", "mysql://handoff@127.0.0.1:1/app")]
+    {
+        for role in ["relay", "bridge", "worker"] {
+            let (ok, printed) =
+                run_to_end(&format!("[database]\nurl = \"{url}\"\n"), &["migrate", "--print", "--role", role]);
+            assert!(ok, "{printed}");
+            let path = format!("{}/migrations/roles/{dialect}/{role}.sql", env!("CARGO_MANIFEST_DIR"));
+            let file = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                file == printed,
+                "{path} differs from `handoff migrate --print --role {role}`: run scripts/role-sql"
+            );
+        }
+    }
+}
+
 /// `HANDOFF_RELAY__<NAME>__<KEY>` reaches the `[[relay]]` entry of that name (the README's
 /// "any key"); a name no entry has is an error naming the variable.
 #[test]
