@@ -1,5 +1,16 @@
 //! Command line: `run`, `check`, `migrate`, and the operator commands.
 
+/// `println!` for a command's output: when stdout is closed early (`handoff migrate --print |
+/// head`) the process ends quietly, as a pipeline's reader expects, instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::cli::stdout_failed(e)
+        }
+    }};
+}
+
 mod bridge;
 mod control;
 mod inbox;
@@ -130,7 +141,7 @@ async fn reshard(config: &Config, relay: &str) -> ExitCode {
     match result.await {
         Ok(done) => {
             let from = done.from.map_or("none recorded".to_owned(), |n| n.to_string());
-            println!("`{}`: {} shards recorded (was {from})", done.family, done.to);
+            say!("`{}`: {} shards recorded (was {from})", done.family, done.to);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -163,7 +174,7 @@ pub fn main() -> ExitCode {
         let wanted = store::migrate::parts::needed(&config, role);
         for (version, sql) in versions {
             for (part, text) in store::migrate::parts::split(sql).into_iter().filter(|(p, _)| wanted.contains(p)) {
-                println!("-- {version} ({})\n{text}", part.name());
+                say!("-- {version} ({})\n{text}", part.name());
             }
         }
         return ExitCode::SUCCESS;
@@ -207,8 +218,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
                 // The checklist's warnings print as they are; everything else passed.
                 for line in &lines {
                     match line.strip_prefix("warn: ") {
-                        Some(warning) => println!("warn: {warning}"),
-                        None => println!("ok: {line}"),
+                        Some(warning) => say!("warn: {warning}"),
+                        None => say!("ok: {line}"),
                     }
                 }
                 ExitCode::SUCCESS
@@ -231,7 +242,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
             let dialect = crate::config::Dialect::of(url).unwrap_or(crate::config::Dialect::Postgres);
             for line in crate::ops::grants::statements(&config, &role, &user, &schema, dialect) {
-                println!("{line}");
+                say!("{line}");
             }
             ExitCode::SUCCESS
         }
@@ -252,11 +263,11 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
             };
             match result.await {
                 Ok(applied) if applied.is_empty() => {
-                    println!("schema is up to date");
+                    say!("schema is up to date");
                     ExitCode::SUCCESS
                 }
                 Ok(applied) => {
-                    println!("applied: {}", applied.join(", "));
+                    say!("applied: {}", applied.join(", "));
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -329,9 +340,9 @@ async fn status(config: &Config, json: bool) -> ExitCode {
     let brokers = ops::status::Brokers { redis: stream.as_ref(), nats: nats.as_ref() };
     let lines = ops::status::collect(config, &db, brokers).await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&lines).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(&lines).unwrap_or_default());
     } else {
-        print!("{}", ops::status::render(&lines));
+        say!("{}", ops::status::render(&lines).trim_end_matches('\n'));
     }
     if lines.iter().any(|l| l.error.is_some()) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
@@ -353,29 +364,43 @@ async fn verify(
     let unrepaired: usize =
         reports.iter().flat_map(|r| &r.streams).map(|s| s.missing.saturating_sub(s.redriven as usize)).sum();
     if json {
-        println!("{}", serde_json::to_string_pretty(&reports).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(&reports).unwrap_or_default());
     } else {
         for report in &reports {
             if let Some(note) = &report.note {
-                println!("relay {}: not verified: {note}", report.relay);
+                say!("relay {}: not verified: {note}", report.relay);
             }
             for s in &report.streams {
                 let missing = match (&s.first_missing, &s.last_missing) {
                     (Some(first), Some(last)) => format!("{} missing ({first} … {last})", s.missing),
                     _ => "0 missing".to_owned(),
                 };
-                println!(
+                say!(
                     "relay {} stream {}: {} checked, {} trimmed, {missing}, {} re-driven",
-                    report.relay, s.stream, s.checked, s.trimmed, s.redriven
+                    report.relay,
+                    s.stream,
+                    s.checked,
+                    s.trimmed,
+                    s.redriven
                 );
             }
         }
         let lost: usize = reports.iter().flat_map(|r| &r.streams).map(|s| s.missing).sum();
-        println!(
+        say!(
             "verified: {lost} entr{} missing{}",
             if lost == 1 { "y" } else { "ies" },
             if repair { format!(", {} re-driven", lost - unrepaired) } else { String::new() }
         );
     }
     if unrepaired > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Ends the process after stdout failed: quietly when its reader went away (a closed pipe),
+/// else naming the error.
+pub(crate) fn stdout_failed(error: std::io::Error) -> ! {
+    if error.kind() != std::io::ErrorKind::BrokenPipe {
+        eprintln!("handoff: writing to stdout: {error}");
+        std::process::exit(1);
+    }
+    std::process::exit(0)
 }

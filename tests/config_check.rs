@@ -344,6 +344,25 @@ fn the_role_sql_files_are_what_migrate_prints() {
     }
 }
 
+/// A command whose reader went away (`handoff migrate --print | head`) ends quietly: no panic
+/// about a broken pipe.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("handoff.toml");
+    std::fs::write(&path, "[database]\nurl = \"postgres://handoff@127.0.0.1:1/app\"\n").unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_handoff"))
+        .args(["migrate", "--print", "--config"])
+        .arg(&path)
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("panicked"), "{:?}: {stderr}", out.status);
+}
+
 /// `HANDOFF_RELAY__<NAME>__<KEY>` reaches the `[[relay]]` entry of that name (the README's
 /// "any key"); a name no entry has is an error naming the variable.
 #[test]

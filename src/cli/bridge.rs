@@ -37,13 +37,13 @@ pub async fn run(config: &Config, action: BridgeAction) -> ExitCode {
     match rewind::rewind(config, &args.bridge, args.stream.as_deref(), &args.to, args.dry_run).await {
         Ok(moved) if args.json => {
             let doc = serde_json::json!({ "bridge": args.bridge, "dry_run": args.dry_run, "streams": moved });
-            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            say!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Ok(moved) => {
             let verb = if args.dry_run { "would move" } else { "moved" };
             for m in &moved {
-                println!(
+                say!(
                     "bridge {} stream {}: {verb} from {} to {} ({} pending entr{} stay pending)",
                     args.bridge,
                     m.stream,

@@ -91,12 +91,12 @@ pub async fn resume(config: &Config, args: ResumeArgs) -> ExitCode {
         }
         Ok((None, target)) => {
             if args.json {
-                println!(
+                say!(
                     "{}",
                     serde_json::json!({ "action": "not paused", "component": target.component, "name": target.name })
                 );
             } else {
-                println!("{target} was not paused");
+                say!("{target} was not paused");
             }
             ExitCode::SUCCESS
         }
@@ -114,10 +114,10 @@ fn connect(config: &Config) -> Result<crate::store::Database, control::ControlEr
 fn show(pause: &Pause, verb: &str, json: bool, poll: Duration) {
     if json {
         let doc = serde_json::json!({ "action": verb, "pause": pause });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         return;
     }
     let reason = pause.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
     let expiry = pause.expires_in_seconds.map(|s| format!(", ends by itself in {s:.0}s")).unwrap_or_default();
-    println!("{verb}: {}{reason}{expiry}; every replica sees it within {poll:?}", pause.target);
+    say!("{verb}: {}{reason}{expiry}; every replica sees it within {poll:?}", pause.target);
 }

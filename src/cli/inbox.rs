@@ -75,13 +75,13 @@ pub async fn run(config: &Config, action: InboxAction) -> ExitCode {
     };
     match reprocess::run(config, &db, request).await {
         Ok(report) if args.json => {
-            println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            say!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Ok(report) => {
             let verb = if report.dry_run { "would reprocess" } else { "reprocessed" };
             let more = report.matching - report.reprocessed;
-            println!(
+            say!(
                 "worker {}: {verb} {} row(s){}",
                 report.worker,
                 report.reprocessed,

@@ -73,7 +73,7 @@ pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
     let target = if c.target.is_empty() { "each row's own stream".to_owned() } else { c.target.clone() };
     if args.dry_run {
         let left = c.total - c.appended;
-        println!(
+        say!(
             "would replay {left} row(s) of relay {} to {target} (job {}, ids up to {}{})",
             c.relay,
             c.job,
@@ -83,7 +83,7 @@ pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if plan.finished {
-        println!("job {} finished already: {} appended; --restart replays it again", c.job, c.appended);
+        say!("job {} finished already: {} appended; --restart replays it again", c.job, c.appended);
         return ExitCode::SUCCESS;
     }
     eprintln!(
@@ -133,7 +133,7 @@ pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
             ExitCode::from(130)
         }
         Ok(p) => {
-            println!("{}", serde_json::json!({ "replayed": p.appended, "total": p.total, "job": p.job, "done": true }));
+            say!("{}", serde_json::json!({ "replayed": p.appended, "total": p.total, "job": p.job, "done": true }));
             ExitCode::SUCCESS
         }
         Err(e) => fail(e.to_string()),
@@ -176,7 +176,7 @@ impl Shown {
         }
         if p.done || self.last.is_none_or(|at| at.elapsed() >= self.every) {
             self.last = Some(Instant::now());
-            println!("{}", serde_json::to_string(p).unwrap_or_default());
+            say!("{}", serde_json::to_string(p).unwrap_or_default());
         }
     }
 }

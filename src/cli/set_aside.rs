@@ -117,10 +117,10 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     if args.output.json {
         let doc =
             serde_json::json!({ "action": verb, "dry_run": args.output.dry_run, "count": rows.len(), "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         for r in &rows {
-            println!(
+            say!(
                 "{:<22} {:<36} {:<28} attempts={} dead_for={:.0}s redrives={} error={}",
                 r.source,
                 r.event_id,
@@ -131,7 +131,7 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
                 r.last_error.as_deref().unwrap_or("-")
             );
         }
-        println!("{verb}: {} row(s)", rows.len());
+        say!("{verb}: {} row(s)", rows.len());
     }
     ExitCode::SUCCESS
 }
@@ -171,7 +171,7 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     };
     if args.output.json {
         let doc = serde_json::json!({ "action": verb, "count": rows.len() - failed, "failed": failed, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         for r in &rows {
             let outcome = match &r.appended {
@@ -179,7 +179,7 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
                 Some(ops::poison::Reappended::Failed(e)) => format!(" NOT re-appended: {e}"),
                 None => String::new(),
             };
-            println!(
+            say!(
                 "{:<16} #{:<6} {:<28} {:<36} {:<22} age={:.0}s redrives={} {}{outcome}",
                 r.bridge,
                 r.record.id,
@@ -191,7 +191,7 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
                 r.record.detail
             );
         }
-        println!(
+        say!(
             "{verb}: {} record(s){}",
             rows.len() - failed,
             if failed > 0 { format!(", {failed} failed") } else { String::new() }
