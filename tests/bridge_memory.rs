@@ -1,6 +1,12 @@
 //! A bridge's memory is bounded by its configuration, not by what is in the stream: fed 200
-//! entries of 4 MiB, its peak RSS stays within 64 MiB + 3 × `batch_bytes`, and it gives the
+//! entries of 4 MiB, what it holds peaks within 64 MiB + 3 × `batch_bytes`, and it gives the
 //! memory back afterwards.
+//!
+//! What it holds, not what the allocator has yet to give back: the bridge runs with jemalloc
+//! returning freed pages at once (`dirty_decay_ms:0`). With the shipped setting (within a
+//! second, from a background thread) the peak also counts the buffers of the last second's
+//! entries — 58 to 88 MiB here, by how fast the machine was at that moment, against a steady
+//! 46 MiB held: a bound on that would test the machine's speed, not the bridge.
 
 use crate::common;
 
@@ -13,6 +19,17 @@ const ENTRY: usize = 4 << 20;
 const ENTRIES: usize = 200;
 const BATCH_BYTES: usize = 8 << 20;
 const MIB: usize = 1 << 20;
+
+/// The release build when there is one (scripts/test builds it: a debug build parses a 4 MiB
+/// payload many times slower, which changes nothing about memory but the test's time), its
+/// allocator returning freed memory at once (see above).
+fn launch() -> Launch<'static> {
+    Launch {
+        binary: std::env::var("HANDOFF_RELEASE_BIN").ok(),
+        env: vec![("_RJEM_MALLOC_CONF", "dirty_decay_ms:0".into())],
+        ..Launch::default()
+    }
+}
 
 /// `VmRSS` and `VmHWM` (peak) of a process, in bytes.
 fn memory(pid: u32) -> (usize, usize) {
@@ -30,10 +47,7 @@ async fn large_entries_keep_the_bridge_within_its_memory_bound_and_it_gives_the_
     let redis = RedisServer::start().await;
     let env = TestEnv::with_redis(&redis.url()).await;
     let extra = format!("batch_bytes = {BATCH_BYTES}\n[bridge.validate]\npayload_max_bytes = {}\n", ENTRY + MIB);
-    // The release build when there is one (scripts/test builds it): a debug build parses a
-    // 4 MiB payload many times slower, which changes nothing about memory but the test's time.
-    let launch = Launch { binary: std::env::var("HANDOFF_RELEASE_BIN").ok(), ..Launch::default() };
-    let bridge = Handoff::launch(&env.bridge_config("b1", &["user"], &extra), launch);
+    let bridge = Handoff::launch(&env.bridge_config("b1", &["user"], &extra), launch());
     bridge.await_log("bridge started").await;
     let (idle, _) = memory(bridge.pid());
 
@@ -70,8 +84,7 @@ async fn oversized_entries_are_poison_with_bounded_records_and_the_bridge_stays_
     let redis = RedisServer::start().await;
     let env = TestEnv::with_redis(&redis.url()).await;
     let extra = format!("batch_bytes = {BATCH_BYTES}\n");
-    let launch = Launch { binary: std::env::var("HANDOFF_RELEASE_BIN").ok(), ..Launch::default() };
-    let bridge = Handoff::launch(&env.bridge_config("b1", &["user"], &extra), launch);
+    let bridge = Handoff::launch(&env.bridge_config("b1", &["user"], &extra), launch());
     bridge.await_log("bridge started").await;
     let (idle, _) = memory(bridge.pid());
     let blob = "x".repeat(ENTRY - 100);
