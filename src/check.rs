@@ -12,8 +12,8 @@ use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::config::{Config, TlsMode, WorkerConfig};
 use crate::fault::Faults;
-use crate::ops::shards::Agreement;
 use crate::relay::entries::EntryBuilder;
+use crate::shards::Agreement;
 use crate::store::inbox::Inbox;
 use crate::store::outbox::{Outbox, OutboxStore};
 use crate::store::takeover::Takeover;
@@ -80,7 +80,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                     let (claim, chosen) = relay.claim_loop.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
                     ok.push(crate::config::keep::described(relay));
-                    match crate::ops::shards::agree(&db, relay, false).await {
+                    match crate::shards::agree(&db, relay, false).await {
                         Ok(Agreement::NotSharded) => {}
                         Ok(Agreement::Agrees { family, count }) => {
                             ok.push(format!("relay `{}`: {count} shards of `{family}`", relay.name))

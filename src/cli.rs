@@ -12,8 +12,8 @@ macro_rules! say {
 }
 
 mod bridge;
-mod control;
 mod inbox;
+mod pause;
 mod replay;
 mod selection;
 mod set_aside;
@@ -94,9 +94,9 @@ pub enum Command {
     /// Stop a relay, bridge or worker on every replica (within pause.poll_interval) until
     /// `resume`: it finishes the batch in hand and claims or reads nothing more; it stays live
     /// and ready. Survives restarts.
-    Pause(control::PauseArgs),
+    Pause(pause::PauseArgs),
     /// End a pause.
-    Resume(control::ResumeArgs),
+    Resume(pause::ResumeArgs),
     /// Append a relay's DELIVERED rows again (chosen by time, type, aggregate, event or id), to
     /// their own streams or to a backfill stream; throttled, resumable after a crash or Ctrl-C.
     Replay(replay::ReplayArgs),
@@ -136,7 +136,7 @@ pub enum Command {
 async fn reshard(config: &Config, relay: &str) -> ExitCode {
     let result = async {
         let db = crate::store::Database::connect(&config.database, "handoff-reshard")?;
-        crate::ops::shards::reshard(config, &db, relay).await
+        crate::shards::reshard(config, &db, relay).await
     };
     match result.await {
         Ok(done) => {
@@ -232,8 +232,8 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Status { json } => status(&config, json).await,
         Command::Dead { action } => set_aside::dead(&config, action).await,
         Command::Poison { action } => set_aside::poison(&config, action).await,
-        Command::Pause(args) => control::pause(&config, args).await,
-        Command::Resume(args) => control::resume(&config, args).await,
+        Command::Pause(args) => pause::pause(&config, args).await,
+        Command::Resume(args) => pause::resume(&config, args).await,
         Command::Inbox { action } => inbox::run(&config, action).await,
         Command::Bridge { action } => bridge::run(&config, action).await,
         Command::Replay(args) => replay::run(&config, args).await,

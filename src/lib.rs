@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
-mod app;
+pub mod app;
 mod base64;
 mod bridge;
 pub mod broker;
@@ -17,15 +17,22 @@ mod check;
 mod checklist;
 pub mod cli;
 pub mod config;
+mod dead;
 mod error;
 pub mod fault;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod ops;
+mod pause;
 mod percent;
+mod poison;
 pub mod reasons;
 mod relay;
+mod replay;
+mod reprocess;
+mod rewind;
 mod runtime;
+mod shards;
 pub mod sql;
 pub mod store;
 pub mod telemetry;

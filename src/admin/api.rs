@@ -142,15 +142,15 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
             (StatusCode::OK, json!({ "components": lines }))
         }
         "/api/dead" => {
-            let rows = crate::store::dead::DeadFilter {
+            let rows = crate::dead::DeadFilter {
                 event_id: param("event_id"),
                 older_than: None,
                 error_contains: param("error"),
                 limit,
                 offset,
             };
-            let filter = ops::dead::Filter { relay: param("relay"), worker: param("worker"), rows };
-            match ops::dead::run(&state.config, &state.db, &filter, crate::store::dead::DeadAction::List, true).await {
+            let filter = crate::dead::Filter { relay: param("relay"), worker: param("worker"), rows };
+            match crate::dead::run(&state.config, &state.db, &filter, crate::dead::DeadAction::List, true).await {
                 Ok(rows) => {
                     (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
                 }
@@ -159,9 +159,9 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
         }
         "/api/poison" => {
             let (reason, event_id) = (param("reason"), param("event_id"));
-            let records = crate::store::takeover::PoisonFilter { reason, event_id, limit, offset };
-            let filter = ops::poison::Filter { bridge: param("bridge"), records };
-            match ops::poison::list(&state.config, &state.db, &filter).await {
+            let records = crate::poison::PoisonFilter { reason, event_id, limit, offset };
+            let filter = crate::poison::Filter { bridge: param("bridge"), records };
+            match crate::poison::list(&state.config, &state.db, &filter).await {
                 Ok(rows) => {
                     (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
                 }
@@ -199,20 +199,17 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
             if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
                 return reply;
             }
-            let rows = crate::store::dead::DeadFilter {
+            let rows = crate::dead::DeadFilter {
                 event_id: b.event_id,
                 older_than,
                 error_contains: b.error,
                 limit: b.limit,
                 offset: 0,
             };
-            let filter = ops::dead::Filter { relay: b.relay, worker: b.worker, rows };
-            let action = if path.ends_with("retry") {
-                crate::store::dead::DeadAction::Retry
-            } else {
-                crate::store::dead::DeadAction::Purge
-            };
-            match ops::dead::run(config, &state.db, &filter, action, b.dry_run).await {
+            let filter = crate::dead::Filter { relay: b.relay, worker: b.worker, rows };
+            let action =
+                if path.ends_with("retry") { crate::dead::DeadAction::Retry } else { crate::dead::DeadAction::Purge };
+            match crate::dead::run(config, &state.db, &filter, action, b.dry_run).await {
                 Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
@@ -222,14 +219,10 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
             if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
                 return reply;
             }
-            let records = crate::store::takeover::PoisonFilter {
-                reason: b.reason,
-                event_id: b.event_id,
-                limit: b.limit,
-                offset: 0,
-            };
-            let filter = ops::poison::Filter { bridge: b.bridge, records };
-            match ops::poison::retry(config, &state.db, &filter, b.dry_run).await {
+            let records =
+                crate::poison::PoisonFilter { reason: b.reason, event_id: b.event_id, limit: b.limit, offset: 0 };
+            let filter = crate::poison::Filter { bridge: b.bridge, records };
+            match crate::poison::retry(config, &state.db, &filter, b.dry_run).await {
                 Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
@@ -240,22 +233,22 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 Ok(d) => d,
                 Err(e) => return error(StatusCode::BAD_REQUEST, format!("for: {e}")),
             };
-            let target = match ops::control::known(config, b.component, &b.name) {
+            let target = match crate::pause::known(&config.pause_targets(), b.component, &b.name) {
                 Ok(target) => target,
                 Err(e) => return error(StatusCode::NOT_FOUND, e),
             };
-            match ops::control::pause(&state.db, target, b.reason, expires, &format!("admin:{}", caller.name)).await {
+            match crate::pause::pause(&state.db, target, b.reason, expires, &format!("admin:{}", caller.name)).await {
                 Ok(pause) => (StatusCode::OK, json!({ "paused": pause })),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
         }
         "/api/resume" => {
             let b = parse!(ResumeBody);
-            let target = match ops::control::known(config, b.component, &b.name) {
+            let target = match crate::pause::known(&config.pause_targets(), b.component, &b.name) {
                 Ok(target) => target,
                 Err(e) => return error(StatusCode::NOT_FOUND, e),
             };
-            match ops::control::resume(&state.db, &target).await {
+            match crate::pause::resume(&state.db, &target).await {
                 Ok(was) => (StatusCode::OK, json!({ "resumed": target.to_string(), "was_paused": was })),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
@@ -269,7 +262,7 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 Ok(s) => s,
                 Err(e) => return error(StatusCode::BAD_REQUEST, e),
             };
-            let request = ops::reprocess::Request {
+            let request = crate::reprocess::Request {
                 worker: b.worker,
                 from: b.states,
                 time: b.time,
@@ -278,18 +271,18 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
                 limit: b.limit,
                 dry_run: b.dry_run,
             };
-            match ops::reprocess::run(config, &state.db, request).await {
+            match crate::reprocess::run(config, &state.db, request).await {
                 Ok(report) => (StatusCode::OK, json!(report)),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
         }
         "/api/rewind" => {
             let b = parse!(RewindBody);
-            let to = match ops::rewind::RewindTo::parse(&b.to) {
+            let to = match crate::rewind::RewindTo::parse(&b.to) {
                 Ok(to) => to,
                 Err(e) => return error(StatusCode::BAD_REQUEST, format!("to: {e}")),
             };
-            match ops::rewind::rewind(config, &b.bridge, b.stream.as_deref(), &to, b.dry_run).await {
+            match crate::rewind::rewind(config, &b.bridge, b.stream.as_deref(), &to, b.dry_run).await {
                 Ok(moved) => (StatusCode::OK, json!({ "bridge": b.bridge, "dry_run": b.dry_run, "streams": moved })),
                 Err(e) => error(StatusCode::BAD_REQUEST, e),
             }
@@ -309,7 +302,7 @@ async fn replay_status(state: &AdminState, job: &str) -> Reply {
     if let Some(progress) = state.replays.lock().unwrap_or_else(|e| e.into_inner()).get(job) {
         return (StatusCode::OK, progress.clone());
     }
-    match crate::store::replay::load(&state.db, job).await {
+    match crate::replay::load(&state.db, job).await {
         Ok(Some(checkpoint)) => (StatusCode::OK, json!({ "checkpoint": checkpoint })),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no replay job `{job}`")),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, crate::error::error_chain(&e)),

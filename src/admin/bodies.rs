@@ -3,8 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::ops;
-use crate::store::control::ComponentKind;
+use crate::pause::ComponentKind;
 use crate::store::selection::{Moment, MomentError, Selection};
 
 fn hundred() -> u32 {
@@ -99,9 +98,9 @@ impl SelectionBody {
 pub(super) struct ReprocessBody {
     pub(super) worker: String,
     #[serde(default)]
-    pub(super) states: Vec<crate::store::inbox::reprocess::Settled>,
+    pub(super) states: Vec<crate::reprocess::Settled>,
     #[serde(default = "received")]
-    pub(super) time: ops::reprocess::InboxTime,
+    pub(super) time: crate::reprocess::InboxTime,
     #[serde(default)]
     pub(super) selection: SelectionBody,
     #[serde(default)]
@@ -112,8 +111,8 @@ pub(super) struct ReprocessBody {
     pub(super) dry_run: bool,
 }
 
-fn received() -> ops::reprocess::InboxTime {
-    ops::reprocess::InboxTime::Received
+fn received() -> crate::reprocess::InboxTime {
+    crate::reprocess::InboxTime::Received
 }
 
 fn ten_thousand() -> u32 {
@@ -138,7 +137,7 @@ pub(super) struct ReplayBody {
     #[serde(default)]
     pub(super) selection: SelectionBody,
     #[serde(default = "created")]
-    pub(super) time: ops::replay::OutboxTime,
+    pub(super) time: crate::replay::OutboxTime,
     pub(super) to_stream: Option<String>,
     #[serde(default = "thousand")]
     pub(super) rate: u32,
@@ -153,8 +152,8 @@ pub(super) struct ReplayBody {
     pub(super) dry_run: bool,
 }
 
-fn created() -> ops::replay::OutboxTime {
-    ops::replay::OutboxTime::Created
+fn created() -> crate::replay::OutboxTime {
+    crate::replay::OutboxTime::Created
 }
 
 fn thousand() -> u32 {
@@ -182,7 +181,7 @@ pub(crate) fn read_every_kind(data: &[u8]) {
         let _ = b.selection.into_selection();
     }
     if let Ok(b) = serde_json::from_slice::<RewindBody>(data) {
-        let _ = crate::ops::rewind::RewindTo::parse(&b.to);
+        let _ = crate::rewind::RewindTo::parse(&b.to);
     }
     if let Ok(b) = serde_json::from_slice::<ReplayBody>(data) {
         let _ = b.selection.into_selection();

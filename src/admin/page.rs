@@ -17,17 +17,17 @@ const LATEST: u32 = 10;
 
 pub(super) async fn render(state: &AdminState) -> String {
     let lines = ops::status::collect(&state.config, &state.db, state.brokers()).await;
-    let dead_filter = ops::dead::Filter {
+    let dead_filter = crate::dead::Filter {
         relay: None,
         worker: None,
-        rows: crate::store::dead::DeadFilter { limit: LATEST, ..Default::default() },
+        rows: crate::dead::DeadFilter { limit: LATEST, ..Default::default() },
     };
-    let dead = ops::dead::run(&state.config, &state.db, &dead_filter, crate::store::dead::DeadAction::List, true).await;
-    let poison_filter = ops::poison::Filter {
+    let dead = crate::dead::run(&state.config, &state.db, &dead_filter, crate::dead::DeadAction::List, true).await;
+    let poison_filter = crate::poison::Filter {
         bridge: None,
-        records: crate::store::takeover::PoisonFilter { reason: None, event_id: None, limit: LATEST, offset: 0 },
+        records: crate::poison::PoisonFilter { reason: None, event_id: None, limit: LATEST, offset: 0 },
     };
-    let poison = ops::poison::list(&state.config, &state.db, &poison_filter).await;
+    let poison = crate::poison::list(&state.config, &state.db, &poison_filter).await;
 
     let mut html = String::with_capacity(8 * 1024);
     let _ = write!(

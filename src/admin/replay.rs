@@ -12,7 +12,7 @@ use super::bodies::ReplayBody;
 use super::state::AdminState;
 use crate::broker::kafka::KafkaStream;
 use crate::config::Broker;
-use crate::ops::replay::{self, Request};
+use crate::replay::{self, Request};
 
 pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusCode, Value) {
     let selection = match body.selection.into_selection() {

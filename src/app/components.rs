@@ -19,18 +19,18 @@ use crate::broker::nats::NatsStream;
 use crate::broker::nats::group::GroupSettings;
 use crate::broker::redis::{RedisGroup, RedisStream};
 use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, StreamSource, WorkerConfig};
-use crate::ops::shards::Agreement;
+use crate::pause::{ComponentKind, PauseMetrics, Target};
 use crate::relay::partitions::PartitionKeeper;
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
 use crate::runtime::backoff::Retrier;
+use crate::shards::Agreement;
 use crate::sql::params::Placeholder;
-use crate::store::control::{ComponentKind, Target};
 use crate::store::inbox::Inbox;
 use crate::store::outbox::Outbox;
 use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError, StatementError};
-use crate::telemetry::metrics::{BridgeMetrics, PauseMetrics, RelayMetrics, WorkerMetrics};
+use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
@@ -113,10 +113,10 @@ pub async fn spawn_all(
 fn watch_pauses(config: &Config, shared: &Shared, db: &Database) -> anyhow::Result<()> {
     let metrics = PauseMetrics::register(&shared.registry)?;
     metrics.set_alert_after(config.pause.alert_after.as_secs_f64());
-    let targets = crate::store::control::configured(config);
+    let targets = config.pause_targets();
     let (db, pauses, poll, stop) =
         (db.clone(), shared.pauses.clone(), config.pause.poll_interval, shared.shutdown.clone());
-    shared.tasks.spawn("pause watch", crate::runtime::pause::watch(db, pauses, targets, poll, metrics, stop));
+    shared.tasks.spawn("pause watch", crate::pause::watch(db, pauses, targets, poll, metrics, stop));
     Ok(())
 }
 
@@ -311,7 +311,7 @@ async fn spawn_worker(
 async fn shards_agree(relay: &RelayConfig, db: &Database, shared: &Shared) -> anyhow::Result<bool> {
     let mut retrier = Retrier::new(relay.claim_loop.outage_backoff.clone());
     loop {
-        match crate::ops::shards::agree(db, relay, true).await {
+        match crate::shards::agree(db, relay, true).await {
             Ok(Agreement::NotSharded) => return Ok(true),
             Ok(Agreement::Agrees { family, count }) => {
                 info!(relay = %relay.name, %family, shards = count, "shard count agrees with the recorded one");

@@ -18,19 +18,34 @@ use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::runtime::pause::Pauses;
+use crate::pause::{PauseMetrics, Pauses};
 use crate::runtime::supervisor::Supervisor;
 use crate::store::Database;
 use crate::telemetry::health::Health;
 use crate::telemetry::http::{self, Endpoints};
+use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 
 /// Share of the grace period in-flight work gets to finish; the rest is for releasing what is
 /// left and closing connections.
 const DRAIN_SHARE: f64 = 0.7;
 
+/// Every metric family of every component, registered on `registry` (for the metrics
+/// reference and its test; a running process registers only what its components use).
+pub fn register_metrics(
+    registry: &Registry,
+) -> prometheus::Result<(RelayMetrics, BridgeMetrics, WorkerMetrics, PauseMetrics)> {
+    crate::telemetry::metrics::process::register(registry)?;
+    Ok((
+        RelayMetrics::register(registry)?,
+        BridgeMetrics::register(registry)?,
+        WorkerMetrics::register(registry)?,
+        PauseMetrics::register(registry)?,
+    ))
+}
+
 /// Runs until `stop` resolves, then drains. Returns an error if startup fails or if something
 /// did not stop within `shutdown.grace_period`.
-pub async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
     let shared = Shared {
         registry: Registry::new(),
         health: Health::default(),

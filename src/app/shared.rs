@@ -4,7 +4,7 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::fault::Faults;
-use crate::runtime::pause::Pauses;
+use crate::pause::Pauses;
 use crate::runtime::supervisor::Supervisor;
 use crate::telemetry::health::Health;
 

@@ -6,7 +6,7 @@
 //! PENDING and left to the worker, which applies its own rules to it.
 
 use crate::config::{HandlerErrors, WorkerConfig, type_matches};
-use crate::runtime::pause::PauseSwitch;
+use crate::pause::PauseSwitch;
 use crate::sql::params::Placeholder;
 use crate::store::inbox::{BoundStatement, EventInput, HandlerSql, HandlerSqlError};
 use crate::store::takeover::{Effects, InboxEvent};

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use crate::config::Config;
-use crate::ops::rewind::{self, RewindTo};
+use crate::rewind::{self, RewindTo};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BridgeAction {

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use super::selection::SelectionArgs;
 use crate::config::Config;
-use crate::ops::reprocess::{self, InboxTime, Request};
-use crate::store::inbox::reprocess::Settled;
+use crate::reprocess::Settled;
+use crate::reprocess::{self, InboxTime, Request};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum InboxAction {

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::selection::SelectionArgs;
 use crate::broker::nats::NatsStream;
 use crate::config::{Broker, Config};
-use crate::ops::replay::{self, OutboxTime, Progress, Request};
+use crate::replay::{self, OutboxTime, Progress, Request};
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::config::Config;
-use crate::{ops, store};
 
 #[derive(Debug, Subcommand)]
 pub enum PoisonAction {
@@ -81,18 +80,18 @@ pub struct Output {
 
 pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     let (kind, args) = match action {
-        DeadAction::List(a) => (store::dead::DeadAction::List, a),
-        DeadAction::Retry(a) => (store::dead::DeadAction::Retry, a),
-        DeadAction::Purge(a) => (store::dead::DeadAction::Purge, a),
+        DeadAction::List(a) => (crate::dead::DeadAction::List, a),
+        DeadAction::Retry(a) => (crate::dead::DeadAction::Retry, a),
+        DeadAction::Purge(a) => (crate::dead::DeadAction::Purge, a),
     };
-    let rows = store::dead::DeadFilter {
+    let rows = crate::dead::DeadFilter {
         event_id: args.event_id,
         older_than: args.older_than,
         error_contains: args.error,
         limit: args.limit,
         offset: 0,
     };
-    let filter = ops::dead::Filter { relay: args.relay, worker: args.worker, rows };
+    let filter = crate::dead::Filter { relay: args.relay, worker: args.worker, rows };
     let db = match crate::store::Database::connect(&config.database, "handoff-dead") {
         Ok(db) => db,
         Err(e) => {
@@ -100,7 +99,7 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let rows = match ops::dead::run(config, &db, &filter, kind, args.output.dry_run).await {
+    let rows = match crate::dead::run(config, &db, &filter, kind, args.output.dry_run).await {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("error: {}", crate::error::error_chain(&e));
@@ -108,11 +107,11 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
         }
     };
     let verb = match (kind, args.output.dry_run) {
-        (store::dead::DeadAction::List, _) => "DEAD",
-        (store::dead::DeadAction::Retry, true) => "would re-drive",
-        (store::dead::DeadAction::Retry, false) => "re-driven",
-        (store::dead::DeadAction::Purge, true) => "would purge",
-        (store::dead::DeadAction::Purge, false) => "purged",
+        (crate::dead::DeadAction::List, _) => "DEAD",
+        (crate::dead::DeadAction::Retry, true) => "would re-drive",
+        (crate::dead::DeadAction::Retry, false) => "re-driven",
+        (crate::dead::DeadAction::Purge, true) => "would purge",
+        (crate::dead::DeadAction::Purge, false) => "purged",
     };
     if args.output.json {
         let doc =
@@ -149,12 +148,12 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
         }
     };
     let records =
-        store::takeover::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit, offset: 0 };
-    let filter = ops::poison::Filter { bridge: args.bridge, records };
+        crate::poison::PoisonFilter { reason: args.reason, event_id: args.event_id, limit: args.limit, offset: 0 };
+    let filter = crate::poison::Filter { bridge: args.bridge, records };
     let result = if retry {
-        ops::poison::retry(config, &db, &filter, args.output.dry_run).await
+        crate::poison::retry(config, &db, &filter, args.output.dry_run).await
     } else {
-        ops::poison::list(config, &db, &filter).await
+        crate::poison::list(config, &db, &filter).await
     };
     let rows = match result {
         Ok(rows) => rows,
@@ -163,7 +162,7 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let failed = rows.iter().filter(|r| matches!(r.appended, Some(ops::poison::Reappended::Failed(_)))).count();
+    let failed = rows.iter().filter(|r| matches!(r.appended, Some(crate::poison::Reappended::Failed(_)))).count();
     let verb = match (retry, args.output.dry_run) {
         (false, _) => "poison",
         (true, true) => "would re-append",
@@ -175,8 +174,8 @@ pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     } else {
         for r in &rows {
             let outcome = match &r.appended {
-                Some(ops::poison::Reappended::Entry(id)) => format!(" -> {id}"),
-                Some(ops::poison::Reappended::Failed(e)) => format!(" NOT re-appended: {e}"),
+                Some(crate::poison::Reappended::Entry(id)) => format!(" -> {id}"),
+                Some(crate::poison::Reappended::Failed(e)) => format!(" NOT re-appended: {e}"),
                 None => String::new(),
             };
             say!(

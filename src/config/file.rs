@@ -1,4 +1,4 @@
-//! The whole configuration file, `[shutdown]`, and the sections each component reads.
+//! The whole configuration file and `[shutdown]`; each component's section is its own.
 
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// How components learn of `handoff pause` / `resume`.
     #[serde(default)]
-    pub pause: PauseConfig,
+    pub pause: crate::pause::config::PauseConfig,
     /// The admin API and status page. Default: off.
     pub admin: Option<super::admin::AdminConfig>,
     /// Outbox relays: each moves one table's rows to Redis Streams.
@@ -50,6 +50,15 @@ impl Config {
     pub fn uses(&self, broker: crate::broker::Broker) -> bool {
         self.relays.iter().any(|r| r.broker == broker) || self.bridges.iter().any(|b| b.broker == broker)
     }
+
+    /// Every configured component, as a pause names it.
+    pub fn pause_targets(&self) -> Vec<crate::pause::target::Target> {
+        use crate::pause::target::{ComponentKind, Target};
+        let target = |component, name: &String| Target { component, name: name.clone() };
+        let relays = self.relays.iter().map(|r| target(ComponentKind::Relay, &r.name));
+        let bridges = self.bridges.iter().map(|b| target(ComponentKind::Bridge, &b.name));
+        relays.chain(bridges).chain(self.workers.iter().map(|w| target(ComponentKind::Worker, &w.name))).collect()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -67,36 +76,10 @@ impl Default for ShutdownConfig {
     }
 }
 
-/// `[pause]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PauseConfig {
-    /// How often every replica reads the pauses in force: a pause or resume takes effect
-    /// within this long. Default: "1s".
-    #[serde(default = "defaults::pause_poll", with = "humantime_serde")]
-    pub poll_interval: Duration,
-    /// Exported as `handoff_pause_alert_after_seconds`: the shipped alert fires when something
-    /// has been paused longer. Default: "1h".
-    #[serde(default = "defaults::pause_alert_after", with = "humantime_serde")]
-    pub alert_after: Duration,
-}
-
-impl Default for PauseConfig {
-    fn default() -> Self {
-        Self { poll_interval: defaults::pause_poll(), alert_after: defaults::pause_alert_after() }
-    }
-}
-
 mod defaults {
     use std::time::Duration;
 
     pub fn grace_period() -> Duration {
         Duration::from_secs(20)
-    }
-    pub fn pause_poll() -> Duration {
-        Duration::from_secs(1)
-    }
-    pub fn pause_alert_after() -> Duration {
-        Duration::from_secs(3600)
     }
 }

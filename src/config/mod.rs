@@ -35,7 +35,7 @@ pub use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults, RelayLoop, Worker
 pub use connections::{DatabaseConfig, Dialect, RedisConfig};
 pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub(crate) use event_types::type_matches;
-pub use file::{Config, PauseConfig, ShutdownConfig};
+pub use file::{Config, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
 pub use partitions::PartitionsConfig;
 pub use relay::{

@@ -149,9 +149,7 @@ pub fn validate(config: &Config) -> Vec<String> {
         .map(|r| r.claim_loop.concurrency)
         .sum();
     errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
-    if config.pause.poll_interval.is_zero() {
-        errors.push("pause.poll_interval must be > 0".into());
-    }
+    errors.extend(config.pause.problems());
     if config.shutdown.grace_period.is_zero() {
         errors.push("shutdown.grace_period must be > 0".into());
     }

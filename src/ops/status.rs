@@ -6,7 +6,7 @@ use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::broker::redis::group::Group;
 use crate::config::{Broker, Config};
-use crate::store::control::Pause;
+use crate::pause::Pause;
 use crate::store::inbox;
 use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::{Database, PrepareError, StoreResult};
@@ -54,8 +54,8 @@ pub struct Brokers<'a> {
 
 pub async fn collect(config: &Config, db: &Database, brokers: Brokers<'_>) -> Vec<Line> {
     let mut lines = collect_counts(config, db, brokers).await;
-    let pauses = crate::store::control::active(db).await;
-    let targets = crate::store::control::configured(config);
+    let pauses = crate::pause::active(db).await;
+    let targets = config.pause_targets();
     for line in &mut lines {
         // A bridge's lines are one per stream: `bridge <name> <stream>`.
         let target = targets.iter().find(|t| {

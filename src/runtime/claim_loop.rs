@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::backoff::Retrier;
-use super::pause::PauseSwitch;
 use super::supervisor::join_loops;
 use super::turns::LockedTurns;
 use super::wait::sleep_or;
 use crate::config::{BackoffConfig, ClaimLoopConfig, ClaimMode, LoopDefaults};
+use crate::pause::PauseSwitch;
 use crate::store::StoreError;
 use crate::telemetry::health::Component;
 use crate::telemetry::throttle::Throttle;

@@ -6,7 +6,6 @@ pub mod backoff;
 pub mod claim_loop;
 pub mod lease;
 pub mod outage;
-pub mod pause;
 pub mod periodic;
 pub mod signal;
 pub mod supervisor;

@@ -5,9 +5,7 @@
 //! classification, parameter values and result rows.
 
 pub(crate) mod columns;
-pub mod control;
 pub mod database;
-pub(crate) mod dead;
 pub(crate) mod error;
 pub mod inbox;
 pub mod migrate;
@@ -17,10 +15,8 @@ pub mod outbox;
 pub(crate) mod param;
 pub mod partitions;
 pub mod postgres;
-pub mod replay;
 pub(crate) mod rows;
 pub mod selection;
-pub mod shards;
 pub mod takeover;
 
 pub use database::{Database, Dialect};

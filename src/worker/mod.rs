@@ -16,9 +16,9 @@ use tracing::{debug, info, info_span, warn};
 
 use crate::config::WorkerConfig;
 use crate::error::error_chain;
+use crate::pause::PauseSwitch;
 use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::runtime::outage::{Failed, retry_through};
-use crate::runtime::pause::PauseSwitch;
 use crate::sql::params::Placeholder;
 use crate::store::StoreError;
 use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};

@@ -10,7 +10,6 @@ pub mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod postgres_handlers;
 mod postgres_locked;
-pub mod reprocess;
 pub(crate) mod seam;
 pub(crate) mod statements;
 

@@ -4,10 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::mysql::{self, MyTakeover};
+use super::mysql::MyTakeover;
 use super::postgres::PgTakeover;
-use super::postgres_records;
-use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
 use crate::config::BridgeConfig;
 use crate::store::database::Database;
@@ -86,28 +84,5 @@ impl DeliveryCounts for Takeover {
 
     async fn ping(&self) -> StoreResult<()> {
         each!(self, s => s.ping().await)
-    }
-}
-
-/// The records of `consumer` in the poison table `table` that `filter` selects, oldest first.
-pub async fn poison_records(
-    db: &Database,
-    table: &str,
-    consumer: &str,
-    filter: &PoisonFilter,
-) -> StoreResult<Vec<StoredPoison>> {
-    match db {
-        Database::Postgres(pool) => postgres_records::poison_records(pool, table, consumer, filter).await,
-        Database::Mysql(pool) => mysql::poison_records(pool, table, consumer, filter).await,
-    }
-}
-
-/// Counts a re-drive of record `id` of the poison table `table`; with `expected`, only while
-/// the count is still that (a re-drive counted by another run is not counted twice). Whether it
-/// counted.
-pub async fn mark_redriven(db: &Database, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
-    match db {
-        Database::Postgres(pool) => postgres_records::mark_redriven(pool, table, id, expected).await,
-        Database::Mysql(pool) => mysql::mark_redriven(pool, table, id, expected).await,
     }
 }

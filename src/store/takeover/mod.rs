@@ -5,13 +5,10 @@ pub(crate) mod contract;
 pub(crate) mod dialect;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
-mod postgres_records;
-pub(crate) mod records;
 pub(crate) mod seam;
 pub(crate) mod statements;
 
-pub use dialect::{Takeover, mark_redriven, poison_records};
+pub use dialect::Takeover;
 pub use mysql::MyTakeover;
 pub use postgres::PgTakeover;
-pub use records::{PoisonFilter, StoredPoison};
 pub use seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore, Text};

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction, TxOpts};
 
-use super::records::{PoisonFilter, StoredPoison};
 use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
 use super::statements::{
     Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param,
@@ -262,55 +261,4 @@ impl TakeoverTx for MyTakeoverTx {
 /// Apply at take-over is Postgres-only; the configuration never asks MySQL for it.
 fn no_apply() -> StoreError {
     StoreError::Contract("apply at take-over needs Postgres".into())
-}
-
-/// The records of `consumer` in `table` that `filter` selects, oldest first.
-pub async fn poison_records(
-    pool: &Pool,
-    table: &str,
-    consumer: &str,
-    filter: &PoisonFilter,
-) -> StoreResult<Vec<StoredPoison>> {
-    let sql = format!(
-        "SELECT id, stream, stream_entry_id, event_id, reason, detail,
-                CAST(TIMESTAMPDIFF(MICROSECOND, received_at, NOW(3)) / 1e6 AS DOUBLE), redrives,
-                CAST(fields AS CHAR)
-         FROM {table} WHERE consumer = ?
-           AND (? IS NULL OR reason = ?) AND (? IS NULL OR event_id = ?)
-         ORDER BY id LIMIT ? OFFSET ?"
-    );
-    let label = "read poison records";
-    let mut conn = pool.get_conn().await.map_err(|e| error(label, e))?;
-    let (limit, offset) = (i64::from(filter.limit), i64::from(filter.offset));
-    let params = (consumer, &filter.reason, &filter.reason, &filter.event_id, &filter.event_id, limit, offset);
-    let rows: Vec<Row> = conn.exec(sql, params).await.map_err(|e| error(label, e))?;
-    Ok(rows
-        .into_iter()
-        .map(|mut r| StoredPoison {
-            id: r.take::<i64, _>(0).unwrap_or_default(),
-            stream: r.take::<String, _>(1).unwrap_or_default(),
-            entry_id: r.take::<String, _>(2).unwrap_or_default(),
-            event_id: r.take::<Option<String>, _>(3).flatten(),
-            reason: r.take::<String, _>(4).unwrap_or_default(),
-            detail: r.take::<String, _>(5).unwrap_or_default(),
-            age_seconds: r.take::<Option<f64>, _>(6).flatten().unwrap_or(0.0),
-            redrives: r.take::<i32, _>(7).unwrap_or_default(),
-            fields: r
-                .take::<Option<String>, _>(8)
-                .flatten()
-                .and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or_default(),
-        })
-        .collect())
-}
-
-/// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
-    let label = "count a poison re-drive";
-    let sql = format!(
-        "UPDATE {table} SET redrives = redrives + 1, redriven_at = NOW(3) WHERE id = ? AND (? IS NULL OR redrives = ?)"
-    );
-    let mut conn = pool.get_conn().await.map_err(|e| error(label, e))?;
-    conn.exec_drop(sql, (id, expected, expected)).await.map_err(|e| error(label, e))?;
-    Ok(conn.affected_rows() == 1)
 }

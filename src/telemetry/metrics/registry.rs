@@ -6,29 +6,29 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeV
 pub(crate) struct Reg<'a>(pub &'a Registry);
 
 impl Reg<'_> {
-    pub(super) fn counter(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
+    pub(crate) fn counter(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
         let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
         self.0.register(Box::new(metric.clone()))?;
         Ok(metric)
     }
 
-    pub(super) fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+    pub(crate) fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
         let metric = IntGaugeVec::new(Opts::new(name, help), labels)?;
         self.0.register(Box::new(metric.clone()))?;
         Ok(metric)
     }
 
-    pub(super) fn float_gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
+    pub(crate) fn float_gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
         let metric = GaugeVec::new(Opts::new(name, help), labels)?;
         self.0.register(Box::new(metric.clone()))?;
         Ok(metric)
     }
 
-    pub(super) fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<HistogramVec> {
+    pub(crate) fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> prometheus::Result<HistogramVec> {
         self.histogram_by(name, help, buckets, &["relay"])
     }
 
-    pub(super) fn histogram_by(
+    pub(crate) fn histogram_by(
         &self,
         name: &str,
         help: &str,

@@ -1,0 +1,9 @@
+//! `handoff inbox reprocess`, the whole feature: a worker's settled inbox rows, chosen by a
+//! selection, back to PENDING so its (fixed) handlers run them again. `commands.rs` is the
+//! operation the CLI and the admin API call; `database.rs` moves the rows on either database.
+
+mod commands;
+mod database;
+
+pub use commands::{InboxTime, Request, run};
+pub use database::Settled;
