@@ -88,7 +88,7 @@ pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                         Ok(Agreement::Unguarded(why) | Agreement::Differs(why)) => problems.push(why),
                         Err(e) => problems.push(format!("relay `{}`: {}", relay.name, crate::error::error_chain(&e))),
                     }
-                    match crate::store::partitions::unfit(&db, relay).await {
+                    match crate::relay::partitions::unfit(&db, relay).await {
                         Ok(None) if relay.partitions.is_some() => {
                             ok.push(format!("relay `{}`: `{}` is partitioned by created_at", relay.name, relay.table))
                         }

@@ -285,15 +285,15 @@ async fn create_partitions(config: &Config, db: &store::Database) -> anyhow::Res
     let mut created = Vec::new();
     for relay in &config.relays {
         let (Some(partitions), Some(outbox)) =
-            (&relay.partitions, store::partitions::PartitionedOutbox::new(db, &relay.table))
+            (&relay.partitions, crate::relay::partitions::PartitionedOutbox::new(db, &relay.table))
         else {
             continue;
         };
-        if let Some(why) = store::partitions::unfit(db, relay).await? {
+        if let Some(why) = crate::relay::partitions::unfit(db, relay).await? {
             anyhow::bail!(why);
         }
         let now = std::time::SystemTime::now();
-        for span in store::partitions::plan::wanted(now, partitions.every, partitions.ahead) {
+        for span in crate::relay::partitions::plan::wanted(now, partitions.every, partitions.ahead) {
             if outbox.create(span).await?.is_some() {
                 created.push(span.name(&relay.table));
             }

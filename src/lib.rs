@@ -27,7 +27,7 @@ mod pause;
 mod percent;
 mod poison;
 pub mod reasons;
-mod relay;
+pub mod relay;
 mod replay;
 mod reprocess;
 mod rewind;

@@ -163,9 +163,9 @@ async fn mariadb_statements_on_id_arrays_fetch_rows_by_primary_key_on_an_empty_t
 /// small day's history costs less than a batch's probes, so the rule holds where it matters.
 #[tokio::test]
 async fn on_a_partitioned_outbox_no_statement_scans_a_partition_of_delivered_history() {
+    use handoff::relay::partitions::{PartitionedOutbox, Span};
     use handoff::store::Database;
     use handoff::store::migrate::{OutboxLayout, postgres_with};
-    use handoff::store::partitions::{PartitionedOutbox, Span};
     use std::time::{Duration, SystemTime};
 
     let env = TestEnv::empty().await;

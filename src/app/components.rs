@@ -346,7 +346,7 @@ async fn keep_partitions(
     let Some(config) = relay.partitions.clone() else { return Ok(true) };
     let mut retrier = Retrier::new(relay.claim_loop.outage_backoff.clone());
     loop {
-        match crate::store::partitions::unfit(db, relay).await {
+        match crate::relay::partitions::unfit(db, relay).await {
             Ok(Some(why)) => return Err(anyhow!(why)),
             Ok(None) => break,
             Err(e) => {
@@ -359,7 +359,7 @@ async fn keep_partitions(
             }
         }
     }
-    let outbox = crate::store::partitions::PartitionedOutbox::new(db, &relay.table)
+    let outbox = crate::relay::partitions::PartitionedOutbox::new(db, &relay.table)
         .ok_or_else(|| anyhow!("relay `{}`: a partitioned outbox needs Postgres", relay.name))?;
     let keeper = PartitionKeeper {
         relay: relay.name.clone(),

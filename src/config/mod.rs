@@ -17,7 +17,6 @@ pub(crate) mod file;
 pub(crate) mod keep;
 mod load;
 pub(crate) mod ordered;
-mod partitions;
 mod relay;
 pub(crate) mod secret;
 mod shards;
@@ -37,7 +36,6 @@ pub use consumer_sql::{TakeoverOverrides, WorkerOverrides};
 pub(crate) use event_types::type_matches;
 pub use file::{Config, ShutdownConfig};
 pub use load::{ConfigError, load, load_str};
-pub use partitions::PartitionsConfig;
 pub use relay::{
     BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
     RetentionConfig, SettleMode, SqlOverrides, TrimConfig,

@@ -51,7 +51,7 @@ pub struct RelayConfig {
     pub retention: Option<RetentionConfig>,
     /// Keep a time-partitioned outbox's partitions: create ahead, drop old delivered ones.
     /// Default: off (a plain table).
-    pub partitions: Option<super::partitions::PartitionsConfig>,
+    pub partitions: Option<crate::relay::partitions::config::PartitionsConfig>,
     /// Settle a batch only once its appends are on replicas (`WAIT`) and/or in the AOF
     /// (`WAITAOF`). Default: off (settle when Redis acknowledged the append).
     pub durability: Option<DurabilityConfig>,

@@ -4,16 +4,16 @@
 //! it (polling, outage backoff, shutdown) is here.
 
 mod batch;
-pub mod entries;
+pub(crate) mod entries;
 mod housekeeping;
 mod locked;
-pub mod loss;
+pub(crate) mod loss;
 pub mod partitions;
 mod sampler;
 mod settle;
 #[cfg(test)]
 mod tests;
-pub mod wake;
+pub(crate) mod wake;
 mod watch;
 
 use std::sync::Arc;

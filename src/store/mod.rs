@@ -13,7 +13,6 @@ pub(crate) mod mysql;
 pub(crate) mod net;
 pub mod outbox;
 pub(crate) mod param;
-pub mod partitions;
 pub mod postgres;
 pub(crate) mod rows;
 pub mod selection;

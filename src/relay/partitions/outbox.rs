@@ -1,13 +1,8 @@
-//! A time-partitioned outbox (`handoff migrate --partitioned`, `[relay.partitions]`): which
-//! partitions should exist ([`plan`]), and creating, dropping and inspecting them on Postgres
-//! ([`postgres`]). Declarative partitioning is Postgres's; MariaDB outboxes keep row retention.
+//! A time-partitioned outbox as housekeeping sees it, and whether a relay's table can be one.
+//! Declarative partitioning is Postgres's; MariaDB outboxes keep row retention.
 
-pub mod plan;
-pub mod postgres;
-
-pub use plan::Span;
-pub use postgres::{Existing, Held, Outcome};
-
+use super::plan::Span;
+use super::postgres::{self, Existing, Outcome};
 use crate::store::database::Database;
 use crate::store::error::StoreResult;
 

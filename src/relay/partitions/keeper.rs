@@ -10,10 +10,12 @@ use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::PartitionsConfig;
+use super::config::PartitionsConfig;
+use super::outbox::PartitionedOutbox;
+use super::plan;
+use super::postgres::Outcome;
 use crate::error::error_chain;
 use crate::store::StoreError;
-use crate::store::partitions::{Outcome, PartitionedOutbox, plan};
 use crate::telemetry::metrics::RelayHandles;
 
 /// Rows of the default partition deleted per statement.
