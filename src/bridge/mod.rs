@@ -7,6 +7,7 @@
 
 mod apply;
 mod batch;
+pub(crate) mod config;
 mod recover;
 pub mod validate;
 

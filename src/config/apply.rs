@@ -2,12 +2,12 @@
 //! applies where it can (one worker of the same inbox in the file, every condition met), as
 //! `claim = "auto"` chooses; `"off"` never; a worker's name, that worker or a configuration error.
 
-use super::bridge::BridgeConfig;
 use super::connections::Dialect;
 use super::file::Config;
-use super::worker::WorkerConfig;
+use crate::bridge::config::BridgeConfig;
 use crate::sql::params::Placeholder;
 use crate::store::inbox::contract::WorkerStatement;
+use crate::worker::config::WorkerConfig;
 
 /// `apply = "off"`: the worker applies everything.
 pub const OFF: &str = "off";

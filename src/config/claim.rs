@@ -8,10 +8,10 @@ use std::time::Duration;
 use super::claim_loop::ClaimMode;
 use super::connections::{Dialect, RedisConfig};
 use super::file::Config;
-use super::relay::RelayConfig;
-use super::worker::WorkerConfig;
+use crate::relay::config::RelayConfig;
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::StatementKind;
+use crate::worker::config::WorkerConfig;
 
 /// One reason the locked claim cannot be used.
 #[derive(Clone)]

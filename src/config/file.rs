@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::bridge::BridgeConfig;
 use super::connections::{DatabaseConfig, RedisConfig};
-use super::relay::RelayConfig;
 use super::telemetry::TelemetryConfig;
-use super::worker::WorkerConfig;
+use crate::bridge::config::BridgeConfig;
+use crate::relay::config::RelayConfig;
+use crate::worker::config::WorkerConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]

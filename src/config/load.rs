@@ -342,7 +342,7 @@ fn metrics_auth(auth: &mut super::telemetry::MetricsAuth, errors: &mut Vec<Strin
 
 /// An HTTP handler's URL may carry credentials (`user:password@`, a token in the query): it
 /// may come from `url_file`, and is kept as a secret either way.
-fn handler_url(path: &str, http: &mut super::worker::HttpHandlerConfig, errors: &mut Vec<String>) {
+fn handler_url(path: &str, http: &mut crate::worker::config::HttpHandlerConfig, errors: &mut Vec<String>) {
     match (http.url.is_some(), http.url_file.take()) {
         (true, Some(_)) => errors.push(format!("{path}.url and {path}.url_file are both set; keep one")),
         (false, Some(file)) => match std::fs::read_to_string(&file) {

@@ -3,13 +3,13 @@
 //! `{shard(column, 16)}` template writes. The entry is expanded here, once, into one stream
 //! per shard; everything after the loader sees plain stream keys.
 
-use super::bridge::StreamSource;
+use crate::bridge::config::StreamSource;
 
 /// The placeholder a sharded stream key carries.
 pub const PLACEHOLDER: &str = "{shard}";
 
 /// Expands every bridge's sharded stream entries; names what is wrong with one.
-pub fn expand(bridges: &mut [super::BridgeConfig], errors: &mut Vec<String>) {
+pub fn expand(bridges: &mut [crate::bridge::config::BridgeConfig], errors: &mut Vec<String>) {
     for bridge in bridges {
         let mut expanded = Vec::with_capacity(bridge.streams.len());
         for (j, source) in std::mem::take(&mut bridge.streams).into_iter().enumerate() {

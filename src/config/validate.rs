@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::backoff::BackoffConfig;
 use super::connections::Dialect;
 use super::file::Config;
-use super::relay::RelayConfig;
 use super::template::Template;
 use super::tls::{self, TlsMode};
+use crate::relay::config::RelayConfig;
 use crate::sql::params::{ParamError, Placeholder};
 use crate::store::inbox::contract::WorkerStatement;
 use crate::store::outbox::contract::{self as outbox_contract, StatementKind};
@@ -73,22 +73,22 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
 
 /// Header rules of an HTTP handler: no event header that would steer the call, no constant
 /// that would frame it.
-fn validate_http_headers(path: &str, http: &super::worker::HttpHandlerConfig) -> Vec<String> {
+fn validate_http_headers(path: &str, http: &crate::worker::config::HttpHandlerConfig) -> Vec<String> {
     let mut errors = Vec::new();
     for name in &http.forward_headers {
-        if super::worker::never_forwarded(&name.to_ascii_lowercase()) {
+        if crate::worker::config::never_forwarded(&name.to_ascii_lowercase()) {
             errors.push(format!("{path}.forward_headers: `{name}` is never taken from an event (it frames, routes or authenticates the call)"));
         }
     }
     for name in http.headers.keys() {
-        if super::worker::reserved_request_header(&name.to_ascii_lowercase()) {
+        if crate::worker::config::reserved_request_header(&name.to_ascii_lowercase()) {
             errors.push(format!("{path}.headers.{name}: handoff sets this header itself"));
         }
     }
     errors
 }
 
-fn validate_http_tls(path: &str, http: &super::worker::HttpHandlerConfig) -> Vec<String> {
+fn validate_http_tls(path: &str, http: &crate::worker::config::HttpHandlerConfig) -> Vec<String> {
     let https = http.url().trim_start().to_ascii_lowercase().starts_with("https://");
     if !https {
         return if http.tls.is_set() {

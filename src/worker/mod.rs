@@ -4,6 +4,7 @@
 //! locked, applied and marked in one transaction instead (see `locked`).
 
 mod batch;
+pub(crate) mod config;
 mod handler;
 mod http;
 mod locked;

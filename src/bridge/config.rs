@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::store::takeover::contract::TakeoverStatement;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeConfig {
@@ -77,7 +79,7 @@ pub struct BridgeConfig {
     pub envelope: EnvelopeNames,
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
-    pub sql: super::consumer_sql::TakeoverOverrides,
+    pub sql: TakeoverOverrides,
     /// Apply at take-over: the name of a worker of this file (same consumer and inbox table)
     /// whose SQL handlers the bridge runs in the take-over transaction, inserting the events
     /// they serve as PROCESSED; the worker then only sees retries and events served otherwise.
@@ -226,6 +228,30 @@ impl BridgeConfig {
         (1..=self.concurrency.max(1))
             .map(|k| if k == 1 { instance.to_owned() } else { format!("{instance}-{k}") })
             .collect()
+    }
+}
+
+/// `[bridge.sql]`: statement overrides for an inbox of your own; absent ones use the reference
+/// schema's. What each is offered and must return: `store/takeover/contract.rs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TakeoverOverrides {
+    /// Insert one event unless the inbox holds its id already; one row changed = taken over.
+    pub insert: Option<String>,
+    /// The content hash of an event already there (column `content_hash`); without it, with a
+    /// custom `insert`, an event already there is a duplicate, never a conflict.
+    pub existing: Option<String>,
+    /// Record one poison entry.
+    pub poison: Option<String>,
+}
+
+impl TakeoverOverrides {
+    pub fn get(&self, statement: TakeoverStatement) -> Option<&str> {
+        match statement {
+            TakeoverStatement::Insert => self.insert.as_deref(),
+            TakeoverStatement::Existing => self.existing.as_deref(),
+            TakeoverStatement::Poison => self.poison.as_deref(),
+        }
     }
 }
 

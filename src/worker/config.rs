@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::claim_loop::{ClaimLoopConfig, WorkerLoop};
+use crate::store::inbox::contract::WorkerStatement;
+
+use crate::config::claim_loop::{ClaimLoopConfig, WorkerLoop};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,7 +44,7 @@ pub struct WorkerConfig {
     pub handler_errors: HandlerErrors,
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
-    pub sql: super::consumer_sql::WorkerOverrides,
+    pub sql: WorkerOverrides,
 }
 
 /// `[worker.retention]`
@@ -148,7 +150,7 @@ pub struct HttpHandlerConfig {
     /// `http://host:port/path`, or `https://…` (verified with `tls`, default `verify-full`
     /// against the system roots). A secret: it may carry credentials, and is shown redacted
     /// (`https://***@host:port/path?***`) in logs, errors and `check`.
-    pub url: Option<super::secret::Secret>,
+    pub url: Option<crate::config::secret::Secret>,
     /// A file holding the URL instead (a mounted secret).
     pub url_file: Option<std::path::PathBuf>,
     /// Per-request timeout; no answer within it is an outage of the endpoint (the row goes back
@@ -169,7 +171,7 @@ pub struct HttpHandlerConfig {
     pub forward_headers: Vec<String>,
     /// TLS for an `https://` URL.
     #[serde(default)]
-    pub tls: super::tls::TlsConfig,
+    pub tls: crate::config::tls::TlsConfig,
     /// Requests this handler has in flight at most, per worker loop: a batch's rows are POSTed
     /// concurrently up to this bound (1: one after the other, in the batch's order). Default: 8.
     #[serde(default = "defaults::http_concurrency")]
@@ -184,7 +186,7 @@ impl HttpHandlerConfig {
 
     /// The URL as logs, errors and `check` show it.
     pub fn shown_url(&self) -> String {
-        super::secret::redacted_url(self.url())
+        crate::config::secret::redacted_url(self.url())
     }
 }
 
@@ -229,6 +231,40 @@ pub(crate) fn reserved_request_header(name: &str) -> bool {
 /// Whether an event may never set `name` (lower case), whatever `forward_headers` says.
 pub(crate) fn never_forwarded(name: &str) -> bool {
     RESERVED.contains(&name) || NEVER_FROM_EVENTS.contains(&name)
+}
+
+/// `[worker.sql]`: statement overrides for an inbox of your own; absent ones use the reference
+/// schema's. What each is offered and must return: `store/inbox/contract.rs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerOverrides {
+    pub claim: Option<String>,
+    pub processed: Option<String>,
+    pub retry: Option<String>,
+    pub dead: Option<String>,
+    pub renew: Option<String>,
+    pub release: Option<String>,
+    pub stats: Option<String>,
+    pub purge: Option<String>,
+}
+
+impl WorkerOverrides {
+    pub fn get(&self, statement: WorkerStatement) -> Option<&str> {
+        match statement {
+            WorkerStatement::Claim => self.claim.as_deref(),
+            WorkerStatement::Processed => self.processed.as_deref(),
+            WorkerStatement::Retry => self.retry.as_deref(),
+            WorkerStatement::Dead => self.dead.as_deref(),
+            WorkerStatement::Renew => self.renew.as_deref(),
+            WorkerStatement::Release => self.release.as_deref(),
+            WorkerStatement::Stats => self.stats.as_deref(),
+            WorkerStatement::Purge => self.purge.as_deref(),
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        WorkerStatement::ALL.iter().any(|s| self.get(*s).is_some())
+    }
 }
 
 mod defaults {

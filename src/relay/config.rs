@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::claim_loop::{ClaimLoopConfig, RelayLoop};
+use crate::config::claim_loop::{ClaimLoopConfig, RelayLoop};
 
 /// `[[relay]]`: one outbox table relayed to Redis Streams.
 #[derive(Debug, Clone, Deserialize)]
@@ -61,13 +61,13 @@ pub struct RelayConfig {
     pub broker_loss: BrokerLossConfig,
     /// Extra entry fields after the built-in ones, in the order written: name → template over
     /// claim columns (or a constant).
-    #[serde(default, deserialize_with = "super::ordered::map")]
-    pub fields: super::ordered::Fields,
+    #[serde(default, deserialize_with = "crate::config::ordered::map")]
+    pub fields: crate::config::ordered::Fields,
     /// The whole entry, field by field in the order written, instead of the built-in layout:
     /// name → template. A template that is one column (`"{payload}"`) copies it and leaves the
     /// field out when it is NULL. Must carry `{event_id}`. Default: the built-in layout.
-    #[serde(default, deserialize_with = "super::ordered::map")]
-    pub envelope: super::ordered::Fields,
+    #[serde(default, deserialize_with = "crate::config::ordered::map")]
+    pub envelope: crate::config::ordered::Fields,
     /// Largest `payload` column the relay appends, in bytes; a larger row turns DEAD with reason
     /// `too_large` and is never appended. Default: 262144 (the bridge's `payload_max_bytes`, so
     /// a row a bridge would refuse never travels).
