@@ -9,8 +9,8 @@ use crate::env::{BenchEnv, appended, postgres_cpu_seconds, resources, stop};
 use handoff::broker::redis::RedisStream;
 use handoff::broker::{AppendOptions, Entry, EventStream};
 use handoff::config::load_str;
-use handoff::store::outbox::PgOutbox;
-use handoff::store::outbox::{ClaimedRow, Delivered, OutboxClaims, OutboxStore};
+use handoff::store::database::Database;
+use handoff::store::outbox::{ClaimedRow, Delivered, Outbox, OutboxStore};
 use handoff::store::postgres::pool;
 
 /// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.
@@ -123,7 +123,8 @@ pub async fn sql_limit(
     let claim = if locked { "claim = \"locked\"" } else { "" };
     let config = load_str(&relay_config(env, batch, &format!("{claim}\n{extra}")))?;
     let pool = pool(&config.database, "handoff-bench")?;
-    let store = PgOutbox::prepare(pool, &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store =
+        Outbox::prepare(&Database::Postgres(pool), &config.relays[0]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let (pg_cpu, own_cpu) = (postgres_cpu_seconds(), resources(std::process::id()).1);
     let started = Instant::now();
     let delivered = |rows: &[ClaimedRow]| -> Vec<Delivered> {

@@ -15,12 +15,7 @@ use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::telemetry::traces::EventSpan;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
-    pub(super) async fn process_locked(
-        &self,
-        claimant: &str,
-        rows: Vec<ClaimedRow>,
-        batch: Box<dyn LockedBatch>,
-    ) -> Turn {
+    pub(super) async fn process_locked(&self, claimant: &str, rows: Vec<ClaimedRow>, batch: LockedBatch) -> Turn {
         let started = Instant::now();
         let metrics = &self.deps.metrics;
         let mut span = EventSpan::root("handoff.relay.batch");

@@ -146,7 +146,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
 impl<S: OutboxStore, P: EventStream> ClaimTurns for Relay<S, P> {
     type Row = ClaimedRow;
-    type Held = Box<dyn LockedBatch>;
+    type Held = LockedBatch;
 
     fn reclaimed(row: &ClaimedRow) -> bool {
         row.reclaimed

@@ -13,9 +13,7 @@ use crate::broker::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, S
 use crate::config::load_str;
 use crate::fault::Faults;
 use crate::store::StoreResult;
-use crate::store::outbox::{
-    ClaimedRow, Delivered, DeliveredRow, Failure, OutboxClaims, OutboxStats, OutboxStore, RowRef, Verdict,
-};
+use crate::store::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::RelayMetrics;
 
@@ -83,7 +81,7 @@ impl FakeOutbox {
     }
 }
 
-impl OutboxClaims for FakeOutbox {
+impl OutboxStore for FakeOutbox {
     async fn claim(&self, _: &str, batch_size: u32, _: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let mut rows = self.rows.lock().unwrap();
         let mut claimed = Vec::new();
@@ -109,9 +107,7 @@ impl OutboxClaims for FakeOutbox {
         }
         Ok(claimed)
     }
-}
 
-impl OutboxStore for FakeOutbox {
     fn columns(&self) -> Arc<[String]> {
         COLUMNS.iter().map(|c| c.to_string()).collect()
     }

@@ -401,14 +401,8 @@ pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
     }
     let config = handoff::config::load_str(config).unwrap();
     let relay = &config.relays[0];
-    match Database::connect(&config.database, "handoff-test").unwrap() {
-        Database::Postgres(pool) => {
-            sizes(handoff::store::outbox::PgOutbox::prepare(pool, relay).await.unwrap(), page).await
-        }
-        Database::Mysql(pool) => {
-            sizes(handoff::store::outbox::MyOutbox::prepare(pool, relay).await.unwrap(), page).await
-        }
-    }
+    let db = Database::connect(&config.database, "handoff-test").unwrap();
+    sizes(handoff::store::outbox::Outbox::prepare(&db, relay).await.unwrap(), page).await
 }
 
 /// Whether `group` of `stream` has read up to the stream's last generated id and has nothing

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::contract::StatementKind;
-use super::seam::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
+use super::rows::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
 pub use crate::store::param::{Param, millis};
 
 /// `claim`: `:ids` holds the ids earlier statements of a multi-statement claim returned (MySQL),

@@ -1,25 +1,30 @@
 //! The outbox: the table the relay claims due rows from and settles them in. One seam
-//! ([`OutboxStore`]), written once over the dialect's statements ([`statements::OutboxSql`]);
-//! Postgres and MySQL only run their SQL.
+//! ([`OutboxStore`], `seam.rs`), implemented once for both databases by [`Outbox`]
+//! (`database.rs`); Postgres and MySQL only run their SQL (`postgres*.rs`, `mysql*.rs`).
+//!
+//! - `rows.rs`: the rows and outcomes the relay speaks in;
+//! - `contract.rs`: the statements `[relay.sql]` may replace, their parameters and columns;
+//!   `bindings.rs`: each parameter's value; `shape.rs`: reading a claimed row;
+//!   `prepared.rs`: what a prepared outbox knows and which statements a relay runs;
+//! - `postgres_sql.rs`, `mysql_sql.rs`: the reference statements; `postgres_locked.rs`: the
+//!   locked claim; `postgres_listen.rs`: wake-ups by LISTEN / NOTIFY.
 
 pub(crate) mod bindings;
 pub mod contract;
-pub(crate) mod dialect;
+mod database;
 pub(crate) mod mysql;
 pub mod mysql_sql;
 pub(crate) mod postgres;
 pub(crate) mod postgres_listen;
 pub mod postgres_locked;
 pub mod postgres_sql;
+pub(crate) mod prepared;
+pub(crate) mod rows;
 pub(crate) mod seam;
 pub(crate) mod shape;
-pub(crate) mod statements;
 
-pub use dialect::Outbox;
-pub use mysql::MyOutbox;
-pub use postgres::PgOutbox;
+pub use database::Outbox;
 pub(crate) use postgres_listen::notifications;
-pub use seam::{
-    ClaimedRow, Deferred, Delivered, DeliveredPages, DeliveredRow, Failure, Locked, LockedBatch, OutboxClaims,
-    OutboxStats, OutboxStore, RowRef, Verdict,
-};
+pub use postgres_locked::{Locked, LockedBatch};
+pub use rows::{ClaimedRow, Deferred, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, RowRef, Verdict};
+pub use seam::OutboxStore;

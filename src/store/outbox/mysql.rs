@@ -9,13 +9,12 @@ use mysql_async::prelude::Queryable;
 use super::bindings;
 use super::contract::{self, StatementKind};
 use super::mysql_sql as defaults;
-use super::seam::OutboxClaims;
-use super::seam::{ClaimedRow, Locked};
+use super::prepared::{Prepared, needed};
+use super::rows::ClaimedRow;
 use super::shape::ClaimShape;
-use super::statements::{OutboxSql, Prepared, needed};
 use crate::config::RelayConfig;
 use crate::sql::params::{self, NamedSql, Placeholder};
-use crate::store::error::{PrepareError, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StoreResult};
 use crate::store::mysql::errors::{error, prepare_refusal};
 use crate::store::mysql::pool::{Pool, claim_tx};
 use crate::store::mysql::values::{self, Param, bind, row_texts};
@@ -26,7 +25,7 @@ pub struct MyOutbox {
     /// The claim script's statements, in order.
     claim: Vec<NamedSql>,
     statements: HashMap<StatementKind, NamedSql>,
-    prepared: Prepared,
+    pub(super) prepared: Prepared,
 }
 
 impl MyOutbox {
@@ -100,8 +99,8 @@ impl MyOutbox {
     }
 }
 
-impl OutboxClaims for MyOutbox {
-    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
+impl MyOutbox {
+    pub(super) async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let mut tx = self.pool.start_transaction(claim_tx()).await.map_err(|e| error("claim", e))?;
         let mut ids: Vec<String> = Vec::new();
         let mut result: Vec<Row> = Vec::new();
@@ -124,29 +123,22 @@ impl OutboxClaims for MyOutbox {
             .collect()
     }
 
-    /// No locked claim on MySQL (configuration refuses `claim = "locked"` there).
-    async fn lock(&self, _: u32, _: Duration) -> StoreResult<Locked> {
-        Err(StoreError::no_locked_claim())
-    }
-}
-
-impl OutboxSql for MyOutbox {
-    fn prepared(&self) -> &Prepared {
-        &self.prepared
-    }
-
-    async fn execute(&self, kind: StatementKind, bind_value: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {
+    pub(super) async fn execute(
+        &self,
+        kind: StatementKind,
+        bind_value: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<u64> {
         let named = &self.statements[&kind];
         let mut conn = self.pool.get_conn().await.map_err(|e| error(kind.name(), e))?;
         conn.exec_drop(named.sql.as_str(), bind(named, bind_value)).await.map_err(|e| error(kind.name(), e))?;
         Ok(conn.affected_rows())
     }
 
-    /// MySQL has no settled-row guard to tell about a re-drive (`redrive` changes nothing).
-    async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
+    /// Runs the steps in one transaction (MySQL has no settled-row guard to tell about a
+    /// re-drive).
+    pub(super) async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
         &self,
         label: &'static str,
-        _redrive: bool,
         steps: Vec<(StatementKind, F)>,
     ) -> StoreResult<u64> {
         let mut tx = self.pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(|e| error(label, e))?;
@@ -160,7 +152,7 @@ impl OutboxSql for MyOutbox {
         Ok(changed)
     }
 
-    async fn query(
+    pub(super) async fn query(
         &self,
         kind: StatementKind,
         value: impl Fn(&str) -> Param + Send + Sync,
@@ -175,7 +167,7 @@ impl OutboxSql for MyOutbox {
     /// Reads the result row by row (the server streams it; the client takes rows off the socket
     /// as it goes) on a connection a task holds until the last page is taken, sending a page
     /// every `page` rows.
-    async fn query_pages(
+    pub(super) async fn query_pages(
         &self,
         kind: StatementKind,
         value: impl Fn(&str) -> Param + Send + Sync,

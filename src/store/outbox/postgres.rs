@@ -10,12 +10,12 @@ use tokio_postgres::types::ToSql;
 
 use super::bindings;
 use super::contract::{self, StatementKind};
+use super::postgres_locked::Locked;
 use super::postgres_locked::{self, LockedSql};
 use super::postgres_sql as defaults;
-use super::seam::OutboxClaims;
-use super::seam::{ClaimedRow, Locked};
+use super::prepared::{Prepared, needed};
+use super::rows::ClaimedRow;
 use super::shape::ClaimShape;
-use super::statements::{OutboxSql, Prepared, needed};
 use crate::config::{ClaimMode, RelayConfig};
 use crate::sql::params::{self, Placeholder};
 use crate::store::error::{PrepareError, StoreError, StoreResult};
@@ -35,7 +35,7 @@ struct Statement {
 pub struct PgOutbox {
     pool: Pool,
     statements: HashMap<StatementKind, Statement>,
-    prepared: Prepared,
+    pub(super) prepared: Prepared,
     /// The locked claim's statements (`claim = "locked"`).
     locked: Option<Arc<LockedSql>>,
 }
@@ -149,8 +149,8 @@ impl PgOutbox {
     }
 }
 
-impl OutboxClaims for PgOutbox {
-    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
+impl PgOutbox {
+    pub(super) async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let prepared = &self.statements[&StatementKind::Claim];
         let client = self.pool.get().await.map_err(|e| pool_error("claim", e))?;
         let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error("claim", e))?;
@@ -160,7 +160,7 @@ impl OutboxClaims for PgOutbox {
         rows.iter().map(|row| self.parse_row(row)).collect()
     }
 
-    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
+    pub(super) async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
         let Some(sql) = &self.locked else {
             return Err(StoreError::Contract("the relay is not configured with claim = \"locked\"".into()));
         };
@@ -168,12 +168,12 @@ impl OutboxClaims for PgOutbox {
     }
 }
 
-impl OutboxSql for PgOutbox {
-    fn prepared(&self) -> &Prepared {
-        &self.prepared
-    }
-
-    async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {
+impl PgOutbox {
+    pub(super) async fn execute(
+        &self,
+        kind: StatementKind,
+        bind: impl Fn(&str) -> Param + Send + Sync,
+    ) -> StoreResult<u64> {
         let prepared = &self.statements[&kind];
         let client = self.pool.get().await.map_err(|e| pool_error(kind.name(), e))?;
         let stmt = client.prepare_cached(&prepared.sql).await.map_err(|e| query_error(kind.name(), e))?;
@@ -181,7 +181,7 @@ impl OutboxSql for PgOutbox {
         client.execute(&stmt, &refs(&values)).await.map_err(|e| query_error(prepared.kind.name(), e))
     }
 
-    async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
+    pub(super) async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
         &self,
         label: &'static str,
         redrive: bool,
@@ -203,7 +203,7 @@ impl OutboxSql for PgOutbox {
         Ok(changed)
     }
 
-    async fn query(
+    pub(super) async fn query(
         &self,
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,
@@ -219,7 +219,7 @@ impl OutboxSql for PgOutbox {
     /// Reads through a portal, `page` rows per fetch, in a read-only transaction on a
     /// connection of its own that a task holds until the last page is taken (or the reader
     /// drops the pages).
-    async fn query_pages(
+    pub(super) async fn query_pages(
         &self,
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
-use super::seam::{ClaimedRow, Deferred, Delivered, Failure, Locked, LockedBatch, Verdict};
+use super::rows::{ClaimedRow, Deferred, Delivered, Failure, Verdict};
 use crate::config::SettleMode;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::param::millis;
@@ -148,18 +148,25 @@ pub(crate) async fn lock(
         }
         claimed.push(parsed);
     }
-    Ok((claimed, Some(Box::new(PgLocked { tx, sql: sql.clone(), partitions }))))
+    Ok((claimed, Some(LockedBatch { tx, sql: sql.clone(), partitions })))
 }
 
-/// The open transaction of a locked batch.
-struct PgLocked {
+/// What a locked claim found: the rows, and the transaction holding them (`None` when there were
+/// none; the transaction is over then).
+pub type Locked = (Vec<ClaimedRow>, Option<LockedBatch>);
+
+/// A batch whose rows an open transaction has locked (`claim = "locked"`, Postgres): the row
+/// locks are the lease and the connection is the fence. Dropped without
+/// [`commit`](LockedBatch::commit), the connection is closed, the server rolls the transaction
+/// back, and the rows are as they were.
+pub struct LockedBatch {
     tx: OpenTx,
     sql: Arc<LockedSql>,
     /// A partitioned outbox: each locked row's partition, by id.
     partitions: HashMap<String, String>,
 }
 
-impl PgLocked {
+impl LockedBatch {
     /// The delivered rows grouped by where they are settled: the outbox, or (partitioned) each
     /// row's partition. The transaction holds the rows, and housekeeping's lock on the outbox
     /// waits for it, so no row leaves its partition in between.
@@ -191,22 +198,25 @@ fn row_id(id: &str) -> StoreResult<i64> {
     id.parse().map_err(|_| StoreError::Contract(format!("locked claim: row id `{id}` is not a bigint")))
 }
 
-impl LockedBatch for PgLocked {
-    fn commit<'a>(
-        self: Box<Self>,
-        claimant: &'a str,
-        delivered: &'a [Delivered],
-        failed: &'a [Failure],
-        deferred: &'a Deferred,
-    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>> {
-        Box::pin(async move {
+impl LockedBatch {
+    /// Settles in the transaction and commits: `delivered` rows are marked (or deleted, per the
+    /// relay's settle mode), `failed` ones retried or DEAD, `deferred` ones due again only after
+    /// their delay (their part of the broker is down); every other row stays as it was.
+    pub async fn commit(
+        self,
+        claimant: &str,
+        delivered: &[Delivered],
+        failed: &[Failure],
+        deferred: &Deferred,
+    ) -> StoreResult<()> {
+        {
             let client = self.tx.client()?;
-            let mut steps: Vec<(String, Vec<Box<dyn ToSql + Sync + Send + 'a>>)> = Vec::new();
+            let mut steps: Vec<(String, Vec<Box<dyn ToSql + Sync + Send + '_>>)> = Vec::new();
             for (sql, rows) in self.delivered_by_target(delivered).into_iter().filter(|(_, rows)| !rows.is_empty()) {
                 let ids = rows.iter().map(|d| row_id(&d.row.id)).collect::<StoreResult<Vec<i64>>>()?;
                 let entry_ids: Vec<&str> = rows.iter().map(|d| d.entry_id.as_str()).collect();
                 let streams: Vec<&str> = rows.iter().map(|d| d.stream.as_str()).collect();
-                let values: Vec<Box<dyn ToSql + Sync + Send + 'a>> = match self.sql.settle {
+                let values: Vec<Box<dyn ToSql + Sync + Send + '_>> = match self.sql.settle {
                     SettleMode::MarkDelivered => {
                         vec![Box::new(claimant), Box::new(ids), Box::new(entry_ids), Box::new(streams)]
                     }
@@ -217,7 +227,7 @@ impl LockedBatch for PgLocked {
             for failure in failed {
                 let id = row_id(&failure.row.id)?;
                 let error = failure.error.as_str();
-                let step: (String, Vec<Box<dyn ToSql + Sync + Send + 'a>>) = match failure.verdict {
+                let step: (String, Vec<Box<dyn ToSql + Sync + Send + '_>>) = match failure.verdict {
                     Verdict::Retry { delay } => (
                         self.sql.retry.clone(),
                         vec![Box::new(id), Box::new(error), Box::new(claimant), Box::new(delay.as_millis() as i64)],
@@ -244,6 +254,6 @@ impl LockedBatch for PgLocked {
                 outcome.map_err(|e| query_error("settle a locked batch", e))?;
             }
             self.tx.commit("commit a locked batch", false).await
-        })
+        }
     }
 }

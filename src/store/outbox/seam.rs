@@ -1,149 +1,16 @@
 //! The outbox seam: what the relay asks of the table it relays — claim a batch, settle each row
-//! one way, hand rows back — and the rows and outcomes it speaks in. A dialect implements it
-//! through [`OutboxSql`](super::statements::OutboxSql); the relay sees only this.
+//! one way, hand rows back. The outbox on either database ([`Outbox`](super::Outbox)) implements
+//! it, and so does the relay's tests' fake; the relay sees only this.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::postgres_locked::Locked;
+use super::rows::{ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, RowRef};
 use crate::store::error::{StoreError, StoreResult};
-use crate::store::rows::{TextPages, TextRow, column};
 
-/// One claimed outbox row.
-#[derive(Debug, Clone)]
-pub struct ClaimedRow {
-    /// The row's key, as text whatever its SQL type.
-    pub id: String,
-    /// Fencing token the claim set; every settle must present it.
-    pub token: i64,
-    pub event_id: String,
-    /// Row-attributable failures so far.
-    pub attempts: u32,
-    /// Claims of this row whose lease expired, including the one that just reclaimed it.
-    pub expired_claims: u32,
-    /// Age at claim time by the database clock (`now() - created_at`).
-    pub age: Duration,
-    /// Whether this claim took the row over from a claimant whose lease expired.
-    pub reclaimed: bool,
-    /// Ordered relaying: the key whose events must keep their order (`order_key` column).
-    pub order_key: Option<String>,
-    /// Why the row cannot be relayed, naming the column (a value the relay cannot read: an
-    /// infinite or zero `created_at`, bytes that are not text, a count that is not a number).
-    /// Such a row is made DEAD with this as its error; its batch goes on.
-    pub fault: Option<String>,
-    /// All claim columns as text, in the order of [`OutboxStore::columns`].
-    pub values: Vec<Option<String>>,
-}
-
-impl ClaimedRow {
-    /// A row as first claimed: no failures, no expired leases, readable. For rows that are
-    /// not claimed from an outbox (replay builds entries from history) and for fakes.
-    pub fn first_claim(id: String, token: i64, event_id: String, values: Vec<Option<String>>) -> Self {
-        Self {
-            id,
-            token,
-            event_id,
-            attempts: 0,
-            expired_claims: 0,
-            age: Duration::ZERO,
-            reclaimed: false,
-            order_key: None,
-            fault: None,
-            values,
-        }
-    }
-
-    pub fn key(&self) -> RowRef {
-        RowRef { id: self.id.clone(), token: self.token }
-    }
-}
-
-/// A claimed row as settles name it: key plus fencing token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowRef {
-    pub id: String,
-    pub token: i64,
-}
-
-/// Rows handed back untouched but due again only after `delay`: the part of the broker their
-/// streams are on is down while the rest answers, and due at once they would crowd every
-/// claim and hold up the streams that do flow.
-#[derive(Debug, Clone, Default)]
-pub struct Deferred {
-    pub rows: Vec<RowRef>,
-    pub delay: Duration,
-}
-
-/// A row the stream acknowledged, with the entry id it returned and the stream it went to.
-#[derive(Debug, Clone)]
-pub struct Delivered {
-    pub row: RowRef,
-    pub entry_id: String,
-    pub stream: String,
-}
-
-/// A delivered row as broker-loss repair sees it: which entry of which stream it became.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveredRow {
-    pub id: String,
-    pub stream: String,
-    pub entry_id: String,
-    /// The row's event id, when the statement returns it (the reference statements do): a loss
-    /// check then also asks that the entry found under `entry_id` is this event's.
-    pub event_id: Option<String>,
-}
-
-/// What happens to a row whose append failed for a reason of its own.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
-    /// Back to PENDING, attempts + 1, due again after `delay` (by the database clock).
-    Retry { delay: Duration },
-    /// Terminal: kept for inspection and re-drive.
-    Dead,
-}
-
-#[derive(Debug, Clone)]
-pub struct Failure {
-    pub row: RowRef,
-    pub error: String,
-    pub verdict: Verdict,
-}
-
-/// Sampled gauges of an outbox.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OutboxStats {
-    pub pending: i64,
-    pub in_flight: i64,
-    pub dead: i64,
-    /// Seconds since the oldest row not yet delivered (pending or in flight) was created; 0 if none.
-    pub oldest_pending_age: f64,
-}
-
-/// The statements a relay runs against its outbox. Settles return how many rows they changed;
-/// fewer than given means the fence refused the rest (another claimant owns them now).
-/// A batch whose rows an open transaction has locked (`claim = "locked"`): the row locks are the
-/// lease and the connection is the fence. Dropped without [`commit`](LockedBatch::commit), the
-/// connection is closed, the server rolls the transaction back, and the rows are as they were.
-pub trait LockedBatch: Send {
-    /// Settles in the transaction and commits: `delivered` rows are marked (or deleted, per the
-    /// relay's settle mode), `failed` ones retried or DEAD, `deferred` ones due again only after
-    /// their delay (their part of the broker is down); every other row stays as it was.
-    fn commit<'a>(
-        self: Box<Self>,
-        claimant: &'a str,
-        delivered: &'a [Delivered],
-        failed: &'a [Failure],
-        deferred: &'a Deferred,
-    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<()>> + Send + 'a>>;
-}
-
-/// What a locked claim found: the rows, and the transaction holding them (`None` when there were
-/// none; the transaction is over then).
-pub type Locked = (Vec<ClaimedRow>, Option<Box<dyn LockedBatch>>);
-
-/// How an outbox claims: what differs by dialect (one statement, a script, a transaction that
-/// holds the rows).
-pub trait OutboxClaims: Send + Sync + 'static {
+pub trait OutboxStore: Send + Sync + 'static {
     /// Locks up to `batch_size` due rows in a transaction that the server ends if it sits idle
     /// longer than `idle_timeout` (a relay hung mid-batch). Only stores that support
     /// `claim = "locked"` implement it; configuration refuses the others.
@@ -158,9 +25,7 @@ pub trait OutboxClaims: Send + Sync + 'static {
         batch_size: u32,
         lease: Duration,
     ) -> impl Future<Output = StoreResult<Vec<ClaimedRow>>> + Send;
-}
 
-pub trait OutboxStore: OutboxClaims {
     /// Names of the claim statement's result columns.
     fn columns(&self) -> Arc<[String]>;
 
@@ -198,33 +63,4 @@ pub trait OutboxStore: OutboxClaims {
     /// Moves delivered rows back to PENDING (their entries were lost by the broker), each only
     /// while it still points at that entry; returns how many moved.
     fn redrive(&self, rows: &[DeliveredRow]) -> impl Future<Output = StoreResult<u64>> + Send;
-}
-
-/// `delivered_since`'s rows, page by page as the store reads them.
-pub struct DeliveredPages(TextPages);
-
-impl From<TextPages> for DeliveredPages {
-    fn from(pages: TextPages) -> Self {
-        Self(pages)
-    }
-}
-
-impl DeliveredPages {
-    /// The next page; `None` after the last. A failed read, or a row without the contract's
-    /// columns, is an error.
-    pub async fn next(&mut self) -> Option<StoreResult<Vec<DeliveredRow>>> {
-        let page = self.0.recv().await?;
-        Some(page.and_then(|rows| rows.iter().map(delivered_row).collect()))
-    }
-}
-
-/// One row of `delivered_since`.
-fn delivered_row(row: &TextRow) -> StoreResult<DeliveredRow> {
-    let text = |name: &str| -> StoreResult<String> {
-        column(row, name)
-            .map(str::to_owned)
-            .ok_or_else(|| StoreError::Contract(format!("delivered_since: column `{name}` is missing or NULL")))
-    };
-    let event_id = column(row, "event_id").map(str::to_owned);
-    Ok(DeliveredRow { id: text("id")?, stream: text("stream")?, entry_id: text("entry_id")?, event_id })
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::contract::{CLAIM_COLUMNS, ORDER_KEY_COLUMN, RECLAIMED_COLUMN};
-use super::seam::ClaimedRow;
+use super::rows::ClaimedRow;
 use crate::store::columns::MissingColumns;
 use crate::store::error::{StoreError, StoreResult};
 

@@ -1,69 +1,113 @@
-//! The relay's outbox, written once for every dialect: which statement settles what, what an
-//! empty batch does, what a result row means. A dialect ([`OutboxSql`]) only runs a named
-//! statement with its bindings — that is all that truly differs between Postgres and MySQL.
+//! The outbox on the configured database, one type for the relay, `check` and the operator
+//! commands: which statement settles what, what an empty batch does, what a result row means,
+//! written once here; Postgres and MySQL (`postgres.rs`, `mysql.rs`) only run a named statement
+//! with its bindings — all that truly differs between them — reached by one `match` each.
 
-use std::collections::HashSet;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::bindings::{self, Param};
 use super::contract::StatementKind;
-use super::seam::{Delivered, DeliveredPages, DeliveredRow, Failure, OutboxClaims, OutboxStats, OutboxStore, RowRef};
-use super::shape::ClaimShape;
-use crate::config::{RelayConfig, SettleMode};
-use crate::store::error::{StoreError, StoreResult};
+use super::mysql::MyOutbox;
+use super::postgres::PgOutbox;
+use super::postgres_locked::Locked;
+use super::prepared::{Prepared, settle_statement};
+use super::rows::{ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, RowRef};
+use super::seam::OutboxStore;
+use crate::config::RelayConfig;
+use crate::store::database::Database;
+use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::rows::{TextPages, TextRow, column};
 
-/// What every dialect's outbox knows once its statements are prepared.
-pub struct Prepared {
-    /// The claim's result columns and how to read them.
-    pub shape: ClaimShape,
-    pub settle: SettleMode,
-    /// The statements the relay has (optional ones may be absent).
-    pub present: HashSet<StatementKind>,
+pub enum Outbox {
+    Postgres(PgOutbox),
+    Mysql(MyOutbox),
 }
 
-/// What a dialect provides: its prepared statements, run with bindings.
-pub trait OutboxSql: OutboxClaims {
-    fn prepared(&self) -> &Prepared;
+impl Outbox {
+    /// Prepares and checks every statement `relay` runs (see [`PgOutbox::prepare`]).
+    pub async fn prepare(db: &Database, relay: &RelayConfig) -> Result<Self, PrepareError> {
+        Ok(match db {
+            Database::Postgres(pool) => Outbox::Postgres(PgOutbox::prepare(pool.clone(), relay).await?),
+            Database::Mysql(pool) => Outbox::Mysql(MyOutbox::prepare(pool.clone(), relay).await?),
+        })
+    }
+
+    fn prepared(&self) -> &Prepared {
+        match self {
+            Outbox::Postgres(s) => &s.prepared,
+            Outbox::Mysql(s) => &s.prepared,
+        }
+    }
 
     /// Runs one statement; returns the rows it changed.
-    fn execute(
-        &self,
-        kind: StatementKind,
-        bind: impl Fn(&str) -> Param + Send + Sync,
-    ) -> impl Future<Output = StoreResult<u64>> + Send;
+    async fn execute(&self, kind: StatementKind, bind: impl Fn(&str) -> Param + Send + Sync) -> StoreResult<u64> {
+        match self {
+            Outbox::Postgres(s) => s.execute(kind, bind).await,
+            Outbox::Mysql(s) => s.execute(kind, bind).await,
+        }
+    }
 
     /// Runs the statements in one transaction: if it fails part-way nothing is recorded, and a
     /// retry does not find half of the rows settled and count them as fenced. A re-drive
     /// (`redrive`) tells the database so (the reference schema's settled-row guard lets only
     /// those through).
-    fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
+    async fn execute_all<F: Fn(&str) -> Param + Send + Sync>(
         &self,
         label: &'static str,
         redrive: bool,
         steps: Vec<(StatementKind, F)>,
-    ) -> impl Future<Output = StoreResult<u64>> + Send;
+    ) -> StoreResult<u64> {
+        match self {
+            Outbox::Postgres(s) => s.execute_all(label, redrive, steps).await,
+            Outbox::Mysql(s) => s.execute_all(label, steps).await,
+        }
+    }
 
     /// Runs one statement and returns its rows as text.
-    fn query(
+    async fn query(
         &self,
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,
-    ) -> impl Future<Output = StoreResult<Vec<TextRow>>> + Send;
+    ) -> StoreResult<Vec<TextRow>> {
+        match self {
+            Outbox::Postgres(s) => s.query(kind, bind).await,
+            Outbox::Mysql(s) => s.query(kind, bind).await,
+        }
+    }
 
     /// Runs one statement and hands its rows over in pages of `page` as they are read, from a
-    /// task that holds the connection until the last page is taken (see [`read_pages`](crate::store::rows::read_pages)).
-    fn query_pages(
+    /// task that holds the connection until the last page is taken (see
+    /// [`read_pages`](crate::store::rows::read_pages)).
+    async fn query_pages(
         &self,
         kind: StatementKind,
         bind: impl Fn(&str) -> Param + Send + Sync,
         page: usize,
-    ) -> impl Future<Output = StoreResult<TextPages>> + Send;
+    ) -> StoreResult<TextPages> {
+        match self {
+            Outbox::Postgres(s) => s.query_pages(kind, bind, page).await,
+            Outbox::Mysql(s) => s.query_pages(kind, bind, page).await,
+        }
+    }
 }
 
-impl<S: OutboxSql> OutboxStore for S {
+impl OutboxStore for Outbox {
+    async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
+        match self {
+            Outbox::Postgres(s) => s.claim(claimant, batch_size, lease).await,
+            Outbox::Mysql(s) => s.claim(claimant, batch_size, lease).await,
+        }
+    }
+
+    /// Postgres only (configuration refuses `claim = "locked"` on MySQL).
+    async fn lock(&self, batch_size: u32, idle_timeout: Duration) -> StoreResult<Locked> {
+        match self {
+            Outbox::Postgres(s) => s.lock(batch_size, idle_timeout).await,
+            Outbox::Mysql(_) => Err(StoreError::no_locked_claim()),
+        }
+    }
+
     fn columns(&self) -> Arc<[String]> {
         self.prepared().shape.columns.clone()
     }
@@ -129,31 +173,5 @@ impl<S: OutboxSql> OutboxStore for S {
             return Ok(0);
         }
         self.execute_all("redrive", true, vec![(StatementKind::Redrive, bindings::redrive(rows))]).await
-    }
-}
-
-/// The statement that settles a delivered row in `mode`.
-pub fn settle_statement(mode: SettleMode) -> StatementKind {
-    match mode {
-        SettleMode::MarkDelivered => StatementKind::MarkDelivered,
-        SettleMode::Delete => StatementKind::Delete,
-    }
-}
-
-/// Whether a relay with this config runs `kind` at all (so whether it is prepared and checked).
-pub fn needed(kind: StatementKind, relay: &RelayConfig) -> bool {
-    // The reference schema's statements fit only the reference table: a replaced claim means
-    // another table, whose optional statements must be given to be used.
-    let reference_or_given = relay.sql.get(kind).is_some() || relay.sql.claim.is_none();
-    match kind {
-        StatementKind::MarkDelivered => relay.settle == SettleMode::MarkDelivered,
-        StatementKind::Delete => relay.settle == SettleMode::Delete,
-        StatementKind::Stats => reference_or_given,
-        StatementKind::Purge => relay.retention.is_some(),
-        // Also when the relay does not watch by itself: `handoff verify` uses them.
-        StatementKind::DeliveredSince | StatementKind::Redrive => {
-            relay.settle == SettleMode::MarkDelivered && reference_or_given
-        }
-        _ => true,
     }
 }
