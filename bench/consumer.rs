@@ -12,11 +12,11 @@ use handoff::config::HandlerErrors;
 use handoff::config::load_str;
 use handoff::fault::Faults;
 use handoff::sql::params::Placeholder;
+use handoff::store::database::Database;
 use handoff::store::inbox::PgInbox;
 use handoff::store::inbox::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
 use handoff::store::postgres::pool;
-use handoff::store::takeover::PgTakeover;
-use handoff::store::takeover::{Effects, InboxEvent, TakeoverStore, Text};
+use handoff::store::takeover::{Effects, InboxEvent, Takeover, TakeoverStore, Text};
 
 /// The seed's handler, per event.
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";
@@ -122,7 +122,7 @@ pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> a
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"s\" }}]\n{apply}{}",
         worker_section(100, Mode::AtTakeover)
     ))?;
-    let inbox = PgTakeover::new(pool(&env.database_config(), "handoff-bench")?, &config.bridges[0])
+    let inbox = Takeover::new(&Database::Postgres(pool(&env.database_config(), "handoff-bench")?), &config.bridges[0])
         .map_err(|e| anyhow::anyhow!(e))?;
     let handler = HandlerSql::parse(BATCH_HANDLER, Placeholder::Numbered)?;
     let errors = HandlerErrors::default();

@@ -1,14 +1,18 @@
 //! The takeover: a stream entry becomes an inbox row (insert-if-absent on `(consumer,
 //! event_id)`) or a poison record, in one transaction, before the entry is acknowledged.
+//!
+//! - `seam.rs`: what the bridge asks ([`TakeoverStore`]) and the events and records it speaks in;
+//! - `database.rs`: [`Takeover`], that seam on either database, the decision written once;
+//! - `statements.rs`: the statements (reference or `[bridge.sql]`), checked against the catalog,
+//!   and their parameters; `contract.rs`: what each is offered and must return;
+//! - `postgres.rs`, `mysql.rs`: running them.
 
 pub(crate) mod contract;
-pub(crate) mod dialect;
+mod database;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod seam;
 pub(crate) mod statements;
 
-pub use dialect::Takeover;
-pub use mysql::MyTakeover;
-pub use postgres::PgTakeover;
-pub use seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore, Text};
+pub use database::Takeover;
+pub use seam::{Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore, Text};

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction, TxOpts};
 
-use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
-use super::statements::{
-    Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param,
-};
+use super::seam::{InboxEvent, PoisonRecord};
+use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param};
 use crate::config::{BridgeConfig, HandlerErrors};
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreError, StoreResult};
@@ -103,18 +101,16 @@ impl Catalog for MyCatalog<'_> {
     }
 }
 
-impl TakeoverSql for MyTakeover {
-    type Tx = MyTakeoverTx;
-
-    async fn begin(&self) -> StoreResult<MyTakeoverTx> {
+impl MyTakeover {
+    pub(super) async fn begin(&self) -> StoreResult<MyTakeoverTx> {
         let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
         Ok(MyTakeoverTx { tx, sql: self.sql.clone() })
     }
 }
 
-impl DeliveryCounts for MyTakeover {
+impl MyTakeover {
     /// An upsert per entry, then the counts read back, in one transaction.
-    async fn count_deliveries(
+    pub(super) async fn count_deliveries(
         &self,
         consumer: &str,
         stream: &str,
@@ -139,7 +135,7 @@ impl DeliveryCounts for MyTakeover {
         Ok(counts)
     }
 
-    async fn deliveries(
+    pub(super) async fn deliveries(
         &self,
         consumer: &str,
         stream: &str,
@@ -158,7 +154,7 @@ impl DeliveryCounts for MyTakeover {
         Ok(rows.into_iter().map(|(id, n)| (id, n.clamp(0, i64::from(u32::MAX)) as u32)).collect())
     }
 
-    async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
+    pub(super) async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
         let label = "forget old delivery counts";
         let mut conn = self.pool.get_conn().await.map_err(|e| error(label, e))?;
         let purge = format!(
@@ -170,7 +166,7 @@ impl DeliveryCounts for MyTakeover {
         Ok(conn.affected_rows())
     }
 
-    async fn ping(&self) -> StoreResult<()> {
+    pub(super) async fn ping(&self) -> StoreResult<()> {
         probe(&self.pool).await
     }
 }
@@ -182,8 +178,13 @@ pub struct MyTakeoverTx {
     sql: Arc<Statements>,
 }
 
-impl TakeoverTx for MyTakeoverTx {
-    async fn insert(&mut self, consumer: &str, events: &[InboxEvent], processed: &[bool]) -> StoreResult<Vec<bool>> {
+impl MyTakeoverTx {
+    pub(super) async fn insert(
+        &mut self,
+        consumer: &str,
+        events: &[InboxEvent],
+        processed: &[bool],
+    ) -> StoreResult<Vec<bool>> {
         if processed.iter().any(|p| *p) {
             return Err(no_apply());
         }
@@ -200,7 +201,7 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(inserted)
     }
 
-    async fn existing(
+    pub(super) async fn existing(
         &mut self,
         consumer: &str,
         events: &[&InboxEvent],
@@ -222,7 +223,7 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(Some(found))
     }
 
-    async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+    pub(super) async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
         let poison = &self.sql.poison;
         for record in records {
             self.tx
@@ -233,7 +234,7 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(())
     }
 
-    async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
+    pub(super) async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
         let forget =
             format!("DELETE FROM {} WHERE consumer = ? AND stream = ? AND stream_entry_id = ?", self.sql.deliveries);
         for (stream, entry_id) in entries {
@@ -245,15 +246,15 @@ impl TakeoverTx for MyTakeoverTx {
         Ok(())
     }
 
-    async fn apply(&mut self, _statements: &Merged<'_>, _errors: &HandlerErrors) -> StoreResult<()> {
+    pub(super) async fn apply(&mut self, _statements: &Merged<'_>, _errors: &HandlerErrors) -> StoreResult<()> {
         Err(no_apply())
     }
 
-    async fn commit(self, _carried: usize) -> StoreResult<()> {
+    pub(super) async fn commit(self, _carried: usize) -> StoreResult<()> {
         self.tx.commit().await.map_err(|e| error("commit the takeover", e))
     }
 
-    async fn roll_back(self) {
+    pub(super) async fn roll_back(self) {
         let _ = self.tx.rollback().await;
     }
 }

@@ -12,10 +12,8 @@ use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
 use super::contract::inbox_columns;
-use super::seam::{DeliveryCounts, InboxEvent, PoisonRecord};
-use super::statements::{
-    Catalog, Columns, Sql, TakeoverSql, TakeoverStatements, TakeoverTx, event_param, poison_param, runs_by_payload,
-};
+use super::seam::{InboxEvent, PoisonRecord};
+use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param, runs_by_payload};
 use crate::config::BridgeConfig;
 use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
@@ -211,10 +209,8 @@ impl Catalog for PgCatalog<'_> {
     }
 }
 
-impl TakeoverSql for PgTakeover {
-    type Tx = PgTakeoverTx;
-
-    async fn begin(&self) -> StoreResult<PgTakeoverTx> {
+impl PgTakeover {
+    pub(super) async fn begin(&self) -> StoreResult<PgTakeoverTx> {
         // BEGIN goes with the transaction's first statement, whichever it is: one round trip
         // fewer per takeover.
         let tx = OpenTx::lazy(&self.pool, "take over").await?;
@@ -222,8 +218,8 @@ impl TakeoverSql for PgTakeover {
     }
 }
 
-impl DeliveryCounts for PgTakeover {
-    async fn count_deliveries(
+impl PgTakeover {
+    pub(super) async fn count_deliveries(
         &self,
         consumer: &str,
         stream: &str,
@@ -232,7 +228,7 @@ impl DeliveryCounts for PgTakeover {
         self.delivery_counts("count deliveries", &self.sql.deliveries.count, consumer, stream, entry_ids).await
     }
 
-    async fn deliveries(
+    pub(super) async fn deliveries(
         &self,
         consumer: &str,
         stream: &str,
@@ -241,14 +237,14 @@ impl DeliveryCounts for PgTakeover {
         self.delivery_counts("read delivery counts", &self.sql.deliveries.read, consumer, stream, entry_ids).await
     }
 
-    async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
+    pub(super) async fn forget_deliveries(&self, consumer: &str, age: std::time::Duration) -> StoreResult<u64> {
         let label = "forget old delivery counts";
         let client = self.pool.get().await.map_err(|e| pool_error(label, e))?;
         let age_ms = millis(age);
         client.execute(&self.sql.deliveries.purge, &[&consumer, &age_ms]).await.map_err(|e| query_error(label, e))
     }
 
-    async fn ping(&self) -> StoreResult<()> {
+    pub(super) async fn ping(&self) -> StoreResult<()> {
         probe(&self.pool).await
     }
 }
@@ -259,8 +255,13 @@ pub struct PgTakeoverTx {
     sql: Arc<Statements>,
 }
 
-impl TakeoverTx for PgTakeoverTx {
-    async fn insert(&mut self, consumer: &str, events: &[InboxEvent], processed: &[bool]) -> StoreResult<Vec<bool>> {
+impl PgTakeoverTx {
+    pub(super) async fn insert(
+        &mut self,
+        consumer: &str,
+        events: &[InboxEvent],
+        processed: &[bool],
+    ) -> StoreResult<Vec<bool>> {
         let applying = processed.iter().any(|p| *p);
         let insert = match (&self.sql.insert, &self.sql.insert_processed) {
             (Sql::Reference(_), Some(insert)) if applying => insert,
@@ -280,7 +281,7 @@ impl TakeoverTx for PgTakeoverTx {
     }
 
     /// The content hash of each of `events` the inbox already holds, by event id.
-    async fn existing(
+    pub(super) async fn existing(
         &mut self,
         consumer: &str,
         events: &[&InboxEvent],
@@ -323,7 +324,7 @@ impl TakeoverTx for PgTakeoverTx {
         Ok(Some(found))
     }
 
-    async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
+    pub(super) async fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> StoreResult<()> {
         let (tx, begin) = self.tx.client_to_begin()?;
         let label = "record poison entries";
         match &self.sql.poison {
@@ -335,7 +336,7 @@ impl TakeoverTx for PgTakeoverTx {
         }
     }
 
-    async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
+    pub(super) async fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> StoreResult<()> {
         let (streams, entries): (Vec<&str>, Vec<&str>) = entries.iter().copied().unzip();
         let (tx, begin) = self.tx.client_to_begin()?;
         let label = "forget delivery counts";
@@ -345,7 +346,7 @@ impl TakeoverTx for PgTakeoverTx {
         Ok(())
     }
 
-    async fn apply(&mut self, statements: &Merged<'_>, errors: &HandlerErrors) -> StoreResult<()> {
+    pub(super) async fn apply(&mut self, statements: &Merged<'_>, errors: &HandlerErrors) -> StoreResult<()> {
         let (tx, begin) = self.tx.client_to_begin()?;
         let run = run_statements(tx, statements, std::future::ready(()), errors);
         with_begin(tx, begin, "apply at take-over", run).await?.map_err(|e| match e {
@@ -356,13 +357,13 @@ impl TakeoverTx for PgTakeoverTx {
         })
     }
 
-    async fn commit(self, carried: usize) -> StoreResult<()> {
+    pub(super) async fn commit(self, carried: usize) -> StoreResult<()> {
         // A connection that carried a large batch keeps buffers of that size for its whole life:
         // close it rather than pool it, so the memory goes back.
         self.tx.commit("commit the takeover", carried > LARGE_BATCH_BYTES).await
     }
 
-    async fn roll_back(self) {
+    pub(super) async fn roll_back(self) {
         self.tx.roll_back().await
     }
 }

@@ -163,7 +163,9 @@ pub struct Taken {
     pub left_to_worker: Option<StoreError>,
 }
 
-pub trait TakeoverStore: DeliveryCounts {
+/// The bridge's inbox: the takeover, and handoff's own count of the redeliveries that reached
+/// the inbox database (invariant 12).
+pub trait TakeoverStore: Send + Sync + 'static {
     /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
     /// any payload conflicts, and — when the entries' deliveries were `counted` — forgets their
     /// counts (they have a verdict now). Returns one outcome per event, in order. Nothing is
@@ -190,11 +192,7 @@ pub trait TakeoverStore: DeliveryCounts {
         poison: &[PoisonRecord],
         counted: bool,
     ) -> impl Future<Output = StoreResult<Taken>> + Send;
-}
 
-/// handoff's own count of the redeliveries that reached the inbox database (invariant 12), and
-/// whether that database answers.
-pub trait DeliveryCounts: Send + Sync + 'static {
     /// Counts one more delivery that reached the database for each of `entry_ids` of `stream`,
     /// in a transaction of its own that commits before the entries are handled (so a bridge
     /// that dies handling them has still counted it): each entry's count so far.

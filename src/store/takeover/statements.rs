@@ -1,15 +1,13 @@
 //! The takeover's statements in a dialect's SQL: the reference schema's, or `[bridge.sql]`'s,
 //! checked against the catalog, and the parameters each is bound with.
 
-use std::collections::HashMap;
 use std::future::Future;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, TakeoverStatement, inbox_columns, poison_columns};
-use super::seam::{DeliveryCounts, Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
-use crate::config::{BridgeConfig, HandlerErrors};
+use super::seam::{InboxEvent, PoisonRecord};
+use crate::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
-use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
-use crate::store::inbox::seam::{Merged, merged};
+use crate::store::error::{DriverError, PrepareError, StatementError};
 use crate::store::param::Param;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
@@ -224,187 +222,6 @@ pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]
     let missing: Vec<&str> =
         required.iter().copied().filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c))).collect();
     (!missing.is_empty()).then(|| format!("table {table} lacks column(s) {}", missing.join(", ")))
-}
-
-/// What a dialect provides: a transaction to take a batch over in (and handoff's own count of
-/// redeliveries). The takeover's decisions are made once, above it ([`TakeoverStore`] for
-/// every `TakeoverSql`).
-pub trait TakeoverSql: DeliveryCounts {
-    type Tx: TakeoverTx;
-
-    fn begin(&self) -> impl Future<Output = StoreResult<Self::Tx>> + Send;
-}
-
-/// A takeover's open transaction in a dialect: the statements, run as that dialect runs them
-/// (a batch per statement, or one event at a time).
-pub trait TakeoverTx: Send {
-    /// Inserts each event unless the inbox holds its id already — as PROCESSED where `processed`
-    /// says so (apply at take-over; only the reference insert on Postgres has that form) — :
-    /// whether it was inserted, in order.
-    fn insert(
-        &mut self,
-        consumer: &str,
-        events: &[InboxEvent],
-        processed: &[bool],
-    ) -> impl Future<Output = StoreResult<Vec<bool>>> + Send;
-
-    /// Runs handler statements in the transaction (apply at take-over); `Err` if one failed,
-    /// its data refused or not (the transaction is then aborted).
-    fn apply(
-        &mut self,
-        statements: &Merged<'_>,
-        errors: &HandlerErrors,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// The content hash of each of `events` the inbox already holds, by event id; `None` when
-    /// there is no `existing` statement to ask (a custom insert without one).
-    fn existing(
-        &mut self,
-        consumer: &str,
-        events: &[&InboxEvent],
-    ) -> impl Future<Output = StoreResult<Option<HashMap<String, String>>>> + Send;
-
-    fn poison(&mut self, consumer: &str, records: &[PoisonRecord]) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// Forgets the delivery counts of these (stream, entry id) pairs: they have a verdict now.
-    fn forget(&mut self, consumer: &str, entries: &[(&str, &str)]) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// Commits; `carried`: the payload bytes the transaction carried.
-    fn commit(self, carried: usize) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// Ends the transaction without committing anything.
-    fn roll_back(self) -> impl Future<Output = ()> + Send;
-}
-
-impl<D: TakeoverSql> TakeoverStore for D {
-    async fn take_over(
-        &self,
-        consumer: &str,
-        events: &[InboxEvent],
-        poison: &[PoisonRecord],
-        counted: bool,
-    ) -> StoreResult<Vec<TakenOver>> {
-        let mut tx = self.begin().await?;
-        match decide(&mut tx, consumer, events, None, poison, counted).await {
-            Ok(Decided::Done(outcomes, carried)) => {
-                tx.commit(carried).await?;
-                Ok(outcomes)
-            }
-            // Without effects there is no handler to fail.
-            Ok(Decided::HandlerFailed(e)) => {
-                tx.roll_back().await;
-                Err(e)
-            }
-            Err(e) => {
-                tx.roll_back().await;
-                Err(e)
-            }
-        }
-    }
-
-    async fn take_over_applying(
-        &self,
-        consumer: &str,
-        events: &[InboxEvent],
-        effects: &Effects<'_>,
-        poison: &[PoisonRecord],
-        counted: bool,
-    ) -> StoreResult<Taken> {
-        if effects.statements.iter().all(Option::is_none) {
-            let outcomes = self.take_over(consumer, events, poison, counted).await?;
-            return Ok(Taken { outcomes, left_to_worker: None });
-        }
-        let mut tx = self.begin().await?;
-        let failed = match decide(&mut tx, consumer, events, Some(effects), poison, counted).await {
-            Ok(Decided::Done(outcomes, carried)) => match tx.commit(carried).await {
-                Ok(()) => return Ok(Taken { outcomes, left_to_worker: None }),
-                // A deferred constraint refused a handler's data at commit.
-                Err(e) if e.is_data_fault() => e,
-                Err(e) => return Err(e),
-            },
-            Ok(Decided::HandlerFailed(e)) => {
-                tx.roll_back().await;
-                e
-            }
-            Err(e) => {
-                tx.roll_back().await;
-                return Err(e);
-            }
-        };
-        // The handler failed the batch (its data, or a table or grant it needs): take it over
-        // for the worker, whose savepoint per row finds the row at fault and whose backoff waits
-        // out a broken handler. If the database itself is down, this fails too.
-        let outcomes = self.take_over(consumer, events, poison, counted).await?;
-        Ok(Taken { outcomes, left_to_worker: Some(failed) })
-    }
-}
-
-/// What deciding a batch came to.
-enum Decided {
-    /// The outcome per event, and the bytes carried.
-    Done(Vec<TakenOver>, usize),
-    /// A handler statement failed (the transaction is aborted).
-    HandlerFailed(StoreError),
-}
-
-/// The takeover's one decision, in its transaction: the new events inserted, those already there
-/// judged against what the inbox holds (the same content: a duplicate; other content: a conflict,
-/// recorded as poison), the new events' `effects` applied, the poison recorded, the counted
-/// deliveries forgotten. The outcome per event, and the bytes carried; or the error of a handler
-/// statement that failed (the transaction is aborted).
-async fn decide<T: TakeoverTx>(
-    tx: &mut T,
-    consumer: &str,
-    events: &[InboxEvent],
-    effects: Option<&Effects<'_>>,
-    poison: &[PoisonRecord],
-    counted: bool,
-) -> StoreResult<Decided> {
-    let processed: Vec<bool> = match effects {
-        Some(effects) => effects.statements.iter().map(Option::is_some).collect(),
-        None => vec![false; events.len()],
-    };
-    let inserted = if events.is_empty() { Vec::new() } else { tx.insert(consumer, events, &processed).await? };
-    let others: Vec<&InboxEvent> = events.iter().zip(&inserted).filter(|(_, new)| !**new).map(|(e, _)| e).collect();
-    let existing = if others.is_empty() { Some(HashMap::new()) } else { tx.existing(consumer, &others).await? };
-    let mut records: Vec<PoisonRecord> = poison.to_vec();
-    let mut outcomes = Vec::with_capacity(events.len());
-    for (event, inserted) in events.iter().zip(inserted) {
-        let existing_hash = match &existing {
-            Some(found) => found.get(&event.event_id).map(String::as_str),
-            // No way to compare content: an event already there counts as the same event.
-            None => Some(event.content_hash.as_str()),
-        };
-        outcomes.push(TakenOver::judge(event, inserted, existing_hash, &mut records));
-    }
-    if let Some(effects) = effects {
-        let new = outcomes.iter().zip(&effects.statements).filter(|(o, _)| **o == TakenOver::Inserted);
-        let statements = merged(new.filter_map(|(_, s)| s.as_ref()).flatten());
-        if !statements.is_empty()
-            && let Err(e) = tx.apply(&statements, effects.errors).await
-        {
-            return Ok(Decided::HandlerFailed(e));
-        }
-        for (outcome, applied) in outcomes.iter_mut().zip(&processed) {
-            if *applied && *outcome == TakenOver::Inserted {
-                *outcome = TakenOver::Applied;
-            }
-        }
-    }
-    if !records.is_empty() {
-        tx.poison(consumer, &records).await?;
-    }
-    if counted {
-        let entries: Vec<(&str, &str)> = events
-            .iter()
-            .map(|e| (e.stream.as_str(), e.entry_id.as_str()))
-            .chain(records.iter().map(|p| (p.stream.as_str(), p.entry_id.as_str())))
-            .collect();
-        tx.forget(consumer, &entries).await?;
-    }
-    let carried = events.iter().map(|e| e.payload.as_bytes().len()).sum::<usize>()
-        + records.iter().map(|p| p.fields.to_string().len()).sum::<usize>();
-    Ok(Decided::Done(outcomes, carried))
 }
 
 #[cfg(test)]
