@@ -13,7 +13,7 @@ use handoff::config::load_str;
 use handoff::fault::Faults;
 use handoff::sql::params::Placeholder;
 use handoff::store::database::Database;
-use handoff::store::inbox::PgInbox;
+use handoff::store::inbox::Inbox;
 use handoff::store::inbox::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
 use handoff::store::postgres::pool;
 use handoff::store::takeover::{Effects, InboxEvent, Takeover, TakeoverStore, Text};
@@ -196,14 +196,18 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
 
 /// `n` inbox rows, a worker store with `claim`, and the seed's handler statement, for the
 /// worker's SQL limits.
-async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(PgInbox, String)> {
+async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(Inbox, String)> {
     env.reset().await?;
     fill_inbox(env, n).await?;
     let config = handoff::config::load_str(&format!(
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"{claim}\"\n"
     ))?;
-    let store = PgInbox::new(pool(&env.database_config(), "handoff-bench")?, &config.workers[0], Faults::default())
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let store = Inbox::new(
+        &Database::Postgres(pool(&env.database_config(), "handoff-bench")?),
+        &config.workers[0],
+        Faults::default(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     Ok((store, handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql))
 }
 

@@ -20,7 +20,7 @@ impl<S: InboxStore> Worker<S> {
         &self,
         owner: &str,
         rows: Vec<InboxRow>,
-        batch: Box<dyn LockedInbox>,
+        batch: LockedInbox,
         shutdown: &CancellationToken,
     ) -> Outcome {
         let started = Instant::now();

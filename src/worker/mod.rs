@@ -235,7 +235,7 @@ pub(super) enum LockedOutcome {
 
 impl<S: InboxStore> ClaimTurns for Worker<S> {
     type Row = InboxRow;
-    type Held = Box<dyn LockedInbox>;
+    type Held = LockedInbox;
 
     fn reclaimed(row: &InboxRow) -> bool {
         row.reclaimed

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::seam::{Applied, ApplyError, BoundStatement, InboxRow};
+use super::rows::{Applied, ApplyError, BoundStatement, InboxRow};
 use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::seam::InboxRow;
+use super::rows::InboxRow;
 use crate::store::param::{Param, millis};
 
 pub fn claim<'a>(

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::cell::OnceCell;
 
-use super::seam::{BindValue, BoundStatement, InboxRow};
+use super::rows::{BindValue, BoundStatement, InboxRow};
 use crate::sql::params::{self, Placeholder};
 use crate::store::takeover::seam::InboxEvent;
 

@@ -13,8 +13,8 @@ use mysql_async::{Row, TxOpts, Value};
 use super::apply::{RowTransaction, apply_row_by_row};
 use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
-use super::seam::{Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow};
-use super::statements::{InboxSql, statement_texts};
+use super::rows::{Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow};
+use super::statements::statement_texts;
 use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::Faults;
 use crate::sql::params::{self, NamedSql, Placeholder};
@@ -224,12 +224,12 @@ impl RowTransaction for MyRows<'_> {
     }
 }
 
-impl InboxSql for MyInbox {
-    fn consumer(&self) -> &str {
+impl MyInbox {
+    pub(super) fn consumer(&self) -> &str {
         &self.consumer
     }
 
-    async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
+    pub(super) async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         let mut conn = self
             .pool
             .get_conn()
@@ -259,7 +259,7 @@ impl InboxSql for MyInbox {
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
     }
 
-    async fn run(
+    pub(super) async fn run(
         &self,
         statement: WorkerStatement,
         value: impl Fn(&str) -> Param + Send + Sync,
@@ -275,7 +275,7 @@ impl InboxSql for MyInbox {
         Ok(result)
     }
 
-    async fn apply_batch(
+    pub(super) async fn apply_batch(
         &self,
         owner: &str,
         items: &[(&InboxRow, Vec<BoundStatement<'_>>)],

@@ -13,9 +13,10 @@ use super::apply::{RowTransaction, apply_row_by_row, commit_failed};
 use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
 use super::postgres_handlers::{refs, run_handlers, text_rows, to_param};
+use super::postgres_locked::LockedRows;
 use super::postgres_locked::{self, LockedInboxSql};
-use super::seam::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow, LockedRows};
-use super::statements::{InboxSql, statement_texts};
+use super::rows::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow};
+use super::statements::statement_texts;
 use crate::config::HandlerErrors;
 use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
@@ -224,14 +225,14 @@ impl RowTransaction for PgRows<'_> {
     }
 }
 
-impl InboxSql for PgInbox {
-    fn consumer(&self) -> &str {
+impl PgInbox {
+    pub(super) fn consumer(&self) -> &str {
         &self.consumer
     }
 
     /// Prepares the worker's own statements and each handler statement: parameter and column
     /// types, the claim's and the stats' result columns; every problem, each naming its statement.
-    async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
+    pub(super) async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         let client = self
             .pool
             .get()
@@ -274,7 +275,7 @@ impl InboxSql for PgInbox {
         if errors.is_empty() { Ok(()) } else { Err(PrepareError::Invalid(errors)) }
     }
 
-    async fn run(
+    pub(super) async fn run(
         &self,
         statement: WorkerStatement,
         bind: impl Fn(&str) -> Param + Send + Sync,
@@ -293,7 +294,7 @@ impl InboxSql for PgInbox {
         Ok((texts, changed))
     }
 
-    async fn apply_batch(
+    pub(super) async fn apply_batch(
         &self,
         owner: &str,
         items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
@@ -306,7 +307,7 @@ impl InboxSql for PgInbox {
         apply_row_by_row(PgRows { tx, worker: self }, owner, items).await
     }
 
-    async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
+    pub(super) async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
         let Some(sql) = &self.locked else {
             return Err(StoreError::Contract(format!("{} is not configured for the locked claim", self.label)));
         };

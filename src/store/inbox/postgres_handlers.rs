@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use tokio_postgres::types::ToSql;
 
-use super::seam::{ApplyError, BindValue, BoundStatement, InboxRow, merged};
+use super::rows::{ApplyError, BindValue, BoundStatement, InboxRow, merged};
 use crate::config::HandlerErrors;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::postgres::errors::query_error;

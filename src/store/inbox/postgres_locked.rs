@@ -14,7 +14,7 @@ use deadpool_postgres::Pool;
 
 use super::apply::commit_failed;
 use super::postgres_handlers::{run_handlers, text_rows};
-use super::seam::{BoundStatement, InboxRow, LockedInbox, LockedRows};
+use super::rows::{BoundStatement, InboxRow};
 use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
@@ -65,7 +65,7 @@ impl LockedInboxSql {
     }
 }
 
-/// Locks a batch; see [`InboxStore::lock`](super::seam::InboxStore::lock).
+/// Locks a batch; see [`InboxStore::lock`](super::rows::InboxStore::lock).
 pub async fn lock(
     pool: &Pool,
     sql: &LockedInboxSql,
@@ -98,22 +98,31 @@ pub async fn lock(
     rows.iter_mut().for_each(|row| row.retain(|(name, _)| name != SCAN_DUE));
     let rows = rows.iter().map(InboxRow::from_text).collect::<StoreResult<Vec<_>>>()?;
     let batch =
-        PgLockedInbox { tx, processed: sql.processed.clone(), faults: faults.clone(), errors: sql.errors.clone() };
-    Ok((rows, Some(Box::new(batch))))
+        LockedInbox { tx, processed: sql.processed.clone(), faults: faults.clone(), errors: sql.errors.clone() };
+    Ok((rows, Some(batch)))
 }
 
 /// The open transaction of a locked inbox batch.
-struct PgLockedInbox {
+/// The rows of a locked batch and its open transaction (`None` when no row was due: nothing held).
+pub type LockedRows = (Vec<InboxRow>, Option<LockedInbox>);
+
+/// A batch locked by an open transaction (`claim = "locked"`, Postgres): the row locks are the
+/// lease and the connection is the fence. Dropped without [`apply`](LockedInbox::apply), the
+/// connection is closed, the server rolls the transaction back, and the rows are as they were.
+pub struct LockedInbox {
     tx: OpenTx,
     processed: String,
     faults: Faults,
     errors: HandlerErrors,
 }
 
-impl PgLockedInbox {
-    /// `Ok(false)`: a row's data was refused (or a mark missed a row), the transaction is rolled
-    /// back and nothing it did stays.
-    async fn run(self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
+impl LockedInbox {
+    /// Runs every row's statements, marks every row PROCESSED and commits: `Ok(true)`. When a
+    /// handler statement (or the commit) refuses a row's data (or a mark misses a row), the
+    /// transaction is rolled back and nothing changed: `Ok(false)`, and the worker takes the rows
+    /// again under a lease, where a savepoint per row finds the row at fault. `Err`: an outage;
+    /// nothing committed.
+    pub async fn apply(self, owner: &str, items: &[(&InboxRow, Vec<BoundStatement<'_>>)]) -> StoreResult<bool> {
         // Parked here (tests), the worker holds the open transaction and the rows' locks.
         self.faults.reach(Point::WorkerInHandler).await;
         let client = self.tx.client()?;
@@ -153,15 +162,5 @@ impl PgLockedInbox {
                 }
             },
         }
-    }
-}
-
-impl LockedInbox for PgLockedInbox {
-    fn apply<'a>(
-        self: Box<Self>,
-        owner: &'a str,
-        items: &'a [(&'a InboxRow, Vec<BoundStatement<'a>>)],
-    ) -> std::pin::Pin<Box<dyn Future<Output = StoreResult<bool>> + Send + 'a>> {
-        Box::pin(async move { self.run(owner, items).await })
     }
 }

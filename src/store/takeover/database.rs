@@ -13,7 +13,7 @@ use crate::config::BridgeConfig;
 use crate::config::HandlerErrors;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
-use crate::store::inbox::seam::{Merged, merged};
+use crate::store::inbox::rows::{Merged, merged};
 
 pub enum Takeover {
     Postgres(PgTakeover),

@@ -15,7 +15,7 @@ use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, 
 use crate::config::{BridgeConfig, HandlerErrors};
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreError, StoreResult};
-use crate::store::inbox::seam::Merged;
+use crate::store::inbox::rows::Merged;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};

@@ -19,7 +19,7 @@ use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::inbox::postgres_handlers::run_statements;
-use crate::store::inbox::seam::{ApplyError, Merged};
+use crate::store::inbox::rows::{ApplyError, Merged};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, query_error};

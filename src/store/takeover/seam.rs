@@ -8,7 +8,7 @@ use std::future::Future;
 use crate::config::HandlerErrors;
 use crate::reasons::PoisonReason;
 use crate::store::error::{StoreError, StoreResult};
-use crate::store::inbox::seam::BoundStatement;
+use crate::store::inbox::rows::BoundStatement;
 
 /// Text known to be UTF-8, kept as the bytes it was read as (a payload is not copied on its way
 /// from the stream reply to the database).
