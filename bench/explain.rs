@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use handoff::config::SettleMode;
+use handoff::relay::outbox::contract::StatementKind;
+use handoff::relay::outbox::postgres_locked::{LockedSql, delivered_sql};
+use handoff::relay::outbox::postgres_sql::default_sql;
 use handoff::relay::partitions::{PartitionedOutbox, Span};
 use handoff::store::Database;
 use handoff::store::migrate::OutboxLayout;
-use handoff::store::outbox::contract::StatementKind;
-use handoff::store::outbox::postgres_locked::{LockedSql, delivered_sql};
-use handoff::store::outbox::postgres_sql::default_sql;
 use tokio_postgres::NoTls;
 
 const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);

@@ -9,8 +9,8 @@ use crate::env::{BenchEnv, appended, postgres_cpu_seconds, resources, stop};
 use handoff::broker::redis::RedisStream;
 use handoff::broker::{AppendOptions, Entry, EventStream};
 use handoff::config::load_str;
+use handoff::relay::outbox::{ClaimedRow, Delivered, Outbox, OutboxStore};
 use handoff::store::database::Database;
-use handoff::store::outbox::{ClaimedRow, Delivered, Outbox, OutboxStore};
 use handoff::store::postgres::pool;
 
 /// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.

@@ -5,10 +5,10 @@ use crate::common;
 
 use common::TestEnv;
 use handoff::config::SettleMode;
+use handoff::relay::outbox::contract::StatementKind;
+use handoff::relay::outbox::postgres_locked::LockedSql;
+use handoff::relay::outbox::postgres_sql::default_sql;
 use handoff::sql::params::{Placeholder, rewrite};
-use handoff::store::outbox::contract::StatementKind;
-use handoff::store::outbox::postgres_locked::LockedSql;
-use handoff::store::outbox::postgres_sql::default_sql;
 
 async fn plan(env: &TestEnv, kind: StatementKind) -> String {
     let named = rewrite(&default_sql(kind, "audit_outbox"), Placeholder::Numbered).unwrap();
@@ -108,9 +108,9 @@ async fn a_locked_claim_that_starts_after_the_delivered_rows_does_not_read_their
 /// settles, renewals and claims then deadlocked until leases lapsed.
 #[tokio::test]
 async fn mariadb_statements_on_id_arrays_fetch_rows_by_primary_key_on_an_empty_table() {
+    use handoff::relay::outbox::mysql_sql as defaults;
     use handoff::store::inbox::contract::WorkerStatement;
     use handoff::store::inbox::mysql::reference as worker_default_sql;
-    use handoff::store::outbox::mysql_sql as defaults;
     use mysql_async::prelude::Queryable;
 
     let env = common::mysql::MyEnv::new().await;
@@ -193,7 +193,7 @@ async fn on_a_partitioned_outbox_no_statement_scans_a_partition_of_delivered_his
     // The relay's lock on a partitioned outbox, and its settle through the outbox (the relay
     // settles in each row's partition; through the outbox is what a settle by id alone costs).
     let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered, true);
-    let delivered = handoff::store::outbox::postgres_locked::delivered_sql("audit_outbox", SettleMode::MarkDelivered);
+    let delivered = handoff::relay::outbox::postgres_locked::delivered_sql("audit_outbox", SettleMode::MarkDelivered);
     let picked = "(SELECT array_agg(id) FROM (SELECT id FROM audit_outbox WHERE status = 'PENDING' LIMIT 500) p)";
     let statements = [
         ("claim", plan(&env, StatementKind::Claim).await),

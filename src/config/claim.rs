@@ -9,8 +9,8 @@ use super::claim_loop::ClaimMode;
 use super::connections::{Dialect, RedisConfig};
 use super::file::Config;
 use crate::relay::config::RelayConfig;
+use crate::relay::outbox::contract::StatementKind;
 use crate::store::inbox::contract::WorkerStatement;
-use crate::store::outbox::contract::StatementKind;
 use crate::worker::config::WorkerConfig;
 
 /// One reason the locked claim cannot be used.

@@ -9,9 +9,9 @@ use super::file::Config;
 use super::template::Template;
 use super::tls::{self, TlsMode};
 use crate::relay::config::RelayConfig;
+use crate::relay::outbox::contract::{self as outbox_contract, StatementKind};
 use crate::sql::params::{ParamError, Placeholder};
 use crate::store::inbox::contract::WorkerStatement;
-use crate::store::outbox::contract::{self as outbox_contract, StatementKind};
 use crate::store::takeover::contract::{self as takeover_contract, TakeoverStatement};
 
 /// Entry fields handoff writes itself; `fields` may not redefine them.

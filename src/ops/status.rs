@@ -7,8 +7,8 @@ use crate::broker::redis::RedisStream;
 use crate::broker::redis::group::Group;
 use crate::config::{Broker, Config};
 use crate::pause::Pause;
+use crate::relay::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::inbox;
-use crate::store::outbox::{Outbox, OutboxStats, OutboxStore};
 use crate::store::{Database, PrepareError, StoreResult};
 
 #[derive(Debug, Clone, Serialize)]

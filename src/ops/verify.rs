@@ -14,8 +14,8 @@ use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::config::{Broker, Config, RelayConfig};
 use crate::relay::loss::{self, StreamReport};
+use crate::relay::outbox::Outbox;
 use crate::store::Database;
-use crate::store::outbox::Outbox;
 
 /// Why `handoff verify` could not check.
 #[derive(Debug, thiserror::Error)]

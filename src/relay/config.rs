@@ -306,12 +306,12 @@ impl RelayConfig {
 impl SqlOverrides {
     /// No statement replaced: the reference outbox.
     pub fn is_empty(&self) -> bool {
-        crate::store::outbox::contract::StatementKind::ALL.iter().all(|kind| self.get(*kind).is_none())
+        crate::relay::outbox::contract::StatementKind::ALL.iter().all(|kind| self.get(*kind).is_none())
     }
 
     /// The configured replacement for `kind`, if any.
-    pub fn get(&self, kind: crate::store::outbox::contract::StatementKind) -> Option<&str> {
-        use crate::store::outbox::contract::StatementKind as K;
+    pub fn get(&self, kind: crate::relay::outbox::contract::StatementKind) -> Option<&str> {
+        use crate::relay::outbox::contract::StatementKind as K;
         let sql = match kind {
             K::Claim => &self.claim,
             K::MarkDelivered => &self.mark_delivered,

@@ -10,8 +10,8 @@ use crate::broker::Entry;
 use crate::config::RelayConfig;
 use crate::config::template::{BoundTemplate, Template};
 use crate::reasons::DeadReason;
-use crate::store::outbox::ClaimedRow;
-use crate::store::outbox::contract::ENTRY_COLUMNS;
+use crate::relay::outbox::ClaimedRow;
+use crate::relay::outbox::contract::ENTRY_COLUMNS;
 
 #[derive(Debug, Clone)]
 pub struct EntryBuilder {

@@ -7,7 +7,7 @@ use tracing::{debug, info, warn};
 use super::Relay;
 use crate::broker::EventStream;
 use crate::error::error_chain;
-use crate::store::outbox::OutboxStore;
+use crate::relay::outbox::OutboxStore;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Deletes delivered rows older than `retention.delivered_after` in batches of

@@ -11,7 +11,7 @@ use super::Relay;
 use super::batch::Turn;
 use crate::broker::EventStream;
 use crate::error::error_chain;
-use crate::store::outbox::{ClaimedRow, LockedBatch, OutboxStore};
+use crate::relay::outbox::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::telemetry::traces::EventSpan;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::broker::{EntryId, EventStream, StreamState, Unavailable};
+use crate::relay::outbox::{DeliveredRow, OutboxStore};
 use crate::store::StoreError;
-use crate::store::outbox::{DeliveredRow, OutboxStore};
 
 /// Streams a relay appended to, and what it last saw of them.
 #[derive(Default)]

@@ -9,7 +9,7 @@ use tracing::debug;
 use super::Relay;
 use crate::broker::EventStream;
 use crate::error::error_chain;
-use crate::store::outbox::OutboxStore;
+use crate::relay::outbox::OutboxStore;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`.

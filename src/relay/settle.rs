@@ -11,9 +11,9 @@ use super::Relay;
 use super::batch::Settlement;
 use crate::broker::EventStream;
 use crate::error::error_chain;
+use crate::relay::outbox::{Failure, OutboxStore, RowRef};
 use crate::runtime::lease;
 use crate::runtime::outage::{Failed, retry_through};
-use crate::store::outbox::{Failure, OutboxStore, RowRef};
 use crate::store::{StoreError, StoreResult};
 use crate::telemetry::throttle::Throttle;
 

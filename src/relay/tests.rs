@@ -12,8 +12,8 @@ use super::{Relay, RelayDeps};
 use crate::broker::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
 use crate::config::load_str;
 use crate::fault::Faults;
+use crate::relay::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
 use crate::store::StoreResult;
-use crate::store::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::RelayMetrics;
 
@@ -148,7 +148,7 @@ impl OutboxStore for FakeOutbox {
         &self,
         _: Duration,
         _: usize,
-    ) -> StoreResult<Option<crate::store::outbox::DeliveredPages>> {
+    ) -> StoreResult<Option<crate::relay::outbox::DeliveredPages>> {
         Ok(None)
     }
 

@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::Relay;
 use super::loss::{self, LossCheckError, StreamReport};
 use crate::broker::{EventStream, ServerId};
-use crate::store::outbox::OutboxStore;
+use crate::relay::outbox::OutboxStore;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`: every `check_interval` (and at each reconnect) looks for signs of

@@ -18,7 +18,7 @@ use crate::broker::{AppendOptions, AppendOutcome, EventStream};
 use crate::config::{Config, RelayConfig, SettleMode};
 use crate::error::error_chain;
 use crate::relay::entries::EntryBuilder;
-use crate::store::outbox::ClaimedRow;
+use crate::relay::outbox::ClaimedRow;
 use crate::store::selection::{Moment, Selection};
 use crate::store::{Database, StoreError};
 

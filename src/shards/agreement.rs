@@ -4,9 +4,9 @@
 use super::{mysql, postgres};
 use crate::config::template::Template;
 use crate::config::{Config, RelayConfig};
+use crate::relay::outbox::{Outbox, OutboxStore};
 use crate::store::database::Database;
 use crate::store::error::{OutageKind, StoreError, StoreResult};
-use crate::store::outbox::{Outbox, OutboxStore};
 
 /// A family's recorded count, and who recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,8 @@
-//! The databases handoff writes, cut by seam: the relay's outbox (`outbox`), the bridge's
-//! takeover into the inbox (`takeover`) and the worker's inbox state machine (`inbox`), each
-//! with one trait, its SQL contract and its Postgres and MySQL statements inside. Below them,
-//! what every seam shares: the connection of each dialect (`postgres`, `mysql`), error
-//! classification, parameter values and result rows.
+//! The databases handoff writes: the bridge's takeover into the inbox (`takeover`) and the
+//! worker's inbox state machine (`inbox`), each with one trait, its SQL contract and its Postgres
+//! and MySQL statements inside (the relay's outbox is `relay/outbox`). Below them, what every
+//! seam shares: the connection of each database (`postgres`, `mysql`), error classification,
+//! parameter values and result rows.
 
 pub(crate) mod columns;
 pub mod database;
@@ -11,7 +11,6 @@ pub mod inbox;
 pub mod migrate;
 pub(crate) mod mysql;
 pub(crate) mod net;
-pub mod outbox;
 pub(crate) mod param;
 pub mod postgres;
 pub(crate) mod rows;

@@ -388,8 +388,8 @@ grace_period = "5s"
 /// The sizes of the pages in which the first relay of `config` reads its rows delivered in the
 /// last hour, `page` rows a page (as a broker-loss check reads them).
 pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
+    use handoff::relay::outbox::OutboxStore;
     use handoff::store::database::Database;
-    use handoff::store::outbox::OutboxStore;
 
     async fn sizes<S: OutboxStore>(store: S, page: usize) -> Vec<usize> {
         let mut pages = store.delivered_since(Duration::from_secs(3600), page).await.unwrap().expect("delivered_since");
@@ -402,7 +402,7 @@ pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
     let config = handoff::config::load_str(config).unwrap();
     let relay = &config.relays[0];
     let db = Database::connect(&config.database, "handoff-test").unwrap();
-    sizes(handoff::store::outbox::Outbox::prepare(&db, relay).await.unwrap(), page).await
+    sizes(handoff::relay::outbox::Outbox::prepare(&db, relay).await.unwrap(), page).await
 }
 
 /// Whether `group` of `stream` has read up to the stream's last generated id and has nothing
