@@ -13,6 +13,7 @@ mod bridge_memory;
 mod broker_loss;
 mod claim_plans;
 mod config_check;
+mod config_reference;
 mod consumer_foreign_layout;
 mod consumer_outage;
 mod container_entrypoint;
