@@ -12,6 +12,7 @@ mod bridge;
 mod bridge_memory;
 mod broker_loss;
 mod claim_plans;
+mod cli_reference;
 mod config_check;
 mod config_reference;
 mod consumer_foreign_layout;
