@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::env::{BenchEnv, resources, stop, time_until};
 use crate::relay::{Run, throughput};
-use handoff::broker::redis::RedisStream;
-use handoff::broker::{AppendOptions, Entry, EventStream};
-use handoff::config::load_str;
+use handoff::RedisStream;
+use handoff::load_str;
+use handoff::{AppendOptions, Entry, EventStream};
 
 /// A redis-server of the benchmark's own, killed when dropped.
 pub struct PrivateRedis {

@@ -6,17 +6,17 @@ use std::time::{Duration, Instant};
 
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::{Run, relay_config};
-use handoff::broker::redis::RedisStream;
-use handoff::broker::{AppendOptions, Entry, EventStream};
-use handoff::config::HandlerErrors;
-use handoff::config::load_str;
-use handoff::fault::Faults;
-use handoff::sql::params::Placeholder;
-use handoff::store::database::Database;
-use handoff::store::inbox::Inbox;
-use handoff::store::inbox::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
-use handoff::store::postgres::pool;
-use handoff::store::takeover::{Effects, InboxEvent, Takeover, TakeoverStore, Text};
+use handoff::Database;
+use handoff::Faults;
+use handoff::HandlerErrors;
+use handoff::Inbox;
+use handoff::Placeholder;
+use handoff::RedisStream;
+use handoff::load_str;
+use handoff::postgres_pool as pool;
+use handoff::{AppendOptions, Entry, EventStream};
+use handoff::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
+use handoff::{Effects, InboxEvent, Takeover, TakeoverStore, Text};
 
 /// The seed's handler, per event.
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";
@@ -118,7 +118,7 @@ pub async fn bridge(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> anyhow:
 pub async fn bridge_limit(env: &BenchEnv, n: usize, batch: u32, mode: Mode) -> anyhow::Result<f64> {
     env.reset().await?;
     let apply = if mode == Mode::AtTakeover { "apply = \"bench\"\n" } else { "apply = \"off\"\n" };
-    let config = handoff::config::load_str(&format!(
+    let config = handoff::load_str(&format!(
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[bridge]]\nname = \"bench\"\nconsumer = \"admin\"\nstreams = [{{ key = \"s\" }}]\n{apply}{}",
         worker_section(100, Mode::AtTakeover)
     ))?;
@@ -199,7 +199,7 @@ pub async fn worker(env: &BenchEnv, n: usize, batch: u32, concurrency: u32, clai
 async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(Inbox, String)> {
     env.reset().await?;
     fill_inbox(env, n).await?;
-    let config = handoff::config::load_str(&format!(
+    let config = handoff::load_str(&format!(
         "[database]\nurl = \"postgres://bench@localhost/bench\"\n[[worker]]\nname = \"bench\"\nconsumer = \"admin\"\nclaim = \"{claim}\"\n"
     ))?;
     let store = Inbox::new(
@@ -208,7 +208,7 @@ async fn limit_setup(env: &BenchEnv, n: usize, claim: &str) -> anyhow::Result<(I
         Faults::default(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    Ok((store, handoff::sql::params::rewrite(HANDLER, handoff::sql::params::Placeholder::Numbered)?.sql))
+    Ok((store, handoff::rewrite_placeholders(HANDLER, handoff::Placeholder::Numbered)?.sql))
 }
 
 /// The leased worker's SQL limit: claim, then the handler and the fenced mark of every row of the
@@ -246,7 +246,7 @@ pub async fn worker_locked_limit(env: &BenchEnv, n: usize, batch: u32) -> anyhow
 }
 
 /// The seed's handler statement bound for `row`, as the worker binds it.
-fn seed_statement<'a>(sql: &'a str, row: &handoff::store::inbox::InboxRow) -> BoundStatement<'a> {
+fn seed_statement<'a>(sql: &'a str, row: &handoff::InboxRow) -> BoundStatement<'a> {
     let values = vec![
         BindValue::Text(row.event_id.clone()),
         BindValue::Text(row.owner.clone().unwrap_or_default()),

@@ -17,14 +17,14 @@ pub struct BenchEnv {
     pub db: tokio_postgres::Client,
     pub redis: fred::prelude::Client,
     /// The broker as handoff sees it (for what a stream has been sent).
-    pub broker: handoff::broker::redis::RedisStream,
+    pub broker: handoff::RedisStream,
     pub binary: PathBuf,
     pub dir: PathBuf,
 }
 
 impl BenchEnv {
     pub async fn new(base_url: &str, redis_url: &str, binary: PathBuf, dir: PathBuf) -> anyhow::Result<Self> {
-        Self::with_layout(base_url, redis_url, binary, dir, handoff::store::migrate::OutboxLayout::Plain).await
+        Self::with_layout(base_url, redis_url, binary, dir, handoff::OutboxLayout::Plain).await
     }
 
     /// Like `new`, with the outbox created plain or partitioned by time.
@@ -33,7 +33,7 @@ impl BenchEnv {
         redis_url: &str,
         binary: PathBuf,
         dir: PathBuf,
-        layout: handoff::store::migrate::OutboxLayout,
+        layout: handoff::OutboxLayout,
     ) -> anyhow::Result<Self> {
         static ENVIRONMENTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let made = ENVIRONMENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -50,22 +50,22 @@ impl BenchEnv {
         let redis_tls = std::env::var("HANDOFF_BENCH_REDIS_CA")
             .map(|ca| format!("[redis.tls]\nca_file = \"{ca}\"\n"))
             .unwrap_or_default();
-        let redis_config = handoff::config::load_str(&format!(
+        let redis_config = handoff::load_str(&format!(
             "[database]\nurl = \"{database_url}\"\n[redis]\nurl = \"{redis_url}\"\n{redis_tls}"
         ))?;
-        let (stream, _) = handoff::broker::redis::RedisStream::connect(&redis_config.redis).await?;
+        let (stream, _) = handoff::RedisStream::connect(&redis_config.redis).await?;
         let redis = stream.client().clone();
         let broker = stream;
         std::fs::create_dir_all(&dir)?;
         let redis_url = redis_url.to_owned();
         let env = Self { schema, database_url, redis_url, redis_tls, db, redis, broker, binary, dir };
-        let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-bench")?;
-        handoff::store::migrate::postgres_with(&pool, layout).await?;
+        let pool = handoff::postgres_pool(&env.database_config(), "handoff-bench")?;
+        handoff::migrate_postgres_with(&pool, layout).await?;
         Ok(env)
     }
 
-    pub fn database_config(&self) -> handoff::config::DatabaseConfig {
-        handoff::config::load_str(&format!("[database]\nurl = \"{}\"\n", self.database_url)).expect("config").database
+    pub fn database_config(&self) -> handoff::DatabaseConfig {
+        handoff::load_str(&format!("[database]\nurl = \"{}\"\n", self.database_url)).expect("config").database
     }
 
     /// CPU seconds (user + system) the Redis server has used so far, from `INFO cpu`: the relay's
@@ -345,8 +345,8 @@ impl BenchEnv {
 /// Entries ever appended to `stream` (0 before the first). What a relay delivered, counted
 /// without reading the outbox: counting its PENDING rows walks every entry that delivered rows
 /// left in the partial index since the last vacuum, a scan that grows through a long run.
-pub async fn appended(broker: &handoff::broker::redis::RedisStream, stream: &str) -> anyhow::Result<i64> {
-    use handoff::broker::EventStream;
+pub async fn appended(broker: &handoff::RedisStream, stream: &str) -> anyhow::Result<i64> {
+    use handoff::EventStream;
     let state = broker.stream_state(stream).await.map_err(|e| anyhow::anyhow!("XINFO STREAM {stream}: {e}"))?;
     Ok(state.entries_added.unwrap_or(0) as i64)
 }

@@ -5,13 +5,13 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use handoff::config::SettleMode;
-use handoff::relay::outbox::contract::StatementKind;
-use handoff::relay::outbox::postgres_locked::{LockedSql, delivered_sql};
-use handoff::relay::outbox::postgres_sql::default_sql;
-use handoff::relay::partitions::{PartitionedOutbox, Span};
-use handoff::store::Database;
-use handoff::store::migrate::OutboxLayout;
+use handoff::Database;
+use handoff::OutboxLayout;
+use handoff::SettleMode;
+use handoff::StatementKind;
+use handoff::postgres_outbox_sql as default_sql;
+use handoff::{LockedSql, delivered_sql};
+use handoff::{PartitionedOutbox, Span};
 use tokio_postgres::NoTls;
 
 const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
@@ -39,9 +39,9 @@ async fn plans(base_url: &str, layout: OutboxLayout, rows: usize) -> anyhow::Res
     let url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
     let (db, conn) = tokio_postgres::connect(&url, NoTls).await?;
     tokio::spawn(conn);
-    let config = handoff::config::load_str(&format!("[database]\nurl = \"{url}\"\n"))?;
+    let config = handoff::load_str(&format!("[database]\nurl = \"{url}\"\n"))?;
     let database = Database::connect(&config.database, "handoff-explain")?;
-    database.migrate(layout, &handoff::store::migrate::parts::Part::ALL.into_iter().collect()).await?;
+    database.migrate(layout, &handoff::Part::ALL.into_iter().collect()).await?;
     if let Some(outbox) =
         PartitionedOutbox::new(&database, "audit_outbox").filter(|_| layout == OutboxLayout::Partitioned)
     {

@@ -379,7 +379,7 @@ enum Limit {
 /// Retention over `--retention-history` delivered rows: deleting rows from a plain outbox
 /// against dropping the partitions of one partitioned by day, the relay delivering meanwhile.
 async fn retention_part(args: &Args, report: &mut Report) -> anyhow::Result<()> {
-    use handoff::store::migrate::OutboxLayout;
+    use handoff::OutboxLayout;
     let (h, n) = (args.retention_history, args.events);
     for (layout, name, how) in [
         (OutboxLayout::Plain, "plain outbox", "relay.retention deleting rows"),

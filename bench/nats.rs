@@ -14,9 +14,9 @@ use futures_util::StreamExt;
 use crate::consumer::valid_entry;
 use crate::env::{BenchEnv, postgres_cpu_seconds, resources, stop};
 use crate::relay::Run;
-use handoff::broker::nats::NatsStream;
-use handoff::broker::{AppendOptions, Entry, EventStream};
-use handoff::config::NatsConfig;
+use handoff::NatsConfig;
+use handoff::NatsStream;
+use handoff::{AppendOptions, Entry, EventStream};
 
 const STREAM: &str = "BENCH";
 
@@ -184,7 +184,7 @@ async fn publish_events(server: &NatsServer, n: usize) -> anyhow::Result<()> {
         let entries: Vec<Entry> = (start..(start + 1000).min(n)).map(|i| valid_entry(i, "bench.user")).collect();
         let outcomes = stream.append(&entries, &AppendOptions::default()).await;
         anyhow::ensure!(
-            outcomes.iter().all(|o| matches!(o, handoff::broker::AppendOutcome::Appended(_))),
+            outcomes.iter().all(|o| matches!(o, handoff::AppendOutcome::Appended(_))),
             "publishing the bridge's input failed"
         );
     }

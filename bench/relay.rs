@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 
 use crate::env::{BenchEnv, appended, postgres_cpu_seconds, resources, stop};
-use handoff::broker::redis::RedisStream;
-use handoff::broker::{AppendOptions, Entry, EventStream};
-use handoff::config::load_str;
-use handoff::relay::outbox::{ClaimedRow, Delivered, Outbox, OutboxStore};
-use handoff::store::database::Database;
-use handoff::store::postgres::pool;
+use handoff::Database;
+use handoff::RedisStream;
+use handoff::load_str;
+use handoff::postgres_pool as pool;
+use handoff::{AppendOptions, Entry, EventStream};
+use handoff::{ClaimedRow, Delivered, Outbox, OutboxStore};
 
 /// One throughput run: rows/s, peak RSS (kB) and CPU seconds of the busiest relay process.
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::env::{BenchEnv, postgres_cpu_seconds, stop};
 use crate::relay::{relay_config, until_settled};
-use handoff::relay::partitions::{PartitionedOutbox, Span};
-use handoff::store::Database;
-use handoff::store::migrate::OutboxLayout;
+use handoff::Database;
+use handoff::OutboxLayout;
+use handoff::{PartitionedOutbox, Span};
 
 const DAY: Duration = Duration::from_secs(86_400);
 

@@ -2,7 +2,7 @@
 //! HTTP basic credentials are written.
 
 /// `data` as base64, padded.
-pub fn encode(data: &[u8]) -> String {
+pub(crate) fn encode(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
@@ -19,7 +19,7 @@ pub fn encode(data: &[u8]) -> String {
 }
 
 /// `None` unless `text` is base64 (padding optional).
-pub fn decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
     let value = |c: u8| -> Option<u32> {
         match c {
             b'A'..=b'Z' => Some(u32::from(c - b'A')),

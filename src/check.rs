@@ -24,7 +24,7 @@ use crate::tls;
 use crate::worker::{Worker, WorkerDeps};
 
 /// Returns the lines to print: `Ok` when everything checked out, `Err` with every problem.
-pub async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
+pub(crate) async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     let mut ok = Vec::new();
     let mut problems = Vec::new();
     match crate::telemetry::http::Limits::from_config(&config.telemetry) {

@@ -9,13 +9,13 @@ use crate::broker::redis::RedisStream;
 use crate::config::{Config, TlsMode};
 
 /// A warning line, as `check` prints it.
-pub fn warn(text: impl std::fmt::Display) -> String {
+pub(crate) fn warn(text: impl std::fmt::Display) -> String {
     format!("warn: {text}")
 }
 
 /// Redis: what it does when memory runs out, what it keeps across a restart, and whether a
 /// failover can lose acknowledged appends that no relay waits for.
-pub async fn redis(stream: &RedisStream, config: &Config) -> Vec<String> {
+pub(crate) async fn redis(stream: &RedisStream, config: &Config) -> Vec<String> {
     let client = stream.client();
     let mut lines = Vec::new();
     match config_get(client, "maxmemory-policy").await {
@@ -75,7 +75,7 @@ async fn config_get(client: &Client, name: &str) -> Option<String> {
 }
 
 /// The database: a connection that leaves the machine unverified.
-pub fn database(config: &Config) -> Vec<String> {
+pub(crate) fn database(config: &Config) -> Vec<String> {
     let mode = config.database.tls_mode();
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let host = crate::tls::host_port(url).map(|(h, _)| h).unwrap_or_default();

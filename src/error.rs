@@ -1,7 +1,7 @@
 //! Error text for logs and records, shared by every component.
 
 /// An error and its sources on one line (`a: b: c`), for logs.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {
@@ -17,7 +17,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 /// cannot hold one: an HTTP error body with one made the failure's own write fail) becomes
 /// `\0`, other control characters but newline and tab become `\u{…}`; the text stays readable
 /// and the write cannot fail because of what an endpoint or a database answered.
-pub fn storable(text: &str, max_chars: usize) -> String {
+pub(crate) fn storable(text: &str, max_chars: usize) -> String {
     let mut kept = String::with_capacity(text.len().min(max_chars.saturating_mul(4)));
     for (n, c) in text.chars().enumerate() {
         if n == max_chars {

@@ -75,10 +75,10 @@ mod hooks {
     use std::io::Write;
     use std::path::PathBuf;
 
-    use super::Point;
+    use crate::fault::Point;
 
     #[derive(Debug, Clone, Default)]
-    pub struct Hooks {
+    pub(super) struct Hooks {
         panic_at: Option<Point>,
         pause_at: Option<Point>,
         marker: Option<PathBuf>,
@@ -86,7 +86,7 @@ mod hooks {
     }
 
     impl Hooks {
-        pub fn from_env() -> Self {
+        pub(super) fn from_env() -> Self {
             Self {
                 panic_at: std::env::var("HANDOFF_FAULT_PANIC").ok().and_then(|p| Point::parse(&p)),
                 pause_at: std::env::var("HANDOFF_FAULT_PAUSE").ok().and_then(|p| Point::parse(&p)),
@@ -95,7 +95,7 @@ mod hooks {
             }
         }
 
-        pub async fn reach(&self, point: Point) {
+        pub(super) async fn reach(&self, point: Point) {
             if self.panic_at == Some(point) {
                 panic!("fault injection: a panic at {}", point.name());
             }

@@ -7,9 +7,10 @@ use std::str::from_utf8;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::bridge::config::{EnvelopeNames, StreamSource, ValidateConfig};
 use crate::bridge::validate::Validator;
 use crate::broker::read::RawEntry;
-use crate::config::{EnvelopeNames, StreamSource, ValidateConfig, load_str};
+use crate::config::load::load_str;
 
 /// A reply from a Redis server, or from anyone posing as one on a plain `redis://` connection:
 /// whole replies are taken off the front until the rest is incomplete or refused.
@@ -51,7 +52,7 @@ pub fn stream_entry(data: &[u8]) {
     let names = EnvelopeNames::default();
     let strict = ValidateConfig::default();
     let loose = ValidateConfig {
-        event_id_format: crate::config::EventIdFormat::Any,
+        event_id_format: crate::bridge::config::EventIdFormat::Any,
         payload_id_field: Some("auditId".into()),
         payload_max_bytes: 512,
         ..ValidateConfig::default()

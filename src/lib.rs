@@ -1,40 +1,107 @@
-//! handoff: relays owner services' outbox tables to Redis Streams, and streams into consumer
-//! inboxes, closing each hand-off with a local transaction or a unique key.
+//! handoff: relays owner services' outbox tables to a broker (Redis Streams, NATS JetStream,
+//! Kafka), and takes events over from the broker into consumer inboxes, closing each hand-off
+//! with a local transaction or a unique key.
 //!
-//! The library is the `handoff` binary's: what is public here is what the binaries (`handoff`,
-//! `handoff-bench`, `handoff-chaos`) and the integration tests need — the command line, the
-//! configuration, the store's seams and dialects, the broker seam and its Redis client, the
-//! metrics registry, TLS. The components (relay, bridge, worker), their runtime, the wiring and
-//! the operator commands are inside.
+//! The library exists for the `handoff` binary. Every module is private; what is public is
+//! the short list below, re-exported at the root, which the binary, the benchmark
+//! (`handoff-bench`), the fuzz targets and the integration tests use:
+//!
+//! - the command line: [`main`], [`Cli`];
+//! - configuration: [`load`], [`load_str`], [`Config`] and the sections the tests build by hand;
+//! - the metrics registry: [`register_metrics`];
+//! - databases: [`Database`], [`postgres_pool`], the reference schema ([`migrate_postgres`]);
+//! - the relay's outbox statements and seam ([`Outbox`], [`OutboxStore`], the reference SQL),
+//!   which the benchmark and the claim-plan tests run directly;
+//! - the inbox and takeover statements ([`Inbox`], [`Takeover`]), for the consumer benchmark;
+//! - appending to a broker ([`EventStream`], [`RedisStream`], [`NatsStream`]);
+//! - TLS's crypto provider, fault injection's switches, and the fuzz targets' entry points.
+//!
+//! Anything else is `pub(crate)`, and `unreachable_pub` keeps it so.
 #![forbid(unsafe_code)]
+// Whatever the binaries and the tests do not reach from here is crate-internal; the lint keeps it
+// so (a `pub` item nothing outside can name must say `pub(crate)`).
+#![warn(unreachable_pub)]
 
 mod admin;
-pub mod app;
+mod app;
 mod base64;
 mod bridge;
-pub mod broker;
+mod broker;
 mod check;
 mod checklist;
-pub mod cli;
-pub mod config;
+mod cli;
+mod config;
 mod dead;
 mod error;
-pub mod fault;
+mod fault;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod ops;
 mod pause;
 mod percent;
 mod poison;
-pub mod reasons;
-pub mod relay;
+mod reasons;
+mod relay;
 mod replay;
 mod reprocess;
 mod rewind;
 mod runtime;
 mod shards;
-pub mod sql;
-pub mod store;
-pub mod telemetry;
-pub mod tls;
+mod sql;
+mod store;
+mod telemetry;
+mod tls;
 mod worker;
+
+// The command line.
+pub use cli::{Cli, main};
+
+// Configuration.
+pub use broker::nats::config::NatsConfig;
+pub use config::connections::DatabaseConfig;
+pub use config::file::Config;
+pub use config::load::{load, load_str};
+pub use relay::config::SettleMode;
+pub use worker::config::HandlerErrors;
+
+// Metrics.
+pub use app::register_metrics;
+
+// Databases and the reference schema.
+pub use store::database::Database;
+pub use store::migrate::parts::Part;
+pub use store::migrate::{OutboxLayout, postgres as migrate_postgres, postgres_with as migrate_postgres_with};
+pub use store::postgres::connect::pool as postgres_pool;
+
+// The relay's outbox: its seam and its reference statements.
+pub use relay::outbox::contract::StatementKind;
+pub use relay::outbox::database::Outbox;
+pub use relay::outbox::mysql_sql::default_sql as mysql_outbox_sql;
+pub use relay::outbox::postgres_locked::{LockedSql, delivered_sql};
+pub use relay::outbox::postgres_sql::default_sql as postgres_outbox_sql;
+pub use relay::outbox::rows::{ClaimedRow, Delivered};
+pub use relay::outbox::seam::OutboxStore;
+pub use relay::partitions::outbox::PartitionedOutbox;
+pub use relay::partitions::plan::Span;
+
+// The inbox and takeover statements, and the handler SQL the worker binds.
+pub use sql::params::{Placeholder, rewrite as rewrite_placeholders};
+pub use store::inbox::contract::WorkerStatement;
+pub use store::inbox::database::Inbox;
+pub use store::inbox::handler_sql::{EventInput, HandlerSql};
+pub use store::inbox::mysql::reference as mysql_worker_sql;
+pub use store::inbox::rows::{BindValue, BoundStatement, InboxRow};
+pub use store::inbox::seam::InboxStore;
+pub use store::takeover::database::Takeover;
+pub use store::takeover::seam::{Effects, InboxEvent, TakeoverStore, Text};
+
+// Brokers: appending, and Kafka's committed offsets.
+pub use broker::kafka::config::KafkaConfig;
+pub use broker::kafka::offsets::committed_lag as kafka_committed_lag;
+pub use broker::nats::NatsStream;
+pub use broker::redis::client::RedisStream;
+pub use broker::seam::{AppendOptions, AppendOutcome, Entry, EventStream};
+
+// TLS's crypto provider, and fault injection's switches.
+pub use fault::Faults;
+pub use tls::provider as tls_provider;

@@ -7,5 +7,5 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    handoff::cli::main()
+    handoff::main()
 }

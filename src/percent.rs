@@ -3,7 +3,7 @@
 
 /// `a%20b` → `a b`; a `%` not followed by two hex digits stays as it is; bytes that are not
 /// UTF-8 become U+FFFD.
-pub fn decode(text: &str) -> String {
+pub(crate) fn decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

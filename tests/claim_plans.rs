@@ -4,11 +4,11 @@
 use crate::common;
 
 use common::TestEnv;
-use handoff::config::SettleMode;
-use handoff::relay::outbox::contract::StatementKind;
-use handoff::relay::outbox::postgres_locked::LockedSql;
-use handoff::relay::outbox::postgres_sql::default_sql;
-use handoff::sql::params::{Placeholder, rewrite};
+use handoff::LockedSql;
+use handoff::SettleMode;
+use handoff::StatementKind;
+use handoff::postgres_outbox_sql as default_sql;
+use handoff::{Placeholder, rewrite_placeholders as rewrite};
 
 async fn plan(env: &TestEnv, kind: StatementKind) -> String {
     let named = rewrite(&default_sql(kind, "audit_outbox"), Placeholder::Numbered).unwrap();
@@ -108,14 +108,14 @@ async fn a_locked_claim_that_starts_after_the_delivered_rows_does_not_read_their
 /// settles, renewals and claims then deadlocked until leases lapsed.
 #[tokio::test]
 async fn mariadb_statements_on_id_arrays_fetch_rows_by_primary_key_on_an_empty_table() {
-    use handoff::relay::outbox::mysql_sql as defaults;
-    use handoff::store::inbox::contract::WorkerStatement;
-    use handoff::store::inbox::mysql::reference as worker_default_sql;
+    use handoff::WorkerStatement;
+    use handoff::mysql_outbox_sql;
+    use handoff::mysql_worker_sql as worker_default_sql;
     use mysql_async::prelude::Queryable;
 
     let env = common::mysql::MyEnv::new().await;
     env.exec("ANALYZE TABLE audit_outbox, consumer_inbox").await;
-    let relay = StatementKind::ALL.iter().map(|&k| (k.name().to_owned(), defaults::default_sql(k, "audit_outbox")));
+    let relay = StatementKind::ALL.iter().map(|&k| (k.name().to_owned(), mysql_outbox_sql(k, "audit_outbox")));
     let worker = WorkerStatement::ALL.iter().map(|&s| (s.name().to_owned(), worker_default_sql(s, "consumer_inbox")));
     let mut checked = 0;
     let mut conn = env.db.get_conn().await.unwrap();
@@ -163,14 +163,14 @@ async fn mariadb_statements_on_id_arrays_fetch_rows_by_primary_key_on_an_empty_t
 /// small day's history costs less than a batch's probes, so the rule holds where it matters.
 #[tokio::test]
 async fn on_a_partitioned_outbox_no_statement_scans_a_partition_of_delivered_history() {
-    use handoff::relay::partitions::{PartitionedOutbox, Span};
-    use handoff::store::Database;
-    use handoff::store::migrate::{OutboxLayout, postgres_with};
+    use handoff::Database;
+    use handoff::{OutboxLayout, migrate_postgres_with};
+    use handoff::{PartitionedOutbox, Span};
     use std::time::{Duration, SystemTime};
 
     let env = TestEnv::empty().await;
-    let pool = handoff::store::postgres::pool(&env.database_config(), "handoff-test").unwrap();
-    postgres_with(&pool, OutboxLayout::Partitioned).await.unwrap();
+    let pool = handoff::postgres_pool(&env.database_config(), "handoff-test").unwrap();
+    migrate_postgres_with(&pool, OutboxLayout::Partitioned).await.unwrap();
     let outbox = PartitionedOutbox::new(&Database::Postgres(pool), "audit_outbox").unwrap();
     let day = Duration::from_secs(86_400);
     let history: Vec<String> =
@@ -193,7 +193,7 @@ async fn on_a_partitioned_outbox_no_statement_scans_a_partition_of_delivered_his
     // The relay's lock on a partitioned outbox, and its settle through the outbox (the relay
     // settles in each row's partition; through the outbox is what a settle by id alone costs).
     let locked = LockedSql::new("audit_outbox", SettleMode::MarkDelivered, true);
-    let delivered = handoff::relay::outbox::postgres_locked::delivered_sql("audit_outbox", SettleMode::MarkDelivered);
+    let delivered = handoff::delivered_sql("audit_outbox", SettleMode::MarkDelivered);
     let picked = "(SELECT array_agg(id) FROM (SELECT id FROM audit_outbox WHERE status = 'PENDING' LIMIT 500) p)";
     let statements = [
         ("claim", plan(&env, StatementKind::Claim).await),

@@ -21,7 +21,7 @@ fn commands() -> Vec<(String, Vec<String>)> {
         }
     }
     let mut out = Vec::new();
-    walk(&handoff::cli::Cli::command(), &[], &mut out);
+    walk(&handoff::Cli::command(), &[], &mut out);
     out
 }
 

@@ -267,7 +267,7 @@ fn every_shipped_example_config_parses() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            handoff::config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            handoff::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             seen += 1;
         }
     }

@@ -58,7 +58,7 @@ fn known_keys(path: &[String]) -> Option<Vec<String>> {
         node = items.first_mut()?;
     }
     node.as_table_mut()?.insert(PROBE.into(), Value::Integer(1));
-    let Err(error) = handoff::config::load_str(&toml::to_string(&doc).unwrap()) else { return None };
+    let Err(error) = handoff::load_str(&toml::to_string(&doc).unwrap()) else { return None };
     let error = error.to_string();
     let line = error.lines().find(|l| l.contains(&format!("unknown key `{PROBE}`")))?;
     let known = line.split("(known here: ").nth(1)?.split(')').next()?;
@@ -124,7 +124,7 @@ const REFUSED: &[(&str, &str)] = &[("kafka.tls.server_name", "[kafka.tls]\nserve
 #[test]
 fn every_key_the_loader_knows_is_documented_and_every_documented_key_is_known() {
     for (key, toml) in REFUSED {
-        let error = handoff::config::load_str(&format!("{BASE}{toml}")).unwrap_err().to_string();
+        let error = handoff::load_str(&format!("{BASE}{toml}")).unwrap_err().to_string();
         assert!(error.contains(&format!("{key}:")), "{key} is refused by name: {error}");
     }
     let (loader, tables) = loader_keys();

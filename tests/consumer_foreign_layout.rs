@@ -11,7 +11,7 @@ use crate::common;
 use common::db_env::{DbEnv, Dialect};
 use common::process::Handoff;
 use common::{TestEnv, eventually};
-use handoff::relay::outbox::contract::StatementKind;
+use handoff::StatementKind;
 
 const ROUNDS: usize = 3;
 const PER_ROUND: usize = 300;
@@ -75,13 +75,12 @@ const MARIADB_TABLES: &[&str] = &[
 /// a camelCase envelope in a fixed order.
 fn relay_config(env: &DbEnv) -> String {
     let claim = match env.dialect() {
-        Dialect::Postgres => handoff::relay::outbox::postgres_sql::default_sql(StatementKind::Claim, "audit_outbox")
+        Dialect::Postgres => handoff::postgres_outbox_sql(StatementKind::Claim, "audit_outbox")
             .replace("o.headers, o.attempts", "o.headers, o.payload->>'version' AS aggregate_version, o.attempts"),
-        Dialect::Mariadb => handoff::relay::outbox::mysql_sql::default_sql(StatementKind::Claim, "audit_outbox")
-            .replace(
-                "payload, headers, attempts",
-                "payload, headers, JSON_VALUE(payload, '$.version') AS aggregate_version, attempts",
-            ),
+        Dialect::Mariadb => handoff::mysql_outbox_sql(StatementKind::Claim, "audit_outbox").replace(
+            "payload, headers, attempts",
+            "payload, headers, JSON_VALUE(payload, '$.version') AS aggregate_version, attempts",
+        ),
     };
     env.config(&format!(
         r#"stream = "{id}:orders"

@@ -15,9 +15,9 @@ use async_nats::jetstream::stream::Config;
 use common::db_env::{DbEnv, Dialect};
 use common::eventually;
 use common::nats_server::NatsServer;
-use handoff::broker::nats::NatsStream;
-use handoff::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
-use handoff::config::NatsConfig;
+use handoff::NatsConfig;
+use handoff::NatsStream;
+use handoff::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

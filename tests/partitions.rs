@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use crate::common;
 
 use common::{TestEnv, eventually, process};
-use handoff::relay::partitions::{PartitionedOutbox, Span};
-use handoff::store::Database;
+use handoff::Database;
+use handoff::{PartitionedOutbox, Span};
 
 const DAY: Duration = Duration::from_secs(86_400);
 

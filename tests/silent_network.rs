@@ -112,12 +112,11 @@ async fn a_relay_whose_database_path_freezes_holding_a_batch_leaves_it_to_a_repl
 /// again by itself — the frozen connection is given up, not waited on for ever.
 #[tokio::test]
 async fn the_redis_client_gives_up_a_frozen_connection_and_answers_after_the_heal() {
-    use handoff::broker::EventStream;
+    use handoff::EventStream;
     let proxy = Proxy::start(port_of(&common::base_redis_url())).await;
     let toml = format!("[redis]\nurl = \"redis://127.0.0.1:{}\"\ncommand_timeout = \"1s\"\n", proxy.port);
-    let config =
-        handoff::config::load_str(&format!("[database]\nurl = \"postgres://x@localhost/db\"\n{toml}")).unwrap();
-    let (stream, _) = handoff::broker::redis::RedisStream::connect(&config.redis).await.unwrap();
+    let config = handoff::load_str(&format!("[database]\nurl = \"postgres://x@localhost/db\"\n{toml}")).unwrap();
+    let (stream, _) = handoff::RedisStream::connect(&config.redis).await.unwrap();
     stream.ping().await.expect("answers before the freeze");
     proxy.freeze();
     assert!(stream.ping().await.is_err(), "a frozen path gives no answer within the command timeout");

@@ -166,7 +166,7 @@ async fn tls_get(address: &str, ca: &std::path::Path, path: &str, authorization:
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_file(ca).unwrap()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(handoff::tls::provider())
+    let config = rustls::ClientConfig::builder_with_provider(handoff::tls_provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)

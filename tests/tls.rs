@@ -50,8 +50,8 @@ fn check(config: &str) -> (bool, String) {
 
 /// Inserts `n` events through handoff's own pool (so over TLS).
 async fn insert_events(config: &str, n: usize) {
-    let config = handoff::config::load_str(config).unwrap();
-    let db = handoff::store::database::Database::connect(&config.database, "tls-test").unwrap();
+    let config = handoff::load_str(config).unwrap();
+    let db = handoff::Database::connect(&config.database, "tls-test").unwrap();
     let values: Vec<String> = (1..=n)
         .map(|i| format!("('tls-{i}', 'user', 'agg-{i}', 'user.changed', '{{\"actor\": \"admin\", \"n\": {i}}}')"))
         .collect();
@@ -60,10 +60,10 @@ async fn insert_events(config: &str, n: usize) {
         values.join(", ")
     );
     match db {
-        handoff::store::database::Database::Postgres(pool) => {
+        handoff::Database::Postgres(pool) => {
             pool.get().await.unwrap().batch_execute(&sql).await.unwrap();
         }
-        handoff::store::database::Database::Mysql(pool) => {
+        handoff::Database::Mysql(pool) => {
             use mysql_async::prelude::Queryable;
             pool.get_conn().await.unwrap().query_drop(sql).await.unwrap();
         }
@@ -72,14 +72,14 @@ async fn insert_events(config: &str, n: usize) {
 
 /// Waits until `n` audit_logs rows exist, read through handoff's own pool.
 async fn await_audit_logs(config: &str, n: i64) {
-    let config = handoff::config::load_str(config).unwrap();
-    let db = handoff::store::database::Database::connect(&config.database, "tls-test").unwrap();
+    let config = handoff::load_str(config).unwrap();
+    let db = handoff::Database::connect(&config.database, "tls-test").unwrap();
     eventually(&format!("{n} audit_logs rows"), || async {
         let count: i64 = match &db {
-            handoff::store::database::Database::Postgres(pool) => {
+            handoff::Database::Postgres(pool) => {
                 pool.get().await.ok()?.query_one("SELECT count(*) FROM audit_logs", &[]).await.ok()?.get(0)
             }
-            handoff::store::database::Database::Mysql(pool) => {
+            handoff::Database::Mysql(pool) => {
                 use mysql_async::prelude::Queryable;
                 let row: Option<i64> =
                     pool.get_conn().await.ok()?.query_first("SELECT COUNT(*) FROM audit_logs").await.ok()?;
@@ -289,7 +289,7 @@ async fn https_receiver(pki: &Pki) -> (u16, Seen) {
     let certs: Vec<rustls::pki_types::CertificateDer<'static>> =
         rustls::pki_types::CertificateDer::pem_file_iter(&pki.server_cert).unwrap().map(Result::unwrap).collect();
     let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(handoff::tls::provider())
+    let config = rustls::ServerConfig::builder_with_provider(handoff::tls_provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()

@@ -40,7 +40,7 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Reply {
     (status, json!({ "error": message.to_string() }))
 }
 
-pub async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(super) async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let tokens = state.config.admin.as_ref().map(|a| a.tokens.as_slice()).unwrap_or_default();
     let Some(caller) = authenticate(tokens, request.headers().get(hyper::header::AUTHORIZATION)) else {
         let mut denied = json_response(error(StatusCode::UNAUTHORIZED, "credentials required (a bearer token)"));

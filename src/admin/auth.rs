@@ -8,7 +8,7 @@ use crate::config::admin::{AdminToken, Scope};
 
 /// An authenticated caller.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub(super) struct Caller {
     pub name: String,
     pub scope: Scope,
     /// How the token was presented: only a bearer token may mutate (`guard`).
@@ -17,20 +17,20 @@ pub struct Caller {
 
 /// How a caller presented its token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(super) enum Scheme {
     Bearer,
     /// Basic authentication, which a browser remembers and sends by itself.
     Basic,
 }
 
 impl Caller {
-    pub fn may_write(&self) -> bool {
+    pub(super) fn may_write(&self) -> bool {
         self.scope == Scope::Write
     }
 }
 
 /// The caller the `Authorization` header proves, if it proves one.
-pub fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) -> Option<Caller> {
+pub(super) fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) -> Option<Caller> {
     let given = header?.to_str().ok()?;
     let caller = |scheme| move |t: &AdminToken| Caller { name: t.name.clone(), scope: t.scope, scheme };
     if let Some(bearer) = given.strip_prefix("Bearer ") {

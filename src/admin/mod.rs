@@ -24,10 +24,10 @@ use tracing::info;
 
 use crate::telemetry::listener::Settings;
 
-pub use state::AdminState;
+pub(crate) use state::AdminState;
 
 /// Binds `[admin] listen` now (a taken port fails startup) and returns the serving future.
-pub async fn bind(
+pub(crate) async fn bind(
     state: Arc<AdminState>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, impl Future<Output = ()>)> {

@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::store::Database;
 
 /// What the handlers work with: the config, the database and brokers `run` connected to.
-pub struct AdminState {
+pub(crate) struct AdminState {
     pub config: Arc<Config>,
     pub db: Database,
     pub redis: Option<RedisStream>,
@@ -29,7 +29,7 @@ pub struct AdminState {
 }
 
 impl AdminState {
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         db: Database,
         (redis, nats): (Option<RedisStream>, Option<NatsStream>),

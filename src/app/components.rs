@@ -35,7 +35,7 @@ use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
 /// while waiting for the database.
-pub async fn spawn_all(
+pub(super) async fn spawn_all(
     config: &Config,
     shared: &Shared,
     db: &Database,

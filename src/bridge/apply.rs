@@ -11,7 +11,7 @@ use crate::sql::params::Placeholder;
 use crate::store::inbox::{BoundStatement, EventInput, HandlerSql, HandlerSqlError};
 use crate::store::takeover::{Effects, InboxEvent};
 
-pub struct Apply {
+pub(crate) struct Apply {
     /// Every handler of the worker in order: its event type patterns and, for a SQL handler,
     /// its statements.
     handlers: Vec<(Vec<String>, Option<Vec<HandlerSql>>)>,
@@ -23,7 +23,7 @@ pub struct Apply {
 
 impl Apply {
     /// The handlers of `worker`, in the dialect's placeholders.
-    pub fn new(worker: &WorkerConfig, style: Placeholder) -> Result<Self, HandlerSqlError> {
+    pub(crate) fn new(worker: &WorkerConfig, style: Placeholder) -> Result<Self, HandlerSqlError> {
         let handlers = worker
             .handlers
             .iter()
@@ -38,18 +38,18 @@ impl Apply {
     }
 
     /// Applies nothing while `switch` (the worker's) holds.
-    pub fn paused_with(mut self, switch: PauseSwitch) -> Self {
+    pub(crate) fn paused_with(mut self, switch: PauseSwitch) -> Self {
         self.worker_pause = Some(switch);
         self
     }
 
     /// Whether the worker is paused (or its pauses are not known yet).
-    pub fn worker_paused(&self) -> bool {
+    pub(crate) fn worker_paused(&self) -> bool {
         self.worker_pause.as_ref().is_some_and(PauseSwitch::holds)
     }
 
     /// The statements each of `events` is applied with (`None`: left PENDING for the worker).
-    pub fn effects<'a>(&'a self, events: &[InboxEvent]) -> Effects<'a> {
+    pub(crate) fn effects<'a>(&'a self, events: &[InboxEvent]) -> Effects<'a> {
         let statements = events.iter().map(|event| self.bind(event)).collect();
         Effects { statements, errors: &self.errors }
     }

@@ -258,43 +258,43 @@ impl TakeoverOverrides {
 mod defaults {
     use std::time::Duration;
 
-    pub fn start() -> String {
+    pub(super) fn start() -> String {
         "0".into()
     }
-    pub fn batch_bytes() -> usize {
+    pub(super) fn batch_bytes() -> usize {
         8 * 1024 * 1024
     }
-    pub fn batch_size() -> u32 {
+    pub(super) fn batch_size() -> u32 {
         100
     }
-    pub fn concurrency() -> u32 {
+    pub(super) fn concurrency() -> u32 {
         1
     }
-    pub fn block() -> Duration {
+    pub(super) fn block() -> Duration {
         Duration::from_secs(2)
     }
-    pub fn claim_idle() -> Duration {
+    pub(super) fn claim_idle() -> Duration {
         Duration::from_secs(60)
     }
-    pub fn max_deliveries() -> u32 {
+    pub(super) fn max_deliveries() -> u32 {
         5
     }
-    pub fn consumer_idle() -> Duration {
+    pub(super) fn consumer_idle() -> Duration {
         Duration::from_secs(24 * 3600)
     }
-    pub fn table() -> String {
+    pub(super) fn table() -> String {
         "consumer_inbox".into()
     }
-    pub fn poison_table() -> String {
+    pub(super) fn poison_table() -> String {
         "consumer_inbox_poison".into()
     }
-    pub fn deliveries_table() -> String {
+    pub(super) fn deliveries_table() -> String {
         "consumer_inbox_deliveries".into()
     }
-    pub fn event_id_max_len() -> usize {
+    pub(super) fn event_id_max_len() -> usize {
         128
     }
-    pub fn payload_max_bytes() -> usize {
+    pub(super) fn payload_max_bytes() -> usize {
         256 * 1024
     }
 }

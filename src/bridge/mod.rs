@@ -9,7 +9,7 @@ mod apply;
 mod batch;
 pub(crate) mod config;
 mod recover;
-pub mod validate;
+pub(crate) mod validate;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,14 +31,14 @@ use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::EventSpan;
 use validate::Validator;
 
-pub use apply::Apply;
+pub(crate) use apply::Apply;
 
 /// A read bringing more than this is large: its reply's buffer is worth giving back, once the
 /// stream has been quiet for [`QUIET`].
 const LARGE_READ_BYTES: usize = 1 << 20;
 const QUIET: Duration = Duration::from_secs(5);
 
-pub struct BridgeDeps<S> {
+pub(crate) struct BridgeDeps<S> {
     pub store: S,
     pub metrics: BridgeHandles,
     pub health: Arc<Component>,
@@ -50,7 +50,7 @@ pub struct BridgeDeps<S> {
 }
 
 /// One stream of one bridge.
-pub struct StreamBridge<S, G> {
+pub(crate) struct StreamBridge<S, G> {
     config: BridgeConfig,
     source: StreamSource,
     validator: Arc<Validator>,
@@ -64,7 +64,7 @@ pub struct StreamBridge<S, G> {
 }
 
 impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
-    pub fn new(
+    pub(crate) fn new(
         config: BridgeConfig,
         source: StreamSource,
         validator: Arc<Validator>,
@@ -77,7 +77,7 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
 
     /// Reads until `shutdown`: first this consumer's own pending entries (left by a previous
     /// run under the same name), then new ones; every so often, entries idle on other consumers.
-    pub async fn run(self: Arc<Self>, mut pause: PauseSwitch, shutdown: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, mut pause: PauseSwitch, shutdown: CancellationToken) {
         info!(bridge = %self.config.name, stream = %self.source.key, consumer = %self.group.consumer(), "bridge started");
         let mut budget = ReadBudget::new(&self.config);
         let mut own_backlog = true;

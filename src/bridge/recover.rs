@@ -59,7 +59,7 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
 
     /// Samples lag, pending count and the oldest pending entry's idle time; probes the
     /// database so `/readyz` notices an outage while the stream is quiet.
-    pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
+    pub(crate) async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
         crate::runtime::periodic::every(interval, &shutdown, || self.sample_once()).await
     }
 

@@ -12,13 +12,13 @@ use crate::store::takeover::{InboxEvent, PoisonRecord, Text};
 
 /// What becomes of one entry.
 #[derive(Debug)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Take it over into the inbox (`ignored` marks a type kept but never handled).
     Take(InboxEvent),
     Poison(PoisonRecord),
 }
 
-pub struct Validator {
+pub(crate) struct Validator {
     config: ValidateConfig,
     /// Which entry field carries what.
     names: EnvelopeNames,
@@ -30,7 +30,7 @@ struct Refusal(PoisonReason, String);
 /// A JSON Schema that cannot be used, naming the event type and the file.
 #[derive(Debug, thiserror::Error)]
 #[error("validate.schemas.{event_type} ({}): {detail}", file.display())]
-pub struct SchemaError {
+pub(crate) struct SchemaError {
     pub event_type: String,
     pub file: std::path::PathBuf,
     pub detail: String,
@@ -38,7 +38,7 @@ pub struct SchemaError {
 
 impl Validator {
     /// Loads the JSON Schemas; names the event type and file of any that cannot be used.
-    pub fn new(config: &ValidateConfig, names: &EnvelopeNames) -> Result<Self, SchemaError> {
+    pub(crate) fn new(config: &ValidateConfig, names: &EnvelopeNames) -> Result<Self, SchemaError> {
         let mut schemas = HashMap::new();
         for (event_type, path) in &config.schemas {
             let context = |e: &dyn std::fmt::Display| SchemaError {
@@ -54,7 +54,7 @@ impl Validator {
         Ok(Self { config: config.clone(), names: names.clone(), schemas })
     }
 
-    pub fn check(&self, source: &StreamSource, entry: &RawEntry) -> Verdict {
+    pub(crate) fn check(&self, source: &StreamSource, entry: &RawEntry) -> Verdict {
         match self.event(source, entry) {
             Ok(event) => Verdict::Take(event),
             Err(Refusal(reason, detail)) => Verdict::Poison(PoisonRecord {
@@ -69,7 +69,7 @@ impl Validator {
     }
 
     /// The entry's event id as far as it can be read (for a poison record).
-    pub fn event_id_of(&self, entry: &RawEntry) -> Option<String> {
+    pub(crate) fn event_id_of(&self, entry: &RawEntry) -> Option<String> {
         entry
             .field(&self.names.event_id)
             .filter(|v| !v.contains(&0))

@@ -18,7 +18,7 @@ pub enum GroupError {
     Refused(String),
 }
 
-pub type GroupResult<T> = Result<T, GroupError>;
+pub(crate) type GroupResult<T> = Result<T, GroupError>;
 
 /// Figures for the lag and pending gauges.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,19 +32,19 @@ pub struct GroupInfo {
 /// What one read brought: entries delivered for the first time, and entries the broker says it
 /// delivered before (their deliveries are counted in the inbox database before they are handled).
 #[derive(Debug, Default)]
-pub struct Read {
+pub(crate) struct Read {
     pub entries: Vec<RawEntry>,
     pub redelivered: Vec<RawEntry>,
 }
 
 impl Read {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.redelivered.is_empty()
     }
 }
 
 /// One stream's consumer group as one instance of a bridge reads it.
-pub trait ConsumerGroup: Send + Sync + 'static {
+pub(crate) trait ConsumerGroup: Send + Sync + 'static {
     /// This instance's name in logs.
     fn consumer(&self) -> &str;
 

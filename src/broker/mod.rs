@@ -3,11 +3,11 @@
 //! (`script`), and the brokers behind both seams: Redis Streams (`redis`) and NATS JetStream
 //! (`nats`), and Apache Kafka (`kafka`, owner side only so far).
 
-pub mod group;
-pub mod kafka;
-pub mod nats;
+pub(crate) mod group;
+pub(crate) mod kafka;
+pub(crate) mod nats;
 pub(crate) mod read;
-pub mod redis;
+pub(crate) mod redis;
 pub(crate) mod script;
 pub(crate) mod seam;
 
@@ -32,7 +32,6 @@ impl Broker {
     }
 }
 
-pub use seam::{
-    AppendOptions, AppendOutcome, Dedupe, Durability, Entry, EntryId, EventStream, ServerId, StreamState, Trim,
-    Unavailable,
-};
+pub(crate) use seam::{Dedupe, Durability, EntryId, ServerId, StreamState, Trim, Unavailable};
+
+pub(crate) use seam::{AppendOptions, AppendOutcome, Entry, EventStream};

@@ -13,7 +13,7 @@ const PREFIX_BYTES: usize = 1024;
 /// One entry; `fields` is `None` when the entry was deleted (trimmed) while pending. Names and
 /// values share the bytes of the reply they were read from (no copy of a payload).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawEntry {
+pub(crate) struct RawEntry {
     pub id: String,
     pub fields: Option<Vec<(Bytes, Bytes)>>,
     /// Why the broker's client could not read the message, when it could not (its fields are
@@ -22,17 +22,17 @@ pub struct RawEntry {
 }
 
 impl RawEntry {
-    pub fn new(id: String, fields: Option<Vec<(Bytes, Bytes)>>) -> Self {
+    pub(crate) fn new(id: String, fields: Option<Vec<(Bytes, Bytes)>>) -> Self {
         Self { id, fields, unreadable: None }
     }
 
     /// The first value of `name`, if present.
-    pub fn field(&self, name: &str) -> Option<&Bytes> {
+    pub(crate) fn field(&self, name: &str) -> Option<&Bytes> {
         self.fields.as_ref()?.iter().find(|(k, _)| k == name.as_bytes()).map(|(_, v)| v)
     }
 
     /// Bytes of every name and value: what reading the entry costs.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.fields.iter().flatten().map(|(k, v)| k.len() + v.len()).sum()
     }
 
@@ -45,7 +45,7 @@ impl RawEntry {
     /// to append it again (`handoff poison retry` says so). Names are kept to 256 bytes, and
     /// once names and values hold `2 × limit` the fields left are only counted, under
     /// [`MORE_FIELDS`]: many small fields cannot grow the record either.
-    pub fn fields_json(&self, limit: usize) -> serde_json::Value {
+    pub(crate) fn fields_json(&self, limit: usize) -> serde_json::Value {
         let mut map = serde_json::Map::new();
         // `kept`: bytes of values kept whole; `listed`: every byte the record holds so far.
         let (mut kept, mut listed) = (0usize, 0usize);
@@ -86,11 +86,11 @@ impl RawEntry {
 }
 
 /// The poison record's key for the fields past its bound: how many, and their bytes.
-pub const MORE_FIELDS: &str = "(more fields)";
+pub(crate) const MORE_FIELDS: &str = "(more fields)";
 
 /// Entries of an XREADGROUP reply for a single stream (`[[key, [[id, [f, v, …]], …]]]`) or of
 /// an XCLAIM reply (`[[id, [f, v, …]], …]`). Anything unexpected is skipped rather than fatal.
-pub fn parse_read(reply: Value) -> Vec<RawEntry> {
+pub(crate) fn parse_read(reply: Value) -> Vec<RawEntry> {
     match reply {
         Value::Array(streams) => streams
             .into_iter()
@@ -105,7 +105,7 @@ pub fn parse_read(reply: Value) -> Vec<RawEntry> {
 }
 
 /// `[[id, [f, v, …] | nil], …]`
-pub fn parse_entries(entries: Value) -> Vec<RawEntry> {
+pub(crate) fn parse_entries(entries: Value) -> Vec<RawEntry> {
     let Value::Array(entries) = entries else { return Vec::new() };
     entries
         .into_iter()
@@ -131,7 +131,7 @@ fn parse_fields(body: Value) -> Option<Vec<(Bytes, Bytes)>> {
     Some(fields)
 }
 
-pub fn text(value: Value) -> Option<String> {
+pub(crate) fn text(value: Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.to_string()),
         Value::Bytes(b) => String::from_utf8(b.to_vec()).ok(),

@@ -7,7 +7,7 @@
 //! trim kind ("" / MAXLEN / MINID), trim value, entry count, then per entry its field count and
 //! fields. Reply: flat pairs of status (ok / dup / err / skip) and entry id or error.
 
-pub const SOURCE: &str = r#"
+pub(crate) const SOURCE: &str = r#"
 local stream = KEYS[1]
 local window = tonumber(ARGV[1])
 local stop_on_failure = ARGV[2] == '1'
@@ -52,13 +52,13 @@ return out
 /// A stream key dedupe cannot put a marker beside (in the same cluster slot).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("stream key `{0}` has no usable hash tag and contains `}}`; dedupe cannot mark it")]
-pub struct Untaggable(pub String);
+pub(crate) struct Untaggable(pub String);
 
 /// The key that marks `event_id` as appended to `stream`: `<prefix>{<tag>}:<event_id>`, where
 /// `<tag>` is the stream's own hash tag if it has one (Redis hashes only that part), else the
 /// whole stream key, so marker and stream always share a cluster slot. A key whose whole text is
 /// hashed but holds a `}` cannot be wrapped in a tag; such a stream cannot be deduplicated.
-pub fn marker_key(prefix: &str, stream: &str, event_id: &str) -> Result<String, Untaggable> {
+pub(crate) fn marker_key(prefix: &str, stream: &str, event_id: &str) -> Result<String, Untaggable> {
     let tag = hash_tag(stream);
     if tag.contains('}') {
         return Err(Untaggable(stream.to_owned()));
@@ -68,7 +68,7 @@ pub fn marker_key(prefix: &str, stream: &str, event_id: &str) -> Result<String, 
 
 /// What Redis Cluster hashes: the text between the first `{` and the next `}` if non-empty,
 /// else the whole key.
-pub fn hash_tag(key: &str) -> &str {
+pub(crate) fn hash_tag(key: &str) -> &str {
     if let Some(open) = key.find('{')
         && let Some(len) = key[open + 1..].find('}')
         && len > 0

@@ -32,7 +32,7 @@ pub struct RewindArgs {
     json: bool,
 }
 
-pub async fn run(config: &Config, action: BridgeAction) -> ExitCode {
+pub(super) async fn run(config: &Config, action: BridgeAction) -> ExitCode {
     let BridgeAction::Rewind(args) = action;
     match rewind::rewind(config, &args.bridge, args.stream.as_deref(), &args.to, args.dry_run).await {
         Ok(moved) if args.json => {

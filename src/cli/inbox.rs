@@ -47,7 +47,7 @@ pub struct ReprocessArgs {
     json: bool,
 }
 
-pub async fn run(config: &Config, action: InboxAction) -> ExitCode {
+pub(super) async fn run(config: &Config, action: InboxAction) -> ExitCode {
     let InboxAction::Reprocess(args) = action;
     let from = args
         .states

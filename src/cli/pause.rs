@@ -9,7 +9,7 @@ use crate::pause::{self as pausing, ComponentKind, Pause};
 /// Which component: exactly one of `--relay`, `--bridge`, `--worker`.
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = false)]
-pub struct TargetArgs {
+pub(super) struct TargetArgs {
     /// A relay's name.
     #[arg(long)]
     relay: Option<String>,
@@ -57,7 +57,7 @@ pub struct ResumeArgs {
     json: bool,
 }
 
-pub async fn pause(config: &Config, args: PauseArgs) -> ExitCode {
+pub(super) async fn pause(config: &Config, args: PauseArgs) -> ExitCode {
     let (component, name) = args.target.component();
     let result = async {
         let target = pausing::known(&config.pause_targets(), component, name)?;
@@ -76,7 +76,7 @@ pub async fn pause(config: &Config, args: PauseArgs) -> ExitCode {
     }
 }
 
-pub async fn resume(config: &Config, args: ResumeArgs) -> ExitCode {
+pub(super) async fn resume(config: &Config, args: ResumeArgs) -> ExitCode {
     let (component, name) = args.target.component();
     let result = async {
         let target = pausing::known(&config.pause_targets(), component, name)?;

@@ -49,7 +49,7 @@ pub struct ReplayArgs {
     progress_every: Duration,
 }
 
-pub async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
+pub(super) async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
     let request = Request {
         relay: args.relay.clone(),
         selection: args.selection.into(),

@@ -3,7 +3,7 @@
 use crate::store::selection::{Moment, Selection};
 
 #[derive(Debug, Clone, clap::Args)]
-pub struct SelectionArgs {
+pub(crate) struct SelectionArgs {
     /// From this time on: a duration ago ("2h") or an RFC 3339 time.
     #[arg(long, value_parser = Moment::parse)]
     since: Option<Moment>,

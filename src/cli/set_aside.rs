@@ -69,7 +69,7 @@ pub struct DeadArgs {
 
 /// How an operator command shows what it does.
 #[derive(Debug, clap::Args)]
-pub struct Output {
+pub(super) struct Output {
     /// Show what would be done, do nothing.
     #[arg(long)]
     dry_run: bool,
@@ -78,7 +78,7 @@ pub struct Output {
     json: bool,
 }
 
-pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
+pub(super) async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     let (kind, args) = match action {
         DeadAction::List(a) => (crate::dead::DeadAction::List, a),
         DeadAction::Retry(a) => (crate::dead::DeadAction::Retry, a),
@@ -135,7 +135,7 @@ pub async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
+pub(super) async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     let (retry, args) = match action {
         PoisonAction::List(a) => (false, a),
         PoisonAction::Retry(a) => (true, a),

@@ -64,7 +64,7 @@ fn thirty_two() -> usize {
 }
 
 /// The shortest token accepted: a guessable one would open the write API.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// Reads each token's file; problems name the token.
 pub(super) fn read_tokens(admin: &mut AdminConfig, errors: &mut Vec<String>) {

@@ -10,10 +10,10 @@ use crate::store::inbox::contract::WorkerStatement;
 use crate::worker::config::WorkerConfig;
 
 /// `apply = "off"`: the worker applies everything.
-pub const OFF: &str = "off";
+pub(crate) const OFF: &str = "off";
 
 /// Why bridge `bridge` cannot apply worker `name`'s handlers at take-over (none: it can).
-pub fn problems(config: &Config, bridge: &BridgeConfig, name: &str, style: Placeholder) -> Vec<String> {
+pub(crate) fn problems(config: &Config, bridge: &BridgeConfig, name: &str, style: Placeholder) -> Vec<String> {
     let Some(worker) = config.workers.iter().find(|w| w.name == name) else {
         return vec![format!("no worker named `{name}` in this file (the handlers applied are a worker's)")];
     };
@@ -49,7 +49,7 @@ fn same_inbox(bridge: &BridgeConfig, worker: &WorkerConfig) -> bool {
 
 /// Settles every bridge's `apply` to a worker's name or none, recording why in `apply_chosen`.
 /// Runs on a valid configuration (an explicit worker already passed [`problems`]).
-pub fn resolve(config: &mut Config) {
+pub(crate) fn resolve(config: &mut Config) {
     let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
     let style = dialect.unwrap_or(Dialect::Postgres).placeholder();
     let chosen: Vec<(Option<String>, String)> = config

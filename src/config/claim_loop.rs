@@ -151,14 +151,14 @@ fn lease() -> Duration {
 
 /// The table the loader gathers the keys into (never written by hand: errors name the keys
 /// without it).
-pub const TABLE: &str = "claim_loop";
+pub(crate) const TABLE: &str = "claim_loop";
 
 /// The keys of [`ClaimLoopConfig`], as written in `[[relay]]` and `[[worker]]`.
-pub const KEYS: &[&str] =
+pub(crate) const KEYS: &[&str] =
     &["batch_size", "concurrency", "poll_interval", "lease", "max_attempts", "backoff", "outage_backoff", "claim"];
 
 /// Moves every claim-loop key of each `[[relay]]` and `[[worker]]` entry into its [`TABLE`].
-pub fn nest(config: &mut figment::value::Value) {
+pub(crate) fn nest(config: &mut figment::value::Value) {
     use figment::value::{Tag, Value};
     let Value::Dict(_, root) = config else { return };
     for section in ["relay", "worker"] {

@@ -147,13 +147,13 @@ impl Dialect {
 mod defaults {
     use std::time::Duration;
 
-    pub fn pool_size() -> usize {
+    pub(super) fn pool_size() -> usize {
         8
     }
-    pub fn five_seconds() -> Duration {
+    pub(super) fn five_seconds() -> Duration {
         Duration::from_secs(5)
     }
-    pub fn thirty_seconds() -> Duration {
+    pub(super) fn thirty_seconds() -> Duration {
         Duration::from_secs(30)
     }
 }

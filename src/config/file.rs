@@ -79,7 +79,7 @@ impl Default for ShutdownConfig {
 mod defaults {
     use std::time::Duration;
 
-    pub fn grace_period() -> Duration {
+    pub(super) fn grace_period() -> Duration {
         Duration::from_secs(20)
     }
 }

@@ -11,7 +11,7 @@ use crate::broker::Broker;
 use crate::relay::config::{RetentionConfig, SettleMode, TrimConfig};
 
 /// Fills in the defaults after validation (which saw only what the file says).
-pub fn resolve(config: &mut Config) {
+pub(crate) fn resolve(config: &mut Config) {
     for relay in &mut config.relays {
         relay.trim = match relay.trim.take() {
             None if relay.broker == Broker::Redis => Some(TrimConfig::acknowledged_by_default()),
@@ -28,7 +28,7 @@ pub fn resolve(config: &mut Config) {
 }
 
 /// What the file says of a relay's `trim` and `retention` that cannot hold, into `errors`.
-pub fn validate(relay: &crate::relay::config::RelayConfig, path: &str, errors: &mut Vec<String>) {
+pub(crate) fn validate(relay: &crate::relay::config::RelayConfig, path: &str, errors: &mut Vec<String>) {
     if let Some(trim) = &relay.trim {
         let set =
             usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());
@@ -55,7 +55,7 @@ pub fn validate(relay: &crate::relay::config::RelayConfig, path: &str, errors: &
 }
 
 /// What a relay keeps, in words, for `check`.
-pub fn described(relay: &crate::relay::config::RelayConfig) -> String {
+pub(crate) fn described(relay: &crate::relay::config::RelayConfig) -> String {
     let default = |d: bool| if d { " (default)" } else { "" };
     let rows = match &relay.retention {
         Some(r) => format!(

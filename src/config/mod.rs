@@ -8,16 +8,16 @@
 //! templates), loading (file + environment + `*_file` secrets) in `load`, cross-field checks in
 //! `validate`, and the choices `claim = "auto"` and an absent `apply` make (`claim`, `apply`).
 
-pub mod admin;
+pub(crate) mod admin;
 pub(crate) mod apply;
 mod backoff;
 mod claim;
 pub(crate) mod claim_loop;
-mod connections;
+pub(crate) mod connections;
 mod event_types;
 pub(crate) mod file;
 pub(crate) mod keep;
-mod load;
+pub(crate) mod load;
 pub(crate) mod ordered;
 pub(crate) mod secret;
 mod shards;
@@ -26,26 +26,28 @@ pub(crate) mod template;
 pub(crate) mod tls;
 mod validate;
 
-pub use crate::bridge::config::{
-    BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, TakeoverOverrides, UnknownTypes, ValidateConfig,
+pub(crate) use crate::bridge::config::{
+    BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig,
 };
-pub use crate::broker::Broker;
-pub use crate::broker::nats::config::NatsConfig;
-pub use crate::relay::config::{
-    BrokerLossConfig, DedupeConfig, DurabilityConfig, NotifyConfig, OnFailure, OrderingConfig, RelayConfig,
-    RetentionConfig, SettleMode, SqlOverrides, TrimConfig,
-};
+pub(crate) use crate::broker::Broker;
+pub(crate) use crate::relay::config::{OnFailure, RelayConfig};
 pub(crate) use crate::worker::config::never_forwarded;
-pub use crate::worker::config::{
-    HandlerConfig, HandlerErrors, HandlerVerdict, HttpHandlerConfig, InboxRetention, Unhandled, WorkerConfig,
-    WorkerOverrides,
+pub(crate) use crate::worker::config::{
+    HandlerConfig, HandlerVerdict, HttpHandlerConfig, Unhandled, WorkerConfig, WorkerOverrides,
 };
-pub use backoff::BackoffConfig;
-pub use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults, RelayLoop, WorkerLoop};
-pub use connections::{DatabaseConfig, Dialect, RedisConfig};
+pub(crate) use backoff::BackoffConfig;
+pub(crate) use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults};
+pub(crate) use connections::{Dialect, RedisConfig};
 pub(crate) use event_types::type_matches;
-pub use file::{Config, ShutdownConfig};
-pub use load::{ConfigError, load, load_str};
-pub use secret::Secret;
-pub use telemetry::{ListenerTls, LogFormat, MetricsAuth, TelemetryConfig, TracingConfig};
-pub use tls::{TlsConfig, TlsMode};
+pub(crate) use secret::Secret;
+pub(crate) use telemetry::{ListenerTls, LogFormat, MetricsAuth, TelemetryConfig, TracingConfig};
+pub(crate) use tls::{TlsConfig, TlsMode};
+
+pub(crate) use crate::broker::nats::config::NatsConfig;
+pub(crate) use crate::relay::config::SettleMode;
+pub(crate) use crate::worker::config::HandlerErrors;
+pub(crate) use connections::DatabaseConfig;
+pub(crate) use file::Config;
+pub(crate) use load::load;
+#[cfg(test)]
+pub(crate) use load::load_str;

@@ -9,16 +9,16 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer};
 
 /// Name → template, in the order configured.
-pub type Fields = Vec<(String, String)>;
+pub(crate) type Fields = Vec<(String, String)>;
 
 /// Deserializes a table into [`Fields`] (sorted by name; [`restore`] puts them in file order).
-pub fn map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Error> {
+pub(crate) fn map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Fields, D::Error> {
     Ok(BTreeMap::<String, String>::deserialize(deserializer)?.into_iter().collect())
 }
 
 /// Puts each relay's `fields` and `envelope` (given in the order of the `[[relay]]` entries) in
 /// the order `text` (the TOML file) writes them.
-pub fn restore<'a>(relays: impl Iterator<Item = (&'a mut Fields, &'a mut Fields)>, text: &str) {
+pub(crate) fn restore<'a>(relays: impl Iterator<Item = (&'a mut Fields, &'a mut Fields)>, text: &str) {
     let Ok(document) = text.parse::<toml::Table>() else { return };
     let Some(raw_relays) = document.get("relay").and_then(toml::Value::as_array) else { return };
     for ((fields, envelope), raw) in relays.zip(raw_relays) {

@@ -33,7 +33,7 @@ impl fmt::Display for Secret {
 /// A URL as it may be shown: scheme, host and port, with credentials, the path and the query
 /// replaced by `***` (`https://***@hooks.internal:8443/***?***`): webhook URLs carry their
 /// token in the path as often as in the query.
-pub fn redacted_url(url: &str) -> String {
+pub(crate) fn redacted_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "***".into() };
     let (before_query, query) = match rest.split_once('?') {
         Some((before, _)) => (before, "?***"),

@@ -6,10 +6,10 @@
 use crate::bridge::config::StreamSource;
 
 /// The placeholder a sharded stream key carries.
-pub const PLACEHOLDER: &str = "{shard}";
+pub(super) const PLACEHOLDER: &str = "{shard}";
 
 /// Expands every bridge's sharded stream entries; names what is wrong with one.
-pub fn expand(bridges: &mut [crate::bridge::config::BridgeConfig], errors: &mut Vec<String>) {
+pub(super) fn expand(bridges: &mut [crate::bridge::config::BridgeConfig], errors: &mut Vec<String>) {
     for bridge in bridges {
         let mut expanded = Vec::with_capacity(bridge.streams.len());
         for (j, source) in std::mem::take(&mut bridge.streams).into_iter().enumerate() {
@@ -25,7 +25,7 @@ pub fn expand(bridges: &mut [crate::bridge::config::BridgeConfig], errors: &mut 
 
 /// What is wrong with a sharded stream entry.
 #[derive(Debug, thiserror::Error)]
-pub enum ShardsError {
+pub(super) enum ShardsError {
     #[error("shards needs shard_count (how many shards the relay's template spreads keys over)")]
     NoCount,
     #[error("shard_count must be between 1 and {}", super::template::MAX_SHARDS)]
@@ -65,7 +65,7 @@ fn expand_one(source: StreamSource) -> Result<Vec<StreamSource>, ShardsError> {
 }
 
 /// `"all"`, or ranges and numbers separated by commas (`"0-7"`, `"0,4,8-11"`), each below `count`.
-pub fn parse_set(text: &str, count: u32) -> Result<Vec<u32>, ShardsError> {
+pub(super) fn parse_set(text: &str, count: u32) -> Result<Vec<u32>, ShardsError> {
     if text.trim() == "all" {
         return Ok((0..count).collect());
     }

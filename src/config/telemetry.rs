@@ -127,22 +127,22 @@ mod defaults {
     use std::net::SocketAddr;
     use std::time::Duration;
 
-    pub fn ten_seconds() -> Duration {
+    pub(super) fn ten_seconds() -> Duration {
         Duration::from_secs(10)
     }
-    pub fn five_seconds() -> Duration {
+    pub(super) fn five_seconds() -> Duration {
         Duration::from_secs(5)
     }
-    pub fn listen() -> SocketAddr {
+    pub(super) fn listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
     }
-    pub fn log_level() -> String {
+    pub(super) fn log_level() -> String {
         "info".into()
     }
-    pub fn max_connections() -> usize {
+    pub(super) fn max_connections() -> usize {
         32
     }
-    pub fn sample_interval() -> Duration {
+    pub(super) fn sample_interval() -> Duration {
         Duration::from_secs(15)
     }
 }

@@ -12,7 +12,7 @@ use std::fmt;
 
 /// A parsed template, not yet tied to a statement's columns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
+pub(crate) struct Template {
     parts: Vec<Part>,
 }
 
@@ -24,11 +24,11 @@ enum Part {
 }
 
 /// Most shards a template may spread a key over (streams per family and per other column).
-pub const MAX_SHARDS: u32 = 4096;
+pub(crate) const MAX_SHARDS: u32 = 4096;
 
 /// A template whose columns were found in the claim result; renders rows by index.
 #[derive(Debug, Clone)]
-pub struct BoundTemplate {
+pub(crate) struct BoundTemplate {
     parts: Vec<BoundPart>,
 }
 
@@ -41,7 +41,7 @@ enum BoundPart {
 
 /// A template that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TemplateError {
+pub(crate) enum TemplateError {
     #[error("unclosed `{{{0}` (write {{{{ for a literal brace)")]
     Unclosed(String),
     #[error("`{{{0}}}` is not a column reference (write {{{{ for a literal brace)")]
@@ -57,7 +57,7 @@ pub enum TemplateError {
 }
 
 impl Template {
-    pub fn parse(text: &str) -> Result<Self, TemplateError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, TemplateError> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut chars = text.chars().peekable();
@@ -98,11 +98,11 @@ impl Template {
 
     /// The column, when the template is that one column and nothing else (`"{payload}"`).
     /// The template's own text, its column references left out (what every rendering holds).
-    pub fn literal_text(&self) -> String {
+    pub(crate) fn literal_text(&self) -> String {
         self.parts.iter().filter_map(|p| if let Part::Text(t) = p { Some(t.as_str()) } else { None }).collect()
     }
 
-    pub fn sole_column(&self) -> Option<&str> {
+    pub(crate) fn sole_column(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [Part::Column(name)] => Some(name),
             _ => None,
@@ -110,7 +110,7 @@ impl Template {
     }
 
     /// The shard count, when the template spreads keys over shards.
-    pub fn shard_count(&self) -> Option<u32> {
+    pub(crate) fn shard_count(&self) -> Option<u32> {
         self.parts.iter().find_map(|p| match p {
             Part::Shard { count, .. } => Some(*count),
             _ => None,
@@ -119,7 +119,7 @@ impl Template {
 
     /// The template with its shard count left out (`audit:{aggregate_type}:{shard(aggregate_id)}`):
     /// what names a family of sharded streams, whatever its count.
-    pub fn family(&self) -> String {
+    pub(crate) fn family(&self) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
@@ -132,7 +132,7 @@ impl Template {
     }
 
     /// Resolves column names to positions in `columns`; names the first missing one.
-    pub fn bind(&self, columns: &[String]) -> Result<BoundTemplate, TemplateError> {
+    pub(crate) fn bind(&self, columns: &[String]) -> Result<BoundTemplate, TemplateError> {
         let parts = self
             .parts
             .iter()
@@ -156,7 +156,7 @@ impl Template {
 
 /// A row value the template needs is NULL or empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MissingValue(pub String);
+pub(crate) struct MissingValue(pub String);
 
 impl fmt::Display for MissingValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -165,7 +165,7 @@ impl fmt::Display for MissingValue {
 }
 
 impl BoundTemplate {
-    pub fn render(&self, row: &[Option<String>]) -> Result<String, MissingValue> {
+    pub(crate) fn render(&self, row: &[Option<String>]) -> Result<String, MissingValue> {
         let mut out = String::new();
         for part in &self.parts {
             match part {
@@ -187,7 +187,7 @@ impl BoundTemplate {
 }
 
 /// The shard of `key` among `count`: CRC-32 (IEEE) of its bytes, modulo `count`.
-pub fn shard_of(key: &str, count: u32) -> u32 {
+pub(crate) fn shard_of(key: &str, count: u32) -> u32 {
     crc32fast::hash(key.as_bytes()) % count.max(1)
 }
 

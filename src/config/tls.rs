@@ -98,7 +98,7 @@ impl TlsConfig {
 
 /// The URL's own TLS words, in the same shape, and the URL without them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlTls {
+pub(crate) struct UrlTls {
     pub tls: TlsConfig,
     pub url: String,
 }
@@ -121,7 +121,7 @@ enum Setting {
 
 /// Reads and removes the TLS parameters of a `postgres://` or `mysql://` URL. Errors name the
 /// parameter (never the URL, which may hold a password).
-pub fn from_url(url: &str, mysql: bool) -> Result<UrlTls, Vec<String>> {
+pub(crate) fn from_url(url: &str, mysql: bool) -> Result<UrlTls, Vec<String>> {
     let params = if mysql { MYSQL_PARAMS } else { POSTGRES_PARAMS };
     let parse = |value: &str| if mysql { TlsMode::parse_mysql(value) } else { TlsMode::parse_libpq(value) };
     let Some((base, query)) = url.split_once('?') else {
@@ -158,7 +158,7 @@ pub fn from_url(url: &str, mysql: bool) -> Result<UrlTls, Vec<String>> {
 
 /// `explicit` (the `tls` table) merged with what the URL said; a setting given in both places
 /// with different values is an error naming both.
-pub fn merge(section: &str, explicit: &TlsConfig, from_url: &TlsConfig) -> Result<TlsConfig, Vec<String>> {
+pub(crate) fn merge(section: &str, explicit: &TlsConfig, from_url: &TlsConfig) -> Result<TlsConfig, Vec<String>> {
     let mut errors = Vec::new();
     fn pick<T: Clone + PartialEq>(
         a: &Option<T>,
@@ -194,7 +194,7 @@ pub fn merge(section: &str, explicit: &TlsConfig, from_url: &TlsConfig) -> Resul
 }
 
 /// Rules every `tls` table follows, whatever it is for; each error names `path`'s key.
-pub fn check_shape(path: &str, tls: &TlsConfig, mode: TlsMode) -> Vec<String> {
+pub(crate) fn check_shape(path: &str, tls: &TlsConfig, mode: TlsMode) -> Vec<String> {
     let mut errors = Vec::new();
     if tls.cert_file.is_some() != tls.key_file.is_some() {
         errors.push(format!("{path}.cert_file and {path}.key_file go together (mutual TLS needs both)"));

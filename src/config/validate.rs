@@ -106,7 +106,7 @@ fn validate_http_tls(path: &str, http: &crate::worker::config::HttpHandlerConfig
     errors
 }
 
-pub fn validate(config: &Config) -> Vec<String> {
+pub(super) fn validate(config: &Config) -> Vec<String> {
     let mut errors = Vec::new();
     let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
     if config.database.url.is_some() && dialect.is_none() {

@@ -9,7 +9,7 @@ use crate::store::Database;
 
 /// Which tables a command touches, and which rows of them.
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub relay: Option<String>,
     pub worker: Option<String>,
     pub rows: DeadFilter,
@@ -17,7 +17,7 @@ pub struct Filter {
 
 /// Why a `dead` command did nothing, or stopped part-way.
 #[derive(Debug, thiserror::Error)]
-pub enum DeadError {
+pub(crate) enum DeadError {
     #[error("no relay or worker in the config matches the filter")]
     NoMatch,
     #[error("relay `{0}` uses its own statements; dead-letter commands serve the reference schema")]
@@ -48,7 +48,7 @@ fn tables(config: &Config, filter: &Filter) -> Result<Vec<DeadTable>, DeadError>
 }
 
 /// Runs `action` (or, with `dry_run`, lists what it would touch); returns the rows concerned.
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     db: &Database,
     filter: &Filter,

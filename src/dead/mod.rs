@@ -10,5 +10,5 @@ mod mysql;
 mod postgres;
 mod rows;
 
-pub use commands::{Filter, run};
-pub use rows::{DeadAction, DeadFilter};
+pub(crate) use commands::{Filter, run};
+pub(crate) use rows::{DeadAction, DeadFilter};

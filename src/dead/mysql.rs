@@ -8,7 +8,7 @@ use crate::store::error::StoreResult;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::Pool;
 
-pub async fn run(
+pub(super) async fn run(
     pool: &Pool,
     target: &DeadTable,
     filter: &DeadFilter,

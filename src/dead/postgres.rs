@@ -6,7 +6,7 @@ use super::rows::{DeadAction, DeadFilter, DeadRow, DeadTable};
 use crate::store::error::StoreResult;
 use crate::store::postgres::errors::{pool_error, query_error};
 
-pub async fn run(
+pub(super) async fn run(
     pool: &Pool,
     target: &DeadTable,
     filter: &DeadFilter,

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 /// Which DEAD rows an operation touches.
 #[derive(Debug, Clone, Default)]
-pub struct DeadFilter {
+pub(crate) struct DeadFilter {
     pub event_id: Option<String>,
     pub older_than: Option<Duration>,
     pub error_contains: Option<String>,
@@ -20,14 +20,14 @@ impl DeadFilter {
     /// is younger, so longer ages saturate there: a cast would wrap ("older than 500 million
     /// years" became 384 ms and matched rows dead a second ago) and the database's interval
     /// arithmetic overflows long before `i64::MAX` milliseconds.
-    pub fn older_than_ms(&self) -> Option<i64> {
+    pub(crate) fn older_than_ms(&self) -> Option<i64> {
         const OLDEST: Duration = Duration::from_secs(1000 * 366 * 24 * 3600);
         self.older_than.map(|d| d.min(OLDEST).as_millis() as i64)
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadAction {
+pub(crate) enum DeadAction {
     List,
     /// Back to PENDING with the row's counters reset; its last error stays and `redrives` counts
     /// the re-drive.
@@ -37,7 +37,7 @@ pub enum DeadAction {
 
 /// A table holding DEAD rows: a relay's outbox or a worker's inbox.
 #[derive(Debug, Clone)]
-pub struct DeadTable {
+pub(super) struct DeadTable {
     /// `relay <name>` or `worker <name>`: what the rows are shown as.
     pub source: String,
     pub table: String,
@@ -46,11 +46,11 @@ pub struct DeadTable {
 }
 
 impl DeadTable {
-    pub fn outbox(relay: &str, table: &str) -> Self {
+    pub(super) fn outbox(relay: &str, table: &str) -> Self {
         Self { source: format!("relay {relay}"), table: table.to_owned(), consumer: None }
     }
 
-    pub fn inbox(worker: &str, table: &str, consumer: &str) -> Self {
+    pub(super) fn inbox(worker: &str, table: &str, consumer: &str) -> Self {
         Self { source: format!("worker {worker}"), table: table.to_owned(), consumer: Some(consumer.to_owned()) }
     }
 
@@ -66,7 +66,7 @@ impl DeadTable {
 
 /// One DEAD row as shown to the operator.
 #[derive(Debug, Clone, Serialize)]
-pub struct DeadRow {
+pub(crate) struct DeadRow {
     /// `relay <name>` or `worker <name>`.
     pub source: String,
     pub id: String,

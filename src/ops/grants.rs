@@ -9,7 +9,7 @@ use crate::store::migrate::parts::Role;
 
 /// The GRANTs for `user` in `dialect`, for `roles` (none: the config's sections'); on Postgres
 /// the tables are in `schema`.
-pub fn statements(config: &Config, roles: &[Role], user: &str, schema: &str, dialect: Dialect) -> Vec<String> {
+pub(crate) fn statements(config: &Config, roles: &[Role], user: &str, schema: &str, dialect: Dialect) -> Vec<String> {
     let mut roles = roles.to_vec();
     if roles.is_empty() || roles.contains(&Role::All) {
         roles = [

@@ -1,5 +1,5 @@
 //! Operator commands that read across features: `status`, `verify` and `grants`.
 
-pub mod grants;
-pub mod status;
-pub mod verify;
+pub(crate) mod grants;
+pub(crate) mod status;
+pub(crate) mod verify;

@@ -12,7 +12,7 @@ use crate::store::inbox;
 use crate::store::{Database, PrepareError, StoreResult};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Line {
+pub(crate) struct Line {
     pub component: String,
     /// `running`, `paused`, or `unknown` (the pauses could not be read).
     pub state: &'static str,
@@ -47,12 +47,12 @@ impl Line {
 
 /// The brokers status reads group figures from, each if configured and reachable.
 #[derive(Clone, Copy, Default)]
-pub struct Brokers<'a> {
+pub(crate) struct Brokers<'a> {
     pub redis: Option<&'a RedisStream>,
     pub nats: Option<&'a NatsStream>,
 }
 
-pub async fn collect(config: &Config, db: &Database, brokers: Brokers<'_>) -> Vec<Line> {
+pub(crate) async fn collect(config: &Config, db: &Database, brokers: Brokers<'_>) -> Vec<Line> {
     let mut lines = collect_counts(config, db, brokers).await;
     let pauses = crate::pause::active(db).await;
     let targets = config.pause_targets();
@@ -166,7 +166,7 @@ async fn collect_counts(config: &Config, db: &Database, brokers: Brokers<'_>) ->
 }
 
 /// A fixed-width table for humans.
-pub fn render(lines: &[Line]) -> String {
+pub(crate) fn render(lines: &[Line]) -> String {
     let cell = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
     let mut out = format!(
         "{:<40} {:<8} {:>10} {:>10} {:>8} {:>10} {:>14}\n",

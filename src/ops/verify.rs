@@ -19,7 +19,7 @@ use crate::store::Database;
 
 /// Why `handoff verify` could not check.
 #[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
+pub(crate) enum VerifyError {
     #[error("no relay in the config matches")]
     NoMatch,
     #[error(transparent)]
@@ -37,14 +37,14 @@ pub enum VerifyError {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct RelayReport {
+pub(crate) struct RelayReport {
     pub relay: String,
     pub streams: Vec<StreamReport>,
     /// Why nothing could be checked, if so.
     pub note: Option<String>,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     relay: Option<&str>,
     since: Duration,

@@ -13,7 +13,7 @@ use crate::store::error::StoreResult;
 
 /// Why a pause or resume did nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum PauseError {
+pub(crate) enum PauseError {
     #[error("no {} named `{}` in the config (configured: {})", .0.component.label(), .0.name, configured(.1))]
     Unknown(Target, Vec<String>),
     #[error("a pause reason is at most {MAX_REASON} bytes ({0} given)")]
@@ -30,11 +30,11 @@ fn configured(names: &[String]) -> String {
 
 /// Longer reasons are refused: the reason is shown on the status page and in every replica's
 /// readiness answer.
-pub const MAX_REASON: usize = 500;
+pub(super) const MAX_REASON: usize = 500;
 
 /// `component` `name` if `configured` (every component of the config) holds it: a pause of a
 /// misspelt name would pause nothing.
-pub fn known(configured: &[Target], component: ComponentKind, name: &str) -> Result<Target, PauseError> {
+pub(crate) fn known(configured: &[Target], component: ComponentKind, name: &str) -> Result<Target, PauseError> {
     let target = Target { component, name: name.to_owned() };
     if configured.contains(&target) {
         return Ok(target);
@@ -45,7 +45,7 @@ pub fn known(configured: &[Target], component: ComponentKind, name: &str) -> Res
 
 /// Pauses `target` (or updates the reason and expiry of its pause, which keeps its start): a
 /// retried call changes nothing more.
-pub async fn pause(
+pub(crate) async fn pause(
     db: &Database,
     target: Target,
     reason: Option<String>,
@@ -68,7 +68,7 @@ pub async fn pause(
 
 /// Resumes `target`; the pause that was in force, if any (resuming a running one changes
 /// nothing: idempotent).
-pub async fn resume(db: &Database, target: &Target) -> Result<Option<Pause>, PauseError> {
+pub(crate) async fn resume(db: &Database, target: &Target) -> Result<Option<Pause>, PauseError> {
     let pause = match db {
         Database::Postgres(pool) => postgres::resume(pool, target).await?,
         Database::Mysql(pool) => mysql::resume(pool, target).await?,
@@ -77,7 +77,7 @@ pub async fn resume(db: &Database, target: &Target) -> Result<Option<Pause>, Pau
 }
 
 /// The pauses in force (expired rows are not).
-pub async fn active(db: &Database) -> StoreResult<Vec<Pause>> {
+pub(crate) async fn active(db: &Database) -> StoreResult<Vec<Pause>> {
     match db {
         Database::Postgres(pool) => postgres::active(pool).await,
         Database::Mysql(pool) => mysql::active(pool).await,
@@ -85,7 +85,7 @@ pub async fn active(db: &Database) -> StoreResult<Vec<Pause>> {
 }
 
 /// Who runs the CLI: `cli:<user>`, as a pause records it.
-pub fn cli_user() -> String {
+pub(crate) fn cli_user() -> String {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default();
     let user: String = user.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
     if user.is_empty() { "cli".to_owned() } else { format!("cli:{user}") }

@@ -38,10 +38,10 @@ impl PauseConfig {
 mod defaults {
     use std::time::Duration;
 
-    pub fn poll_interval() -> Duration {
+    pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)
     }
-    pub fn alert_after() -> Duration {
+    pub(super) fn alert_after() -> Duration {
         Duration::from_secs(3600)
     }
 }

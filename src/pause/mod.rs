@@ -18,7 +18,7 @@ mod postgres;
 pub(crate) mod target;
 mod watch;
 
-pub use commands::{PauseError, active, cli_user, known, pause, resume};
-pub use metrics::PauseMetrics;
-pub use target::{ComponentKind, Pause, Target};
-pub use watch::{PauseSwitch, Pauses, watch};
+pub(crate) use commands::{PauseError, active, cli_user, known, pause, resume};
+pub(crate) use metrics::PauseMetrics;
+pub(crate) use target::{ComponentKind, Pause, Target};
+pub(crate) use watch::{PauseSwitch, Pauses, watch};

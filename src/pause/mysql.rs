@@ -30,13 +30,13 @@ fn failed(e: mysql_async::Error) -> StoreError {
     error(LABEL, e)
 }
 
-pub async fn active(pool: &Pool) -> StoreResult<Vec<Pause>> {
+pub(super) async fn active(pool: &Pool) -> StoreResult<Vec<Pause>> {
     let mut conn = pool.get_conn().await.map_err(failed)?;
     let sql = format!("SELECT {COLUMNS} FROM handoff_pauses WHERE {IN_FORCE} ORDER BY component, name");
     Ok(pauses(conn.query(sql).await.map_err(failed)?))
 }
 
-pub async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
+pub(super) async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
     let expires_ms = request.expires_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let target = &request.target;
     let key = (target.component.label(), target.name.as_str());
@@ -58,7 +58,7 @@ pub async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
     pauses(rows).pop().ok_or_else(|| StoreError::Contract("pauses: the upsert left no row".into()))
 }
 
-pub async fn resume(pool: &Pool, target: &Target) -> StoreResult<Option<Pause>> {
+pub(super) async fn resume(pool: &Pool, target: &Target) -> StoreResult<Option<Pause>> {
     let key = (target.component.label(), target.name.as_str());
     let mut tx = pool.start_transaction(mysql_async::TxOpts::default()).await.map_err(failed)?;
     let sql =

@@ -15,14 +15,14 @@ fn pauses(rows: &[tokio_postgres::Row]) -> Vec<Pause> {
     rows.iter().filter_map(|r| from_columns(r.get(0), r.get(1), r.get(2), r.get(3), (r.get(4), r.get(5)))).collect()
 }
 
-pub async fn active(pool: &Pool) -> StoreResult<Vec<Pause>> {
+pub(super) async fn active(pool: &Pool) -> StoreResult<Vec<Pause>> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let sql = format!("SELECT {COLUMNS} FROM handoff_pauses WHERE {IN_FORCE} ORDER BY component, name");
     let rows = client.query(&sql, &[]).await.map_err(|e| query_error(LABEL, e))?;
     Ok(pauses(&rows))
 }
 
-pub async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
+pub(super) async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let expires_ms = request.expires_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     // A pause in force keeps its start; an expired one is a new pause.
@@ -41,7 +41,7 @@ pub async fn pause(pool: &Pool, request: &PauseRequest) -> StoreResult<Pause> {
     pauses(&rows).pop().ok_or_else(|| StoreError::Contract("pauses: the upsert returned no row".into()))
 }
 
-pub async fn resume(pool: &Pool, target: &Target) -> StoreResult<Option<Pause>> {
+pub(super) async fn resume(pool: &Pool, target: &Target) -> StoreResult<Option<Pause>> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let sql = format!("DELETE FROM handoff_pauses WHERE component = $1 AND name = $2 RETURNING {COLUMNS}, {IN_FORCE}");
     let rows =

@@ -43,7 +43,7 @@ impl std::fmt::Display for Target {
 
 /// An active pause, with its times by the database's clock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Pause {
+pub(crate) struct Pause {
     #[serde(flatten)]
     pub target: Target,
     pub reason: Option<String>,
@@ -57,7 +57,7 @@ pub struct Pause {
 
 /// A pause to write.
 #[derive(Debug, Clone)]
-pub struct PauseRequest {
+pub(crate) struct PauseRequest {
     pub target: Target,
     pub reason: Option<String>,
     pub paused_by: String,

@@ -27,7 +27,7 @@ struct Known {
 
 /// The pauses in force, as this process last read them.
 #[derive(Clone)]
-pub struct Pauses {
+pub(crate) struct Pauses {
     tx: watch::Sender<Known>,
 }
 
@@ -39,7 +39,7 @@ impl Default for Pauses {
 
 impl Pauses {
     /// The switch of one component.
-    pub fn switch(&self, target: Target) -> PauseSwitch {
+    pub(crate) fn switch(&self, target: Target) -> PauseSwitch {
         PauseSwitch { target, rx: self.tx.subscribe() }
     }
 
@@ -63,14 +63,14 @@ impl Pauses {
 
 /// One component's view of whether it is paused.
 #[derive(Clone)]
-pub struct PauseSwitch {
+pub(crate) struct PauseSwitch {
     target: Target,
     rx: watch::Receiver<Known>,
 }
 
 /// Whether a component may work.
 #[derive(Debug, Clone, PartialEq)]
-pub enum State {
+pub(crate) enum State {
     /// The pauses have not been read yet (the database has not answered since the start).
     Unknown,
     Running,
@@ -78,7 +78,7 @@ pub enum State {
 }
 
 impl PauseSwitch {
-    pub fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         match &self.rx.borrow().pauses {
             None => State::Unknown,
             Some(pauses) => match pauses.iter().find(|p| p.target == self.target) {
@@ -89,12 +89,12 @@ impl PauseSwitch {
     }
 
     /// Whether the component must wait now (paused, or the pauses not read yet).
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         self.state() != State::Running
     }
 
     /// Whether a pause is known to be in force (the pauses not read yet do not count).
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         matches!(self.state(), State::Paused(_))
     }
 
@@ -102,7 +102,7 @@ impl PauseSwitch {
     /// is paused, until it is resumed or `shutdown` (then it returns too: the caller's loop
     /// ends); before the first read of the pauses it waits too. Returns whether it waited.
     /// (The watcher logs pauses and resumes, once a process.)
-    pub async fn wait_while_paused(&mut self, health: &Component, shutdown: &CancellationToken) -> bool {
+    pub(crate) async fn wait_while_paused(&mut self, health: &Component, shutdown: &CancellationToken) -> bool {
         let mut waited = false;
         loop {
             match self.state() {
@@ -136,7 +136,7 @@ impl PauseSwitch {
 /// Reads the pauses every `poll`, publishes them, and keeps `handoff_paused` for `targets` (every
 /// configured component) current, until `shutdown`. An outage keeps what was read last; a
 /// database without `handoff_pauses`, or a user without SELECT on it, has no pauses, said once.
-pub async fn watch(
+pub(crate) async fn watch(
     db: Database,
     pauses: Pauses,
     targets: Vec<Target>,

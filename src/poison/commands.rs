@@ -24,14 +24,14 @@ use crate::store::Database;
 use crate::store::StoreResult;
 
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub bridge: Option<String>,
     pub records: PoisonFilter,
 }
 
 /// One poison record as shown to the operator.
 #[derive(Debug, Clone, Serialize)]
-pub struct PoisonRow {
+pub(crate) struct PoisonRow {
     pub bridge: String,
     #[serde(flatten)]
     pub record: StoredPoison,
@@ -43,7 +43,7 @@ pub struct PoisonRow {
 /// What `retry` did with a record's entry.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reappended {
+pub(crate) enum Reappended {
     /// Appended again, as this entry id.
     Entry(String),
     /// Not appended, and why.
@@ -52,7 +52,7 @@ pub enum Reappended {
 
 /// Why a `poison` command did nothing, or stopped part-way.
 #[derive(Debug, thiserror::Error)]
-pub enum PoisonError {
+pub(crate) enum PoisonError {
     #[error("no bridge in the config matches the filter")]
     NoMatch,
     #[error("bridge {bridge}: {}", error_chain(.error))]
@@ -67,7 +67,7 @@ pub enum PoisonError {
 
 /// Why a record's entry was not appended again.
 #[derive(Debug, thiserror::Error)]
-pub enum ReappendError {
+pub(super) enum ReappendError {
     #[error(transparent)]
     Fields(#[from] FieldsError),
     #[error("nothing to append: the entry was deleted from the stream before it was read")]
@@ -82,7 +82,7 @@ pub enum ReappendError {
 
 /// Why a record's fields cannot make an entry again.
 #[derive(Debug, thiserror::Error)]
-pub enum FieldsError {
+pub(super) enum FieldsError {
     #[error("the record's fields are not an object")]
     NotAnObject,
     #[error("not base64: {0}")]
@@ -112,7 +112,7 @@ async fn records(db: &Database, bridge: &BridgeConfig, filter: &Filter) -> Resul
         .map_err(|error| PoisonError::Store { bridge: bridge.name.clone(), error })
 }
 
-pub async fn list(config: &Config, db: &Database, filter: &Filter) -> Result<Vec<PoisonRow>, PoisonError> {
+pub(crate) async fn list(config: &Config, db: &Database, filter: &Filter) -> Result<Vec<PoisonRow>, PoisonError> {
     let mut rows = Vec::new();
     for bridge in bridges(config, filter)? {
         let found = records(db, bridge, filter).await?;
@@ -122,7 +122,7 @@ pub async fn list(config: &Config, db: &Database, filter: &Filter) -> Result<Vec
 }
 
 /// Appends each matching record's entry to its stream again and counts the re-drive.
-pub async fn retry(
+pub(crate) async fn retry(
     config: &Config,
     db: &Database,
     filter: &Filter,
@@ -288,11 +288,11 @@ async fn append_entry<P: EventStream>(
 }
 
 /// One entry field: name and value bytes.
-pub type Field = (Vec<u8>, Vec<u8>);
+pub(super) type Field = (Vec<u8>, Vec<u8>);
 
 /// The stored `fields` object back as entry fields: strings as they are, `{"base64": …}` values
 /// and `base64:` names decoded.
-pub fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
+pub(super) fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
     let Some(map) = fields.as_object() else { return Err(FieldsError::NotAnObject) };
     if let Some(more) = map.get(crate::broker::read::MORE_FIELDS).filter(|v| v.get("fields").is_some()) {
         let count = |key: &str| more.get(key).cloned().unwrap_or_default();

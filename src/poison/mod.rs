@@ -10,5 +10,5 @@ mod mysql;
 mod postgres;
 mod records;
 
-pub use commands::{Filter, Reappended, list, retry};
-pub use records::PoisonFilter;
+pub(crate) use commands::{Filter, Reappended, list, retry};
+pub(crate) use records::PoisonFilter;

@@ -10,7 +10,7 @@ use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::Pool;
 
 /// The records of `consumer` in `table` that `filter` selects, oldest first.
-pub async fn poison_records(
+pub(super) async fn poison_records(
     pool: &Pool,
     table: &str,
     consumer: &str,
@@ -50,7 +50,7 @@ pub async fn poison_records(
 }
 
 /// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
+pub(super) async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
     let label = "count a poison re-drive";
     let sql = format!(
         "UPDATE {table} SET redrives = redrives + 1, redriven_at = NOW(3) WHERE id = ? AND (? IS NULL OR redrives = ?)"

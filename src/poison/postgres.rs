@@ -8,7 +8,7 @@ use crate::store::error::StoreResult;
 use crate::store::postgres::errors::{pool_error, query_error};
 
 /// The records of `consumer` in `table` that `filter` selects, oldest first.
-pub async fn poison_records(
+pub(super) async fn poison_records(
     pool: &Pool,
     table: &str,
     consumer: &str,
@@ -45,7 +45,7 @@ pub async fn poison_records(
 }
 
 /// Counts a re-drive of record `id`.
-pub async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
+pub(super) async fn mark_redriven(pool: &Pool, table: &str, id: i64, expected: Option<i32>) -> StoreResult<bool> {
     let label = "count a poison re-drive";
     let sql = format!(
         "UPDATE {table} SET redrives = redrives + 1, redriven_at = now() WHERE id = $1 AND ($2::int IS NULL OR redrives = $2)"

@@ -3,7 +3,7 @@
 
 /// Which records an operation reads.
 #[derive(Debug, Clone, Default)]
-pub struct PoisonFilter {
+pub(crate) struct PoisonFilter {
     pub reason: Option<String>,
     pub event_id: Option<String>,
     pub limit: u32,
@@ -13,7 +13,7 @@ pub struct PoisonFilter {
 
 /// One record of a poison table, with the entry's fields as they were read.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct StoredPoison {
+pub(crate) struct StoredPoison {
     pub id: i64,
     pub stream: String,
     pub entry_id: String,

@@ -332,58 +332,58 @@ impl SqlOverrides {
 mod defaults {
     use std::time::Duration;
 
-    pub fn table() -> String {
+    pub(super) fn table() -> String {
         "audit_outbox".into()
     }
-    pub fn stream() -> String {
+    pub(super) fn stream() -> String {
         "audit:{aggregate_type}".into()
     }
-    pub fn max_expired_claims() -> u32 {
+    pub(super) fn max_expired_claims() -> u32 {
         3
     }
-    pub fn trim_interval() -> Duration {
+    pub(super) fn trim_interval() -> Duration {
         Duration::from_secs(30)
     }
-    pub fn channel() -> String {
+    pub(super) fn channel() -> String {
         "handoff_outbox".into()
     }
-    pub fn dedupe_window() -> Duration {
+    pub(super) fn dedupe_window() -> Duration {
         Duration::from_secs(3600)
     }
-    pub fn dedupe_prefix() -> String {
+    pub(super) fn dedupe_prefix() -> String {
         "handoff:dedupe:".into()
     }
-    pub fn purge_batch() -> u32 {
+    pub(super) fn purge_batch() -> u32 {
         1000
     }
-    pub fn seven_days() -> Duration {
+    pub(super) fn seven_days() -> Duration {
         Duration::from_secs(7 * 24 * 3600)
     }
-    pub fn purge_interval() -> Duration {
+    pub(super) fn purge_interval() -> Duration {
         Duration::from_secs(60)
     }
-    pub fn gate_timeout() -> Duration {
+    pub(super) fn gate_timeout() -> Duration {
         Duration::from_secs(1)
     }
-    pub fn yes() -> bool {
+    pub(super) fn yes() -> bool {
         true
     }
-    pub fn loss_interval() -> Duration {
+    pub(super) fn loss_interval() -> Duration {
         Duration::from_secs(10)
     }
-    pub fn loss_lookback() -> Duration {
+    pub(super) fn loss_lookback() -> Duration {
         Duration::from_secs(30)
     }
-    pub fn loss_max_window() -> Duration {
+    pub(super) fn loss_max_window() -> Duration {
         Duration::from_secs(3600)
     }
-    pub fn loss_page_rows() -> usize {
+    pub(super) fn loss_page_rows() -> usize {
         10_000
     }
-    pub fn payload_max_bytes() -> usize {
+    pub(super) fn payload_max_bytes() -> usize {
         256 * 1024
     }
-    pub fn entry_max_bytes() -> usize {
+    pub(super) fn entry_max_bytes() -> usize {
         1024 * 1024
     }
 }

@@ -14,7 +14,7 @@ use crate::relay::outbox::ClaimedRow;
 use crate::relay::outbox::contract::ENTRY_COLUMNS;
 
 #[derive(Debug, Clone)]
-pub struct EntryBuilder {
+pub(crate) struct EntryBuilder {
     stream: BoundTemplate,
     layout: Layout,
     /// The claim's `headers` column, where a producer's trace context is.
@@ -27,7 +27,7 @@ pub struct EntryBuilder {
 
 /// Why a row cannot become an entry (deterministic: retrying won't help; the row goes DEAD).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A template cannot be rendered (a column it names is NULL, …).
     #[error("{0}")]
     Invalid(String),
@@ -39,7 +39,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The DEAD reason it is counted under.
-    pub fn reason(&self) -> DeadReason {
+    pub(crate) fn reason(&self) -> DeadReason {
         match self {
             Refusal::Invalid(_) => DeadReason::InvalidRow,
             Refusal::TooLarge { .. } => DeadReason::TooLarge,
@@ -56,7 +56,7 @@ enum Layout {
 /// A relay template that does not fit its claim statement, naming the relay and the key.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("relay `{relay}` {key}: {error}")]
-pub struct TemplateKeyError {
+pub(crate) struct TemplateKeyError {
     pub relay: String,
     pub key: String,
     pub error: crate::config::template::TemplateError,
@@ -71,7 +71,7 @@ enum EnvelopeField {
 
 impl EntryBuilder {
     /// Binds the relay's templates to the claim statement's `columns`; names what is missing.
-    pub fn new(relay: &RelayConfig, columns: &[String]) -> Result<Self, TemplateKeyError> {
+    pub(crate) fn new(relay: &RelayConfig, columns: &[String]) -> Result<Self, TemplateKeyError> {
         let bind = |key: &str, text: &str| {
             Template::parse(text).and_then(|t| t.bind(columns)).map_err(|error| TemplateKeyError {
                 relay: relay.name.clone(),
@@ -116,7 +116,7 @@ impl EntryBuilder {
     /// The entry for `row`, or why the row cannot become one (deterministic: retrying won't help).
     /// The row's column values move into the entry (no copy of the payloads): templates render
     /// first, and `row.values` is empty afterwards.
-    pub fn build(&self, row: &mut ClaimedRow) -> Result<Entry, Refusal> {
+    pub(crate) fn build(&self, row: &mut ClaimedRow) -> Result<Entry, Refusal> {
         if let Some((index, limit)) = self.payload {
             let bytes = row.values.get(index).and_then(Option::as_ref).map_or(0, String::len);
             if bytes > limit {

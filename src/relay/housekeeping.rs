@@ -12,7 +12,7 @@ use crate::relay::outbox::OutboxStore;
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Deletes delivered rows older than `retention.delivered_after` in batches of
     /// `retention.batch`, every `retention.interval`. DEAD rows are never purged here.
-    pub async fn purge(&self, shutdown: CancellationToken) {
+    pub(crate) async fn purge(&self, shutdown: CancellationToken) {
         let Some(retention) = self.config.retention.clone() else { return };
         loop {
             let mut total = 0;
@@ -43,7 +43,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
     /// Every `trim.interval`, trims each stream this relay appended to below the oldest entry
     /// any consumer group still needs (pending, or not yet delivered to it).
-    pub async fn trim_acknowledged(&self, shutdown: CancellationToken) {
+    pub(crate) async fn trim_acknowledged(&self, shutdown: CancellationToken) {
         let Some(interval) = self.config.trim.as_ref().filter(|t| t.acknowledged()).map(|t| t.interval) else { return };
         loop {
             tokio::select! {

@@ -18,7 +18,7 @@ use crate::store::StoreError;
 
 /// Streams a relay appended to, and what it last saw of them.
 #[derive(Default)]
-pub struct LossWatch {
+pub(crate) struct LossWatch {
     streams: Mutex<HashMap<String, StreamMark>>,
     /// Set by the append path when the broker misbehaved (an outage: maybe a restart).
     suspect: AtomicBool,
@@ -36,7 +36,7 @@ struct StreamMark {
 
 /// What one verification found for one stream.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct StreamReport {
+pub(crate) struct StreamReport {
     pub stream: String,
     pub checked: usize,
     pub trimmed: usize,
@@ -49,7 +49,7 @@ pub struct StreamReport {
 
 impl LossWatch {
     /// Records the entries a batch appended (or found appended), by stream.
-    pub fn appended<'a>(&self, entries: impl Iterator<Item = (&'a str, &'a str)>) {
+    pub(crate) fn appended<'a>(&self, entries: impl Iterator<Item = (&'a str, &'a str)>) {
         let now = Instant::now();
         let mut map = self.streams.lock().expect("loss watch lock");
         for (stream, entry_id) in entries {
@@ -65,12 +65,12 @@ impl LossWatch {
     }
 
     /// The broker misbehaved: verify at the next check.
-    pub fn suspect(&self) {
+    pub(crate) fn suspect(&self) {
         self.suspect.store(true, Ordering::Relaxed);
     }
 
     /// Whether the broker misbehaved since the last check (and forgets it).
-    pub fn take_suspect(&self) -> bool {
+    pub(crate) fn take_suspect(&self) -> bool {
         self.suspect.swap(false, Ordering::Relaxed)
     }
 
@@ -78,7 +78,7 @@ impl LossWatch {
     /// consumer group still needs) with what was seen before; notes a `reason` when a counter
     /// went backwards or the stream vanished. Returns when the oldest entry some group still
     /// needed was appended (ms), as it was before this look.
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         stream: &str,
         state: &StreamState,
@@ -117,7 +117,7 @@ impl LossWatch {
     }
 
     /// Streams appended to within `within`, for checks and acknowledged trimming.
-    pub fn streams(&self, within: Duration) -> Vec<String> {
+    pub(crate) fn streams(&self, within: Duration) -> Vec<String> {
         let mut map = self.streams.lock().expect("loss watch lock");
         map.retain(|_, mark| mark.last_appended.elapsed() <= within);
         map.keys().cloned().collect()
@@ -126,7 +126,7 @@ impl LossWatch {
 
 /// Why a look-up of delivered rows' entries stopped: the database or the broker failed it.
 #[derive(Debug, thiserror::Error)]
-pub enum LossCheckError {
+pub(crate) enum LossCheckError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -136,7 +136,7 @@ pub enum LossCheckError {
 /// Looks up the entries of the rows delivered within `window` in their streams, `page` rows
 /// at a time; those missing (and not trimmed) are reported and, with `repair`, re-driven once
 /// every page is read. `None` when the store keeps no delivered rows to look at.
-pub async fn verify<S: OutboxStore, P: EventStream>(
+pub(crate) async fn verify<S: OutboxStore, P: EventStream>(
     store: &S,
     stream: &P,
     window: Duration,

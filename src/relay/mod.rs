@@ -9,14 +9,16 @@ pub(crate) mod entries;
 mod housekeeping;
 mod locked;
 pub(crate) mod loss;
-pub mod outbox;
-pub mod partitions;
+pub(crate) mod outbox;
+pub(crate) mod partitions;
 mod sampler;
 mod settle;
 #[cfg(test)]
 mod tests;
 pub(crate) mod wake;
 mod watch;
+
+pub(crate) use outbox::{ClaimedRow, OutboxStore};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +34,8 @@ use crate::config::RelayConfig;
 use crate::error::error_chain;
 use crate::fault::Faults;
 use crate::pause::PauseSwitch;
+use crate::relay::outbox::LockedBatch;
 use crate::relay::outbox::contract::ORDER_KEY_COLUMN;
-use crate::relay::outbox::{ClaimedRow, LockedBatch, OutboxStore};
 use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::store::StoreError;
 use crate::telemetry::health::Component;
@@ -42,7 +44,7 @@ use crate::telemetry::throttle::Throttle;
 
 /// Why a relay cannot be built from its configuration and its claim statement.
 #[derive(Debug, thiserror::Error)]
-pub enum RelayError {
+pub(crate) enum RelayError {
     #[error(transparent)]
     Template(#[from] entries::TemplateKeyError),
     #[error("relay `{0}` ordering: the claim statement must return `order_key`")]
@@ -50,7 +52,7 @@ pub enum RelayError {
 }
 
 /// What a relay needs besides its config; built by the app, shared by its loops.
-pub struct RelayDeps<S, P> {
+pub(crate) struct RelayDeps<S, P> {
     pub store: S,
     pub stream: P,
     pub metrics: RelayHandles,
@@ -67,7 +69,7 @@ pub struct RelayDeps<S, P> {
     pub wake: Option<Arc<Wake>>,
 }
 
-pub struct Relay<S, P> {
+pub(crate) struct Relay<S, P> {
     config: RelayConfig,
     entries: EntryBuilder,
     options: AppendOptions,
@@ -84,7 +86,7 @@ pub struct Relay<S, P> {
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Binds the relay's templates to the store's claim columns.
-    pub fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, RelayError> {
+    pub(crate) fn new(config: RelayConfig, deps: RelayDeps<S, P>) -> Result<Self, RelayError> {
         let columns = deps.store.columns();
         let entries = EntryBuilder::new(&config, &columns)?;
         if config.ordering.is_some() && !columns.iter().any(|c| c == ORDER_KEY_COLUMN) {
@@ -96,13 +98,13 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         Ok(Self { config, entries, options, deps, loss: Default::default(), unavailable_log, partial_since })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 
     /// Runs the claim loops until `shutdown`; returns once every in-flight batch has been settled
     /// or released.
-    pub async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
         let (claimant, health) = (self.deps.claimant.clone(), self.deps.health.clone());
         let settings = ClaimLoop::from(&self.config.claim_loop);
         claim_loop::run(ClaimLoops { turns: self, settings, health, pause }, &claimant, shutdown).await

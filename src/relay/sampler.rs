@@ -13,7 +13,7 @@ use crate::relay::outbox::OutboxStore;
 
 impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// Runs until `shutdown`.
-    pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
+    pub(crate) async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
         crate::runtime::periodic::every(interval, &shutdown, || self.sample_once()).await
     }
 

@@ -148,7 +148,7 @@ impl OutboxStore for FakeOutbox {
         &self,
         _: Duration,
         _: usize,
-    ) -> StoreResult<Option<crate::relay::outbox::DeliveredPages>> {
+    ) -> StoreResult<Option<crate::relay::outbox::rows::DeliveredPages>> {
         Ok(None)
     }
 

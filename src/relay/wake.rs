@@ -18,23 +18,23 @@ use crate::telemetry::throttle::Throttle;
 /// claims that compete for the same rows. A ring while every loop is busy is kept, so the next
 /// loop to go idle claims at once: no notification falls between two claims.
 #[derive(Default)]
-pub struct Wake {
+pub(crate) struct Wake {
     notify: Notify,
 }
 
 impl Wake {
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         self.notify.notify_one();
     }
 
     /// Returns at the next ring, or at once if one came while no loop was waiting.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         self.notify.notified().await
     }
 }
 
 /// Keeps a LISTEN connection up until `shutdown`, ringing `wake` on each notification.
-pub async fn listen(
+pub(crate) async fn listen(
     database: DatabaseConfig,
     channel: String,
     wake: std::sync::Arc<Wake>,

@@ -18,7 +18,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
     /// At once rather than after the first interval: by then the window would also hold every
     /// row this process delivered meanwhile (a relay catching up on a backlog delivers hundreds
     /// of thousands in ten seconds), which later checks cover anyway.
-    pub async fn watch_broker(&self, shutdown: CancellationToken) {
+    pub(crate) async fn watch_broker(&self, shutdown: CancellationToken) {
         let config = self.config.broker_loss.clone();
         if !config.enabled {
             return;
@@ -91,7 +91,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
 
     /// Verifies the rows delivered within `window` (see [`verify`]), counting and logging what
     /// is missing.
-    pub async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, LossCheckError> {
+    pub(crate) async fn verify(&self, window: Duration, repair: bool) -> Result<Vec<StreamReport>, LossCheckError> {
         let metrics = &self.deps.metrics;
         let page = self.config.broker_loss.page_rows;
         let Some(reports) = loss::verify(&self.deps.store, &self.deps.stream, window, repair, page).await? else {

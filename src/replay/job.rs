@@ -23,12 +23,12 @@ use crate::store::selection::{Moment, Selection};
 use crate::store::{Database, StoreError};
 
 /// The field every replayed entry carries: the job's name.
-pub const REPLAY_FIELD: &str = "replay";
+pub(super) const REPLAY_FIELD: &str = "replay";
 
 /// Which time `--since` / `--until` look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum OutboxTime {
+pub(crate) enum OutboxTime {
     Created,
     Delivered,
 }
@@ -43,7 +43,7 @@ impl OutboxTime {
 }
 
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub relay: String,
     pub selection: Selection,
     pub time: OutboxTime,
@@ -62,7 +62,7 @@ pub struct Request {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     #[error("no relay named `{0}` in the config (configured: {1})")]
     Unknown(String, String),
     #[error("relay `{0}` uses its own statements; replay serves the reference schema")]
@@ -85,7 +85,7 @@ pub enum ReplayError {
 
 /// Where a job stands, reported after every page.
 #[derive(Debug, Clone, Serialize)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub job: String,
     pub appended: i64,
     pub total: i64,
@@ -97,7 +97,7 @@ pub struct Progress {
 
 /// A job ready to run: its checkpoint (resumed, or new), and whether it had finished already.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub checkpoint: Checkpoint,
     pub resumed: bool,
     pub finished: bool,
@@ -119,7 +119,7 @@ fn relay<'a>(config: &'a Config, name: &str) -> Result<&'a RelayConfig, ReplayEr
 
 /// Checks the request, refuses a range retention has partly deleted, and finds or creates the
 /// job's checkpoint (written only when `write`: a dry run leaves no trace).
-pub async fn plan(config: &Config, db: &Database, request: &Request, write: bool) -> Result<Plan, ReplayError> {
+pub(crate) async fn plan(config: &Config, db: &Database, request: &Request, write: bool) -> Result<Plan, ReplayError> {
     let relay = relay(config, &request.relay)?;
     let source = Source { table: &relay.table, time_column: request.time.column(), selection: &request.selection };
     gone(db, relay, source, request.allow_partial).await?;
@@ -205,7 +205,7 @@ async fn gone(db: &Database, relay: &RelayConfig, source: Source<'_>, allow: boo
 /// Runs the job from its checkpoint until every row is appended or `stop` fires (after the
 /// page in hand). A broker that does not answer is waited for; a row that cannot become an
 /// entry, or an entry the broker refuses, stops the job (its checkpoint stands).
-pub async fn run<P: EventStream>(
+pub(crate) async fn run<P: EventStream>(
     config: &Config,
     db: &Database,
     stream: &P,

@@ -12,5 +12,5 @@ mod mysql;
 mod postgres;
 mod rows;
 
-pub use database::load;
-pub use job::{OutboxTime, Progress, Request, plan, run};
+pub(crate) use database::load;
+pub(crate) use job::{OutboxTime, Progress, Request, plan, run};

@@ -16,7 +16,7 @@ async fn rows(pool: &Pool, sql: String, values: &[Bound]) -> StoreResult<Vec<mys
     conn.exec(sql, mysql_params(values)).await.map_err(|e| error(LABEL, e))
 }
 
-pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
+pub(super) async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
     let mut values = Vec::new();
     let condition = source.matching(Dialect::Mysql, (after, None), &mut values);
     let sql = format!("SELECT COUNT(*), CAST(COALESCE(MAX(id), 0) AS SIGNED) FROM {} WHERE {condition}", source.table);
@@ -30,7 +30,7 @@ pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<
         .unwrap_or_default())
 }
 
-pub async fn page(
+pub(super) async fn page(
     pool: &Pool,
     source: Source<'_>,
     (after, through): (i64, i64),
@@ -59,7 +59,7 @@ pub async fn page(
         .collect())
 }
 
-pub async fn oldest(pool: &Pool, table: &str, time_column: &str) -> StoreResult<Oldest> {
+pub(super) async fn oldest(pool: &Pool, table: &str, time_column: &str) -> StoreResult<Oldest> {
     let sql = format!("SELECT MIN(id), TIMESTAMPDIFF(MICROSECOND, MIN({time_column}), NOW(3)) / 1e6 FROM {table}");
     let mut found = rows(pool, sql, &[]).await?;
     Ok(found
@@ -71,7 +71,7 @@ pub async fn oldest(pool: &Pool, table: &str, time_column: &str) -> StoreResult<
         .unwrap_or_default())
 }
 
-pub async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
+pub(super) async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
     let sql = "SELECT job, relay, target, selection, through_id, after_id, appended, total, finished_at IS NOT NULL
                FROM handoff_replays WHERE job = ?"
         .to_owned();
@@ -89,7 +89,7 @@ pub async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
     }))
 }
 
-pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
+pub(super) async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
     let sql = "INSERT INTO handoff_replays (job, relay, target, selection, through_id, after_id, appended, total)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                ON DUPLICATE KEY UPDATE relay = VALUES(relay), target = VALUES(target), selection = VALUES(selection),
@@ -100,12 +100,12 @@ pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
     rows(pool, sql, &values).await.map(drop)
 }
 
-pub async fn save(pool: &Pool, job: &str, after_id: i64, appended: i64) -> StoreResult<()> {
+pub(super) async fn save(pool: &Pool, job: &str, after_id: i64, appended: i64) -> StoreResult<()> {
     let sql = "UPDATE handoff_replays SET after_id = ?, appended = ?, updated_at = NOW(3) WHERE job = ?".to_owned();
     rows(pool, sql, &[Bound::Int(after_id), Bound::Int(appended), Bound::Text(job.to_owned())]).await.map(drop)
 }
 
-pub async fn finish(pool: &Pool, job: &str) -> StoreResult<()> {
+pub(super) async fn finish(pool: &Pool, job: &str) -> StoreResult<()> {
     let sql = "UPDATE handoff_replays SET finished_at = NOW(3), updated_at = NOW(3) WHERE job = ?".to_owned();
     rows(pool, sql, &[Bound::Text(job.to_owned())]).await.map(drop)
 }

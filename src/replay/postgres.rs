@@ -18,7 +18,7 @@ async fn query(pool: &Pool, sql: &str, values: &[Bound]) -> StoreResult<Vec<toki
     client.query(sql, &refs).await.map_err(|e| query_error(LABEL, e))
 }
 
-pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
+pub(super) async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<Extent> {
     let mut values = Vec::new();
     let condition = source.matching(Dialect::Postgres, (after, None), &mut values);
     let sql = format!("SELECT count(*), coalesce(max(id), 0)::bigint FROM {} WHERE {condition}", source.table);
@@ -26,7 +26,7 @@ pub async fn extent(pool: &Pool, source: Source<'_>, after: i64) -> StoreResult<
     Ok(rows.first().map(|r| Extent { matching: r.get(0), through_id: r.get(1) }).unwrap_or_default())
 }
 
-pub async fn page(
+pub(super) async fn page(
     pool: &Pool,
     source: Source<'_>,
     (after, through): (i64, i64),
@@ -51,13 +51,13 @@ pub async fn page(
         .collect())
 }
 
-pub async fn oldest(pool: &Pool, table: &str, time_column: &str) -> StoreResult<Oldest> {
+pub(super) async fn oldest(pool: &Pool, table: &str, time_column: &str) -> StoreResult<Oldest> {
     let sql = format!("SELECT min(id), extract(epoch FROM now() - min({time_column}))::float8 FROM {table}");
     let rows = query(pool, &sql, &[]).await?;
     Ok(rows.first().map(|r| Oldest { lowest_id: r.get(0), age_seconds: r.get(1) }).unwrap_or_default())
 }
 
-pub async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
+pub(super) async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
     let sql = "SELECT job, relay, target, selection, through_id, after_id, appended, total, finished_at IS NOT NULL
                FROM handoff_replays WHERE job = $1::text";
     let rows = query(pool, sql, &[Bound::Text(job.to_owned())]).await?;
@@ -74,7 +74,7 @@ pub async fn load(pool: &Pool, job: &str) -> StoreResult<Option<Checkpoint>> {
     }))
 }
 
-pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
+pub(super) async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
     let sql = "INSERT INTO handoff_replays (job, relay, target, selection, through_id, after_id, appended, total)
                VALUES ($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint, $7::bigint, $8::bigint)
                ON CONFLICT (job) DO UPDATE SET relay = excluded.relay, target = excluded.target,
@@ -85,12 +85,12 @@ pub async fn restart(pool: &Pool, c: &Checkpoint) -> StoreResult<()> {
     query(pool, sql, &values).await.map(drop)
 }
 
-pub async fn save(pool: &Pool, job: &str, after_id: i64, appended: i64) -> StoreResult<()> {
+pub(super) async fn save(pool: &Pool, job: &str, after_id: i64, appended: i64) -> StoreResult<()> {
     let sql = "UPDATE handoff_replays SET after_id = $2::bigint, appended = $3::bigint, updated_at = now() WHERE job = $1::text";
     query(pool, sql, &[Bound::Text(job.to_owned()), Bound::Int(after_id), Bound::Int(appended)]).await.map(drop)
 }
 
-pub async fn finish(pool: &Pool, job: &str) -> StoreResult<()> {
+pub(super) async fn finish(pool: &Pool, job: &str) -> StoreResult<()> {
     let sql = "UPDATE handoff_replays SET finished_at = now(), updated_at = now() WHERE job = $1::text";
     query(pool, sql, &[Bound::Text(job.to_owned())]).await.map(drop)
 }

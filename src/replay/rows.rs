@@ -7,11 +7,12 @@ use crate::store::selection::{Bound, Selection, bind};
 
 /// The columns a replayed row carries, in order: those the reference claim returns that an
 /// entry is built from (the relay's templates may name them).
-pub const COLUMNS: &[&str] = &["id", "event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
+pub(super) const COLUMNS: &[&str] =
+    &["id", "event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
 
 /// Which rows: a relay's table, the selection, and the time column it applies to.
 #[derive(Debug, Clone, Copy)]
-pub struct Source<'a> {
+pub(super) struct Source<'a> {
     pub table: &'a str,
     /// `created_at` or `delivered_at`.
     pub time_column: &'static str,
@@ -37,7 +38,7 @@ impl Source<'_> {
 
 /// One DELIVERED row to append again.
 #[derive(Debug, Clone)]
-pub struct ReplayRow {
+pub(super) struct ReplayRow {
     pub id: i64,
     pub event_id: String,
     /// Every column of [`COLUMNS`], as text.
@@ -46,14 +47,14 @@ pub struct ReplayRow {
 
 /// How many matching DELIVERED rows lie after an id, and the highest of them.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Extent {
+pub(super) struct Extent {
     pub matching: i64,
     pub through_id: i64,
 }
 
 /// The oldest row left in the table: what retention has not deleted.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Oldest {
+pub(super) struct Oldest {
     pub lowest_id: Option<i64>,
     /// Age, by the database's clock, of the oldest value of the time column.
     pub age_seconds: Option<f64>,
@@ -61,7 +62,7 @@ pub struct Oldest {
 
 /// Where a job stands.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     pub job: String,
     pub relay: String,
     /// The stream (or subject) every entry goes to, or empty: each row's own stream.

@@ -13,7 +13,7 @@ use crate::store::selection::Selection;
 /// Which time a reprocess's `--since` / `--until` look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum InboxTime {
+pub(crate) enum InboxTime {
     /// When the bridge took the event over.
     Received,
     /// When the handler applied it (DEAD rows have none).
@@ -21,7 +21,7 @@ pub enum InboxTime {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReprocessError {
+pub(crate) enum ReprocessError {
     #[error("no worker named `{0}` in the config (configured: {1})")]
     Unknown(String, String),
     #[error("choose the rows: a time range, an event type, an aggregate, an event or an id range (or --all)")]
@@ -32,7 +32,7 @@ pub enum ReprocessError {
 
 /// What was asked and what was done.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub worker: String,
     pub dry_run: bool,
     pub from: Vec<Settled>,
@@ -47,7 +47,7 @@ pub struct Report {
 
 /// The request, as the CLI and the admin API give it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub worker: String,
     pub from: Vec<Settled>,
     pub time: InboxTime,
@@ -58,7 +58,7 @@ pub struct Request {
     pub dry_run: bool,
 }
 
-pub async fn run(config: &Config, db: &Database, request: Request) -> Result<Report, ReprocessError> {
+pub(crate) async fn run(config: &Config, db: &Database, request: Request) -> Result<Report, ReprocessError> {
     let Some(worker) = config.workers.iter().find(|w| w.name == request.worker) else {
         let names: Vec<&str> = config.workers.iter().map(|w| w.name.as_str()).collect();
         let names = if names.is_empty() { "none".to_owned() } else { names.join(", ") };

@@ -20,7 +20,7 @@ const LABEL: &str = "reprocess inbox rows";
 /// The settled states a reprocess takes rows from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Settled {
+pub(crate) enum Settled {
     Processed,
     Dead,
 }
@@ -36,7 +36,7 @@ impl Settled {
 
 /// What to reprocess, in which inbox.
 #[derive(Debug, Clone)]
-pub struct Reprocess<'a> {
+pub(super) struct Reprocess<'a> {
     pub table: &'a str,
     pub consumer: &'a str,
     pub from: &'a [Settled],
@@ -49,7 +49,7 @@ pub struct Reprocess<'a> {
 
 /// How many rows match, and how many were moved back to PENDING.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Reprocessed {
+pub(super) struct Reprocessed {
     pub matching: i64,
     pub reprocessed: i64,
 }
@@ -68,7 +68,7 @@ impl Reprocess<'_> {
 }
 
 /// Counts the matching rows; unless `dry_run`, moves up to `limit` of them (oldest id first).
-pub async fn reprocess(db: &Database, request: &Reprocess<'_>, dry_run: bool) -> StoreResult<Reprocessed> {
+pub(super) async fn reprocess(db: &Database, request: &Reprocess<'_>, dry_run: bool) -> StoreResult<Reprocessed> {
     match db {
         Database::Postgres(pool) => postgres(pool, request, dry_run).await,
         Database::Mysql(pool) => mysql(pool, request, dry_run).await,

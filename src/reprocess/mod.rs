@@ -5,5 +5,5 @@
 mod commands;
 mod database;
 
-pub use commands::{InboxTime, Request, run};
-pub use database::Settled;
+pub(crate) use commands::{InboxTime, Request, run};
+pub(crate) use database::Settled;

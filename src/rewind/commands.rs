@@ -11,7 +11,7 @@ use crate::config::{Broker, Config};
 use crate::store::selection::Moment;
 
 /// Rewinds `bridge`'s group on each of its streams (or `stream` alone).
-pub async fn rewind(
+pub(crate) async fn rewind(
     config: &Config,
     bridge: &str,
     stream: Option<&str>,

@@ -7,5 +7,5 @@ mod kafka;
 mod nats;
 mod position;
 
-pub use commands::rewind;
-pub use position::RewindTo;
+pub(crate) use commands::rewind;
+pub(crate) use position::RewindTo;

@@ -6,7 +6,7 @@ use crate::store::selection::{Moment, MomentError};
 
 /// Where to move the group: just before an entry id, or to a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RewindTo {
+pub(crate) enum RewindTo {
     /// The group's last-delivered id becomes this (`<ms>-<seq>`).
     Entry(String),
     /// Entries added from this time on are delivered again.
@@ -16,7 +16,7 @@ pub enum RewindTo {
 impl RewindTo {
     /// An entry id (`1700000000000-0`, or milliseconds alone), a duration ago (`1h`) or an RFC
     /// 3339 time.
-    pub fn parse(text: &str) -> Result<Self, NotAPosition> {
+    pub(crate) fn parse(text: &str) -> Result<Self, NotAPosition> {
         if parse_id(text).is_some() {
             return Ok(RewindTo::Entry(text.to_owned()));
         }
@@ -27,7 +27,7 @@ impl RewindTo {
 /// `--to` is neither an entry id nor a time.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}, nor an entry id (\"1700000000000-0\")")]
-pub struct NotAPosition(MomentError);
+pub(crate) struct NotAPosition(MomentError);
 
 /// `(ms, seq)` of an entry id; `ms` alone means `ms-0` (on NATS: the stream sequence).
 pub(super) fn parse_id(id: &str) -> Option<(u64, u64)> {
@@ -36,7 +36,7 @@ pub(super) fn parse_id(id: &str) -> Option<(u64, u64)> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RewindError {
+pub(crate) enum RewindError {
     #[error("no bridge named `{0}` in the config (configured: {1})")]
     Unknown(String, String),
     #[error("bridge `{0}` has no stream `{1}`")]
@@ -64,7 +64,7 @@ pub enum RewindError {
 
 /// One stream's move.
 #[derive(Debug, Clone, Serialize)]
-pub struct Moved {
+pub(crate) struct Moved {
     pub stream: String,
     /// The group's last-delivered id before.
     pub from: String,

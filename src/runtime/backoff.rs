@@ -7,7 +7,7 @@ use crate::config::BackoffConfig;
 
 /// Delay before the `n`-th retry (`n` ≥ 1): `initial × multiplier^(n-1)` capped at `max`, then
 /// spread by ± `jitter` so that rows failing together do not retry together, never above `max`.
-pub fn delay(config: &BackoffConfig, n: u32) -> Duration {
+pub(crate) fn delay(config: &BackoffConfig, n: u32) -> Duration {
     let exponent = n.saturating_sub(1).min(64) as i32;
     let base = config.initial.as_secs_f64() * config.multiplier.powi(exponent);
     let capped = base.min(config.max.as_secs_f64());
@@ -17,28 +17,28 @@ pub fn delay(config: &BackoffConfig, n: u32) -> Duration {
 
 /// Consecutive-failure state for reconnecting: grows while failures repeat, resets on success.
 #[derive(Debug)]
-pub struct Retrier {
+pub(crate) struct Retrier {
     config: BackoffConfig,
     failures: u32,
 }
 
 impl Retrier {
-    pub fn new(config: BackoffConfig) -> Self {
+    pub(crate) fn new(config: BackoffConfig) -> Self {
         Self { config, failures: 0 }
     }
 
     /// Records a failure and returns how long to wait before trying again.
-    pub fn failed(&mut self) -> Duration {
+    pub(crate) fn failed(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
         delay(&self.config, self.failures)
     }
 
-    pub fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self) {
         self.failures = 0;
     }
 
     /// Failures since the last success.
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 }

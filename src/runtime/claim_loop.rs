@@ -23,7 +23,7 @@ use crate::telemetry::throttle::Throttle;
 
 /// A claim loop's settings, the same for a relay and a worker.
 #[derive(Debug, Clone)]
-pub struct ClaimLoop {
+pub(crate) struct ClaimLoop {
     /// Rows per claim; a claim that comes back full is followed by another at once.
     pub batch_size: u32,
     /// Loops claiming at once.
@@ -53,7 +53,7 @@ impl<D: LoopDefaults> From<&ClaimLoopConfig<D>> for ClaimLoop {
 }
 
 /// What a claim took: rows under a lease, or rows an open transaction holds (`held`).
-pub enum Batch<R, H> {
+pub(crate) enum Batch<R, H> {
     Leased(Vec<R>),
     Locked(Vec<R>, H),
 }
@@ -61,14 +61,14 @@ pub enum Batch<R, H> {
 impl<R, H> Batch<R, H> {
     /// A locked claim's result: the rows and the transaction holding them, none when nothing
     /// was due (the transaction is over already).
-    pub fn locked((rows, held): (Vec<R>, Option<H>)) -> Self {
+    pub(crate) fn locked((rows, held): (Vec<R>, Option<H>)) -> Self {
         match held {
             Some(held) => Batch::Locked(rows, held),
             None => Batch::Leased(Vec::new()),
         }
     }
 
-    pub fn rows(&self) -> &[R] {
+    pub(crate) fn rows(&self) -> &[R] {
         match self {
             Batch::Leased(rows) | Batch::Locked(rows, _) => rows,
         }
@@ -77,7 +77,7 @@ impl<R, H> Batch<R, H> {
 
 /// What the loop does after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Claim again at once if the batch was full or reclaimed a row (more is waiting), else
     /// wait for the poll interval.
     Continue,
@@ -92,13 +92,13 @@ pub enum Next {
 }
 
 /// A loop's identity: its index among the component's loops, and the claimant id it claims as.
-pub struct LoopId {
+pub(crate) struct LoopId {
     pub index: u32,
     pub claimant: String,
 }
 
 /// What a component does in its claim loop.
-pub trait ClaimTurns: Send + Sync + 'static {
+pub(crate) trait ClaimTurns: Send + Sync + 'static {
     /// A claimed row.
     type Row: Send;
     /// The open transaction of a locked batch.
@@ -151,7 +151,7 @@ pub trait ClaimTurns: Send + Sync + 'static {
 }
 
 /// A component's claim loops: what they do, their settings, the health they beat.
-pub struct ClaimLoops<T> {
+pub(crate) struct ClaimLoops<T> {
     pub turns: Arc<T>,
     pub settings: ClaimLoop,
     pub health: Arc<Component>,
@@ -162,7 +162,7 @@ pub struct ClaimLoops<T> {
 /// Runs the component's claim loops until `shutdown`; returns once every loop has settled or
 /// handed back what it held. `claimant`: this process's id for the component (each loop
 /// appends `#<n>`). A loop that panics panics this task, so the supervisor sees it.
-pub async fn run<T: ClaimTurns>(loops: ClaimLoops<T>, claimant: &str, shutdown: CancellationToken) {
+pub(crate) async fn run<T: ClaimTurns>(loops: ClaimLoops<T>, claimant: &str, shutdown: CancellationToken) {
     let ClaimLoops { turns, settings, health, pause } = loops;
     let settings = Arc::new(settings);
     let mut tasks = tokio::task::JoinSet::new();

@@ -13,7 +13,12 @@ use tokio_util::sync::CancellationToken;
 /// The renewals run beside the work, never in its way: a renewal may wait for row locks the
 /// work's own open transaction holds, and that transaction must be able to go on and commit
 /// (found by the chaos run: a renewal awaited in line deadlocked a worker against itself).
-pub async fn under_lease<F, R, RF>(lease: Duration, abandon: &CancellationToken, renew: R, work: F) -> Option<F::Output>
+pub(crate) async fn under_lease<F, R, RF>(
+    lease: Duration,
+    abandon: &CancellationToken,
+    renew: R,
+    work: F,
+) -> Option<F::Output>
 where
     F: Future,
     R: Fn() -> RF,

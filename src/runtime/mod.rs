@@ -2,12 +2,12 @@
 //! the worker, backoff, waiting out an outage, work under a renewed lease, periodic work, the
 //! supervisor every task runs under, and the signals that stop them.
 
-pub mod backoff;
-pub mod claim_loop;
-pub mod lease;
-pub mod outage;
-pub mod periodic;
-pub mod signal;
-pub mod supervisor;
-pub mod turns;
-pub mod wait;
+pub(crate) mod backoff;
+pub(crate) mod claim_loop;
+pub(crate) mod lease;
+pub(crate) mod outage;
+pub(crate) mod periodic;
+pub(crate) mod signal;
+pub(crate) mod supervisor;
+pub(crate) mod turns;
+pub(crate) mod wait;

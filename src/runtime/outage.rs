@@ -12,7 +12,7 @@ use crate::config::BackoffConfig;
 use crate::telemetry::health::Component;
 
 /// What to do after a failed attempt.
-pub enum Failed<T> {
+pub(crate) enum Failed<T> {
     /// Try again after the backoff.
     Retry,
     /// Stop trying, with this result.
@@ -22,7 +22,7 @@ pub enum Failed<T> {
 /// Runs `attempt` until it succeeds, beating `health` before each try and backing off between
 /// them; `failed` says, for each error, whether to try again. `None` if `abandon` fired while
 /// it waited (the drain is over).
-pub async fn retry_through<T, E, F, Fut>(
+pub(crate) async fn retry_through<T, E, F, Fut>(
     health: &Component,
     abandon: &CancellationToken,
     backoff: &BackoffConfig,

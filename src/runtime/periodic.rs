@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 /// instead of piling up. Shutdown abandons a tick under way (a sample waiting on a broker's
 /// timeout must not hold the drain): each is work the next period does again, and what it
 /// wrote in a transaction is rolled back.
-pub async fn every<F, Fut>(period: Duration, shutdown: &CancellationToken, mut tick: F)
+pub(crate) async fn every<F, Fut>(period: Duration, shutdown: &CancellationToken, mut tick: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ()>,

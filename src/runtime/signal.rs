@@ -5,7 +5,7 @@ use tracing::{info, warn};
 
 /// Resolves on the first SIGTERM or SIGINT, and arms a watcher that exits the process
 /// immediately on the next one.
-pub async fn first_signal() {
+pub(crate) async fn first_signal() {
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         warn!("cannot install signal handlers; only an external kill stops the process");
         return std::future::pending().await;

@@ -16,7 +16,7 @@ use tracing::error;
 /// error naming the task, so the orchestrator restarts the process and the crash is seen
 /// (invariant 13).
 #[derive(Clone, Default)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     tracker: TaskTracker,
     failed: CancellationToken,
     first: Arc<Mutex<Option<String>>>,
@@ -24,7 +24,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// Spawns `task` (tracked: the drain waits for it); a panic in it fails the supervisor.
-    pub fn spawn<F>(&self, name: impl Into<String>, task: F)
+    pub(crate) fn spawn<F>(&self, name: impl Into<String>, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -39,7 +39,7 @@ impl Supervisor {
     }
 
     /// Records that `name` failed beyond recovery (the first failure is kept) and fires `failed`.
-    pub fn fail(&self, name: &str, why: &str) {
+    pub(crate) fn fail(&self, name: &str, why: &str) {
         let message = format!("{name} panicked: {why}");
         error!(task = name, error = why, "a task panicked; stopping the process");
         self.first.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(message);
@@ -47,33 +47,33 @@ impl Supervisor {
     }
 
     /// Resolves once a task has panicked.
-    pub async fn failed(&self) {
+    pub(crate) async fn failed(&self) {
         self.failed.cancelled().await
     }
 
     /// The first failure, if any.
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.first.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// No more tasks will be spawned.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.tracker.close();
     }
 
     /// Waits for every task.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         self.tracker.wait().await
     }
 
     /// Tasks still running.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tracker.len()
     }
 }
 
 /// A panic's message, when it carried one.
-pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
         Ok(text) => *text,
         Err(payload) => payload.downcast_ref::<&str>().map_or_else(|| "(no message)".to_owned(), |s| (*s).to_owned()),
@@ -82,7 +82,7 @@ pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Waits for every task of `set`; a task that panicked panics the caller with its message, so
 /// a component's supervisor sees it (a loop of a relay or worker must not end silently).
-pub async fn join_loops(set: &mut tokio::task::JoinSet<()>) {
+pub(crate) async fn join_loops(set: &mut tokio::task::JoinSet<()>) {
     while let Some(result) = set.join_next().await {
         if let Err(e) = result
             && e.is_panic()

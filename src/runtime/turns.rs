@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
-pub struct LockedTurns {
+pub(crate) struct LockedTurns {
     /// When the loop last took a leased turn (none yet: the first turn is leased).
     leased_at: Option<Instant>,
     /// Whether the last leased turn reclaimed a lease-expired row, or a locked turn asked for a
@@ -24,7 +24,7 @@ pub struct LockedTurns {
 impl LockedTurns {
     /// Whether the next turn of a loop whose lease is `lease` is a locked one; `switched` runs
     /// once, at the loop's first locked turn (to say so).
-    pub fn locked(&mut self, lease: Duration, switched: impl FnOnce()) -> bool {
+    pub(crate) fn locked(&mut self, lease: Duration, switched: impl FnOnce()) -> bool {
         match self.leased_at {
             Some(at) if at.elapsed() < lease && !self.leased_next => {
                 if !std::mem::replace(&mut self.announced, true) {
@@ -41,12 +41,12 @@ impl LockedTurns {
     }
 
     /// After a leased turn: whether it reclaimed a lease-expired row.
-    pub fn reclaimed(&mut self, reclaimed: bool) {
+    pub(crate) fn reclaimed(&mut self, reclaimed: bool) {
         self.leased_next = reclaimed;
     }
 
     /// After a locked turn that could not finish its batch alone: the next turn is leased.
-    pub fn lease_next(&mut self) {
+    pub(crate) fn lease_next(&mut self) {
         self.leased_next = true;
     }
 }

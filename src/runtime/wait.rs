@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Sleeps for `duration`, or until `shutdown`, whichever comes first.
-pub async fn sleep_or(duration: Duration, shutdown: &CancellationToken) {
+pub(crate) async fn sleep_or(duration: Duration, shutdown: &CancellationToken) {
     tokio::select! {
         _ = tokio::time::sleep(duration) => {}
         _ = shutdown.cancelled() => {}

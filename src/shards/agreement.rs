@@ -43,7 +43,7 @@ async fn replace_count(db: &Database, family: &str, count: u32, by: &str) -> Sto
 
 /// How a relay's configured shard count stands against the recorded one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Agreement {
+pub(crate) enum Agreement {
     /// The stream template has no `{shard(column, N)}`.
     NotSharded,
     /// The recorded count is the configured one (or, for `check`, none is recorded yet).
@@ -55,7 +55,7 @@ pub enum Agreement {
 }
 
 /// The family and shard count of `relay`'s stream template, if it is sharded.
-pub fn sharding(relay: &RelayConfig) -> Option<(String, u32)> {
+pub(super) fn sharding(relay: &RelayConfig) -> Option<(String, u32)> {
     let template = Template::parse(&relay.stream).ok()?;
     Some((template.family(), template.shard_count()?))
 }
@@ -63,7 +63,7 @@ pub fn sharding(relay: &RelayConfig) -> Option<(String, u32)> {
 /// Compares `relay`'s shard count with the recorded one; `record` writes it when none is
 /// recorded yet (the relay at start; `check` only reads). A connection failure is returned for
 /// the caller to wait out.
-pub async fn agree(db: &Database, relay: &RelayConfig, record: bool) -> Result<Agreement, StoreError> {
+pub(crate) async fn agree(db: &Database, relay: &RelayConfig, record: bool) -> Result<Agreement, StoreError> {
     let Some((family, count)) = sharding(relay) else { return Ok(Agreement::NotSharded) };
     let found = if record {
         record_count(db, &family, count, &relay.name).await.map(Some)
@@ -102,7 +102,7 @@ fn differs(relay: &RelayConfig, family: &str, count: u32, recorded: &Recorded) -
 
 /// What `handoff reshard` did.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Resharded {
+pub(crate) struct Resharded {
     pub family: String,
     pub from: Option<u32>,
     pub to: u32,
@@ -110,7 +110,7 @@ pub struct Resharded {
 
 /// Records `relay`'s configured shard count as its family's count, once the outbox holds no
 /// undelivered row (handoff cannot see the consumers' side: the operator drains it first).
-pub async fn reshard(config: &Config, db: &Database, name: &str) -> anyhow::Result<Resharded> {
+pub(crate) async fn reshard(config: &Config, db: &Database, name: &str) -> anyhow::Result<Resharded> {
     let relay = config.relays.iter().find(|r| r.name == name).ok_or_else(|| anyhow::anyhow!("no relay `{name}`"))?;
     let (family, count) = sharding(relay)
         .ok_or_else(|| anyhow::anyhow!("relay `{name}`: its stream template has no {{shard(column, N)}}"))?;

@@ -8,4 +8,4 @@ mod agreement;
 mod mysql;
 mod postgres;
 
-pub use agreement::{Agreement, agree, reshard};
+pub(crate) use agreement::{Agreement, agree, reshard};

@@ -13,7 +13,7 @@ fn failed(e: mysql_async::Error) -> StoreError {
     error(LABEL, e)
 }
 
-pub async fn record(pool: &Pool, family: &str, count: u32, by: &str) -> StoreResult<(u32, String)> {
+pub(super) async fn record(pool: &Pool, family: &str, count: u32, by: &str) -> StoreResult<(u32, String)> {
     let mut conn = pool.get_conn().await.map_err(failed)?;
     conn.exec_drop(
         "INSERT IGNORE INTO handoff_stream_shards (family, shard_count, recorded_by) VALUES (?, ?, ?)",
@@ -25,13 +25,13 @@ pub async fn record(pool: &Pool, family: &str, count: u32, by: &str) -> StoreRes
     row.ok_or_else(|| StoreError::Contract("stream shards: the insert left no row".into()))
 }
 
-pub async fn recorded(pool: &Pool, family: &str) -> StoreResult<Option<(u32, String)>> {
+pub(super) async fn recorded(pool: &Pool, family: &str) -> StoreResult<Option<(u32, String)>> {
     let mut conn = pool.get_conn().await.map_err(failed)?;
     let row: Option<(u32, String)> = conn.exec_first(SELECT, (family,)).await.map_err(failed)?;
     Ok(row)
 }
 
-pub async fn replace(pool: &Pool, family: &str, count: u32, by: &str) -> StoreResult<()> {
+pub(super) async fn replace(pool: &Pool, family: &str, count: u32, by: &str) -> StoreResult<()> {
     let mut conn = pool.get_conn().await.map_err(failed)?;
     conn.exec_drop(
         "INSERT INTO handoff_stream_shards (family, shard_count, recorded_by) VALUES (?, ?, ?)

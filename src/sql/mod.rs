@@ -1,3 +1,3 @@
 //! SQL text handling shared by the dialects.
 
-pub mod params;
+pub(crate) mod params;

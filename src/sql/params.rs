@@ -34,7 +34,7 @@ pub enum ParseError {
 
 /// A configured statement that names a parameter its step does not offer, or does not scan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ParamError {
+pub(crate) enum ParamError {
     #[error(transparent)]
     Parse(#[from] ParseError),
     #[error("unknown parameter :{name} (this statement is offered: {offered})")]
@@ -79,7 +79,7 @@ pub fn rewrite(sql: &str, style: Placeholder) -> Result<NamedSql, ParseError> {
 
 /// Splits a script at `;` outside quotes and comments; empty statements are dropped. MySQL's
 /// claim is such a script (it has no `UPDATE … RETURNING`).
-pub fn split_statements(sql: &str, style: Placeholder) -> Result<Vec<String>, ParseError> {
+pub(crate) fn split_statements(sql: &str, style: Placeholder) -> Result<Vec<String>, ParseError> {
     let mut statements = Vec::new();
     let mut start = 0;
     let mut i = 0;
@@ -195,7 +195,12 @@ fn utf8_len(first: u8) -> usize {
 
 /// Checks that `sql` scans and uses only the parameters `offered` (and `<root>.<name>` for a
 /// root in `dotted`); the error names the unknown one and lists the offered ones.
-pub fn check_offered(sql: &str, style: Placeholder, offered: &[&str], dotted: &[&str]) -> Result<(), ParamError> {
+pub(crate) fn check_offered(
+    sql: &str,
+    style: Placeholder,
+    offered: &[&str],
+    dotted: &[&str],
+) -> Result<(), ParamError> {
     let named = rewrite(sql, style)?;
     let known = |n: &str| offered.contains(&n) || n.split_once('.').is_some_and(|(root, _)| dotted.contains(&root));
     match named.names.iter().find(|n| !known(n)) {

@@ -10,7 +10,7 @@ pub enum Database {
     Mysql(super::mysql::pool::Pool),
 }
 
-pub use crate::config::Dialect;
+pub(crate) use crate::config::Dialect;
 
 impl Database {
     /// How the dialect's placeholders look (configured statements are rewritten to them).

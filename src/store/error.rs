@@ -171,10 +171,10 @@ impl StoreError {
     }
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// What the store asks of a database driver's error, whichever the dialect.
-pub trait DriverError: Sized {
+pub(crate) trait DriverError: Sized {
     /// The server's message (with its code), or the client's.
     fn describe(&self) -> String;
 

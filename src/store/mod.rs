@@ -5,17 +5,18 @@
 //! parameter values and result rows.
 
 pub(crate) mod columns;
-pub mod database;
+pub(crate) mod database;
 pub(crate) mod error;
-pub mod inbox;
-pub mod migrate;
+pub(crate) mod inbox;
+pub(crate) mod migrate;
 pub(crate) mod mysql;
 pub(crate) mod net;
 pub(crate) mod param;
-pub mod postgres;
+pub(crate) mod postgres;
 pub(crate) mod rows;
-pub mod selection;
-pub mod takeover;
+pub(crate) mod selection;
+pub(crate) mod takeover;
 
-pub use database::{Database, Dialect};
-pub use error::{Fault, OutageKind, PrepareError, StatementError, StoreError, StoreResult};
+pub(crate) use error::{OutageKind, PrepareError, StatementError, StoreError, StoreResult};
+
+pub(crate) use database::Database;

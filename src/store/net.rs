@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 /// A stream whose reads fail with `TimedOut` when a write has gone unanswered for `limit`.
-pub struct Watched<S> {
+pub(crate) struct Watched<S> {
     inner: S,
     limit: Duration,
     /// Armed by the first write since the last byte read; disarmed by the next byte read.
@@ -24,7 +24,7 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
-    pub fn new(inner: S, limit: Duration) -> Self {
+    pub(crate) fn new(inner: S, limit: Duration) -> Self {
         Self { inner, limit, due: None }
     }
 }
@@ -79,7 +79,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 /// No Nagle delay; keepalive probes that give up within about the reply timeout on an idle
 /// connection; unacknowledged data that fails the connection after the reply timeout.
-pub fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
+pub(crate) fn tune(tcp: &TcpStream, reply_timeout: Duration) -> io::Result<()> {
     tcp.set_nodelay(true)?;
     let socket = socket2::SockRef::from(tcp);
     let probe = (reply_timeout / 4).max(Duration::from_secs(1));

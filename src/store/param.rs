@@ -19,6 +19,6 @@ pub enum Param {
     JsonColumn(Vec<String>),
 }
 
-pub fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -6,15 +6,15 @@ use std::future::Future;
 use crate::store::error::StoreResult;
 
 /// A result row: each column's name and its value as text.
-pub type TextRow = Vec<(String, Option<String>)>;
+pub(crate) type TextRow = Vec<(String, Option<String>)>;
 
 /// Pages of result rows as they are read; a failed read ends them with its error.
-pub type TextPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<TextRow>>>;
+pub(crate) type TextPages = tokio::sync::mpsc::Receiver<StoreResult<Vec<TextRow>>>;
 
 /// Runs `read` in a task of its own, which sends pages on the sender it is given (a send fails
 /// once the reader dropped the pages: `read` should then stop); a failed read ends the pages
 /// with its error. At most one page waits to be taken.
-pub fn read_pages<F, Fut>(read: F) -> TextPages
+pub(crate) fn read_pages<F, Fut>(read: F) -> TextPages
 where
     F: FnOnce(tokio::sync::mpsc::Sender<StoreResult<Vec<TextRow>>>) -> Fut,
     Fut: Future<Output = StoreResult<()>> + Send + 'static,
@@ -31,6 +31,6 @@ where
 }
 
 /// A named column of a result row, as text.
-pub fn column<'a>(row: &'a TextRow, name: &str) -> Option<&'a str> {
+pub(crate) fn column<'a>(row: &'a TextRow, name: &str) -> Option<&'a str> {
     row.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_deref())
 }

@@ -10,14 +10,14 @@ use super::database::Dialect;
 
 /// A point in time: so long before the database's `now`, or an absolute instant (Unix ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Moment {
+pub(crate) enum Moment {
     Ago(#[serde(with = "humantime_serde")] Duration),
     UnixMillis(i64),
 }
 
 /// Why a text is not a [`Moment`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MomentError {
+pub(crate) enum MomentError {
     #[error("`{0}` is before 1970")]
     BeforeEpoch(String),
     #[error("`{0}` is neither a duration (\"2h\") nor an RFC 3339 time (\"2026-12-03T10:00:00Z\")")]
@@ -26,7 +26,7 @@ pub enum MomentError {
 
 impl Moment {
     /// `"2h"` (so long ago) or an RFC 3339 time (`2026-12-03T10:00:00Z`).
-    pub fn parse(text: &str) -> Result<Self, MomentError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, MomentError> {
         if let Ok(ago) = humantime::parse_duration(text) {
             return Ok(Moment::Ago(ago));
         }
@@ -38,7 +38,7 @@ impl Moment {
 
 /// The rows chosen; every filter given must hold.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// On the operation's time column, inclusive.
     pub since: Option<Moment>,
     /// On the operation's time column, exclusive.
@@ -56,7 +56,7 @@ pub struct Selection {
 
 /// A value bound to one of the conditions.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Bound {
+pub(crate) enum Bound {
     Text(String),
     Int(i64),
 }
@@ -64,7 +64,7 @@ pub enum Bound {
 impl Selection {
     /// The conditions, each starting with ` AND `, over `time_column`; values are appended to
     /// `values`, placeholders numbered after those already there (Postgres) or `?` (MySQL).
-    pub fn render(&self, dialect: Dialect, time_column: &str, values: &mut Vec<Bound>) -> String {
+    pub(crate) fn render(&self, dialect: Dialect, time_column: &str, values: &mut Vec<Bound>) -> String {
         let mut sql = String::new();
         let bind = |values: &mut Vec<Bound>, value: Bound| bind(dialect, values, value);
         for (moment, op) in [(self.since, ">="), (self.until, "<")] {
@@ -110,7 +110,7 @@ impl Selection {
 }
 
 /// Appends `value` and returns its placeholder (typed on Postgres).
-pub fn bind(dialect: Dialect, values: &mut Vec<Bound>, value: Bound) -> String {
+pub(crate) fn bind(dialect: Dialect, values: &mut Vec<Bound>, value: Bound) -> String {
     let cast = match (&value, dialect) {
         (Bound::Text(_), Dialect::Postgres) => "::text",
         (Bound::Int(_), Dialect::Postgres) => "::bigint",
@@ -124,7 +124,7 @@ pub fn bind(dialect: Dialect, values: &mut Vec<Bound>, value: Bound) -> String {
 }
 
 /// `moment` as an SQL time by the database's clock, its value bound.
-pub fn instant(dialect: Dialect, moment: Moment, values: &mut Vec<Bound>) -> String {
+pub(crate) fn instant(dialect: Dialect, moment: Moment, values: &mut Vec<Bound>) -> String {
     match (moment, dialect) {
         (Moment::Ago(d), Dialect::Postgres) => {
             format!("now() - {} * interval '1 millisecond'", bind(dialect, values, Bound::Int(millis(d))))

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The open connections, oldest first.
-pub struct Connections {
+pub(super) struct Connections {
     max: usize,
     next: AtomicU64,
     open: Mutex<Vec<Slot>>,
@@ -23,7 +23,7 @@ struct Slot {
 
 /// One admitted connection: mark it busy while a request is served; it is closed when `closed`
 /// fires (evicted) and leaves its slot when dropped.
-pub struct Admitted {
+pub(super) struct Admitted {
     id: u64,
     pub busy: Arc<AtomicBool>,
     pub closed: CancellationToken,
@@ -31,13 +31,13 @@ pub struct Admitted {
 }
 
 impl Connections {
-    pub fn new(max: usize) -> Arc<Self> {
+    pub(super) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self { max: max.max(1), next: AtomicU64::new(0), open: Mutex::new(Vec::new()) })
     }
 
     /// Admits a new connection, closing the oldest idle one when all slots are taken; `None`
     /// when every open connection is serving a request.
-    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
+    pub(super) fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if open.len() >= self.max {
             let idle = open.iter().position(|slot| !slot.busy.load(Ordering::Relaxed))?;

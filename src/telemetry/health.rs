@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     started: Instant,
     components: Arc<Mutex<Vec<Arc<Component>>>>,
 }
 
-pub struct Component {
+pub(crate) struct Component {
     name: String,
     started: Instant,
     stall_after: Duration,
@@ -39,12 +39,17 @@ impl Default for Health {
 impl Health {
     /// A loop that uses no broker (a worker) and must beat at least every `stall_after` to
     /// count as alive.
-    pub fn register(&self, name: impl Into<String>, stall_after: Duration) -> Arc<Component> {
+    pub(crate) fn register(&self, name: impl Into<String>, stall_after: Duration) -> Arc<Component> {
         self.register_with(name, stall_after, None)
     }
 
     /// Like `register`, for a loop that is ready only while `broker` ("redis", "nats") answers.
-    pub fn register_on(&self, name: impl Into<String>, stall_after: Duration, broker: &'static str) -> Arc<Component> {
+    pub(crate) fn register_on(
+        &self,
+        name: impl Into<String>,
+        stall_after: Duration,
+        broker: &'static str,
+    ) -> Arc<Component> {
         self.register_with(name, stall_after, Some(broker))
     }
 
@@ -71,7 +76,7 @@ impl Health {
     }
 
     /// Liveness: names of running loops that have not beaten within their allowance.
-    pub fn stalled(&self) -> Vec<String> {
+    pub(crate) fn stalled(&self) -> Vec<String> {
         let now_ms = self.started.elapsed().as_millis() as u64;
         self.components
             .lock()
@@ -86,7 +91,7 @@ impl Health {
     }
 
     /// Readiness: why the process should not receive traffic / count as up, empty when ready.
-    pub fn not_ready(&self) -> Vec<String> {
+    pub(crate) fn not_ready(&self) -> Vec<String> {
         let components: Vec<Arc<Component>> = self.components.lock().expect("health lock").clone();
         let mut reasons = Vec::new();
         for c in &components {
@@ -111,7 +116,7 @@ impl Health {
 
     /// The running components that are paused, each as `name (reason)`: ready, but doing nothing
     /// on purpose (`/readyz` says so beside its 200).
-    pub fn paused(&self) -> Vec<String> {
+    pub(crate) fn paused(&self) -> Vec<String> {
         let components: Vec<Arc<Component>> = self.components.lock().expect("health lock").clone();
         components
             .iter()
@@ -126,13 +131,13 @@ impl Health {
 }
 
 impl Component {
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.last_beat_ms.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Sleeps `duration`, beating every second meanwhile: a loop waiting out an outage's
     /// backoff (which grows to half a minute) is alive, whatever its `stall_after`.
-    pub async fn sleep(&self, duration: std::time::Duration) {
+    pub(crate) async fn sleep(&self, duration: std::time::Duration) {
         let until = tokio::time::Instant::now() + duration;
         loop {
             self.beat();
@@ -144,24 +149,24 @@ impl Component {
         }
     }
 
-    pub fn set_source_ok(&self, ok: bool) {
+    pub(crate) fn set_source_ok(&self, ok: bool) {
         self.source_ok.store(ok, Ordering::Relaxed);
     }
 
-    pub fn set_work_ok(&self, ok: bool) {
+    pub(crate) fn set_work_ok(&self, ok: bool) {
         self.work_ok.store(ok, Ordering::Relaxed);
     }
 
-    pub fn set_stream_ok(&self, ok: bool) {
+    pub(crate) fn set_stream_ok(&self, ok: bool) {
         self.stream_ok.store(ok, Ordering::Relaxed);
     }
 
     /// Paused with `reason` (empty if none given), or running again (`None`).
-    pub fn set_paused(&self, reason: Option<String>) {
+    pub(crate) fn set_paused(&self, reason: Option<String>) {
         *self.paused.lock().expect("health lock") = reason;
     }
 
-    pub fn stopped(&self) {
+    pub(crate) fn stopped(&self) {
         self.running.store(false, Ordering::Relaxed);
     }
 }

@@ -22,14 +22,14 @@ use super::listener::{self, Settings};
 use crate::config::{MetricsAuth, TelemetryConfig};
 
 #[derive(Clone)]
-pub struct Endpoints {
+pub(crate) struct Endpoints {
     pub registry: Registry,
     pub health: Health,
 }
 
 /// How the listener serves: limits against slow or flooding clients, TLS, credentials.
 #[derive(Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// A request's headers must arrive within this time (and a TLS handshake, too).
     pub header_read_timeout: Duration,
     /// Connections open at once (see [`super::connections::Connections`]).
@@ -41,7 +41,7 @@ pub struct Limits {
 impl Limits {
     /// The listener's settings from `[telemetry]`; a TLS file that cannot be used is an error
     /// naming its key.
-    pub fn from_config(telemetry: &TelemetryConfig) -> Result<Self, crate::tls::TlsError> {
+    pub(crate) fn from_config(telemetry: &TelemetryConfig) -> Result<Self, crate::tls::TlsError> {
         let tls = telemetry.tls.as_ref().map(crate::tls::server_config).transpose()?.map(Arc::new);
         Ok(Self {
             header_read_timeout: telemetry.header_read_timeout,
@@ -53,7 +53,7 @@ impl Limits {
 }
 
 /// Binds `addr` now (so a taken port fails startup) and returns the serving future.
-pub async fn bind(
+pub(crate) async fn bind(
     addr: SocketAddr,
     endpoints: Endpoints,
     limits: Limits,

@@ -30,13 +30,13 @@ use super::connections::{Admitted, Connections};
 
 /// A connection is closed after this, once the request in progress (if any) is answered
 /// (clients reconnect).
-pub const CONNECTION_MAX_AGE: Duration = Duration::from_secs(60);
+pub(crate) const CONNECTION_MAX_AGE: Duration = Duration::from_secs(60);
 /// A request's line and headers together: more is refused (hyper answers 431).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// A listener's limits against slow or flooding clients.
 #[derive(Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// What the listener is, for its log lines ("telemetry", "admin").
     pub name: &'static str,
     pub header_read_timeout: Duration,
@@ -45,7 +45,7 @@ pub struct Settings {
 }
 
 /// Serves `handle` on `listener` until `shutdown`.
-pub async fn serve<H, F>(listener: TcpListener, settings: Settings, handle: H, shutdown: CancellationToken)
+pub(crate) async fn serve<H, F>(listener: TcpListener, settings: Settings, handle: H, shutdown: CancellationToken)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
@@ -132,7 +132,7 @@ where
 
 /// Why a request body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("request body: larger than {0} bytes")]
     TooLarge(usize),
     #[error("request body: not received within {0:?}")]
@@ -142,7 +142,7 @@ pub enum BodyError {
 }
 
 /// Reads a request's body, at most `max` bytes within `within`.
-pub async fn read_body(body: Incoming, max: usize, within: Duration) -> Result<Bytes, BodyError> {
+pub(crate) async fn read_body(body: Incoming, max: usize, within: Duration) -> Result<Bytes, BodyError> {
     match tokio::time::timeout(within, Limited::new(body, max).collect()).await {
         Err(_) => Err(BodyError::TooSlow(within)),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),

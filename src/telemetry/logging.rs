@@ -8,7 +8,7 @@ use crate::config::LogFormat;
 
 /// Installs the global subscriber. `RUST_LOG`, when set, wins over the configured level so an
 /// operator can raise verbosity without editing the mounted config.
-pub fn init(format: LogFormat, level: &str) {
+pub(crate) fn init(format: LogFormat, level: &str) {
     // Server NOTICEs (e.g. "relation already exists, skipping") are not handoff's news.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("{level},tokio_postgres=warn")));

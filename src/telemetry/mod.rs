@@ -5,6 +5,6 @@ pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod listener;
 pub(crate) mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod throttle;
 pub(crate) mod traces;

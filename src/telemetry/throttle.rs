@@ -4,19 +4,19 @@
 use std::time::{Duration, Instant};
 
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     interval: Duration,
     last: Option<Instant>,
     suppressed: u64,
 }
 
 impl Throttle {
-    pub fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         Self { interval, last: None, suppressed: 0 }
     }
 
     /// `Some(suppressed)` when this occurrence should be logged, `None` when it should not.
-    pub fn allow(&mut self) -> Option<u64> {
+    pub(crate) fn allow(&mut self) -> Option<u64> {
         let now = Instant::now();
         match self.last {
             Some(last) if now.duration_since(last) < self.interval => {
@@ -31,7 +31,7 @@ impl Throttle {
     }
 
     /// Forget the history once the condition cleared, so the next failure is logged at once.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.last = None;
         self.suppressed = 0;
     }

@@ -13,11 +13,11 @@ use hyper_util::rt::TokioExecutor;
 use super::{TlsError, client_config};
 use crate::config::{TlsConfig, TlsMode};
 
-pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Why an endpoint's settings cannot be used; each names the key at fault.
 #[derive(Debug, thiserror::Error)]
-pub enum EndpointError {
+pub(crate) enum EndpointError {
     /// `shown`: the URL as it may be shown (credentials redacted).
     #[error("{key} is not a valid URL ({shown})")]
     Url { key: String, shown: String },
@@ -31,7 +31,7 @@ pub enum EndpointError {
 
 /// A client for `url` (the value of key `path`.`key`, shown as `shown` in errors) with the TLS
 /// settings of `path`.tls; the URL parsed.
-pub fn client(
+pub(crate) fn client(
     path: &str,
     key: &str,
     url: &str,
@@ -61,7 +61,7 @@ pub fn client(
 /// `uri` without its `user:password@`, and those credentials as an `Authorization: Basic`
 /// value (marked sensitive): the HTTP client sends no credentials from a URL by itself. The
 /// password may be percent-encoded, as in any URL.
-pub fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
+pub(crate) fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
     let Some(authority) = uri.authority().cloned() else { return (uri, None) };
     let Some((userinfo, host)) = authority.as_str().rsplit_once('@') else { return (uri, None) };
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
@@ -76,7 +76,7 @@ pub fn basic_auth_from(uri: Uri) -> (Uri, Option<HeaderValue>) {
 }
 
 /// JSON requests' headers: `Content-Type: application/json`, then `pairs` (`path`.headers).
-pub fn json_headers<'a>(
+pub(crate) fn json_headers<'a>(
     path: &str,
     pairs: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<HeaderMap, EndpointError> {

@@ -39,7 +39,7 @@ pub enum TlsError {
 
 /// Why `handoff check`'s handshake with a server did not finish.
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     #[error("`{host}` is not a valid TLS server name: {detail}")]
     Name { host: String, detail: String },
     #[error("{0}")]
@@ -235,7 +235,7 @@ pub(crate) fn explain(path: &str, error: &str) -> String {
 
 /// A finished handshake, as `handoff check` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
+pub(crate) struct Session {
     pub version: String,
     pub cipher: String,
 }

@@ -15,7 +15,7 @@ use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, Sign
 /// A server certificate check other than rustls's default. Every rule checks the handshake's
 /// signatures against the certificate presented; they differ in what they ask of the certificate.
 #[derive(Debug)]
-pub struct Verifier {
+pub(super) struct Verifier {
     rule: Rule,
     provider: Arc<CryptoProvider>,
 }
@@ -32,18 +32,21 @@ enum Rule {
 
 impl Verifier {
     /// `require` / `prefer`.
-    pub fn unverified(provider: Arc<CryptoProvider>) -> Self {
+    pub(super) fn unverified(provider: Arc<CryptoProvider>) -> Self {
         Self { rule: Rule::AnyCertificate, provider }
     }
 
     /// `verify-ca` against `roots`.
-    pub fn chain_only(roots: RootCertStore, provider: Arc<CryptoProvider>) -> Result<Self, VerifierBuilderError> {
+    pub(super) fn chain_only(
+        roots: RootCertStore,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, VerifierBuilderError> {
         let chain = webpki(roots, &provider)?;
         Ok(Self { rule: Rule::ChainOnly(chain), provider })
     }
 
     /// `verify-full` against `roots` for `name` rather than the host connected to.
-    pub fn renamed(
+    pub(super) fn renamed(
         roots: RootCertStore,
         provider: Arc<CryptoProvider>,
         name: &str,

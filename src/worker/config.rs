@@ -270,32 +270,32 @@ impl WorkerOverrides {
 mod defaults {
     use std::time::Duration;
 
-    pub fn table() -> String {
+    pub(super) fn table() -> String {
         "consumer_inbox".into()
     }
-    pub fn max_expired_leases() -> u32 {
+    pub(super) fn max_expired_leases() -> u32 {
         3
     }
-    pub fn error_max_len() -> usize {
+    pub(super) fn error_max_len() -> usize {
         2000
     }
-    pub fn http_timeout() -> Duration {
+    pub(super) fn http_timeout() -> Duration {
         Duration::from_secs(10)
     }
-    pub fn purge_batch() -> u32 {
+    pub(super) fn purge_batch() -> u32 {
         1000
     }
-    pub fn purge_interval() -> Duration {
+    pub(super) fn purge_interval() -> Duration {
         Duration::from_secs(60)
     }
-    pub fn http_concurrency() -> u32 {
+    pub(super) fn http_concurrency() -> u32 {
         8
     }
 
-    pub fn forward_headers() -> Vec<String> {
+    pub(super) fn forward_headers() -> Vec<String> {
         ["traceparent", "tracestate", "baggage"].map(String::from).to_vec()
     }
-    pub fn dead_statuses() -> Vec<u16> {
+    pub(super) fn dead_statuses() -> Vec<u16> {
         vec![400, 404, 409, 410, 415, 422]
     }
 }

@@ -8,12 +8,12 @@ use crate::store::inbox::{HandlerSql, HandlerSqlError};
 
 use super::http::HttpHandler;
 
-pub enum Effect {
+pub(crate) enum Effect {
     Sql(Vec<HandlerSql>),
     Http(Box<HttpHandler>),
 }
 
-pub struct Handler {
+pub(crate) struct Handler {
     event_types: Vec<String>,
     /// The `handler` label of its metrics: configured, or its event type patterns. Bounded by
     /// the configuration, whatever types the producers write.
@@ -23,7 +23,7 @@ pub struct Handler {
 
 /// A handler the configuration describes but handoff cannot build; each names its key.
 #[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
+pub(crate) enum HandlerError {
     #[error("{key}: {error}")]
     Sql { key: String, error: HandlerSqlError },
     #[error(transparent)]
@@ -38,7 +38,7 @@ pub enum HandlerError {
 
 impl Handler {
     /// Rewrites the statements for the dialect and checks every parameter name.
-    pub fn build(
+    pub(crate) fn build(
         worker: &WorkerConfig,
         index: usize,
         config: &HandlerConfig,
@@ -68,12 +68,12 @@ impl Handler {
         Ok(Self { event_types: config.event_types.clone(), label, effect })
     }
 
-    pub fn serves(&self, event_type: &str) -> bool {
+    pub(crate) fn serves(&self, event_type: &str) -> bool {
         self.event_types.iter().any(|pattern| type_matches(pattern, event_type))
     }
 
     /// The handler's SQL texts (for `check`), with a label each.
-    pub fn sql_texts(&self) -> Vec<&str> {
+    pub(crate) fn sql_texts(&self) -> Vec<&str> {
         match &self.effect {
             Effect::Sql(statements) => statements.iter().map(|s| s.sql.as_str()).collect(),
             Effect::Http(_) => Vec::new(),

@@ -22,7 +22,7 @@ use crate::tls::https::{self, EndpointError, HttpsClient};
 /// How much of an error response's body is read back into the row's last error.
 const ERROR_BODY_MAX: usize = 4096;
 
-pub struct HttpHandler {
+pub(crate) struct HttpHandler {
     client: HttpsClient,
     uri: Uri,
     timeout: Duration,
@@ -38,7 +38,7 @@ pub struct HttpHandler {
 
 /// The outcome of one POST.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     Done,
     /// The receiver says the event can never succeed.
     Refused(String),
@@ -69,7 +69,7 @@ fn judge(status: u16, dead_on: &[u16], message: String) -> Delivery {
 }
 
 impl HttpHandler {
-    pub fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, EndpointError> {
+    pub(crate) fn new(config: &HttpHandlerConfig, path: &str) -> Result<Self, EndpointError> {
         let (uri, client) = https::client(path, "url", config.url(), &config.shown_url(), &config.tls)?;
         let mut headers = https::json_headers(path, config.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
         // `user:password@` in the URL (which may come from `url_file`) is sent as basic auth.
@@ -88,7 +88,7 @@ impl HttpHandler {
 
     /// POSTs `row`; `trace` (the handler span's `traceparent`, when tracing is on) replaces the
     /// event's own, so the receiver's spans are children of handoff's.
-    pub async fn deliver(&self, row: &InboxRow, trace: Option<&str>) -> Delivery {
+    pub(crate) async fn deliver(&self, row: &InboxRow, trace: Option<&str>) -> Delivery {
         // The semaphore is never closed, so acquiring cannot fail.
         let Ok(_permit) = self.in_flight.acquire().await else { return Delivery::Failed("handler closed".into()) };
         let request = match self.request(row, trace) {

@@ -25,12 +25,12 @@ use crate::store::StoreError;
 use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
-pub use handler::{Handler, HandlerError};
+pub(crate) use handler::{Handler, HandlerError};
 
 /// Times a settle the database refuses for its data is tried again before it is reported.
 const SETTLE_REFUSALS: u32 = 3;
 
-pub struct WorkerDeps<S> {
+pub(crate) struct WorkerDeps<S> {
     pub store: S,
     pub metrics: WorkerHandles,
     pub health: Arc<Component>,
@@ -39,7 +39,7 @@ pub struct WorkerDeps<S> {
     pub abandon: CancellationToken,
 }
 
-pub struct Worker<S> {
+pub(crate) struct Worker<S> {
     config: WorkerConfig,
     handlers: Vec<Handler>,
     deps: WorkerDeps<S>,
@@ -49,7 +49,7 @@ pub struct Worker<S> {
 }
 
 impl<S: InboxStore> Worker<S> {
-    pub fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, HandlerError> {
+    pub(crate) fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, HandlerError> {
         let handlers = config
             .handlers
             .iter()
@@ -61,7 +61,7 @@ impl<S: InboxStore> Worker<S> {
     }
 
     /// Every handler statement with a label, for preparing at startup / in `check`.
-    pub fn handler_sql(&self) -> Vec<(String, String)> {
+    pub(crate) fn handler_sql(&self) -> Vec<(String, String)> {
         self.handlers
             .iter()
             .enumerate()
@@ -76,7 +76,7 @@ impl<S: InboxStore> Worker<S> {
             .collect()
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.config.name
     }
 
@@ -86,13 +86,16 @@ impl<S: InboxStore> Worker<S> {
     }
 
     /// Prepares the inbox statements and every handler statement against the database.
-    pub async fn check_statements(&self, handler_sql: &[(String, String)]) -> Result<(), crate::store::PrepareError> {
+    pub(crate) async fn check_statements(
+        &self,
+        handler_sql: &[(String, String)],
+    ) -> Result<(), crate::store::PrepareError> {
         self.deps.store.check(handler_sql).await
     }
 
     /// Runs the claim loops until `shutdown`; returns once every batch in hand has been
     /// applied or released.
-    pub async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, pause: PauseSwitch, shutdown: CancellationToken) {
         let (owner, health) = (self.deps.owner.clone(), self.deps.health.clone());
         let settings = ClaimLoop::from(&self.config.claim_loop);
         claim_loop::run(ClaimLoops { turns: self, settings, health, pause }, &owner, shutdown).await
@@ -173,7 +176,7 @@ impl<S: InboxStore> Worker<S> {
 
     /// Deletes PROCESSED rows older than `retention.processed_after` in bounded batches, every
     /// `retention.interval`. DEAD rows wait for `handoff dead retry` / `purge`.
-    pub async fn purge(&self, shutdown: CancellationToken) {
+    pub(crate) async fn purge(&self, shutdown: CancellationToken) {
         let Some(retention) = self.config.retention.clone() else { return };
         crate::runtime::periodic::every(retention.interval, &shutdown, || async {
             let mut total = 0;
@@ -199,7 +202,7 @@ impl<S: InboxStore> Worker<S> {
     }
 
     /// Samples the worker's gauges until `shutdown`.
-    pub async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
+    pub(crate) async fn sample(&self, interval: Duration, shutdown: CancellationToken) {
         crate::runtime::periodic::every(interval, &shutdown, || async {
             match self.deps.store.stats().await {
                 Ok(stats) => {

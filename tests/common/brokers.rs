@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::TestEnv;
 use super::nats_server::NatsServer;
 use super::redis_server::RedisServer;
-use handoff::broker::nats::NatsStream;
-use handoff::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
-use handoff::config::NatsConfig;
+use handoff::NatsConfig;
+use handoff::NatsStream;
+use handoff::{AppendOptions, AppendOutcome, Entry, EventStream};
 
 /// Declares each scenario (an `async fn(Chain)` of the calling file) as a test on Redis
 /// (`redis::<name>`) and on NATS (`nats::<name>`).
@@ -318,8 +318,8 @@ impl Chain {
             .collect();
         let outcomes = match &self.broker {
             Broker::Redis(_) => {
-                let config = handoff::config::load_str(&self.env.base_config()).unwrap();
-                let (stream, _) = handoff::broker::redis::RedisStream::connect(&config.redis).await.unwrap();
+                let config = handoff::load_str(&self.env.base_config()).unwrap();
+                let (stream, _) = handoff::RedisStream::connect(&config.redis).await.unwrap();
                 stream.append(&entries, &AppendOptions::default()).await
             }
             Broker::Nats(server) => {
@@ -571,8 +571,8 @@ impl Chain {
     /// What the bridge's group has not committed of the `user` topic; `None` when it cannot be
     /// read.
     pub async fn kafka_lag(&self) -> Option<u64> {
-        let config = handoff::broker::kafka::KafkaConfig::new(&super::kafka::bootstrap());
-        handoff::broker::kafka::offsets::committed_lag(&config, &self.env.id, &self.user_stream()).await.ok()
+        let config = handoff::KafkaConfig::new(&super::kafka::bootstrap());
+        handoff::kafka_committed_lag(&config, &self.env.id, &self.user_stream()).await.ok()
     }
 }
 

@@ -146,8 +146,8 @@ impl TestEnv {
         } else {
             let toml =
                 format!("[database]\nurl = \"{base}\"\n[redis]\nurl = \"{redis_url}\"\n[redis.tls]\n{redis_tls}\n");
-            let config = handoff::config::load_str(&toml).unwrap();
-            let (stream, _) = handoff::broker::redis::RedisStream::connect(&config.redis).await.unwrap();
+            let config = handoff::load_str(&toml).unwrap();
+            let (stream, _) = handoff::RedisStream::connect(&config.redis).await.unwrap();
             stream.client().clone()
         };
         Self { id, schema, database_url, db, redis, redis_url: redis_url.to_owned(), redis_tls: redis_tls.to_owned() }
@@ -165,13 +165,13 @@ impl TestEnv {
     }
 
     async fn migrate(&self) {
-        let pool = handoff::store::postgres::pool(&self.database_config(), "handoff-test").unwrap();
-        handoff::store::migrate::postgres(&pool).await.expect("migrate");
+        let pool = handoff::postgres_pool(&self.database_config(), "handoff-test").unwrap();
+        handoff::migrate_postgres(&pool).await.expect("migrate");
     }
 
-    pub fn database_config(&self) -> handoff::config::DatabaseConfig {
+    pub fn database_config(&self) -> handoff::DatabaseConfig {
         let toml = format!("[database]\nurl = \"{}\"\n", self.database_url);
-        handoff::config::load_str(&toml).unwrap().database
+        handoff::load_str(&toml).unwrap().database
     }
 
     /// Stream key for an aggregate type under this test's prefix.
@@ -388,8 +388,8 @@ grace_period = "5s"
 /// The sizes of the pages in which the first relay of `config` reads its rows delivered in the
 /// last hour, `page` rows a page (as a broker-loss check reads them).
 pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
-    use handoff::relay::outbox::OutboxStore;
-    use handoff::store::database::Database;
+    use handoff::Database;
+    use handoff::OutboxStore;
 
     async fn sizes<S: OutboxStore>(store: S, page: usize) -> Vec<usize> {
         let mut pages = store.delivered_since(Duration::from_secs(3600), page).await.unwrap().expect("delivered_since");
@@ -399,10 +399,10 @@ pub async fn delivered_page_sizes(config: &str, page: usize) -> Vec<usize> {
         }
         sizes
     }
-    let config = handoff::config::load_str(config).unwrap();
+    let config = handoff::load_str(config).unwrap();
     let relay = &config.relays[0];
     let db = Database::connect(&config.database, "handoff-test").unwrap();
-    sizes(handoff::relay::outbox::Outbox::prepare(&db, relay).await.unwrap(), page).await
+    sizes(handoff::Outbox::prepare(&db, relay).await.unwrap(), page).await
 }
 
 /// Whether `group` of `stream` has read up to the stream's last generated id and has nothing

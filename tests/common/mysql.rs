@@ -38,12 +38,9 @@ impl MyEnv {
         let db = Pool::new(database_url.as_str());
         let redis = super::TestEnv::redis_client(redis_url).await;
         let env = Self { id, database_url, redis_url: redis_url.to_owned(), db, redis };
-        let config = handoff::config::load_str(&format!("[database]\nurl = \"{}\"\n", env.database_url)).unwrap();
-        let database = handoff::store::database::Database::connect(&config.database, "handoff-test").unwrap();
-        database
-            .migrate(Default::default(), &handoff::store::migrate::parts::Part::ALL.into_iter().collect())
-            .await
-            .expect("migrate MariaDB");
+        let config = handoff::load_str(&format!("[database]\nurl = \"{}\"\n", env.database_url)).unwrap();
+        let database = handoff::Database::connect(&config.database, "handoff-test").unwrap();
+        database.migrate(Default::default(), &handoff::Part::ALL.into_iter().collect()).await.expect("migrate MariaDB");
         env
     }
 

@@ -15,7 +15,7 @@ use crate::config::{BridgeConfig, RelayConfig};
 
 /// A topic as check reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TopicSettings {
+pub(crate) struct TopicSettings {
     pub partitions: usize,
     pub replicas: usize,
     pub min_insync: Option<u32>,
@@ -24,7 +24,7 @@ pub struct TopicSettings {
 
 /// Lines for one topic that `who` (`relay `r`` or `bridge `b``) uses: what passes or warns, and
 /// the problems. `entry_max_bytes`: the relay's, for a topic a relay produces to.
-pub fn review_topic(
+pub(crate) fn review_topic(
     who: &str,
     topic: &str,
     settings: &TopicSettings,
@@ -81,7 +81,7 @@ fn named_topics(relays: &[&RelayConfig], bridges: &[&BridgeConfig]) -> (Users, V
 }
 
 /// Reads the cluster and reviews every topic the configuration names: (ok lines, problems).
-pub async fn check(
+pub(crate) async fn check(
     config: &KafkaConfig,
     relays: &[&RelayConfig],
     bridges: &[&BridgeConfig],

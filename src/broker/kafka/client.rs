@@ -13,7 +13,7 @@ use crate::config::tls::TlsMode;
 /// Why the client could not be set up: the configuration's fault (an unreachable cluster is
 /// not: the client keeps trying). Names the key, never a secret.
 #[derive(Debug, thiserror::Error)]
-pub enum KafkaSetupError {
+pub(crate) enum KafkaSetupError {
     #[error("{key}: cannot read {}: {detail}", file.display())]
     Unreadable { key: &'static str, file: std::path::PathBuf, detail: String },
     #[error("kafka: {0}")]
@@ -116,7 +116,7 @@ fn millis(duration: std::time::Duration) -> String {
 /// Sends librdkafka's log lines and client errors to handoff's log (they name brokers, never
 /// credentials).
 #[derive(Clone, Default)]
-pub struct Logged;
+pub(super) struct Logged;
 
 impl ClientContext for Logged {
     /// A broker that cannot be reached is an outage the relay waits out (warn, as on the other

@@ -95,7 +95,7 @@ impl SaslMechanism {
 
 /// The librdkafka properties `[kafka.properties]` may set: batching, compression, buffers,
 /// timeouts of the connection and naming. Not the ones a delivery guarantee rests on.
-pub const TUNABLE: &[&str] = &[
+pub(crate) const TUNABLE: &[&str] = &[
     "batch.num.messages",
     "batch.size",
     "broker.address.family",
@@ -198,22 +198,22 @@ impl KafkaConfig {
 mod defaults {
     use std::time::Duration;
 
-    pub fn key_field() -> String {
+    pub(super) fn key_field() -> String {
         "aggregate_id".into()
     }
 
-    pub fn timeout() -> Duration {
+    pub(super) fn timeout() -> Duration {
         Duration::from_secs(10)
     }
 
-    pub fn delivery_timeout() -> Duration {
+    pub(super) fn delivery_timeout() -> Duration {
         Duration::from_secs(30)
     }
 }
 
 /// Why `topic` (rendered from a row's values) cannot be a Kafka topic: the broker's own rule
 /// (1 to 249 of `[A-Za-z0-9._-]`, not `.` or `..`). The row's data: it is refused, never sent.
-pub fn topic_problem(topic: &str) -> Option<String> {
+pub(crate) fn topic_problem(topic: &str) -> Option<String> {
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     let bad = topic.is_empty() || topic.len() > 249 || topic == "." || topic == ".." || !topic.chars().all(legal);
     bad.then(|| format!("topic `{}` is not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)", topic.escape_debug()))

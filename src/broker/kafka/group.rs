@@ -39,7 +39,7 @@ use crate::store::takeover::PoisonRecord;
 
 /// What one member reads, and where.
 #[derive(Debug, Clone)]
-pub struct GroupSettings {
+pub(crate) struct GroupSettings {
     /// The consumer group (the bridge's group).
     pub group: String,
     /// The topic read (the bridge's stream key).
@@ -57,7 +57,7 @@ pub struct GroupSettings {
 
 impl GroupSettings {
     /// The settings of `bridge`'s member `instance` reading `topic`.
-    pub fn for_bridge(bridge: &crate::config::BridgeConfig, topic: &str, instance: &str) -> Self {
+    pub(crate) fn for_bridge(bridge: &crate::config::BridgeConfig, topic: &str, instance: &str) -> Self {
         Self {
             group: bridge.group().to_owned(),
             topic: topic.to_owned(),
@@ -86,7 +86,7 @@ struct Partition {
 
 /// The member's partitions, shared with the rebalance callback.
 #[derive(Default, Clone)]
-pub struct Owned(Arc<Mutex<HashMap<i32, Partition>>>);
+pub(crate) struct Owned(Arc<Mutex<HashMap<i32, Partition>>>);
 
 impl Owned {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Partition>> {
@@ -121,7 +121,7 @@ impl ConsumerContext for Owned {
     }
 }
 
-pub struct KafkaGroup {
+pub(crate) struct KafkaGroup {
     consumer: Arc<StreamConsumer<Owned>>,
     owned: Owned,
     settings: GroupSettings,
@@ -142,7 +142,7 @@ fn unavailable(e: impl std::fmt::Display) -> GroupError {
 }
 
 impl KafkaGroup {
-    pub fn new(config: &KafkaConfig, settings: GroupSettings) -> GroupResult<Self> {
+    pub(crate) fn new(config: &KafkaConfig, settings: GroupSettings) -> GroupResult<Self> {
         let owned = Owned::default();
         let session = settings.claim_idle.max(Duration::from_secs(6)).as_millis().min(i32::MAX as u128);
         let mut client = client::consumer_config(config).map_err(unavailable)?;

@@ -29,7 +29,7 @@ pub(super) struct Message {
 }
 
 impl Mapping {
-    pub fn message(&self, entry: &Entry) -> Message {
+    pub(super) fn message(&self, entry: &Entry) -> Message {
         let mut headers = OwnedHeaders::new_with_capacity(entry.fields.len() + 1);
         let (mut key, mut value) = (None, Bytes::new());
         for (name, field) in &entry.fields {

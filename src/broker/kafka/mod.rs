@@ -11,12 +11,12 @@
 //! the row again on restart, a second message with the same event id header, which the inbox's
 //! insert-if-absent on `(consumer, event_id)` collapses (docs/explanation/delivery-guarantees.md).
 
-pub mod check;
+pub(crate) mod check;
 mod client;
-pub mod config;
-pub mod group;
+pub(crate) mod config;
+pub(crate) mod group;
 mod message;
-pub mod offsets;
+pub(crate) mod offsets;
 pub(crate) mod validate;
 
 use std::collections::{BTreeSet, HashMap};
@@ -29,9 +29,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
-pub use client::KafkaSetupError;
+pub(crate) use client::KafkaSetupError;
 use client::Logged;
-pub use config::KafkaConfig;
+pub(crate) use config::KafkaConfig;
 use message::{Mapping, entry_id, failed, parse_entry_id};
 
 use crate::broker::seam::{
@@ -40,7 +40,7 @@ use crate::broker::seam::{
 
 /// A Kafka cluster the relay produces to.
 #[derive(Clone)]
-pub struct KafkaStream {
+pub(crate) struct KafkaStream {
     /// The producer, and how many were made before it: one that hit a fatal error (its
     /// idempotence state is lost for good) is replaced by a new one.
     producer: Arc<std::sync::RwLock<(u64, FutureProducer<Logged>)>>,
@@ -57,7 +57,7 @@ impl KafkaStream {
     /// A producer for `config`'s cluster (it connects in the background: an unreachable
     /// cluster is an outage the relay waits out); `body_field` is the entry field carried as
     /// the message value.
-    pub fn connect(config: &KafkaConfig, body_field: &str) -> Result<Self, KafkaSetupError> {
+    pub(crate) fn connect(config: &KafkaConfig, body_field: &str) -> Result<Self, KafkaSetupError> {
         let producer = Self::made(config, false)?;
         Ok(Self {
             producer: Arc::new(std::sync::RwLock::new((0, producer))),
@@ -75,7 +75,7 @@ impl KafkaStream {
 
     /// The same producer, sending `field` as the message value (a relay's payload field, which
     /// `[relay.envelope]` may rename; `None`: every field a header, the value empty).
-    pub fn with_body_field(&self, field: Option<&str>) -> Self {
+    pub(crate) fn with_body_field(&self, field: Option<&str>) -> Self {
         let mapping = Mapping {
             body_field: Bytes::copy_from_slice(field.unwrap_or_default().as_bytes()),
             ..self.mapping.clone()

@@ -13,7 +13,7 @@ use super::config::KafkaConfig;
 
 /// A partition's committed offset moved (or, in a dry run, that would move).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reset {
+pub(crate) struct Reset {
     pub partition: i32,
     /// The committed offset before (`None`: the group had committed nothing there).
     pub from: Option<i64>,
@@ -67,7 +67,7 @@ pub async fn committed_lag(config: &KafkaConfig, group: &str, topic: &str) -> Re
 /// For `start = "$"`: commits the end of each partition of `topic` for a group that has
 /// committed nothing there yet, before its first member joins, so it begins with new messages.
 /// A group with offsets, or with members already (Kafka then refuses the commit), is left alone.
-pub async fn start_at_end_if_new(config: &KafkaConfig, group: &str, topic: &str) -> Result<(), String> {
+pub(crate) async fn start_at_end_if_new(config: &KafkaConfig, group: &str, topic: &str) -> Result<(), String> {
     let (consumer, timeout, topic) = (outsider(config, group)?, config.timeout, topic.to_owned());
     tokio::task::spawn_blocking(move || -> Result<(), String> {
         let before = committed(&consumer, &topic, timeout)?;
@@ -91,7 +91,7 @@ pub async fn start_at_end_if_new(config: &KafkaConfig, group: &str, topic: &str)
 /// Moves `group`'s committed offset on each partition of `topic` back to the first message at
 /// or after `unix_ms` (the partition's end if none is). Never forward: a partition whose
 /// committed offset is already there or before keeps it. With `dry_run`, commits nothing.
-pub async fn rewind_to_time(
+pub(crate) async fn rewind_to_time(
     config: &KafkaConfig,
     group: &str,
     topic: &str,

@@ -116,22 +116,22 @@ impl NatsConfig {
 mod defaults {
     use std::time::Duration;
 
-    pub fn stream() -> String {
+    pub(super) fn stream() -> String {
         "HANDOFF".into()
     }
 
-    pub fn replicas() -> usize {
+    pub(super) fn replicas() -> usize {
         1
     }
 
-    pub fn timeout() -> Duration {
+    pub(super) fn timeout() -> Duration {
         Duration::from_secs(5)
     }
 }
 
 /// Whether `subject` is a NATS subject a consumer can filter on: dot-separated non-empty tokens
 /// of printable characters other than space, `*` and `>` only as whole tokens (`>` last).
-pub fn is_subject(subject: &str) -> bool {
+pub(crate) fn is_subject(subject: &str) -> bool {
     let tokens: Vec<&str> = subject.split('.').collect();
     tokens.iter().enumerate().all(|(i, token)| {
         !token.is_empty()

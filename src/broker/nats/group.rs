@@ -89,7 +89,7 @@ pub struct NatsGroup {
 
 /// The durable consumer's name for `group` and `subject`: JetStream names hold no `.`, `*`, `>`
 /// or spaces.
-pub fn durable_name(group: &str, subject: &str) -> String {
+pub(crate) fn durable_name(group: &str, subject: &str) -> String {
     let subject = subject.replace('.', "_").replace('*', "any").replace('>', "rest");
     format!("{group}-{subject}").chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).collect()
 }

@@ -9,10 +9,10 @@
 //! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
 //! run lands in order or its tail comes back for the next batch.
 
-pub mod config;
-pub mod group;
+pub(crate) mod config;
+pub(crate) mod group;
 mod message;
-pub mod settings;
+pub(crate) mod settings;
 mod unreadable;
 
 /// A header block checked and split as the bridge does after a reconnect (the fuzz target).

@@ -20,7 +20,7 @@ pub struct StreamSettings {
 }
 
 /// The subject pattern a relay's template can render: each `{column}` is one token (`*`).
-pub fn subject_pattern(template: &str) -> String {
+pub(crate) fn subject_pattern(template: &str) -> String {
     let mut out = String::new();
     let mut in_var = false;
     for c in template.chars() {
@@ -39,7 +39,7 @@ pub fn subject_pattern(template: &str) -> String {
 
 /// Whether every subject `pattern` matches is captured by the stream subject `filter` (NATS
 /// wildcards: `*` one token, `>` the rest).
-pub fn captured(pattern: &str, filter: &str) -> bool {
+pub(crate) fn captured(pattern: &str, filter: &str) -> bool {
     let (mut p, mut f) = (pattern.split('.'), filter.split('.'));
     loop {
         match (p.next(), f.next()) {
@@ -54,14 +54,14 @@ pub fn captured(pattern: &str, filter: &str) -> bool {
 /// How long after a publish the same row may be published again: a relay that died holding it
 /// (its lease), one that timed out waiting for the PubAck (its outage backoff), a retried row
 /// (its row backoff). A duplicate window shorter than that lets a republished row through.
-pub fn retry_horizon(relay: &RelayConfig) -> Duration {
+pub(crate) fn retry_horizon(relay: &RelayConfig) -> Duration {
     let loop_ = &relay.claim_loop;
     loop_.lease + loop_.outage_backoff.max + loop_.backoff.max
 }
 
 /// What `handoff migrate` creates a missing stream with for `relays`: their subject patterns
 /// and a duplicate window of twice the longest retry horizon, at least ten minutes.
-pub fn to_create<'a>(relays: impl IntoIterator<Item = &'a RelayConfig>) -> (Vec<String>, Duration) {
+pub(crate) fn to_create<'a>(relays: impl IntoIterator<Item = &'a RelayConfig>) -> (Vec<String>, Duration) {
     let mut subjects: Vec<String> = Vec::new();
     let mut window = Duration::from_secs(600);
     for relay in relays {
@@ -76,7 +76,7 @@ pub fn to_create<'a>(relays: impl IntoIterator<Item = &'a RelayConfig>) -> (Vec<
 
 /// Problems with `settings` for `relay`, each naming the key to change; and lines saying what
 /// holds.
-pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (Vec<String>, Vec<String>) {
+pub(crate) fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (Vec<String>, Vec<String>) {
     let (mut ok, mut problems) = (Vec::new(), Vec::new());
     let name = &relay.name;
     let pattern = subject_pattern(&relay.stream);
@@ -115,7 +115,7 @@ pub fn review(stream: &str, settings: &StreamSettings, relay: &RelayConfig) -> (
 
 /// Problems with `settings` for a bridge reading `subject` (its `streams[index].key`), and
 /// lines saying what holds.
-pub fn review_bridge(
+pub(crate) fn review_bridge(
     stream: &str,
     settings: &StreamSettings,
     (bridge, index, subject): (&str, usize, &str),

@@ -12,7 +12,7 @@ use fred::prelude::*;
 /// again (`unresponsive`): after a silent network failure (a partition, a lost NAT entry, no
 /// RST) the command timeout alone only fails each command in turn on the same dead connection,
 /// for ever. Blocking reads are exempt while they block.
-pub fn build(config: Config, command_timeout: std::time::Duration) -> Result<Client, Error> {
+pub(super) fn build(config: Config, command_timeout: std::time::Duration) -> Result<Client, Error> {
     Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = command_timeout;

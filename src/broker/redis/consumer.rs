@@ -12,7 +12,7 @@ use crate::broker::group::{ConsumerGroup, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
 
-pub struct RedisGroup {
+pub(crate) struct RedisGroup {
     group: Group,
     /// The broker: this stream's dedicated client comes from it, and a new one when the stream
     /// moves to another node; dead letters go through its shared client.
@@ -20,7 +20,7 @@ pub struct RedisGroup {
 }
 
 impl RedisGroup {
-    pub fn new(stream: &RedisStream, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
+    pub(crate) fn new(stream: &RedisStream, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
         let client = stream.dedicated(key);
         Self { group: Group::new(client, key, group, consumer, command_timeout), stream: stream.clone() }
     }

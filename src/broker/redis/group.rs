@@ -30,14 +30,14 @@ const LAG_COUNT_LIMIT: u64 = 10_000;
 
 /// An entry waiting in the group's pending list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     pub id: String,
     pub consumer: String,
     pub idle: Duration,
     pub deliveries: u64,
 }
 
-pub struct Group {
+pub(crate) struct Group {
     /// Replaced when the stream's node changes (cluster failover): see `StreamBridge::outage`.
     client: std::sync::RwLock<Client>,
     pub key: String,
@@ -47,18 +47,18 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn new(client: Client, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
+    pub(crate) fn new(client: Client, key: &str, group: &str, consumer: &str, command_timeout: Duration) -> Self {
         let client = std::sync::RwLock::new(client);
         Self { client, key: key.into(), group: group.into(), consumer: consumer.into(), command_timeout }
     }
 
     /// The client the group's commands go through now.
-    pub fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         self.client.read().expect("group client lock").clone()
     }
 
     /// Uses `client` from now on (the stream moved to another node); the old one is closed.
-    pub fn replace_client(&self, client: Client) {
+    pub(crate) fn replace_client(&self, client: Client) {
         let old = std::mem::replace(&mut *self.client.write().expect("group client lock"), client);
         tokio::spawn(async move {
             let _ = old.quit().await;
@@ -67,7 +67,7 @@ impl Group {
 
     /// XREADGROUP of one stream: `">"` for new entries (waiting up to `block`), `"0"` for this
     /// consumer's own pending entries.
-    pub async fn read(&self, id: &str, count: u32, block: Option<Duration>) -> GroupResult<Vec<RawEntry>> {
+    pub(crate) async fn read(&self, id: &str, count: u32, block: Option<Duration>) -> GroupResult<Vec<RawEntry>> {
         let mut args: Vec<Value> = vec!["GROUP".into(), self.group.as_str().into(), self.consumer.as_str().into()];
         args.extend(["COUNT".into(), Value::Integer(count.into())]);
         if let Some(block) = block {
@@ -98,7 +98,7 @@ impl Group {
     }
 
     /// Creates the group (and the stream) if missing, starting at `start`.
-    pub async fn ensure(&self, start: &str) -> GroupResult<()> {
+    pub(crate) async fn ensure(&self, start: &str) -> GroupResult<()> {
         match self.client().xgroup_create::<Value, _, _, _>(self.key.as_str(), self.group.as_str(), start, true).await {
             Ok(_) => Ok(()),
             Err(e) if e.details().starts_with("BUSYGROUP") => Ok(()),
@@ -106,7 +106,7 @@ impl Group {
         }
     }
 
-    pub async fn ack(&self, ids: &[String]) -> GroupResult<u64> {
+    pub(crate) async fn ack(&self, ids: &[String]) -> GroupResult<u64> {
         if ids.is_empty() {
             return Ok(0);
         }
@@ -116,7 +116,7 @@ impl Group {
 
     /// Pending entries idle at least `min_idle` between ids `from` and `to` (`-`/`+` for all),
     /// of every consumer or only of `consumer`, oldest first.
-    pub async fn pending(
+    pub(crate) async fn pending(
         &self,
         min_idle: Duration,
         (from, to): (&str, &str),
@@ -140,7 +140,7 @@ impl Group {
     }
 
     /// XCLAIM to this consumer; entries deleted meanwhile come back without fields.
-    pub async fn claim(&self, min_idle: Duration, ids: &[String]) -> GroupResult<Vec<RawEntry>> {
+    pub(crate) async fn claim(&self, min_idle: Duration, ids: &[String]) -> GroupResult<Vec<RawEntry>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -161,7 +161,7 @@ impl Group {
     /// replica promoted by a failover can hold a stale or undefined `entries-read`, which would
     /// report a lag forever though every entry was read. Nothing beyond → 0; something beyond
     /// and no usable figure → the entries beyond, counted (up to `LAG_COUNT_LIMIT`).
-    pub async fn info(&self) -> GroupResult<GroupInfo> {
+    pub(crate) async fn info(&self) -> GroupResult<GroupInfo> {
         let (pending, redis_lag, last_delivered) = self.group_fields().await?;
         let beyond = |count: u64| {
             let args: Vec<Value> = vec![
@@ -193,13 +193,13 @@ impl Group {
     }
 
     /// The id of the last entry delivered to the group (`last-delivered-id`).
-    pub async fn position(&self) -> GroupResult<String> {
+    pub(crate) async fn position(&self) -> GroupResult<String> {
         Ok(self.group_fields().await?.2)
     }
 
     /// XGROUP SETID: the group's next `>` read starts after `id`. Its pending entries stay
     /// pending (an entry read again is handed to the reader, and the inbox deduplicates it).
-    pub async fn set_position(&self, id: &str) -> GroupResult<()> {
+    pub(crate) async fn set_position(&self, id: &str) -> GroupResult<()> {
         let args: Vec<Value> = vec!["SETID".into(), self.key.as_str().into(), self.group.as_str().into(), id.into()];
         let _: Value =
             self.client().custom(CustomCommand::new_static("XGROUP", ClusterHash::Offset(1), false), args).await?;
@@ -207,7 +207,7 @@ impl Group {
     }
 
     /// The server's clock, in Unix milliseconds (entry ids are made from it).
-    pub async fn server_millis(&self) -> GroupResult<i64> {
+    pub(crate) async fn server_millis(&self) -> GroupResult<i64> {
         let command = CustomCommand::new_static("TIME", ClusterHash::Random, false);
         let reply: Vec<String> = self.client().custom(command, Vec::<Value>::new()).await?;
         let n = |i: usize| reply.get(i).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
@@ -236,7 +236,7 @@ impl Group {
     }
 
     /// Idle time of the oldest pending entry of the group, if any.
-    pub async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
+    pub(crate) async fn oldest_pending_idle(&self) -> GroupResult<Option<Duration>> {
         let args: Vec<Value> =
             vec![self.key.as_str().into(), self.group.as_str().into(), "-".into(), "+".into(), Value::Integer(1)];
         let reply: Value =
@@ -246,7 +246,7 @@ impl Group {
     }
 
     /// Consumers other than this one, idle longer than `older_than` with nothing pending.
-    pub async fn idle_consumers(&self, older_than: Duration) -> GroupResult<Vec<String>> {
+    pub(crate) async fn idle_consumers(&self, older_than: Duration) -> GroupResult<Vec<String>> {
         let reply: Value = self
             .client()
             .custom(
@@ -268,7 +268,7 @@ impl Group {
             .collect())
     }
 
-    pub async fn delete_consumer(&self, name: &str) -> GroupResult<()> {
+    pub(crate) async fn delete_consumer(&self, name: &str) -> GroupResult<()> {
         let _: Value = self.client().xgroup_delconsumer(self.key.as_str(), self.group.as_str(), name).await?;
         Ok(())
     }

@@ -60,7 +60,7 @@ struct Link {
 }
 
 impl Links {
-    pub fn new(
+    pub(super) fn new(
         config: &fred::types::config::Config,
         tls: Option<Arc<rustls::ClientConfig>>,
         timeout: Duration,
@@ -80,7 +80,7 @@ impl Links {
     /// A link that sat idle and turns out to be closed (a server timeout, a proxy dropping idle
     /// connections) is replaced and the batch sent once more on a new one, whole — so a gate's
     /// `WAIT` still follows its own appends on its own connection.
-    pub async fn exchange(
+    pub(super) async fn exchange(
         &self,
         node: &Node,
         commands: &[u8],
@@ -118,7 +118,7 @@ impl Links {
     }
 
     /// Drops every idle link to `node` (it stopped being a primary, or failed).
-    pub fn forget(&self, node: &Node) {
+    pub(super) fn forget(&self, node: &Node) {
         self.idle.lock().expect("links lock").remove(node);
     }
 
@@ -186,7 +186,7 @@ struct Failure {
 
 /// Why the relay's own connection to a node failed; its appends are unavailable, not refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
+pub(super) enum LinkError {
     #[error("connecting to redis at {at}: {detail}")]
     Connect { at: String, detail: String },
     #[error("connecting to redis at {at}: no connection within {timeout:?}")]

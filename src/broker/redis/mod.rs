@@ -1,7 +1,7 @@
 //! Redis Streams via `fred`: standalone, sentinel or cluster, chosen by the URL scheme.
 
 mod build;
-mod client;
+pub(crate) mod client;
 mod consumer;
 mod durable;
 pub(crate) mod group;
@@ -17,6 +17,5 @@ mod shards;
 mod sweep;
 pub(crate) mod trim;
 
-pub use client::{ConnectError, RedisStream};
-pub use consumer::RedisGroup;
-pub use replies::{entry_millis, is_outage};
+pub(crate) use client::{ConnectError, RedisStream};
+pub(crate) use consumer::RedisGroup;

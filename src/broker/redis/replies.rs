@@ -50,7 +50,7 @@ pub(super) fn reply_outcome(reply: &str) -> AppendOutcome {
 
 /// Connection-level failures and broker states that pass by themselves are outages; a reply
 /// about this particular command (WRONGTYPE, ERR …) is the entry's.
-pub fn is_outage(error: &Error) -> bool {
+pub(crate) fn is_outage(error: &Error) -> bool {
     match error.kind() {
         ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => false,
         ErrorKind::Unknown => {
@@ -62,11 +62,6 @@ pub fn is_outage(error: &Error) -> bool {
         }
         _ => true,
     }
-}
-
-/// Milliseconds part of a Redis entry id (`1700000000000-0`).
-pub fn entry_millis(entry_id: &str) -> Option<u64> {
-    entry_id.split('-').next()?.parse().ok()
 }
 
 /// The MINID for `min_age` trimming, by the relay's clock.

@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes, BytesMut};
 
 /// A reply, as far as appends and their gate need one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// `+OK`
     Status(String),
     /// `-WRONGTYPE …`: the error code comes first.
@@ -23,7 +23,7 @@ pub enum Reply {
 
 impl Reply {
     /// The reply as text, for an entry id or a status.
-    pub fn text(&self) -> Option<String> {
+    pub(super) fn text(&self) -> Option<String> {
         match self {
             Reply::Status(s) => Some(s.clone()),
             Reply::Bulk(Some(b)) => std::str::from_utf8(b).ok().map(str::to_owned),
@@ -31,7 +31,7 @@ impl Reply {
         }
     }
 
-    pub fn int(&self) -> Option<i64> {
+    pub(super) fn int(&self) -> Option<i64> {
         match self {
             Reply::Int(i) => Some(*i),
             _ => None,
@@ -42,10 +42,10 @@ impl Reply {
 /// The stream would not parse as RESP: the connection can no longer be trusted.
 #[derive(Debug, thiserror::Error)]
 #[error("redis sent a reply handoff cannot read: {0}")]
-pub struct ProtocolError(String);
+pub(crate) struct ProtocolError(String);
 
 /// Appends one command (`*n`, then each argument as a bulk string) to `out`.
-pub fn command(out: &mut BytesMut, args: &[&[u8]]) {
+pub(super) fn command(out: &mut BytesMut, args: &[&[u8]]) {
     header(out, b'*', args.len());
     for arg in args {
         bulk(out, arg);
@@ -53,7 +53,7 @@ pub fn command(out: &mut BytesMut, args: &[&[u8]]) {
 }
 
 /// `XADD key [MAXLEN|MINID ~ limit] * field value …`.
-pub fn xadd(out: &mut BytesMut, key: &[u8], cap: Option<(&[u8], &[u8])>, fields: &[(Bytes, Bytes)]) {
+pub(super) fn xadd(out: &mut BytesMut, key: &[u8], cap: Option<(&[u8], &[u8])>, fields: &[(Bytes, Bytes)]) {
     let count = 3 + if cap.is_some() { 3 } else { 0 } + 2 * fields.len();
     header(out, b'*', count);
     bulk(out, b"XADD");
@@ -95,7 +95,7 @@ const MAX_ARRAY: i64 = 1 << 20;
 
 /// Takes one whole reply off the front of `buf`; `Ok(None)` (and `buf` untouched) when it has
 /// not all arrived yet.
-pub fn parse(buf: &mut BytesMut) -> Result<Option<Reply>, ProtocolError> {
+pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<Reply>, ProtocolError> {
     match scan(buf, 0, 0)? {
         Some(end) => {
             let mut frame = buf.split_to(end).freeze();

@@ -42,7 +42,7 @@ pub(super) fn slot(key: &str) -> u16 {
 
 impl Shards {
     /// For a cluster config; `None` for a standalone or sentinel one.
-    pub fn new(config: &Config, command_timeout: Duration) -> Option<Self> {
+    pub(super) fn new(config: &Config, command_timeout: Duration) -> Option<Self> {
         if !matches!(config.server, ServerConfig::Clustered { .. }) {
             return None;
         }
@@ -56,7 +56,7 @@ impl Shards {
     }
 
     /// Takes the slot map the cluster client found at start, if it has one.
-    pub fn seed(&self, cluster: &Client) {
+    pub(super) fn seed(&self, cluster: &Client) {
         if let Some(routing) = cluster.cached_cluster_state() {
             self.state.lock().expect("shards lock").routing = routing;
         }
@@ -64,7 +64,7 @@ impl Shards {
 
     /// The primary serving `slot` and a client connected to it (created on first use, and then
     /// given up to the command timeout to connect: commands to it fail fast when it is not).
-    pub async fn for_slot(&self, slot: u16) -> Option<(Server, Client)> {
+    pub(super) async fn for_slot(&self, slot: u16) -> Option<(Server, Client)> {
         let server = {
             let state = self.state.lock().expect("shards lock");
             let server = state.routing.get_server(slot)?.clone();
@@ -81,26 +81,26 @@ impl Shards {
     }
 
     /// A client for every primary in the slot map (created on first use).
-    pub async fn primaries(&self) -> Vec<Client> {
+    pub(super) async fn primaries(&self) -> Vec<Client> {
         let slots: Vec<u16> = self.state.lock().expect("shards lock").routing.unique_hash_slots();
         let clients = slots.into_iter().map(|slot| self.for_slot(slot));
         futures_util::future::join_all(clients).await.into_iter().flatten().map(|(_, client)| client).collect()
     }
 
     /// A client of its own to the primary serving `key` (for reads that block).
-    pub fn dedicated_for(&self, key: &str) -> Option<Client> {
+    pub(super) fn dedicated_for(&self, key: &str) -> Option<Client> {
         self.standalone(&self.server_of(key)?).ok()
     }
 
     /// The primary serving `key` by the current slot map.
-    pub fn server_of(&self, key: &str) -> Option<Server> {
+    pub(super) fn server_of(&self, key: &str) -> Option<Server> {
         let slot = slot(key);
         self.state.lock().expect("shards lock").routing.get_server(slot).cloned()
     }
 
     /// Asks a node that answers for the slot map (after a failure: a primary may have moved).
     /// Clients of nodes that no longer serve slots are closed.
-    pub async fn refresh(&self, cluster: &Client) {
+    pub(super) async fn refresh(&self, cluster: &Client) {
         let mut last = self.refreshing.lock().await;
         if last.is_some_and(|at| at.elapsed() < REFRESH_AT_MOST_EVERY) {
             return;
@@ -139,7 +139,7 @@ impl Shards {
 
     /// The name a node's certificate is verified against with TLS: the host name the URL
     /// names, as the cluster client does (nodes are announced by IP address).
-    pub fn tls_name(&self, _server: &Server) -> Option<String> {
+    pub(super) fn tls_name(&self, _server: &Server) -> Option<String> {
         match &self.template.server {
             ServerConfig::Clustered { hosts, .. } if self.template.tls.is_some() => {
                 hosts.first().map(|first| first.host.to_string())

@@ -33,7 +33,7 @@ pub(super) struct Read {
 }
 
 impl Sweep {
-    pub fn new(mut wanted: Vec<EntryId>) -> Self {
+    pub(super) fn new(mut wanted: Vec<EntryId>) -> Self {
         wanted.sort_unstable();
         wanted.dedup();
         let found = vec![false; wanted.len()];
@@ -41,13 +41,13 @@ impl Sweep {
     }
 
     /// The next read, or `None` when every id is answered.
-    pub fn read(&self) -> Option<Read> {
+    pub(super) fn read(&self) -> Option<Read> {
         let start = *self.wanted.get(self.next)?;
         Some(Read { start, count: self.count.min(self.wanted.len() - self.next).max(1) })
     }
 
     /// Takes the ids the last [`read`](Self::read) returned (ascending, all at or after its start).
-    pub fn take(&mut self, read: Read, page: &[EntryId]) {
+    pub(super) fn take(&mut self, read: Read, page: &[EntryId]) {
         let before = self.next;
         for &entry in page {
             while self.next < self.wanted.len() && self.wanted[self.next] < entry {
@@ -70,7 +70,7 @@ impl Sweep {
     }
 
     /// Whether `id` is in the stream (`id` must be one of the wanted ids).
-    pub fn holds(&self, id: EntryId) -> bool {
+    pub(super) fn holds(&self, id: EntryId) -> bool {
         self.wanted.binary_search(&id).is_ok_and(|i| self.found[i])
     }
 }

@@ -9,7 +9,7 @@ use crate::broker::read::text;
 use crate::broker::seam::{EntryId, Unavailable};
 
 /// What one group still needs, from XINFO GROUPS and XPENDING.
-pub fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> EntryId {
+pub(crate) fn group_floor(last_delivered: EntryId, lowest_pending: Option<EntryId>) -> EntryId {
     lowest_pending.unwrap_or(last_delivered.next()).min(last_delivered.next())
 }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::contract::StatementKind;
 use super::rows::{Delivered, DeliveredRow, Failure, RowRef, Verdict};
-pub use crate::store::param::{Param, millis};
+pub(crate) use crate::store::param::{Param, millis};
 
 /// `claim`: `:ids` holds the ids earlier statements of a multi-statement claim returned (MySQL),
 /// empty otherwise.
-pub fn claim<'a>(
+pub(crate) fn claim<'a>(
     claimant: &'a str,
     batch_size: u32,
     lease: Duration,
@@ -26,7 +26,7 @@ pub fn claim<'a>(
 
 /// `mark_delivered` / `delete`: the rows with their fencing tokens, the entry ids they became
 /// and the streams those entries are in.
-pub fn delivered<'a>(claimant: &'a str, rows: &[Delivered]) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn delivered<'a>(claimant: &'a str, rows: &[Delivered]) -> impl Fn(&str) -> Param + 'a {
     let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|d| (d.row.id.clone(), d.row.token)).unzip();
     let entry_ids: Vec<String> = rows.iter().map(|d| d.entry_id.clone()).collect();
     let streams: Vec<String> = rows.iter().map(|d| d.stream.clone()).collect();
@@ -40,12 +40,12 @@ pub fn delivered<'a>(claimant: &'a str, rows: &[Delivered]) -> impl Fn(&str) -> 
 }
 
 /// `delivered_since`: the window's age.
-pub fn delivered_since(age: Duration) -> impl Fn(&str) -> Param {
+pub(crate) fn delivered_since(age: Duration) -> impl Fn(&str) -> Param {
     move |_| Param::Int(millis(age))
 }
 
 /// `redrive`: the rows to move back to PENDING, with the entry ids they were settled with.
-pub fn redrive(rows: &[DeliveredRow]) -> impl Fn(&str) -> Param + '_ {
+pub(crate) fn redrive(rows: &[DeliveredRow]) -> impl Fn(&str) -> Param + '_ {
     move |name| match name {
         "ids" => Param::Texts(rows.iter().map(|r| r.id.clone()).collect()),
         _ => Param::Texts(rows.iter().map(|r| r.entry_id.clone()).collect()),
@@ -53,7 +53,7 @@ pub fn redrive(rows: &[DeliveredRow]) -> impl Fn(&str) -> Param + '_ {
 }
 
 /// `retry` or `dead` for one failed row, and which of the two it is.
-pub fn failure<'a>(claimant: &'a str, failure: &'a Failure) -> (StatementKind, impl Fn(&str) -> Param + 'a) {
+pub(crate) fn failure<'a>(claimant: &'a str, failure: &'a Failure) -> (StatementKind, impl Fn(&str) -> Param + 'a) {
     let (kind, delay) = match failure.verdict {
         Verdict::Retry { delay } => (StatementKind::Retry, delay),
         Verdict::Dead => (StatementKind::Dead, Duration::ZERO),
@@ -70,7 +70,7 @@ pub fn failure<'a>(claimant: &'a str, failure: &'a Failure) -> (StatementKind, i
 
 /// `release` / `renew`: the rows with their fencing tokens, and `duration`: the delay before
 /// released rows are due again (`delay_ms`), or the new lease (`lease_ms`).
-pub fn held<'a>(claimant: &'a str, rows: &[RowRef], duration: Duration) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn held<'a>(claimant: &'a str, rows: &[RowRef], duration: Duration) -> impl Fn(&str) -> Param + 'a {
     let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().map(|r| (r.id.clone(), r.token)).unzip();
     move |name| match name {
         "claimant" => Param::Text(claimant.to_owned()),
@@ -81,7 +81,7 @@ pub fn held<'a>(claimant: &'a str, rows: &[RowRef], duration: Duration) -> impl 
 }
 
 /// `purge`: delivered rows older than `age`, at most `batch` of them.
-pub fn purge(age: Duration, batch: u32) -> impl Fn(&str) -> Param {
+pub(crate) fn purge(age: Duration, batch: u32) -> impl Fn(&str) -> Param {
     move |name| match name {
         "age_ms" => Param::Int(millis(age)),
         _ => Param::Int(batch.into()),

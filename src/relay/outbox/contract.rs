@@ -85,28 +85,28 @@ impl StatementKind {
 }
 
 /// Columns the claim statement must return (any extra column can feed templates).
-pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
+pub(crate) const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "attempts", "expired_claims", "age_ms"];
 
 /// Columns the `delivered_since` statement must return, one row per delivered row (an
 /// `event_id` column beside them is used where present: see `DeliveredRow`).
-pub const DELIVERED_COLUMNS: &[&str] = &["id", "stream", "entry_id"];
+pub(crate) const DELIVERED_COLUMNS: &[&str] = &["id", "stream", "entry_id"];
 
 /// Columns the stats statement must return (one row), sampled into the relay's gauges.
-pub const STATS_COLUMNS: &[&str] = &["pending", "in_flight", "dead", "oldest_pending_age_seconds"];
+pub(crate) const STATS_COLUMNS: &[&str] = &["pending", "in_flight", "dead", "oldest_pending_age_seconds"];
 
 /// Optional claim column that ordered relaying groups runs by (events of one key).
-pub const ORDER_KEY_COLUMN: &str = "order_key";
+pub(crate) const ORDER_KEY_COLUMN: &str = "order_key";
 
 /// Optional claim column: true when the claim took the row over from an expired lease (counted
 /// in `handoff_relay_lease_reclaims_total`).
-pub const RECLAIMED_COLUMN: &str = "reclaimed";
+pub(crate) const RECLAIMED_COLUMN: &str = "reclaimed";
 
 /// Optional claim columns that, when present and not NULL, become entry fields of the same name.
-pub const ENTRY_COLUMNS: &[&str] = &["event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
+pub(crate) const ENTRY_COLUMNS: &[&str] = &["event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
 
 /// What a result lacks of the columns `kind` must return (`stats`, `delivered_since`), as the
 /// message to report; `None` when nothing is missing or `kind` returns nothing fixed.
-pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<MissingColumns> {
+pub(crate) fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<MissingColumns> {
     let required = match kind {
         StatementKind::Stats => STATS_COLUMNS,
         StatementKind::DeliveredSince => DELIVERED_COLUMNS,
@@ -116,7 +116,7 @@ pub fn missing_result_columns(kind: StatementKind, names: &[&str]) -> Option<Mis
 }
 
 /// Checks that `sql` scans and only uses parameters offered to `kind`.
-pub fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), params::ParamError> {
+pub(crate) fn check_params(kind: StatementKind, sql: &str, style: Placeholder) -> Result<(), params::ParamError> {
     params::check_offered(sql, style, kind.params(), &[])
 }
 

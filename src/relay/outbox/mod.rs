@@ -10,21 +10,22 @@
 //!   locked claim; `postgres_listen.rs`: wake-ups by LISTEN / NOTIFY.
 
 pub(crate) mod bindings;
-pub mod contract;
-mod database;
+pub(crate) mod contract;
+pub(crate) mod database;
 pub(crate) mod mysql;
-pub mod mysql_sql;
+pub(crate) mod mysql_sql;
 pub(crate) mod postgres;
 pub(crate) mod postgres_listen;
-pub mod postgres_locked;
-pub mod postgres_sql;
+pub(crate) mod postgres_locked;
+pub(crate) mod postgres_sql;
 pub(crate) mod prepared;
 pub(crate) mod rows;
 pub(crate) mod seam;
 pub(crate) mod shape;
 
-pub use database::Outbox;
+pub(crate) use database::Outbox;
 pub(crate) use postgres_listen::notifications;
-pub use postgres_locked::{Locked, LockedBatch};
-pub use rows::{ClaimedRow, Deferred, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, RowRef, Verdict};
-pub use seam::OutboxStore;
+pub(crate) use postgres_locked::LockedBatch;
+pub(crate) use rows::{ClaimedRow, Deferred, Delivered};
+pub(crate) use rows::{DeliveredRow, Failure, OutboxStats, RowRef, Verdict};
+pub(crate) use seam::OutboxStore;

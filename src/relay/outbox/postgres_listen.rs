@@ -9,7 +9,7 @@ use crate::store::postgres::connect::{ConnectError, connect_config};
 
 /// Why a LISTEN connection ended.
 #[derive(Debug, thiserror::Error)]
-pub enum ListenError {
+pub(crate) enum ListenError {
     #[error(transparent)]
     Connect(#[from] ConnectError),
     #[error("the LISTEN connection failed")]

@@ -23,7 +23,7 @@ use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
 use crate::store::postgres::tx::OpenTx;
 
 /// The column a partitioned outbox's lock returns last: the partition holding the row.
-pub const PARTITION: &str = "handoff_partition";
+pub(crate) const PARTITION: &str = "handoff_partition";
 
 /// The locked claim's statements for one table, and where its next claim starts reading. The
 /// settles identify rows by id alone and do not re-check the status: the transaction holds
@@ -153,7 +153,7 @@ pub(crate) async fn lock(
 
 /// What a locked claim found: the rows, and the transaction holding them (`None` when there were
 /// none; the transaction is over then).
-pub type Locked = (Vec<ClaimedRow>, Option<LockedBatch>);
+pub(crate) type Locked = (Vec<ClaimedRow>, Option<LockedBatch>);
 
 /// A batch whose rows an open transaction has locked (`claim = "locked"`, Postgres): the row
 /// locks are the lease and the connection is the fence. Dropped without

@@ -222,7 +222,7 @@ WITH live AS (
 );
 
 /// The ordered claim for `table` with the given failure policy.
-pub fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
+pub(crate) fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
     let (parked, dead) = match on_failure {
         OnFailure::Hold => (
             "",

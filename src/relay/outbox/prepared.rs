@@ -7,7 +7,7 @@ use super::shape::ClaimShape;
 use crate::config::{RelayConfig, SettleMode};
 
 /// What every dialect's outbox knows once its statements are prepared.
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The claim's result columns and how to read them.
     pub shape: ClaimShape,
     pub settle: SettleMode,
@@ -16,7 +16,7 @@ pub struct Prepared {
 }
 
 /// The statement that settles a delivered row in `mode`.
-pub fn settle_statement(mode: SettleMode) -> StatementKind {
+pub(crate) fn settle_statement(mode: SettleMode) -> StatementKind {
     match mode {
         SettleMode::MarkDelivered => StatementKind::MarkDelivered,
         SettleMode::Delete => StatementKind::Delete,
@@ -24,7 +24,7 @@ pub fn settle_statement(mode: SettleMode) -> StatementKind {
 }
 
 /// Whether a relay with this config runs `kind` at all (so whether it is prepared and checked).
-pub fn needed(kind: StatementKind, relay: &RelayConfig) -> bool {
+pub(crate) fn needed(kind: StatementKind, relay: &RelayConfig) -> bool {
     // The reference schema's statements fit only the reference table: a replaced claim means
     // another table, whose optional statements must be given to be used.
     let reference_or_given = relay.sql.get(kind).is_some() || relay.sql.claim.is_none();

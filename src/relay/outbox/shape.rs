@@ -11,7 +11,7 @@ use crate::store::error::{StoreError, StoreResult};
 
 /// Positions of the contract columns in a claim result.
 #[derive(Debug, Clone)]
-pub struct ClaimShape {
+pub(crate) struct ClaimShape {
     pub columns: Arc<[String]>,
     id: usize,
     token: usize,
@@ -25,7 +25,7 @@ pub struct ClaimShape {
 
 impl ClaimShape {
     /// Finds the contract columns among `columns`; names the missing ones.
-    pub fn new(columns: Vec<String>) -> Result<Self, MissingColumns> {
+    pub(crate) fn new(columns: Vec<String>) -> Result<Self, MissingColumns> {
         if let Some(missing) = MissingColumns::of(CLAIM_COLUMNS, columns.iter().map(String::as_str)) {
             return Err(missing);
         }
@@ -53,7 +53,7 @@ impl ClaimShape {
     /// years 1–9999, an `attempts` that is not a number) is that row's own fault: the row comes
     /// back with [`ClaimedRow::fault`] naming the column, and the relay makes it DEAD while its
     /// batch goes on (invariant 13).
-    pub fn row(&self, values: Vec<Option<String>>, unreadable: &[usize]) -> StoreResult<ClaimedRow> {
+    pub(crate) fn row(&self, values: Vec<Option<String>>, unreadable: &[usize]) -> StoreResult<ClaimedRow> {
         let name = |i: usize| self.columns[i].as_str();
         let key = |i: usize| -> StoreResult<&str> {
             if unreadable.contains(&i) {

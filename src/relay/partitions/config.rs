@@ -52,13 +52,13 @@ impl PartitionsConfig {
 mod defaults {
     use std::time::Duration;
 
-    pub fn every() -> Duration {
+    pub(super) fn every() -> Duration {
         Duration::from_secs(86_400)
     }
-    pub fn ahead() -> u32 {
+    pub(super) fn ahead() -> u32 {
         3
     }
-    pub fn interval() -> Duration {
+    pub(super) fn interval() -> Duration {
         Duration::from_secs(600)
     }
 }

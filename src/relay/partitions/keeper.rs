@@ -21,7 +21,7 @@ use crate::telemetry::metrics::RelayHandles;
 /// Rows of the default partition deleted per statement.
 const PURGE_BATCH: u32 = 1000;
 
-pub struct PartitionKeeper {
+pub(crate) struct PartitionKeeper {
     pub relay: String,
     pub config: PartitionsConfig,
     pub outbox: PartitionedOutbox,
@@ -30,7 +30,7 @@ pub struct PartitionKeeper {
 
 impl PartitionKeeper {
     /// A pass at once (so partitions exist before the first busy minute), then every `interval`.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         loop {
             if let Err(e) = self.pass(SystemTime::now(), &shutdown).await {
                 warn!(relay = %self.relay, error = %error_chain(&e), "partition housekeeping failed; next pass in relay.partitions.interval");
@@ -43,7 +43,7 @@ impl PartitionKeeper {
     }
 
     /// One pass as of `now`: create what is missing, drop what is old and settled.
-    pub async fn pass(&self, now: SystemTime, shutdown: &CancellationToken) -> Result<(), StoreError> {
+    pub(crate) async fn pass(&self, now: SystemTime, shutdown: &CancellationToken) -> Result<(), StoreError> {
         for span in plan::wanted(now, self.config.every, self.config.ahead) {
             if let Some(moved) = self.outbox.create(span).await? {
                 self.metrics.partitions_created.inc();

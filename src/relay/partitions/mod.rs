@@ -5,11 +5,9 @@
 
 pub(crate) mod config;
 mod keeper;
-mod outbox;
-pub mod plan;
+pub(crate) mod outbox;
+pub(crate) mod plan;
 mod postgres;
 
 pub(crate) use keeper::PartitionKeeper;
-pub use outbox::{PartitionedOutbox, unfit};
-pub use plan::Span;
-pub use postgres::{Existing, Held, Outcome};
+pub(crate) use outbox::{PartitionedOutbox, unfit};

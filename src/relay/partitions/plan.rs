@@ -46,7 +46,7 @@ impl Span {
 }
 
 /// The span holding `now` and the `ahead` after it: the partitions that must exist.
-pub fn wanted(now: SystemTime, every: Duration, ahead: u32) -> Vec<Span> {
+pub(crate) fn wanted(now: SystemTime, every: Duration, ahead: u32) -> Vec<Span> {
     let mut span = Span::holding(now, every);
     let mut spans = vec![span];
     for _ in 0..ahead {
@@ -57,7 +57,7 @@ pub fn wanted(now: SystemTime, every: Duration, ahead: u32) -> Vec<Span> {
 }
 
 /// Whether a partition whose span ends at `to` (seconds since the epoch) is old enough to drop.
-pub fn past(to: f64, now: SystemTime, drop_after: Duration) -> bool {
+pub(crate) fn past(to: f64, now: SystemTime, drop_after: Duration) -> bool {
     let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
     to + drop_after.as_secs_f64() <= now
 }

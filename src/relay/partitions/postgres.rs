@@ -71,7 +71,7 @@ pub enum Outcome {
 
 /// Why `table` cannot be kept as a partitioned outbox (not partitioned, or not by a range of
 /// `created_at`); `None` when it can.
-pub async fn unfit(pool: &Pool, table: &str) -> StoreResult<Option<String>> {
+pub(super) async fn unfit(pool: &Pool, table: &str) -> StoreResult<Option<String>> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let sql = "SELECT p.partstrat::text, p.partnatts::int, a.attname::text
                FROM pg_partitioned_table p
@@ -96,7 +96,7 @@ pub async fn unfit(pool: &Pool, table: &str) -> StoreResult<Option<String>> {
 }
 
 /// The partitions of `table`, with where each span ends.
-pub async fn existing(pool: &Pool, table: &str) -> StoreResult<Vec<Existing>> {
+pub(super) async fn existing(pool: &Pool, table: &str) -> StoreResult<Vec<Existing>> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     // The catalog keeps each partition's bounds only as an expression; its upper bound is the
     // literal after TO, which the server reads back as a timestamp (in its own time zone).
@@ -129,7 +129,7 @@ async fn locked(pool: &Pool, table: &str) -> StoreResult<OpenTx> {
 /// Creates the partition for `span` unless it exists. Rows the default partition holds in that
 /// span (inserted before the partition existed) move into it in the same transaction, ids and
 /// states unchanged. Returns whether it was created and how many rows moved.
-pub async fn create(pool: &Pool, table: &str, span: Span) -> StoreResult<Option<u64>> {
+pub(super) async fn create(pool: &Pool, table: &str, span: Span) -> StoreResult<Option<u64>> {
     let name = span.name(table);
     // Looked up first without a lock: a pass that finds every partition in place takes none.
     {
@@ -206,7 +206,12 @@ async fn holding(client: &tokio_postgres::Client, partition: &str, drop_after: D
 /// Drops `partition` if every row in it is delivered, none within `drop_after`; otherwise says
 /// what holds it. Looked at once without locks (a held partition costs no lock), and again under
 /// the outbox's lock, which keeps any row from changing between the look and the drop.
-pub async fn drop_if_settled(pool: &Pool, table: &str, partition: &str, drop_after: Duration) -> StoreResult<Outcome> {
+pub(super) async fn drop_if_settled(
+    pool: &Pool,
+    table: &str,
+    partition: &str,
+    drop_after: Duration,
+) -> StoreResult<Outcome> {
     {
         let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
         let held = holding(&client, partition, drop_after).await?;
@@ -228,7 +233,7 @@ pub async fn drop_if_settled(pool: &Pool, table: &str, partition: &str, drop_aft
 
 /// Deletes up to `batch` rows of the default partition delivered more than `drop_after` ago:
 /// rows no partition covered are not dropped with one, so they are retained row by row.
-pub async fn purge_default(pool: &Pool, default: &str, drop_after: Duration, batch: u32) -> StoreResult<u64> {
+pub(super) async fn purge_default(pool: &Pool, default: &str, drop_after: Duration, batch: u32) -> StoreResult<u64> {
     let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
     let sql = format!(
         "WITH old AS (

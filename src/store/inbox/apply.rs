@@ -9,7 +9,7 @@ use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
 
 /// A dialect's open transaction for applying a batch row by row.
-pub trait RowTransaction: Send {
+pub(crate) trait RowTransaction: Send {
     /// Runs a savepoint statement (`SAVEPOINT`, `RELEASE SAVEPOINT`, `ROLLBACK TO SAVEPOINT`).
     fn savepoint(&mut self, sql: &'static str) -> impl Future<Output = StoreResult<()>> + Send;
 
@@ -47,7 +47,7 @@ async fn apply_row<T: RowTransaction>(
 /// Applies `items` in `tx`, each row in its own savepoint, for every dialect: a row whose data
 /// is refused or whose fence refuses is rolled back alone, the others commit together; an
 /// outage fails the whole batch (nothing committed).
-pub async fn apply_row_by_row<T: RowTransaction>(
+pub(crate) async fn apply_row_by_row<T: RowTransaction>(
     mut tx: T,
     owner: &str,
     items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
@@ -81,7 +81,7 @@ fn keep_row(outcome: &Result<Applied, ApplyError>) -> bool {
 /// What a failed commit of a handler batch means, for every dialect: with one row, that row's
 /// data (a deferred constraint, say), so it goes DEAD; with several the batch fails as a refusal
 /// and the worker retries the rows one by one to find it; anything else is an outage.
-pub fn commit_failed(
+pub(crate) fn commit_failed(
     rows: usize,
     error: StoreError,
     errors: &HandlerErrors,

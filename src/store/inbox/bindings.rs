@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::rows::InboxRow;
 use crate::store::param::{Param, millis};
 
-pub fn claim<'a>(
+pub(crate) fn claim<'a>(
     consumer: &'a str,
     claimant: &'a str,
     batch_size: u32,
@@ -22,7 +22,7 @@ pub fn claim<'a>(
 }
 
 /// `processed`, `renew`, `release`: the rows with their fencing tokens (and the new lease).
-pub fn held<'a>(claimant: &'a str, rows: &[(String, i64)], lease: Duration) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn held<'a>(claimant: &'a str, rows: &[(String, i64)], lease: Duration) -> impl Fn(&str) -> Param + 'a {
     let (ids, tokens): (Vec<String>, Vec<i64>) = rows.iter().cloned().unzip();
     move |name| match name {
         "claimant" => Param::Text(claimant.to_owned()),
@@ -33,7 +33,7 @@ pub fn held<'a>(claimant: &'a str, rows: &[(String, i64)], lease: Duration) -> i
 }
 
 /// `retry` / `dead` for one row.
-pub fn failure<'a>(
+pub(crate) fn failure<'a>(
     claimant: &'a str,
     row: &'a InboxRow,
     error: &'a str,
@@ -49,7 +49,7 @@ pub fn failure<'a>(
 }
 
 /// `stats` and `purge`.
-pub fn consumer<'a>(consumer: &'a str, age: Duration, batch_size: u32) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn consumer<'a>(consumer: &'a str, age: Duration, batch_size: u32) -> impl Fn(&str) -> Param + 'a {
     move |name| match name {
         "consumer" => Param::Text(consumer.to_owned()),
         "batch_size" => Param::Int(batch_size.into()),

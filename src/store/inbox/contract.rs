@@ -59,18 +59,19 @@ impl WorkerStatement {
 }
 
 /// Columns the worker's claim must return.
-pub const CLAIM_COLUMNS: &[&str] = &["id", "token", "event_id", "event_type", "payload", "attempts", "expired_leases"];
+pub(crate) const CLAIM_COLUMNS: &[&str] =
+    &["id", "token", "event_id", "event_type", "payload", "attempts", "expired_leases"];
 
 /// Optional claim columns with a meaning of their own; any other column becomes a field
 /// (`:fields.<column>` in handlers), as does every key of a JSON object column `fields`.
-pub const OPTIONAL_CLAIM_COLUMNS: &[&str] =
+pub(crate) const OPTIONAL_CLAIM_COLUMNS: &[&str] =
     &["owner", "aggregate_type", "aggregate_id", "headers", "fields", "reclaimed"];
 
 /// Columns the worker's stats statement must return (one row), sampled into its gauges.
-pub const STATS_COLUMNS: &[&str] = &["dead", "pending", "oldest_lease_age_seconds", "oldest_retry_age_seconds"];
+pub(crate) const STATS_COLUMNS: &[&str] = &["dead", "pending", "oldest_lease_age_seconds", "oldest_retry_age_seconds"];
 
 /// What a claim or stats result lacks of the columns `statement` must return, as the message
 /// to report; `None` when nothing is missing.
-pub fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Option<MissingColumns> {
+pub(crate) fn missing_result_columns(statement: WorkerStatement, names: &[&str]) -> Option<MissingColumns> {
     MissingColumns::of(statement.columns(), names.iter().copied())
 }

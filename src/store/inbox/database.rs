@@ -135,7 +135,7 @@ impl InboxStore for Inbox {
 }
 
 /// `consumer`'s rows of the inbox `table`, as `handoff status` shows them.
-pub async fn counts(db: &Database, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
+pub(crate) async fn counts(db: &Database, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
     match db {
         Database::Postgres(pool) => postgres::counts(pool, table, consumer).await,
         Database::Mysql(pool) => mysql::counts(pool, table, consumer).await,

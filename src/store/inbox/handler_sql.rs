@@ -12,12 +12,12 @@ use crate::store::takeover::seam::InboxEvent;
 
 /// Event fields a per-row statement may name besides `payload.<path>`, `headers.<path>` and
 /// `fields.<name>`.
-pub const ROW_PARAMS: &[&str] =
+pub(crate) const ROW_PARAMS: &[&str] =
     &["event_id", "event_type", "owner", "aggregate_type", "aggregate_id", "payload", "headers"];
 
 /// What a batch statement may name: each an array with one element per event of the batch, in
 /// the same order (payloads, headers and fields as JSON objects).
-pub const BATCH_PARAMS: &[&str] = &[
+pub(crate) const BATCH_PARAMS: &[&str] = &[
     "event_ids",
     "event_types",
     "owners",

@@ -9,10 +9,10 @@
 
 pub(crate) mod apply;
 pub(crate) mod bindings;
-pub mod contract;
-mod database;
+pub(crate) mod contract;
+pub(crate) mod database;
 pub(crate) mod handler_sql;
-pub mod mysql;
+pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod postgres_handlers;
 mod postgres_locked;
@@ -20,10 +20,10 @@ pub(crate) mod rows;
 pub(crate) mod seam;
 pub(crate) mod statements;
 
-pub use database::{Inbox, counts};
-pub use handler_sql::{EventInput, Form, HandlerInput, HandlerSql, HandlerSqlError, MissingField};
-pub use mysql::MyInbox;
-pub use postgres::PgInbox;
-pub use postgres_locked::{LockedInbox, LockedRows};
-pub use rows::{Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow, InboxStats, Merged, merged};
-pub use seam::InboxStore;
+pub(crate) use database::{Inbox, counts};
+pub(crate) use handler_sql::{EventInput, HandlerSql};
+pub(crate) use handler_sql::{HandlerSqlError, MissingField};
+pub(crate) use postgres_locked::LockedInbox;
+pub(crate) use rows::{Applied, ApplyError};
+pub(crate) use rows::{BoundStatement, InboxRow};
+pub(crate) use seam::InboxStore;

@@ -286,7 +286,7 @@ impl MyInbox {
 }
 
 /// `consumer`'s rows of `table`: pending, processing, DEAD, and the age of the oldest not yet done.
-pub async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
+pub(crate) async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
     let sql = format!(
                 "SELECT CAST(COALESCE(SUM(status = 'PENDING'), 0) AS SIGNED),
                         CAST(COALESCE(SUM(status = 'PROCESSING'), 0) AS SIGNED),

@@ -316,7 +316,7 @@ impl PgInbox {
 }
 
 /// `consumer`'s rows of `table`: pending, processing, DEAD, and the age of the oldest not yet done.
-pub async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
+pub(crate) async fn counts(pool: &Pool, table: &str, consumer: &str) -> StoreResult<InboxCounts> {
     let sql = format!(
                 "SELECT count(*) FILTER (WHERE status = 'PENDING'), count(*) FILTER (WHERE status = 'PROCESSING'),
                         count(*) FILTER (WHERE status = 'DEAD'),

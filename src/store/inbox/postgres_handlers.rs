@@ -18,7 +18,7 @@ use crate::store::rows::TextRow;
 /// queries polled together on one connection — and then `along` (the locked claim's mark),
 /// polled after them so it is sent after them. `None`: a statement refused a row's data, and the
 /// transaction is aborted; an outage is an error.
-pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
+pub(crate) async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
     client: &C,
     items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
     along: F,
@@ -34,7 +34,7 @@ pub async fn run_handlers<C: deadpool_postgres::GenericClient, F: Future>(
 
 /// Runs `statements` (already merged) as [`run_handlers`] does; [`ApplyError::Handler`]: a
 /// statement refused a row's data.
-pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
+pub(crate) async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
     client: &C,
     statements: &[Cow<'_, BoundStatement<'_>>],
     along: F,
@@ -63,7 +63,7 @@ pub async fn run_statements<C: deadpool_postgres::GenericClient, F: Future>(
 }
 
 /// Result rows as text by column name (the claim's and stats' result contract).
-pub fn text_rows(
+pub(crate) fn text_rows(
     stmt: &tokio_postgres::Statement,
     rows: &[tokio_postgres::Row],
     label: &str,
@@ -79,11 +79,11 @@ pub fn text_rows(
         .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))
 }
 
-pub fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+pub(crate) fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-pub fn to_param(value: &BindValue) -> Param {
+pub(crate) fn to_param(value: &BindValue) -> Param {
     match value {
         BindValue::Null => Param::Null,
         BindValue::Text(s) => Param::Text(s.clone()),
@@ -94,6 +94,6 @@ pub fn to_param(value: &BindValue) -> Param {
 }
 
 /// A handler statement's error: the row's data at fault (DEAD), or an outage of the store.
-pub fn handler_error(index: usize, error: tokio_postgres::Error, errors: &HandlerErrors) -> ApplyError {
+pub(crate) fn handler_error(index: usize, error: tokio_postgres::Error, errors: &HandlerErrors) -> ApplyError {
     ApplyError::from_handler(index, query_error("handler", error), errors)
 }

@@ -25,7 +25,7 @@ use crate::store::postgres::tx::OpenTx;
 /// The locked claim's statements for one inbox table, and where its next claim starts reading
 /// (shared by the worker's loops).
 #[derive(Debug, Clone)]
-pub struct LockedInboxSql {
+pub(super) struct LockedInboxSql {
     /// `$1` consumer, `$2` batch size, `$3` the lower bound on `next_retry_at` (see
     /// `scan_start`); the same result columns as the reference claim's, then `scan_due`.
     lock: String,
@@ -36,7 +36,7 @@ pub struct LockedInboxSql {
 }
 
 impl LockedInboxSql {
-    pub fn new(table: &str, errors: HandlerErrors) -> Self {
+    pub(super) fn new(table: &str, errors: HandlerErrors) -> Self {
         Self {
             errors,
             scan: Arc::default(),
@@ -60,13 +60,13 @@ impl LockedInboxSql {
     }
 
     /// Each statement with its name (for the startup check).
-    pub fn statements(&self) -> [(&'static str, &str); 2] {
+    pub(super) fn statements(&self) -> [(&'static str, &str); 2] {
         [("lock", &self.lock), ("locked processed", &self.processed)]
     }
 }
 
 /// Locks a batch; see [`InboxStore::lock`](super::rows::InboxStore::lock).
-pub async fn lock(
+pub(super) async fn lock(
     pool: &Pool,
     sql: &LockedInboxSql,
     consumer: &str,
@@ -104,7 +104,7 @@ pub async fn lock(
 
 /// The open transaction of a locked inbox batch.
 /// The rows of a locked batch and its open transaction (`None` when no row was due: nothing held).
-pub type LockedRows = (Vec<InboxRow>, Option<LockedInbox>);
+pub(crate) type LockedRows = (Vec<InboxRow>, Option<LockedInbox>);
 
 /// A batch locked by an open transaction (`claim = "locked"`, Postgres): the row locks are the
 /// lease and the connection is the fence. Dropped without [`apply`](LockedInbox::apply), the

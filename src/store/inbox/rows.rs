@@ -90,7 +90,7 @@ pub struct InboxStats {
 
 /// A consumer's inbox as `handoff status` shows it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct InboxCounts {
+pub(crate) struct InboxCounts {
     pub pending: i64,
     pub processing: i64,
     pub dead: i64,
@@ -138,12 +138,12 @@ impl BoundStatement<'_> {
 
 /// Statements as a batch runs them: borrowed as bound, or a batch statement with its
 /// neighbours' values merged in.
-pub type Merged<'a> = Vec<std::borrow::Cow<'a, BoundStatement<'a>>>;
+pub(crate) type Merged<'a> = Vec<std::borrow::Cow<'a, BoundStatement<'a>>>;
 
 /// The statements of `items` as the batch runs them: per-event statements one by one, in order
 /// (borrowed: a batch of them copies no value); each batch statement once, where its first event
 /// is, with every event's values merged.
-pub fn merged<'a>(statements: impl IntoIterator<Item = &'a BoundStatement<'a>>) -> Merged<'a> {
+pub(crate) fn merged<'a>(statements: impl IntoIterator<Item = &'a BoundStatement<'a>>) -> Merged<'a> {
     use std::borrow::Cow;
     let mut out: Merged<'a> = Vec::new();
     let mut first: std::collections::HashMap<(&str, usize), usize> = std::collections::HashMap::new();

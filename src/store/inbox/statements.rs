@@ -6,7 +6,7 @@ use crate::config::WorkerOverrides;
 
 /// The texts of the statements a worker runs: each `[worker.sql]` override, else
 /// `reference(statement)`; `purge` only with retention.
-pub fn statement_texts(
+pub(crate) fn statement_texts(
     overrides: &WorkerOverrides,
     retention: bool,
     reference: impl Fn(WorkerStatement) -> String,

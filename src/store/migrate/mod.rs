@@ -2,7 +2,7 @@
 //! replicas starting together do not race. Each version is cut into parts (`parts`): a role gets
 //! only the parts it needs, and a part applied on its own is recorded on its own.
 
-pub mod parts;
+pub(crate) mod parts;
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -16,7 +16,7 @@ use crate::store::mysql::errors::error;
 use crate::store::postgres::errors::{pool_error, query_error};
 
 /// The Postgres reference schema, in order. Each file is idempotent on its own as well.
-pub const POSTGRES: &[(&str, &str)] = &[
+pub(crate) const POSTGRES: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../../../migrations/postgres/0001_audit_outbox.sql")),
     ("0002_consumer_inbox", include_str!("../../../migrations/postgres/0002_consumer_inbox.sql")),
     ("0003_audit_logs", include_str!("../../../migrations/postgres/0003_audit_logs.sql")),
@@ -34,7 +34,7 @@ pub const POSTGRES: &[(&str, &str)] = &[
 
 /// `migrate --partitioned`: the versions whose text differs for an outbox partitioned by range
 /// of `created_at` (the others are the same for both layouts).
-pub const POSTGRES_PARTITIONED: &[(&str, &str)] = &[
+pub(crate) const POSTGRES_PARTITIONED: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../../../migrations/postgres/partitioned/0001_audit_outbox.sql")),
     ("0005_queue_vacuum", include_str!("../../../migrations/postgres/partitioned/0005_queue_vacuum.sql")),
 ];
@@ -48,7 +48,7 @@ pub enum OutboxLayout {
 }
 
 /// The Postgres versions, in order, for `layout`.
-pub fn postgres_versions(layout: OutboxLayout) -> Vec<(&'static str, &'static str)> {
+pub(crate) fn postgres_versions(layout: OutboxLayout) -> Vec<(&'static str, &'static str)> {
     POSTGRES
         .iter()
         .map(|&(version, sql)| match layout {
@@ -61,7 +61,7 @@ pub fn postgres_versions(layout: OutboxLayout) -> Vec<(&'static str, &'static st
 }
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
-pub const MYSQL: &[(&str, &str)] = &[
+pub(crate) const MYSQL: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../../../migrations/mysql/0001_audit_outbox.sql")),
     ("0002_consumer_inbox", include_str!("../../../migrations/mysql/0002_consumer_inbox.sql")),
     ("0003_audit_logs", include_str!("../../../migrations/mysql/0003_audit_logs.sql")),
@@ -74,15 +74,10 @@ pub const MYSQL: &[(&str, &str)] = &[
     ("0010_stream_shards", include_str!("../../../migrations/mysql/0010_stream_shards.sql")),
 ];
 
-/// Applies every MySQL part not yet recorded.
-pub async fn mysql(pool: &crate::store::mysql::pool::Pool) -> Result<Vec<String>, MigrateError> {
-    mysql_parts(pool, &Part::ALL.into_iter().collect()).await
-}
-
 /// Applies the MySQL versions' `parts` not yet recorded. DDL commits implicitly in MySQL, so
 /// each file is idempotent and a named lock (not a transaction) keeps replicas from running it
 /// together.
-pub async fn mysql_parts(
+pub(crate) async fn mysql_parts(
     pool: &crate::store::mysql::pool::Pool,
     wanted: &BTreeSet<Part>,
 ) -> Result<Vec<String>, MigrateError> {
@@ -162,7 +157,7 @@ pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<Stri
 /// Applies the versions of `layout` not yet recorded; returns the ones applied now. A table
 /// cannot become partitioned in place: asking for a partitioned outbox where a plain one
 /// exists is refused, naming the way (docs/explanation/scaling.md).
-pub async fn postgres_parts(
+pub(crate) async fn postgres_parts(
     pool: &Pool,
     layout: OutboxLayout,
     wanted: &BTreeSet<Part>,

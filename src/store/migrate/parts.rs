@@ -72,7 +72,7 @@ pub enum Role {
 /// A version file cut into its parts, in order; the lines before the first marker (the file's
 /// heading) go with the first part. A marker naming no part is a bug in the file: it panics,
 /// and a unit test reads every file.
-pub fn split(sql: &str) -> Vec<(Part, String)> {
+pub(crate) fn split(sql: &str) -> Vec<(Part, String)> {
     let mut parts: Vec<(Part, String)> = Vec::new();
     let mut heading = String::new();
     for line in sql.lines() {
@@ -93,7 +93,7 @@ pub fn split(sql: &str) -> Vec<(Part, String)> {
 
 /// The parts `roles` need in the database `config` points at. No role given: the roles of the
 /// config's sections (`[[relay]]`, `[[bridge]]`, `[[worker]]`), or every part when it has none.
-pub fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
+pub(crate) fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
     let mut roles = roles.to_vec();
     if roles.is_empty() {
         let present = [
@@ -140,7 +140,7 @@ pub fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
 
 /// How a part applied on its own is recorded (`0002_consumer_inbox#poison`); a version whose
 /// every part is applied is recorded by its name alone, as before parts existed.
-pub fn recorded(version: &str, part: Part) -> String {
+pub(crate) fn recorded(version: &str, part: Part) -> String {
     format!("{version}#{}", part.name())
 }
 

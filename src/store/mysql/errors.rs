@@ -6,11 +6,11 @@ use crate::store::error::{DriverError, OutageKind, PrepareError, StoreError};
 /// Server error codes of data the statement cannot store: retrying cannot help. 1153: a value
 /// larger than the server's `max_allowed_packet` (one entry's payload; the rest of its batch
 /// goes in without it).
-pub const DATA_ERRORS: &[u16] = &[1048, 1062, 1153, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 3140, 4025];
+pub(crate) const DATA_ERRORS: &[u16] = &[1048, 1062, 1153, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 3140, 4025];
 
 /// The one place that decides, for MySQL / MariaDB, whether an error is an outage of the store
 /// (and which kind) or a refusal of the data: from the server's error code.
-pub fn error(statement: &'static str, e: mysql_async::Error) -> StoreError {
+pub(crate) fn error(statement: &'static str, e: mysql_async::Error) -> StoreError {
     let kind = match &e {
         mysql_async::Error::Server(server) => match server.code {
             code if DATA_ERRORS.contains(&code) => return StoreError::Rejected { statement, source: Box::new(e) },
@@ -45,7 +45,7 @@ fn packet_too_large(io: &std::io::Error) -> bool {
 }
 
 /// The server's message and code for a rejected statement; the plain text otherwise.
-pub fn describe(e: &mysql_async::Error) -> String {
+pub(crate) fn describe(e: &mysql_async::Error) -> String {
     match e {
         mysql_async::Error::Server(s) => format!("{} (error {})", s.message, s.code),
         other => other.to_string(),
@@ -54,7 +54,7 @@ pub fn describe(e: &mysql_async::Error) -> String {
 
 /// A statement the database refused to prepare, as a message naming `context`; `Unreachable`
 /// when the connection went away meanwhile (then startup waits and tries again).
-pub fn prepare_refusal(context: &str, e: mysql_async::Error) -> Result<String, PrepareError> {
+pub(crate) fn prepare_refusal(context: &str, e: mysql_async::Error) -> Result<String, PrepareError> {
     let text = format!("{context}: {}", describe(&e));
     if error("prepare", e).is_connection() { Err(PrepareError::Unreachable(text)) } else { Ok(text) }
 }

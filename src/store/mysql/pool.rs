@@ -47,7 +47,7 @@ impl Pool {
 }
 
 /// Builds the pool; connections open lazily.
-pub fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
+pub(crate) fn pool(config: &DatabaseConfig) -> Result<Pool, ConnectError> {
     let url = config.url.as_ref().map(|u| u.expose()).unwrap_or_default();
     let opts = Opts::from_url(url).map_err(|e| ConnectError::Url { dialect: "MySQL", detail: format!("{e}") })?;
     let constraints = PoolConstraints::new(0, config.pool_size.max(1)).unwrap_or_default();
@@ -120,14 +120,14 @@ fn ssl_opts(config: &DatabaseConfig, mode: TlsMode) -> Result<SslOpts, ConnectEr
 /// INSERT into that range then deadlocks with the claim (seen in the MariaDB chain test: the
 /// owner's transaction failed with 1213). SKIP LOCKED claims need only the locks of the rows they
 /// take, which READ COMMITTED still holds to commit.
-pub fn claim_tx() -> mysql_async::TxOpts {
+pub(crate) fn claim_tx() -> mysql_async::TxOpts {
     let mut opts = mysql_async::TxOpts::default();
     opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
     opts
 }
 
 /// TLS version and cipher of a pooled connection, from the server's own view.
-pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
+pub(crate) async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
     let mut conn = pool.get_conn().await.map_err(|e| error("tls state", e))?;
     let rows: Vec<(String, String)> = conn
         .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
@@ -138,7 +138,7 @@ pub async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreE
     Ok((!version.is_empty()).then(|| (version, value("Ssl_cipher"))))
 }
 
-pub async fn probe(pool: &Pool) -> Result<(), StoreError> {
+pub(crate) async fn probe(pool: &Pool) -> Result<(), StoreError> {
     let mut conn = pool.get_conn().await.map_err(|e| error("probe", e))?;
     conn.query_drop("SELECT 1").await.map_err(|e| error("probe", e))
 }

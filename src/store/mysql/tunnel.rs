@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 use crate::store::net::{Watched, tune};
 
 /// A tunnel's local end; it stops when the last pool holding it is dropped.
-pub struct Tunnel {
+pub(crate) struct Tunnel {
     pub local: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
@@ -33,7 +33,12 @@ impl Drop for Tunnel {
 
 /// Opens a tunnel to `host:port`; `None` outside a Tokio runtime (the pool then connects
 /// directly, with only the kernel's checks).
-pub fn open(host: &str, port: u16, connect_timeout: Duration, reply_timeout: Duration) -> io::Result<Option<Tunnel>> {
+pub(crate) fn open(
+    host: &str,
+    port: u16,
+    connect_timeout: Duration,
+    reply_timeout: Duration,
+) -> io::Result<Option<Tunnel>> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return Ok(None) };
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     listener.set_nonblocking(true)?;

@@ -6,7 +6,7 @@ use mysql_async::{Row, Value};
 use crate::sql::params::NamedSql;
 
 /// Text as text; arrays as JSON arrays, for `JSON_TABLE(:ids, '$[*]' …)`.
-pub use crate::store::param::Param;
+pub(crate) use crate::store::param::Param;
 
 impl From<&Param> for Value {
     fn from(p: &Param) -> Value {
@@ -23,12 +23,12 @@ impl From<&Param> for Value {
 }
 
 /// The positional values for `sql`, each name's value from `bind`.
-pub fn bind(sql: &NamedSql, bind: impl Fn(&str) -> Param) -> Vec<Value> {
+pub(crate) fn bind(sql: &NamedSql, bind: impl Fn(&str) -> Param) -> Vec<Value> {
     sql.names.iter().map(|name| Value::from(&bind(name))).collect()
 }
 
 /// A result cell as text; NULL as `None`.
-pub fn text(value: &Value) -> Option<String> {
+pub(crate) fn text(value: &Value) -> Option<String> {
     match value {
         Value::NULL => None,
         Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -47,7 +47,7 @@ pub fn text(value: &Value) -> Option<String> {
 
 /// Every cell of `row` as text, and which cells hold bytes that are not UTF-8 (read as `None`):
 /// a claimed row's values travel as they are, never with replacement characters in them.
-pub fn row_texts_strict(row: &Row) -> (Vec<Option<String>>, Vec<usize>) {
+pub(crate) fn row_texts_strict(row: &Row) -> (Vec<Option<String>>, Vec<usize>) {
     let mut unreadable = Vec::new();
     let values = (0..row.len())
         .map(|i| match row.as_ref(i) {
@@ -65,11 +65,11 @@ pub fn row_texts_strict(row: &Row) -> (Vec<Option<String>>, Vec<usize>) {
 }
 
 /// Every cell of `row` as text.
-pub fn row_texts(row: &Row) -> Vec<Option<String>> {
+pub(crate) fn row_texts(row: &Row) -> Vec<Option<String>> {
     (0..row.len()).map(|i| row.as_ref(i).and_then(text)).collect()
 }
 
 /// The column names of `row`.
-pub fn row_columns(row: &Row) -> Vec<String> {
+pub(crate) fn row_columns(row: &Row) -> Vec<String> {
     row.columns_ref().iter().map(|c| c.name_str().into_owned()).collect()
 }

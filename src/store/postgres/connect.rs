@@ -9,7 +9,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::errors::{pool_error, query_error};
 use super::watched::WatchedConnect;
 use crate::config::{DatabaseConfig, TlsMode};
-pub use crate::store::error::ConnectError;
+pub(crate) use crate::store::error::ConnectError;
 use crate::store::error::StoreError;
 
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.

@@ -6,13 +6,13 @@ use tokio_postgres::error::SqlState;
 use super::values::{BindError, CellError};
 use crate::store::error::{DriverError, OutageKind, PrepareError, StoreError};
 
-pub fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
+pub(crate) fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
     StoreError::Unavailable { statement, kind: OutageKind::Connection, source: Box::new(error) }
 }
 
 /// The one place that decides, for Postgres, whether an error is an outage of the store (and
 /// which kind) or a refusal of the data: from the SQLSTATE.
-pub fn query_error(statement: &'static str, error: tokio_postgres::Error) -> StoreError {
+pub(crate) fn query_error(statement: &'static str, error: tokio_postgres::Error) -> StoreError {
     let kind = match error.code() {
         // No SQLSTATE: a client-side failure. A value that cannot be sent as the parameter's
         // type is the data's problem; reading results wrong is the contract's; the rest
@@ -53,7 +53,7 @@ fn misread(error: &tokio_postgres::Error) -> bool {
 }
 
 /// The server's message for a rejected statement (with SQLSTATE); the plain text otherwise.
-pub fn describe(error: &tokio_postgres::Error) -> String {
+pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => error.to_string(),
@@ -62,7 +62,7 @@ pub fn describe(error: &tokio_postgres::Error) -> String {
 
 /// A statement the database refused to prepare, as a message naming `context`; `Unreachable`
 /// when the connection went away meanwhile (then startup waits and tries again).
-pub fn prepare_refusal(context: &str, e: tokio_postgres::Error) -> Result<String, PrepareError> {
+pub(crate) fn prepare_refusal(context: &str, e: tokio_postgres::Error) -> Result<String, PrepareError> {
     let text = format!("{context}: {}", describe(&e));
     if query_error("prepare", e).is_connection() { Err(PrepareError::Unreachable(text)) } else { Ok(text) }
 }

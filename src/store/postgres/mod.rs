@@ -2,11 +2,9 @@
 //! between configured SQL and the wire, and where a locked claim starts reading. The seams'
 //! statements are in `relay/outbox`, `store/takeover` and `store/inbox`.
 
-pub mod connect;
+pub(crate) mod connect;
 pub(crate) mod errors;
 pub(crate) mod scan_start;
 pub(crate) mod tx;
 pub(crate) mod values;
 pub(crate) mod watched;
-
-pub use connect::pool;

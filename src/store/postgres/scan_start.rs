@@ -23,17 +23,17 @@ use std::time::{Duration, Instant};
 
 /// The lock's last result column: the row's due time (`next_attempt_at` / `next_retry_at`), in
 /// seconds since the epoch.
-pub const SCAN_DUE: &str = "scan_due";
+pub(crate) const SCAN_DUE: &str = "scan_due";
 
 /// How far before the previous claim's first row the next claim starts.
-pub const LAG: Duration = Duration::from_secs(1);
+pub(crate) const LAG: Duration = Duration::from_secs(1);
 
 /// The longest time between two claims that read the due index from its start.
-pub const RESCAN: Duration = Duration::from_secs(1);
+pub(crate) const RESCAN: Duration = Duration::from_secs(1);
 
 /// The shared start of one relay's or one worker's locked claims (its loops take turns reading it).
 #[derive(Debug, Default)]
-pub struct ScanStart {
+pub(crate) struct ScanStart {
     state: Mutex<State>,
 }
 
@@ -49,7 +49,7 @@ struct State {
 impl ScanStart {
     /// The lower bound on `next_attempt_at` for the next claim, in seconds since the epoch:
     /// negative infinity for a claim that reads from the start.
-    pub fn bound(&self, now: Instant) -> f64 {
+    pub(crate) fn bound(&self, now: Instant) -> f64 {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match (state.from, state.full_at) {
             (Some(from), Some(at)) if now.duration_since(at) < RESCAN => from,
@@ -62,7 +62,7 @@ impl ScanStart {
 
     /// What a lock returned: its first row's [`SCAN_DUE`] (the smallest, as the lock orders by
     /// it), or nothing.
-    pub fn took_rows(&self, rows: &[tokio_postgres::Row]) -> Result<(), tokio_postgres::Error> {
+    pub(crate) fn took_rows(&self, rows: &[tokio_postgres::Row]) -> Result<(), tokio_postgres::Error> {
         let first_due = rows.first().map(|row| row.try_get::<_, f64>(SCAN_DUE)).transpose()?;
         self.took(first_due);
         Ok(())
@@ -70,7 +70,7 @@ impl ScanStart {
 
     /// What a claim took: the `next_attempt_at` of its first row (the smallest, as the claim
     /// orders by it), or `None` when it took nothing.
-    pub fn took(&self, first_due: Option<f64>) {
+    pub(crate) fn took(&self, first_due: Option<f64>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.from = first_due.map(|due| due - LAG.as_secs_f64());
     }

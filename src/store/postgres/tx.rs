@@ -9,7 +9,7 @@ use deadpool_postgres::{Object, Pool};
 use super::errors::{pool_error, query_error};
 use crate::store::error::{StoreError, StoreResult};
 
-pub struct OpenTx {
+pub(crate) struct OpenTx {
     /// `None` once the transaction is over.
     client: Option<Object>,
     /// Whether `BEGIN` has been sent (or handed to the caller to send): until then there is no
@@ -19,7 +19,7 @@ pub struct OpenTx {
 
 impl OpenTx {
     /// Takes a connection and runs `begin` on it (`BEGIN`, and any `SET LOCAL` that goes with it).
-    pub async fn begin(pool: &Pool, label: &'static str, begin: &str) -> StoreResult<Self> {
+    pub(crate) async fn begin(pool: &Pool, label: &'static str, begin: &str) -> StoreResult<Self> {
         let client = pool.get().await.map_err(|e| pool_error(label, e))?;
         // From here on an early return drops the transaction, which closes the connection.
         let tx = Self { client: Some(client), begun: true };
@@ -29,33 +29,33 @@ impl OpenTx {
 
     /// A connection taken for a transaction whose `BEGIN` the caller sends itself (pipelined
     /// with its first statement).
-    pub async fn take(pool: &Pool, label: &'static str) -> StoreResult<Self> {
+    pub(crate) async fn take(pool: &Pool, label: &'static str) -> StoreResult<Self> {
         Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: true })
     }
 
     /// A connection taken for a transaction of several statement paths, whichever runs first
     /// sending `BEGIN` ahead of it ([`OpenTx::client_to_begin`], [`with_begin`]): one round trip
     /// fewer than [`OpenTx::begin`].
-    pub async fn lazy(pool: &Pool, label: &'static str) -> StoreResult<Self> {
+    pub(crate) async fn lazy(pool: &Pool, label: &'static str) -> StoreResult<Self> {
         Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: false })
     }
 
     /// The connection, and whether the caller is to send `BEGIN` ahead of its statement (the
     /// first statement of a [`OpenTx::lazy`] transaction). From here on the transaction counts
     /// as begun: a failed first statement leaves it to be rolled back like any other.
-    pub fn client_to_begin(&mut self) -> StoreResult<(&Object, bool)> {
+    pub(crate) fn client_to_begin(&mut self) -> StoreResult<(&Object, bool)> {
         let begin = !std::mem::replace(&mut self.begun, true);
         Ok((self.client()?, begin))
     }
 
     /// The connection, while the transaction lasts.
-    pub fn client(&self) -> StoreResult<&Object> {
+    pub(crate) fn client(&self) -> StoreResult<&Object> {
         self.client.as_ref().ok_or_else(|| StoreError::Contract("the transaction is already over".into()))
     }
 
     /// Commits; the connection goes back to the pool (or is closed with `close`: a connection
     /// that carried a large batch keeps buffers of that size for its whole life).
-    pub async fn commit(mut self, label: &'static str, close: bool) -> StoreResult<()> {
+    pub(crate) async fn commit(mut self, label: &'static str, close: bool) -> StoreResult<()> {
         if !self.begun {
             // Nothing was sent: there is nothing to commit.
             self.client.take();
@@ -70,7 +70,7 @@ impl OpenTx {
     }
 
     /// Rolls back; the connection goes back to the pool if that worked, and is closed if not.
-    pub async fn roll_back(mut self) {
+    pub(crate) async fn roll_back(mut self) {
         if !self.begun {
             self.client.take();
             return;
@@ -84,7 +84,7 @@ impl OpenTx {
 
     /// The transaction is over (committed or rolled back by a statement the caller sent): the
     /// connection is clean and goes back to the pool.
-    pub fn finished(mut self) {
+    pub(crate) fn finished(mut self) {
         self.client.take();
     }
 }
@@ -93,7 +93,7 @@ impl OpenTx {
 /// [`OpenTx::client_to_begin`]): `join` polls `BEGIN` first, which queues it on the connection
 /// before anything `statement` sends, so the statement runs inside the transaction. Should
 /// `BEGIN` fail, the statement's output is not used.
-pub async fn with_begin<R>(
+pub(crate) async fn with_begin<R>(
     client: &Object,
     begin: bool,
     label: &'static str,

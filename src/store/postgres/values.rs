@@ -12,7 +12,7 @@ use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 type BoxError = Box<dyn Error + Sync + Send>;
 
 /// Converted to the placeholder's type when bound.
-pub use crate::store::param::Param;
+pub(crate) use crate::store::param::Param;
 
 const SCALARS: &[Type] = &[
     Type::TEXT,
@@ -41,7 +41,7 @@ const ARRAYS: &[Type] = &[
 ];
 
 /// Whether a placeholder of type `ty` can be bound at all.
-pub fn param_type_supported(ty: &Type) -> bool {
+pub(crate) fn param_type_supported(ty: &Type) -> bool {
     SCALARS.contains(ty) || ARRAYS.contains(ty)
 }
 
@@ -49,12 +49,12 @@ pub fn param_type_supported(ty: &Type) -> bool {
 /// of range): the data's fault, told apart from every other client-side error by its type.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct BindError(BoxError);
+pub(crate) struct BindError(BoxError);
 
 /// A result value that cannot be read as text: the statement's result breaks the contract.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct CellError(BoxError);
+pub(crate) struct CellError(BoxError);
 
 impl ToSql for Param {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
@@ -176,7 +176,7 @@ where
 
 /// A result column read as text, whatever its scalar type. NULL reads as `None` via `Option<Cell>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cell(pub String);
+pub(crate) struct Cell(pub String);
 
 impl<'a> FromSql<'a> for Cell {
     fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
@@ -207,14 +207,19 @@ impl Cell {
 }
 
 /// Whether a result column of type `ty` can be read.
-pub fn column_type_supported(ty: &Type) -> bool {
+pub(crate) fn column_type_supported(ty: &Type) -> bool {
     SCALARS.contains(ty)
 }
 
 /// What a prepared statement's types make impossible, each naming `context`: a parameter
 /// (named in `names`, in placeholder order) that cannot be bound, and, with `columns`, a result
 /// column that cannot be read as text.
-pub fn type_problems(context: &str, names: &[String], stmt: &tokio_postgres::Statement, columns: bool) -> Vec<String> {
+pub(crate) fn type_problems(
+    context: &str,
+    names: &[String],
+    stmt: &tokio_postgres::Statement,
+    columns: bool,
+) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, ty) in names.iter().zip(stmt.params()) {
         if !param_type_supported(ty) {

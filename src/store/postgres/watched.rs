@@ -34,7 +34,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// A socket of ours, or the reason it could not be opened (which tokio-postgres then reports
 /// through its own error type on the first write: it has no public constructor for one).
-pub enum Socket {
+pub(crate) enum Socket {
     Open(Watched<TcpStream>),
     Failed(Option<io::Error>),
 }
@@ -78,7 +78,7 @@ fn failure(e: &mut Option<io::Error>) -> io::Error {
 /// The pool's way of opening a connection: each TCP host of the URL in turn (as libpq does),
 /// on a watched socket. A URL naming a Unix socket or `hostaddr` is connected by tokio-postgres
 /// itself, with only the kernel's checks.
-pub struct WatchedConnect {
+pub(crate) struct WatchedConnect {
     pub tls: MakeRustlsConnect,
     pub reply_timeout: Duration,
     /// The session's `statement_timeout` and `idle_in_transaction_session_timeout`, set once

@@ -43,7 +43,7 @@ impl TakeoverStatement {
 }
 
 /// Column the `existing` statement returns: the content hash of the event already taken over.
-pub const EXISTING_COLUMNS: &[&str] = &["content_hash"];
+pub(crate) const EXISTING_COLUMNS: &[&str] = &["content_hash"];
 
 /// What `insert` is offered for an event, in the order the reference insert writes the inbox's
 /// columns: each parameter has a column of its name (see [`column_of`]).
@@ -73,22 +73,26 @@ fn column_of(param: &'static str) -> &'static str {
 
 /// Columns the default takeover writes in the inbox table, in order; `check` looks them up in
 /// the catalog (MariaDB's PREPARE does not check an `INSERT … SELECT` column list).
-pub fn inbox_columns() -> Vec<&'static str> {
+pub(crate) fn inbox_columns() -> Vec<&'static str> {
     INSERT_PARAMS.iter().copied().map(column_of).collect()
 }
 
 /// Columns the default takeover writes in the poison table, in order.
-pub fn poison_columns() -> Vec<&'static str> {
+pub(crate) fn poison_columns() -> Vec<&'static str> {
     POISON_PARAMS.iter().copied().map(column_of).collect()
 }
 /// The longest detail a poison record keeps (a database's error, say), in characters.
-pub const DETAIL_MAX_CHARS: usize = 2000;
+pub(crate) const DETAIL_MAX_CHARS: usize = 2000;
 
 /// Columns of handoff's own table of redeliveries (`bridge.deliveries_table`).
-pub const DELIVERIES_COLUMNS: &[&str] = &["consumer", "stream", "stream_entry_id", "deliveries", "last_at"];
+pub(crate) const DELIVERIES_COLUMNS: &[&str] = &["consumer", "stream", "stream_entry_id", "deliveries", "last_at"];
 
 /// [`check_offered`] for a takeover statement.
-pub fn check_takeover(statement: TakeoverStatement, sql: &str, style: Placeholder) -> Result<(), params::ParamError> {
+pub(crate) fn check_takeover(
+    statement: TakeoverStatement,
+    sql: &str,
+    style: Placeholder,
+) -> Result<(), params::ParamError> {
     params::check_offered(sql, style, statement.params(), statement.dotted())
 }
 

@@ -8,11 +8,13 @@
 //! - `postgres.rs`, `mysql.rs`: running them.
 
 pub(crate) mod contract;
-mod database;
+pub(crate) mod database;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod seam;
 pub(crate) mod statements;
 
-pub use database::Takeover;
-pub use seam::{Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore, Text};
+pub(crate) use database::Takeover;
+pub(crate) use seam::{Effects, InboxEvent};
+pub(crate) use seam::{PoisonRecord, TakenOver};
+pub(crate) use seam::{TakeoverStore, Text};

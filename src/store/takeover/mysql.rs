@@ -173,7 +173,7 @@ impl MyTakeover {
 
 /// A takeover's transaction on MySQL / MariaDB: each statement once per event (no arrays here),
 /// an insert-if-absent whose affected-row count says whether it inserted.
-pub struct MyTakeoverTx {
+pub(crate) struct MyTakeoverTx {
     tx: Transaction<'static>,
     sql: Arc<Statements>,
 }

@@ -250,7 +250,7 @@ impl PgTakeover {
 }
 
 /// A takeover's transaction on Postgres.
-pub struct PgTakeoverTx {
+pub(crate) struct PgTakeoverTx {
     tx: OpenTx,
     sql: Arc<Statements>,
 }

@@ -15,7 +15,7 @@ use crate::store::param::Param;
 /// much larger than `max_bytes`, however large the batch: the client library copies a
 /// statement's parameters into its send buffer, so one statement for a batch of large
 /// payloads would cost the batch's size twice more in memory.
-pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEvent]> {
+pub(crate) fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEvent]> {
     let mut runs = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, event) in events.iter().enumerate() {
@@ -34,7 +34,7 @@ pub fn runs_by_payload(events: &[InboxEvent], max_bytes: usize) -> Vec<&[InboxEv
 
 /// One takeover statement in a dialect's SQL.
 #[derive(Debug, Clone)]
-pub enum Sql {
+pub(crate) enum Sql {
     /// The dialect's own statement for the reference schema, bound positionally by the dialect
     /// (on Postgres: a whole batch in one statement).
     Reference(String),
@@ -45,11 +45,11 @@ pub enum Sql {
 
 impl Sql {
     /// `text` with named parameters, rewritten to the dialect's placeholders.
-    pub fn named(text: &str, style: Placeholder) -> Result<Self, ParseError> {
+    pub(crate) fn named(text: &str, style: Placeholder) -> Result<Self, ParseError> {
         params::rewrite(text, style).map(Sql::Named)
     }
 
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         match self {
             Sql::Reference(text) => text,
             Sql::Named(named) => &named.sql,
@@ -58,7 +58,7 @@ impl Sql {
 }
 
 /// A takeover's tables and statements, in a dialect's SQL.
-pub struct TakeoverStatements {
+pub(crate) struct TakeoverStatements {
     pub table: String,
     pub poison_table: String,
     /// handoff's own count of redeliveries that reached the database (never overridden: a
@@ -77,7 +77,7 @@ pub struct TakeoverStatements {
 }
 
 /// What checking a takeover asks of a dialect's connection.
-pub trait Catalog: Send {
+pub(crate) trait Catalog: Send {
     type Error: DriverError + Send;
 
     /// The columns of `table` (none if it does not exist).
@@ -89,13 +89,13 @@ pub trait Catalog: Send {
 
 /// The three statements a dialect writes for the reference schema, given each table with the
 /// column list of the insert into it (in [`inbox_columns`] / [`poison_columns`] order).
-pub type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
+pub(crate) type Reference = fn(Columns<'_>, Columns<'_>) -> [Sql; 3];
 
 impl TakeoverStatements {
     /// The bridge's statements: each override from `[bridge.sql]` (named parameters), the
     /// dialect's reference statements for the rest. A custom insert means a table of another
     /// layout, so the reference `existing` is not used with it.
-    pub fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, StatementError> {
+    pub(crate) fn new(bridge: &BridgeConfig, style: Placeholder, reference: Reference) -> Result<Self, StatementError> {
         let (table, poison_table) = (bridge.table.as_str(), bridge.poison_table.as_str());
         let (columns, poison_columns) = (inbox_columns().join(", "), poison_columns().join(", "));
         let [insert, existing, poison] =
@@ -127,7 +127,7 @@ impl TakeoverStatements {
     /// Checks the reference tables' columns in the catalog (MariaDB's PREPARE does not check an
     /// `INSERT … SELECT` column list) and prepares every statement, checking what `existing`
     /// returns; every problem at once, each naming its statement.
-    pub async fn check<C: Catalog>(&self, catalog: &mut C) -> Result<(), PrepareError> {
+    pub(crate) async fn check<C: Catalog>(&self, catalog: &mut C) -> Result<(), PrepareError> {
         let mut problems = Vec::new();
         let tables = [
             (&self.table, inbox_columns(), self.reference_insert),
@@ -168,7 +168,7 @@ impl TakeoverStatements {
 }
 
 /// A named takeover statement's parameters for one event (`:fields.<name>`: an extra field).
-pub fn event_param<'a>(consumer: &'a str, event: &'a InboxEvent) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn event_param<'a>(consumer: &'a str, event: &'a InboxEvent) -> impl Fn(&str) -> Param + 'a {
     let extras: serde_json::Map<String, serde_json::Value> = match event.fields.as_str() {
         "{}" => serde_json::Map::new(),
         text => serde_json::from_str(text).unwrap_or_default(),
@@ -196,7 +196,7 @@ pub fn event_param<'a>(consumer: &'a str, event: &'a InboxEvent) -> impl Fn(&str
 }
 
 /// A named poison statement's parameters for one record.
-pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(&str) -> Param + 'a {
+pub(crate) fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(&str) -> Param + 'a {
     move |name| match name {
         "consumer" => Param::Text(consumer.to_owned()),
         "stream" => Param::Text(record.stream.clone()),
@@ -210,14 +210,14 @@ pub fn poison_param<'a>(consumer: &'a str, record: &'a PoisonRecord) -> impl Fn(
 
 /// A table and the column list of an insert into it (`a, b, c`).
 #[derive(Clone, Copy)]
-pub struct Columns<'a> {
+pub(crate) struct Columns<'a> {
     pub table: &'a str,
     pub list: &'a str,
 }
 
 /// What a table lacks of `required`, as a message naming the table and the columns; `None`
 /// when nothing is missing. `present` is `None` when the table does not exist.
-pub fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {
+pub(crate) fn missing_columns(table: &str, required: &[&str], present: Option<&[String]>) -> Option<String> {
     let Some(present) = present else { return Some(format!("table {table} does not exist")) };
     let missing: Vec<&str> =
         required.iter().copied().filter(|c| !present.iter().any(|p| p.eq_ignore_ascii_case(c))).collect();

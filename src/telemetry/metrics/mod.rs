@@ -4,12 +4,12 @@
 //! metrics reference in docs/reference/metrics.md lists every name; a test encodes a fresh registry against it.
 
 mod bridge;
-pub mod process;
+pub(crate) mod process;
 pub(crate) mod registry;
 mod relay;
 mod worker;
 
-pub use bridge::{BridgeHandles, BridgeMetrics};
+pub(crate) use bridge::{BridgeHandles, BridgeMetrics};
 pub(crate) use registry::Reg;
-pub use relay::{FailureReason, RelayHandles, RelayMetrics};
-pub use worker::{WorkerHandles, WorkerMetrics};
+pub(crate) use relay::{FailureReason, RelayHandles, RelayMetrics};
+pub(crate) use worker::{WorkerHandles, WorkerMetrics};

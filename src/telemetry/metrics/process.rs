@@ -9,7 +9,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Counter, Gauge, IntGaugeVec, Opts, Registry};
 
 /// Registers `handoff_build_info` and the process collector.
-pub fn register(registry: &Registry) -> prometheus::Result<()> {
+pub(crate) fn register(registry: &Registry) -> prometheus::Result<()> {
     let build = IntGaugeVec::new(
         Opts::new(
             "handoff_build_info",

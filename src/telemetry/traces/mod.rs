@@ -11,7 +11,7 @@
 
 mod otlp;
 
-pub use otlp::TracingError;
+pub(crate) use otlp::TracingError;
 
 use std::sync::OnceLock;
 
@@ -31,7 +31,7 @@ struct Installed {
 static TRACES: OnceLock<Installed> = OnceLock::new();
 
 /// Starts exporting spans per `config` (call within the Tokio runtime: exports run on it).
-pub fn install(config: &TracingConfig) -> Result<(), TracingError> {
+pub(crate) fn install(config: &TracingConfig) -> Result<(), TracingError> {
     let exporter = otlp::OtlpJson::new(config)?;
     let service = config
         .service_name
@@ -50,7 +50,7 @@ pub fn install(config: &TracingConfig) -> Result<(), TracingError> {
 }
 
 /// Exports the spans still buffered (at exit).
-pub fn shutdown() {
+pub(crate) fn shutdown() {
     if let Some(installed) = TRACES.get()
         && let Err(e) = installed.provider.shutdown()
     {
@@ -58,17 +58,17 @@ pub fn shutdown() {
     }
 }
 
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     TRACES.get().is_some()
 }
 
 /// A span, or nothing when tracing is off; ends when dropped.
-pub struct EventSpan(Option<opentelemetry_sdk::trace::Span>);
+pub(crate) struct EventSpan(Option<opentelemetry_sdk::trace::Span>);
 
 impl EventSpan {
     /// A span `name` for one event, child of the `traceparent` in `headers` (JSON object text),
     /// or a new trace when there is none; linked to `batch` when given.
-    pub fn start(name: &'static str, kind: SpanKind, headers: Option<&str>, batch: Option<&EventSpan>) -> Self {
+    pub(crate) fn start(name: &'static str, kind: SpanKind, headers: Option<&str>, batch: Option<&EventSpan>) -> Self {
         let Some(installed) = TRACES.get() else { return Self(None) };
         let parent = headers
             .and_then(traceparent_of)
@@ -87,32 +87,32 @@ impl EventSpan {
     }
 
     /// A span of its own (a relay batch).
-    pub fn root(name: &'static str) -> Self {
+    pub(crate) fn root(name: &'static str) -> Self {
         Self::start(name, SpanKind::Internal, None, None)
     }
 
-    pub fn set(&mut self, key: &'static str, value: impl Into<opentelemetry::Value>) {
+    pub(crate) fn set(&mut self, key: &'static str, value: impl Into<opentelemetry::Value>) {
         if let Some(span) = &mut self.0 {
             opentelemetry::trace::Span::set_attribute(span, KeyValue::new(key, value));
         }
     }
 
     /// Records that `what` happened now (a stage of a batch).
-    pub fn event(&mut self, what: &'static str) {
+    pub(crate) fn event(&mut self, what: &'static str) {
         if let Some(span) = &mut self.0 {
             opentelemetry::trace::Span::add_event(span, what, Vec::new());
         }
     }
 
     /// Marks the span failed with `message`.
-    pub fn fail(&mut self, message: impl Into<String>) {
+    pub(crate) fn fail(&mut self, message: impl Into<String>) {
         if let Some(span) = &mut self.0 {
             opentelemetry::trace::Span::set_status(span, Status::error(message.into()));
         }
     }
 
     /// The W3C `traceparent` of this span (what a call made within it carries).
-    pub fn traceparent(&self) -> Option<String> {
+    pub(crate) fn traceparent(&self) -> Option<String> {
         let context = opentelemetry::trace::Span::span_context(self.0.as_ref()?);
         Some(format!("00-{}-{}-{:02x}", context.trace_id(), context.span_id(), context.trace_flags().to_u8()))
     }

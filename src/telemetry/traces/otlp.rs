@@ -24,7 +24,7 @@ const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/traces";
 
 /// Why traces could not be exported.
 #[derive(Debug, thiserror::Error)]
-pub enum TracingError {
+pub(crate) enum TracingError {
     #[error(transparent)]
     Endpoint(#[from] crate::tls::https::EndpointError),
     #[error("telemetry.tracing: the exporter must be started within the runtime")]
@@ -33,7 +33,7 @@ pub enum TracingError {
     Installed,
 }
 
-pub struct OtlpJson {
+pub(super) struct OtlpJson {
     client: HttpsClient,
     uri: Uri,
     headers: HeaderMap,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for OtlpJson {
 }
 
 impl OtlpJson {
-    pub fn new(config: &TracingConfig) -> Result<Self, TracingError> {
+    pub(super) fn new(config: &TracingConfig) -> Result<Self, TracingError> {
         let path = "telemetry.tracing";
         let endpoint = config
             .endpoint
