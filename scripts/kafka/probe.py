@@ -23,9 +23,7 @@ def metadata(host, port, timeout=2.0):
     body = struct.pack(">hhih", 3, 4, 1, len(client)) + client + struct.pack(">i?", 0, False)
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", read(s, 4))[0]
-        data = read(s, size)
+        data = exchange(s, body)
     # Response v4: correlation id, throttle_time_ms, brokers [node_id, host, port, rack].
     correlation, _throttle, count = struct.unpack_from(">iii", data, 0)
     if correlation != 1 or not 0 <= count < 10000:
@@ -39,6 +37,13 @@ def metadata(host, port, timeout=2.0):
         at += 2 + max(rlen, 0)
         nodes.append(node)
     return nodes
+
+
+def exchange(s, body):
+    """Sends one request (BODY: header and body) on socket S, size first, and returns the bytes
+    of its response after the size. scripts/peers/measure.py uses it too."""
+    s.sendall(struct.pack(">i", len(body)) + body)
+    return read(s, struct.unpack(">i", read(s, 4))[0])
 
 
 def read(s, n):

@@ -25,17 +25,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kafka"))
+from probe import exchange  # noqa: E402  (scripts/kafka/probe.py: one framed Kafka request)
+
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def read_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return buf
 
 
 class Offsets:
@@ -57,8 +50,7 @@ class Offsets:
         body += struct.pack(">i", self.partitions)
         for p in range(self.partitions):
             body += struct.pack(">iq", p, -1)
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
-        data = read_exact(self.sock, struct.unpack(">i", read_exact(self.sock, 4))[0])
+        data = exchange(self.sock, body)
         correlation, topics = struct.unpack_from(">ii", data, 0)
         assert correlation == self.correlation and topics == 1
         (nlen,) = struct.unpack_from(">h", data, 8)
