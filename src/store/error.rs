@@ -173,16 +173,6 @@ impl StoreError {
 
 pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
-/// What the store asks of a database driver's error, whichever the dialect.
-pub(crate) trait DriverError: Sized {
-    /// The server's message (with its code), or the client's.
-    fn describe(&self) -> String;
-
-    /// A statement the database refused to prepare, as a problem naming `context`; `Err` when
-    /// the connection went away meanwhile (then startup waits and tries again).
-    fn refusal(self, context: &str) -> Result<String, PrepareError>;
-}
-
 /// Why statements could not be prepared.
 #[derive(Debug)]
 pub enum PrepareError {

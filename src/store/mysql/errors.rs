@@ -1,7 +1,7 @@
 //! The one place that decides, for MySQL / MariaDB, what an error means: an outage of the store
 //! (and which kind) or a refusal of the data, from the server's error code.
 
-use crate::store::error::{DriverError, OutageKind, PrepareError, StoreError};
+use crate::store::error::{OutageKind, PrepareError, StoreError};
 
 /// Server error codes of data the statement cannot store: retrying cannot help. 1153: a value
 /// larger than the server's `max_allowed_packet` (one entry's payload; the rest of its batch
@@ -57,14 +57,4 @@ pub(crate) fn describe(e: &mysql_async::Error) -> String {
 pub(crate) fn prepare_refusal(context: &str, e: mysql_async::Error) -> Result<String, PrepareError> {
     let text = format!("{context}: {}", describe(&e));
     if error("prepare", e).is_connection() { Err(PrepareError::Unreachable(text)) } else { Ok(text) }
-}
-
-impl DriverError for mysql_async::Error {
-    fn describe(&self) -> String {
-        describe(self)
-    }
-
-    fn refusal(self, context: &str) -> Result<String, PrepareError> {
-        prepare_refusal(context, self)
-    }
 }

@@ -4,7 +4,7 @@
 use tokio_postgres::error::SqlState;
 
 use super::values::{BindError, CellError};
-use crate::store::error::{DriverError, OutageKind, PrepareError, StoreError};
+use crate::store::error::{OutageKind, PrepareError, StoreError};
 
 pub(crate) fn pool_error(statement: &'static str, error: deadpool_postgres::PoolError) -> StoreError {
     StoreError::Unavailable { statement, kind: OutageKind::Connection, source: Box::new(error) }
@@ -65,14 +65,4 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
 pub(crate) fn prepare_refusal(context: &str, e: tokio_postgres::Error) -> Result<String, PrepareError> {
     let text = format!("{context}: {}", describe(&e));
     if query_error("prepare", e).is_connection() { Err(PrepareError::Unreachable(text)) } else { Ok(text) }
-}
-
-impl DriverError for tokio_postgres::Error {
-    fn describe(&self) -> String {
-        describe(self)
-    }
-
-    fn refusal(self, context: &str) -> Result<String, PrepareError> {
-        prepare_refusal(context, self)
-    }
 }

@@ -58,7 +58,7 @@ impl MyTakeover {
             .get_conn()
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
-        self.sql.takeover.check(&mut MyCatalog(&mut conn)).await
+        self.sql.takeover.check(&mut Catalog::Mysql(&mut conn)).await
     }
 }
 
@@ -82,23 +82,6 @@ fn statements(inbox: Columns<'_>, poison: Columns<'_>) -> [Sql; 3] {
                                WHERE consumer = :consumer AND stream = :stream AND stream_entry_id = :entry_id)"
         )),
     ]
-}
-
-struct MyCatalog<'a>(&'a mut mysql_async::Conn);
-
-impl Catalog for MyCatalog<'_> {
-    type Error = mysql_async::Error;
-
-    async fn columns(&mut self, table: &str) -> Result<Vec<String>, mysql_async::Error> {
-        let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
-        let sql = "SELECT COLUMN_NAME FROM information_schema.COLUMNS
-                   WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
-        self.0.exec(sql, (schema, name)).await
-    }
-
-    async fn prepare(&mut self, sql: &str) -> Result<Vec<String>, mysql_async::Error> {
-        Ok(self.0.prep(sql).await?.columns().iter().map(|c| c.name_str().into_owned()).collect())
-    }
 }
 
 impl MyTakeover {

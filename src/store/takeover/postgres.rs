@@ -17,12 +17,12 @@ use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, 
 use crate::config::BridgeConfig;
 use crate::config::HandlerErrors;
 use crate::sql::params::{NamedSql, Placeholder};
-use crate::store::error::{DriverError, PrepareError, StatementError, StoreError, StoreResult};
+use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::inbox::postgres_handlers::run_statements;
 use crate::store::inbox::rows::{ApplyError, Merged};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
-use crate::store::postgres::errors::{pool_error, query_error};
+use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::tx::{OpenTx, with_begin};
 use crate::store::postgres::values::{Cell, Param};
 
@@ -101,11 +101,11 @@ impl PgTakeover {
             .get()
             .await
             .map_err(|e| PrepareError::Unreachable(format!("cannot connect to the database: {e}")))?;
-        self.sql.check(&mut PgCatalog(&client)).await?;
+        self.sql.check(&mut Catalog::Postgres(&client)).await?;
         if let Some(sql) = &self.sql.insert_processed
             && let Err(e) = client.prepare(sql).await
         {
-            let problem = e.refusal("apply (the insert of rows applied at take-over, with processed_at)")?;
+            let problem = prepare_refusal("apply (the insert of rows applied at take-over, with processed_at)", e)?;
             return Err(PrepareError::Invalid(vec![problem]));
         }
         Ok(())
@@ -191,22 +191,6 @@ async fn execute_each(
     }))
     .await
     .map_err(|e| query_error(label, e))
-}
-
-struct PgCatalog<'a>(&'a deadpool_postgres::Client);
-
-impl Catalog for PgCatalog<'_> {
-    type Error = tokio_postgres::Error;
-
-    async fn columns(&mut self, table: &str) -> Result<Vec<String>, tokio_postgres::Error> {
-        let sql = "SELECT attname::text FROM pg_attribute
-                   WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped";
-        Ok(self.0.query(sql, &[&table]).await?.iter().map(|r| r.get(0)).collect())
-    }
-
-    async fn prepare(&mut self, sql: &str) -> Result<Vec<String>, tokio_postgres::Error> {
-        Ok(self.0.prepare(sql).await?.columns().iter().map(|c| c.name().to_owned()).collect())
-    }
 }
 
 impl PgTakeover {

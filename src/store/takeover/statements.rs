@@ -1,14 +1,16 @@
 //! The takeover's statements in a dialect's SQL: the reference schema's, or `[bridge.sql]`'s,
 //! checked against the catalog, and the parameters each is bound with.
 
-use std::future::Future;
+use mysql_async::prelude::Queryable;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, TakeoverStatement, inbox_columns, poison_columns};
 use super::seam::{InboxEvent, PoisonRecord};
 use crate::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
-use crate::store::error::{DriverError, PrepareError, StatementError};
+use crate::store::error::{PrepareError, StatementError};
+use crate::store::mysql::errors as my;
 use crate::store::param::Param;
+use crate::store::postgres::errors as pg;
 
 /// A batch cut into runs of consecutive events whose payloads add up to at most `max_bytes`
 /// (an event larger than that is a run of its own). A statement carrying a run is then never
@@ -76,15 +78,45 @@ pub(crate) struct TakeoverStatements {
     reference_poison: bool,
 }
 
-/// What checking a takeover asks of a dialect's connection.
-pub(crate) trait Catalog: Send {
-    type Error: DriverError + Send;
+/// A connection checking a takeover's tables and statements, in its dialect (the SQL is here).
+pub(crate) enum Catalog<'a> {
+    Postgres(&'a deadpool_postgres::Client),
+    Mysql(&'a mut mysql_async::Conn),
+}
 
-    /// The columns of `table` (none if it does not exist).
-    fn columns(&mut self, table: &str) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+impl Catalog<'_> {
+    /// The columns of `table` (none if it does not exist), or the driver's message.
+    async fn columns(&mut self, table: &str) -> Result<Vec<String>, String> {
+        match self {
+            Catalog::Postgres(client) => {
+                let sql = "SELECT attname::text FROM pg_attribute
+                           WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped";
+                let rows = client.query(sql, &[&table]).await.map_err(|e| pg::describe(&e))?;
+                Ok(rows.iter().map(|r| r.get(0)).collect())
+            }
+            Catalog::Mysql(conn) => {
+                let (schema, name) = table.split_once('.').map_or((None, table), |(s, n)| (Some(s), n));
+                let sql = "SELECT COLUMN_NAME FROM information_schema.COLUMNS
+                           WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
+                conn.exec(sql, (schema, name)).await.map_err(|e| my::describe(&e))
+            }
+        }
+    }
 
-    /// Prepares `sql`: its result columns.
-    fn prepare(&mut self, sql: &str) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+    /// Prepares `sql`: its result columns, or the database's refusal as a problem naming
+    /// `context`; `Err` when the connection went away meanwhile.
+    async fn prepare(&mut self, sql: &str, context: &str) -> Result<Result<Vec<String>, String>, PrepareError> {
+        match self {
+            Catalog::Postgres(client) => match client.prepare(sql).await {
+                Ok(prepared) => Ok(Ok(prepared.columns().iter().map(|c| c.name().to_owned()).collect())),
+                Err(e) => pg::prepare_refusal(context, e).map(Err),
+            },
+            Catalog::Mysql(conn) => match conn.prep(sql).await {
+                Ok(prepared) => Ok(Ok(prepared.columns().iter().map(|c| c.name_str().into_owned()).collect())),
+                Err(e) => my::prepare_refusal(context, e).map(Err),
+            },
+        }
+    }
 }
 
 /// The three statements a dialect writes for the reference schema, given each table with the
@@ -127,7 +159,7 @@ impl TakeoverStatements {
     /// Checks the reference tables' columns in the catalog (MariaDB's PREPARE does not check an
     /// `INSERT … SELECT` column list) and prepares every statement, checking what `existing`
     /// returns; every problem at once, each naming its statement.
-    pub(crate) async fn check<C: Catalog>(&self, catalog: &mut C) -> Result<(), PrepareError> {
+    pub(crate) async fn check(&self, catalog: &mut Catalog<'_>) -> Result<(), PrepareError> {
         let mut problems = Vec::new();
         let tables = [
             (&self.table, inbox_columns(), self.reference_insert),
@@ -139,7 +171,7 @@ impl TakeoverStatements {
                 let present = catalog
                     .columns(table)
                     .await
-                    .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {}", e.describe())))?;
+                    .map_err(|e| PrepareError::Unreachable(format!("reading the catalog: {e}")))?;
                 let present = (!present.is_empty()).then_some(present.as_slice());
                 problems.extend(missing_columns(table, &required, present));
             }
@@ -152,8 +184,8 @@ impl TakeoverStatements {
         for (statement, sql) in statements {
             let Some(sql) = sql else { continue };
             let context = format!("sql.{}", statement.name());
-            match catalog.prepare(sql.text()).await {
-                Err(e) => problems.push(e.refusal(&context)?),
+            match catalog.prepare(sql.text(), &context).await? {
+                Err(problem) => problems.push(problem),
                 Ok(columns) if statement == TakeoverStatement::Existing => {
                     let found = |c: &&str| columns.iter().any(|p| p.eq_ignore_ascii_case(c));
                     if let Some(missing) = EXISTING_COLUMNS.iter().find(|c| !found(c)) {
