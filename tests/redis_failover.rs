@@ -254,7 +254,8 @@ fn xlen(port: u16, key: &str) -> u64 {
 
 async fn lag_is_zero(address: &str, lanes: &[Lane]) {
     for lane in lanes {
-        let series = format!(r#"handoff_bridge_lag_entries{{bridge="bridge",stream="{}"}}"#, lane.stream);
+        let series =
+            format!(r#"handoff_bridge_lag_entries{{bridge="bridge",broker="redis",stream="{}"}}"#, lane.stream);
         eventually(&format!("lag 0 on {}", lane.stream), || async {
             (sample(&get(address, "/metrics").1, &series) == Some(0.0)).then_some(())
         })

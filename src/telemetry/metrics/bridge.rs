@@ -32,7 +32,7 @@ impl BridgeMetrics {
         Ok(Self {
             info: r.gauge(
                 "handoff_bridge_info",
-                "1 for each stream a bridge reads, labelled with its broker (redis or nats): join on bridge and stream for a broker label.",
+                "1 for each stream a bridge reads, labelled with its broker (redis, nats or kafka): join on bridge and stream for a broker label.",
                 &["bridge", "stream", "broker"],
             )?,
             received: r.counter(
@@ -79,8 +79,8 @@ impl BridgeMetrics {
             )?,
             lag: r.gauge(
                 "handoff_bridge_lag_entries",
-                "Entries beyond the group's last-delivered id: XINFO GROUPS lag, 0 when the stream holds nothing beyond it.",
-                l,
+                "Entries not yet delivered to the group, by broker (Redis: XINFO GROUPS lag; NATS: the consumer's pending messages; Kafka: the partitions' ends past the committed offsets).",
+                &["bridge", "stream", "broker"],
             )?,
             pending: r.gauge("handoff_bridge_pending_entries", "Entries delivered but not acknowledged.", l)?,
             oldest_pending: r.float_gauge(
@@ -96,7 +96,7 @@ impl BridgeMetrics {
         })
     }
 
-    /// The handles of one stream a bridge reads from `broker` ("redis", "nats").
+    /// The handles of one stream a bridge reads from `broker` ("redis", "nats", "kafka").
     pub fn for_stream(&self, bridge: &str, stream: &str, broker: &str) -> BridgeHandles {
         let l = &[bridge, stream];
         self.info.with_label_values(&[bridge, stream, broker]).set(1);
@@ -119,7 +119,7 @@ impl BridgeMetrics {
             conflicts: self.conflicts.with_label_values(l),
             ack_failures: self.ack_failures.with_label_values(l),
             claimed: self.claimed.with_label_values(l),
-            lag: self.lag.with_label_values(l),
+            lag: self.lag.with_label_values(&[bridge, stream, broker]),
             pending: self.pending.with_label_values(l),
             oldest_pending: self.oldest_pending.with_label_values(l),
         }
