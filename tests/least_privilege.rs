@@ -1,9 +1,13 @@
-//! Each component under a database user made from `handoff grants` alone: the relay, the bridge
-//! and the worker of one chain deliver and apply every event, and a user holds nothing of the
-//! other side's tables.
+//! Each component under a database user made from `handoff grants` alone, on Postgres and on
+//! MariaDB: the relay, the bridge and the worker of one chain deliver and apply every event, and
+//! a user holds nothing of the other side's tables.
+
+use mysql_async::prelude::Queryable;
 
 use crate::common;
 
+use common::db_env::MARIADB_HANDLER;
+use common::mysql::MyEnv;
 use common::process::{Handoff, run_to_end};
 use common::{TestEnv, eventually};
 
@@ -51,5 +55,93 @@ async fn the_chain_delivers_with_each_component_holding_only_its_printed_grants(
         tokio::spawn(conn);
         let refused = client.query(&format!("SELECT 1 FROM {table} LIMIT 1"), &[]).await.unwrap_err();
         assert_eq!(refused.code(), Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE), "{user} on {table}");
+    }
+}
+
+/// A MariaDB user granted exactly what `handoff grants --role <role>` prints for `config` (and
+/// `extra`), and `config` connecting as it. The printed grants name `'user'@'%'`; the user is
+/// made for `localhost` too, where a server's anonymous `''@'localhost'` (MariaDB's installer
+/// makes one) would otherwise match a local connection first.
+async fn as_granted_mariadb_user(env: &MyEnv, config: &str, role: &str, extra: &[&str]) -> (String, String) {
+    let user = format!("{}_{role}", env.id);
+    let (ok, out) = run_to_end(config, &["grants", "--role", role, "--user", &user]);
+    assert!(ok, "{out}");
+    let grants: Vec<String> = out.lines().filter(|l| l.starts_with("GRANT ")).map(str::to_owned).collect();
+    assert!(!grants.is_empty() && grants.iter().all(|g| g.ends_with(&format!("TO '{user}'@'%';"))), "{out}");
+    let extra = extra.iter().map(|g| g.replace("$USER", &format!("'{user}'@'%'")));
+    let mut admin = env.db.get_conn().await.unwrap();
+    for host in ["%", "localhost"] {
+        admin.query_drop(format!("CREATE USER '{user}'@'{host}'")).await.unwrap();
+        for statement in grants.iter().cloned().chain(extra.clone()) {
+            let statement = statement.replace("'@'%'", &format!("'@'{host}'"));
+            admin.query_drop(&statement).await.unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
+    }
+    assert!(env.database_url.contains("://root@"), "{}", env.database_url);
+    (user.clone(), config.replace("://root@", &format!("://{user}@")))
+}
+
+/// Drops a test's MariaDB users however the test ends (users are the server's, not the test
+/// database's, so dropping the database leaves them).
+struct Users(String);
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        let id = self.0.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let admin = mysql_async::Pool::new(common::mysql::base_mysql_url().as_str());
+                if let Ok(mut conn) = admin.get_conn().await {
+                    for role in ["relay", "bridge", "worker"] {
+                        let drop = format!("DROP USER IF EXISTS '{id}_{role}'@'%', '{id}_{role}'@'localhost'");
+                        let _ = conn.query_drop(drop).await;
+                    }
+                }
+            })
+        })
+        .join()
+        .ok();
+    }
+}
+
+#[tokio::test]
+async fn on_mariadb_too_each_component_needs_only_its_printed_grants() {
+    let env = MyEnv::new().await;
+    let _users = Users(env.id.clone());
+    let relay = env.config("");
+    let bridge = common::bridge_config(&env.base_config(), &env.id, "b1", &["user"], "");
+    let worker = format!("{}{}", env.base_config(), common::worker_section_with("", MARIADB_HANDLER));
+    let users = async |config: &str, role: &str, extra: &[&str]| {
+        let (user, config) = as_granted_mariadb_user(&env, config, role, extra).await;
+        let (ok, out) = run_to_end(&config, &["check"]);
+        assert!(ok, "{role}: check passes with the printed grants alone:\n{out}");
+        (user, config)
+    };
+    let (relay_user, relay) = users(&relay, "relay", &[]).await;
+    let (_, bridge) = users(&bridge, "bridge", &[]).await;
+    // The handler inserts into audit_logs with ON DUPLICATE KEY UPDATE: UPDATE too.
+    let (worker_user, worker) =
+        users(&worker, "worker", &["GRANT SELECT, INSERT, UPDATE ON audit_logs TO $USER"]).await;
+
+    let _processes = [Handoff::run(&relay), Handoff::run(&bridge), Handoff::run(&worker)];
+    env.insert_events("p", "user", 20).await;
+    eventually("every event applied", || async {
+        (env.scalar("SELECT COUNT(*) FROM consumer_inbox WHERE status = 'PROCESSED'").await == 20).then_some(())
+    })
+    .await;
+    assert_eq!(env.scalar("SELECT COUNT(*) FROM audit_logs").await, 20);
+
+    // Nothing of the other side: the relay's user cannot read the inbox, the worker's the outbox.
+    for (user, table) in [(&relay_user, "consumer_inbox"), (&worker_user, "audit_outbox")] {
+        let url = env.database_url.replace("://root@", &format!("://{user}@"));
+        let pool = mysql_async::Pool::new(url.as_str());
+        let refused = pool.get_conn().await.unwrap().query_drop(format!("SELECT 1 FROM {table} LIMIT 1")).await;
+        // ER_TABLEACCESS_DENIED_ERROR
+        assert!(
+            matches!(&refused, Err(mysql_async::Error::Server(e)) if e.code == 1142),
+            "{user} on {table}: {refused:?}"
+        );
+        pool.disconnect().await.unwrap();
     }
 }
