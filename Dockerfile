@@ -34,7 +34,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends make perl g++ \
  && rm -rf /var/lib/apt/lists/*
 # Only what `cargo build` reads: manifests, the build settings (jemalloc's), sources, and
-# the SQL that src/store/migrate.rs embeds.
+# the SQL that src/store/migrate/ embeds.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 COPY src ./src
