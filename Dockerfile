@@ -34,11 +34,14 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends make perl g++ \
  && rm -rf /var/lib/apt/lists/*
 # Only what `cargo build` reads: manifests, the build settings (jemalloc's), sources, and
-# the SQL that src/store/migrate/ embeds.
+# the SQL that src/store/migrate/ embeds. bench/ and chaos/ are members of the workspace, which
+# cargo loads whole; only the handoff binary is built.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 COPY src ./src
 COPY migrations ./migrations
+COPY bench ./bench
+COPY chaos ./chaos
 # The commit handoff_build_info reports: docker build --build-arg HANDOFF_COMMIT=$(git rev-parse HEAD)
 ARG HANDOFF_COMMIT=unknown
 # Cache mounts keep the registry and target dir between builds (BuildKit); the binary is
