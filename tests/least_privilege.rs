@@ -1,6 +1,7 @@
 //! Each component under a database user made from `handoff grants` alone, on Postgres and on
 //! MariaDB: the relay, the bridge and the worker of one chain deliver and apply every event, and
-//! a user holds nothing of the other side's tables.
+//! a user holds nothing of the other side's tables. The operator commands (which the admin API
+//! runs too) work with `--role operator`'s grants alone.
 
 use mysql_async::prelude::Queryable;
 
@@ -81,19 +82,111 @@ async fn as_granted_mariadb_user(env: &MyEnv, config: &str, role: &str, extra: &
     (user.clone(), config.replace("://root@", &format!("://{user}@")))
 }
 
+/// Every operator command that writes, with what it acts on: a relay with a DEAD row, a
+/// bridge's poison table, a worker's inbox. Each must succeed as the operator's user.
+fn operator_commands(stream: &str) -> Vec<Vec<String>> {
+    let commands: [&[&str]; 8] = [
+        &["pause", "--relay", "relay", "--reason", "least privilege"],
+        &["resume", "--relay", "relay"],
+        &["dead", "retry", "--relay", "relay"],
+        &["dead", "purge", "--worker", "worker"],
+        &["poison", "retry", "--bridge", "bridge"],
+        &["replay", "--relay", "relay", "--since", "1h", "--to-stream", stream],
+        &["inbox", "reprocess", "--worker", "worker", "--since", "1h"],
+        &["verify", "--relay", "relay", "--since", "1h"],
+    ];
+    commands.iter().map(|c| c.iter().map(|a| a.to_string()).collect()).collect()
+}
+
+/// A config with a relay, a bridge and a worker, for the operator commands.
+fn operator_config(relay: &str, id: &str, worker_section: &str) -> String {
+    format!("{}{worker_section}", common::bridge_config(relay, id, "b1", &["user"], ""))
+}
+
+#[tokio::test]
+async fn the_operator_commands_run_with_the_operator_grants_alone() {
+    let env = TestEnv::new().await;
+    env.insert_events("o", "user", 3).await;
+    env.db
+        .batch_execute("UPDATE audit_outbox SET status = 'DEAD', dead_at = now() WHERE event_id = 'o-1'")
+        .await
+        .unwrap();
+    let config = operator_config(&env.config(""), &env.id, &TestEnv::worker_section(""));
+    let (user, config) = as_granted_user(&env, &config, "operator", &[]).await;
+    for command in operator_commands(&format!("{}:replayed", env.id)) {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let (ok, out) = run_to_end(&config, &args);
+        assert!(ok, "{command:?} as the operator's user:\n{out}");
+    }
+    assert_eq!(env.scalar_i64("SELECT count(*) FROM audit_outbox WHERE status = 'DEAD'").await, 0, "dead retry ran");
+
+    // Nothing more: no new outbox rows, no bridge bookkeeping.
+    let url = env.database_url.replace("://postgres@", &format!("://{user}@"));
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let denied = tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE;
+    let insert = "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ('x', 'user', 'a', 't', '{}')";
+    for sql in [insert, "SELECT 1 FROM consumer_inbox_deliveries LIMIT 1"] {
+        let refused = client.batch_execute(&format!("SET search_path = {}; {sql}", env.schema)).await.unwrap_err();
+        assert_eq!(refused.code(), Some(&denied), "{sql}: {refused}");
+    }
+
+    // The admin API runs these commands as the service's user: with [admin], the grants printed
+    // without --role include the operator's.
+    let token = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token.path(), "a-write-token-of-32-characters-x").unwrap();
+    let admin = format!(
+        "{}\n[admin]\nlisten = \"127.0.0.1:0\"\n[[admin.token]]\nname = \"ops\"\nscope = \"write\"\ntoken_file = \"{}\"\n",
+        env.config(""),
+        token.path().display()
+    );
+    let (ok, out) = run_to_end(&admin, &["grants", "--user", "svc", "--schema", &env.schema]);
+    assert!(ok && out.contains("GRANT SELECT, INSERT, UPDATE ON \"handoff_replays\""), "{out}");
+}
+
+#[tokio::test]
+async fn on_mariadb_the_operator_commands_run_with_the_operator_grants_alone() {
+    let env = MyEnv::new().await;
+    let _users = Users(env.id.clone(), &["operator"]);
+    env.insert_events("o", "user", 3).await;
+    env.exec("UPDATE audit_outbox SET status = 'DEAD', dead_at = NOW(3) WHERE event_id = 'o-1'").await;
+    let worker = common::worker_section_with("", MARIADB_HANDLER);
+    let config = operator_config(&env.config(""), &env.id, &worker);
+    let (user, config) = as_granted_mariadb_user(&env, &config, "operator", &[]).await;
+    for command in operator_commands(&format!("{}:replayed", env.id)) {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let (ok, out) = run_to_end(&config, &args);
+        assert!(ok, "{command:?} as the operator's user:\n{out}");
+    }
+    assert_eq!(env.count("DEAD").await, 0, "dead retry ran");
+
+    let pool = mysql_async::Pool::new(env.database_url.replace("://root@", &format!("://{user}@")).as_str());
+    let mut conn = pool.get_conn().await.unwrap();
+    let insert = "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ('x', 'user', 'a', 't', '{}')";
+    for sql in [insert, "SELECT 1 FROM consumer_inbox_deliveries LIMIT 1"] {
+        let refused = conn.query_drop(sql).await;
+        // ER_TABLEACCESS_DENIED_ERROR
+        assert!(matches!(&refused, Err(mysql_async::Error::Server(e)) if e.code == 1142), "{sql}: {refused:?}");
+    }
+    drop(conn);
+    pool.disconnect().await.unwrap();
+}
+
 /// Drops a test's MariaDB users however the test ends (users are the server's, not the test
 /// database's, so dropping the database leaves them).
-struct Users(String);
+struct Users(String, &'static [&'static str]);
 
 impl Drop for Users {
     fn drop(&mut self) {
-        let id = self.0.clone();
+        let (id, roles) = (self.0.clone(), self.1);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         std::thread::spawn(move || {
             runtime.block_on(async move {
                 let admin = mysql_async::Pool::new(common::mysql::base_mysql_url().as_str());
                 if let Ok(mut conn) = admin.get_conn().await {
-                    for role in ["relay", "bridge", "worker"] {
+                    for role in roles {
                         let drop = format!("DROP USER IF EXISTS '{id}_{role}'@'%', '{id}_{role}'@'localhost'");
                         let _ = conn.query_drop(drop).await;
                     }
@@ -108,7 +201,7 @@ impl Drop for Users {
 #[tokio::test]
 async fn on_mariadb_too_each_component_needs_only_its_printed_grants() {
     let env = MyEnv::new().await;
-    let _users = Users(env.id.clone());
+    let _users = Users(env.id.clone(), &["relay", "bridge", "worker"]);
     let relay = env.config("");
     let bridge = common::bridge_config(&env.base_config(), &env.id, "b1", &["user"], "");
     let worker = format!("{}{}", env.base_config(), common::worker_section_with("", MARIADB_HANDLER));

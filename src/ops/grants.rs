@@ -16,6 +16,8 @@ pub(crate) fn statements(config: &Config, roles: &[Role], user: &str, schema: &s
             (!config.relays.is_empty(), Role::Relay),
             (!config.bridges.is_empty(), Role::Bridge),
             (!config.workers.is_empty(), Role::Worker),
+            // The admin API runs the operator commands as the service's own user.
+            (config.admin.is_some(), Role::Operator),
         ]
         .into_iter()
         .filter(|(on, _)| *on)
@@ -56,6 +58,27 @@ pub(crate) fn statements(config: &Config, roles: &[Role], user: &str, schema: &s
             Role::Worker => {
                 for worker in &config.workers {
                     // Claims, settles and retention.
+                    grant(&worker.table, &["SELECT", "UPDATE", "DELETE"]);
+                }
+            }
+            Role::Operator => {
+                // pause and resume (MySQL's resume locks the row first: UPDATE too).
+                grant("handoff_pauses", &["SELECT", "INSERT", "UPDATE", "DELETE"]);
+                for relay in &config.relays {
+                    // dead retry and purge, verify --repair; replay reads.
+                    grant(&relay.table, &["SELECT", "UPDATE", "DELETE"]);
+                }
+                if !config.relays.is_empty() {
+                    // A replay job's checkpoint; reshard's agreement.
+                    grant("handoff_replays", &["SELECT", "INSERT", "UPDATE"]);
+                    grant("handoff_stream_shards", &["SELECT", "INSERT", "UPDATE"]);
+                }
+                for bridge in &config.bridges {
+                    // poison retry counts each re-drive on its record.
+                    grant(&bridge.poison_table, &["SELECT", "UPDATE"]);
+                }
+                for worker in &config.workers {
+                    // dead retry and purge, inbox reprocess.
                     grant(&worker.table, &["SELECT", "UPDATE", "DELETE"]);
                 }
             }

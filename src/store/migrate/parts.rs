@@ -65,6 +65,9 @@ pub enum Role {
     Relay,
     Bridge,
     Worker,
+    /// The operator commands and the admin API: pause, resume, dead retry / purge, poison retry,
+    /// replay, inbox reprocess, reshard. Grants only: it owns no table (`migrate` makes none).
+    Operator,
     /// Every table, the demo's included (one database for everything, as the demo runs).
     All,
 }
@@ -132,6 +135,7 @@ pub(crate) fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
                     parts.insert(Part::Inbox);
                 }
             }
+            Role::Operator => {}
             Role::All => unreachable!("handled above"),
         }
     }
