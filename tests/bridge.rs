@@ -161,6 +161,32 @@ async fn malformed_entries_land_in_poison_with_their_reason_and_valid_neighbours
     assert_eq!(stored["payload"]["base64"], "//79AIA=", "the original bytes are kept");
 }
 
+/// `unknown_types = "ignore"`: an event of a type the bridge does not list is kept as IGNORED
+/// (never handled) and counted in `handoff_bridge_ignored_total`, besides the inserted ones.
+#[tokio::test]
+async fn events_of_unlisted_types_are_kept_as_ignored_and_counted() {
+    let env = TestEnv::new().await;
+    let validate = "[bridge.validate]\nevent_types = [\"user.*\"]\nunknown_types = \"ignore\"\n";
+    let bridge = Handoff::run(&env.bridge_config("b1", &["user"], validate));
+    add_events(&env, "user", "u", 3).await;
+    for i in 1..=2 {
+        let id = format!("x-{i}");
+        let fields: Fields = vec![
+            ("event_id", id.clone().into_bytes()),
+            ("event_type", b"billing.charged".to_vec()),
+            ("payload", payload(&id).into_bytes()),
+            ("owner", b"relay".to_vec()),
+        ];
+        env.xadd_raw("user", fields).await;
+    }
+    await_acknowledged(&env, "user").await;
+    assert_eq!((env.inbox_count("PENDING").await, env.inbox_count("IGNORED").await), (3, 2));
+    let metrics = get(&bridge.telemetry_address().await, "/metrics").1;
+    let series = |name: &str| format!(r#"{name}{{bridge="bridge",stream="{}:user"}}"#, env.id);
+    assert_eq!(sample(&metrics, &series("handoff_bridge_ignored_total")), Some(2.0), "{metrics}");
+    assert_eq!(sample(&metrics, &series("handoff_bridge_inserted_total")), Some(5.0), "{metrics}");
+}
+
 #[tokio::test]
 async fn a_replay_with_other_content_is_recorded_as_a_conflict() {
     let env = TestEnv::new().await;

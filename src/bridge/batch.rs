@@ -3,7 +3,7 @@
 //! Invariant 3: an entry is acknowledged only after its inbox row or poison record committed.
 //! If the transaction fails, nothing of the batch is acknowledged and it is read again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{error, trace, warn};
 
@@ -136,6 +136,8 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         // One span per event, a child of the producer's trace context; ends once acknowledged.
         let mut spans: Vec<EventSpan> =
             if traces::enabled() { events.iter().map(|e| self.takeover_span(e)).collect() } else { Vec::new() };
+        // Entries of a type the bridge keeps but never handles, counted once inserted.
+        let ignored: HashSet<String> = events.iter().filter(|e| e.ignored).map(|e| e.entry_id.clone()).collect();
         self.deps.faults.reach(Point::BridgeBeforeCommit).await;
         let Some((outcomes, poison)) = self.take_over(events, poison, &entries, counted).await else {
             return Committed::default();
@@ -143,7 +145,7 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         for (span, (_, outcome)) in spans.iter_mut().zip(&outcomes) {
             span.set("handoff.takeover", format!("{outcome:?}").to_lowercase());
         }
-        self.count(&outcomes, &poison);
+        self.count(&outcomes, &poison, &ignored);
         self.deps.faults.reach(Point::BridgeBeforeAck).await;
         let mut ack: Vec<String> = outcomes.into_iter().map(|(entry_id, _)| entry_id).chain(repeats).collect();
         if self.dead_letter(&poison).await {
@@ -305,11 +307,16 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         }
     }
 
-    fn count(&self, outcomes: &[(String, TakenOver)], poison: &[PoisonRecord]) {
+    fn count(&self, outcomes: &[(String, TakenOver)], poison: &[PoisonRecord], ignored: &HashSet<String>) {
         let m = &self.deps.metrics;
-        for (_, outcome) in outcomes {
+        for (entry_id, outcome) in outcomes {
             match outcome {
-                TakenOver::Inserted => m.inserted.inc(),
+                TakenOver::Inserted => {
+                    m.inserted.inc();
+                    if ignored.contains(entry_id) {
+                        m.ignored.inc();
+                    }
+                }
                 TakenOver::Applied => {
                     m.inserted.inc();
                     m.applied.inc();
