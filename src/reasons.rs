@@ -82,7 +82,7 @@ impl fmt::Display for PoisonReason {
 
 /// Why an outbox row turned DEAD.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeadReason {
+pub(crate) enum DeadReason {
     /// `max_attempts` appends failed for reasons of the row's own.
     AttemptsExhausted,
     /// The row cannot become an entry (a template column is NULL, …); retrying cannot help.
@@ -94,11 +94,11 @@ pub enum DeadReason {
 }
 
 impl DeadReason {
-    pub const ALL: [DeadReason; 4] =
+    pub(crate) const ALL: [DeadReason; 4] =
         [DeadReason::AttemptsExhausted, DeadReason::InvalidRow, DeadReason::CrashLoop, DeadReason::TooLarge];
 
     /// The stable name: the `reason` label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DeadReason::AttemptsExhausted => "attempts_exhausted",
             DeadReason::InvalidRow => "invalid_row",

@@ -29,18 +29,22 @@ use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
 /// left and closing connections.
 const DRAIN_SHARE: f64 = 0.7;
 
-/// Every metric family of every component, registered on `registry` (for the metrics
-/// reference and its test; a running process registers only what its components use).
-pub fn register_metrics(
-    registry: &Registry,
-) -> prometheus::Result<(RelayMetrics, BridgeMetrics, WorkerMetrics, PauseMetrics)> {
+/// Every metric family of every component, registered on `registry` with one series each so
+/// that every family encodes (for the metrics reference and its test; a running process
+/// registers only what its components use).
+pub fn register_metrics(registry: &Registry) -> prometheus::Result<()> {
     crate::telemetry::metrics::process::register(registry)?;
-    Ok((
-        RelayMetrics::register(registry)?,
-        BridgeMetrics::register(registry)?,
-        WorkerMetrics::register(registry)?,
-        PauseMetrics::register(registry)?,
-    ))
+    let (relays, bridges) = (RelayMetrics::register(registry)?, BridgeMetrics::register(registry)?);
+    let (workers, pauses) = (WorkerMetrics::register(registry)?, PauseMetrics::register(registry)?);
+    pauses.set("relay", "reference", None);
+    relays.for_relay("reference", "redis");
+    bridges.for_stream("reference", "audit:user", "redis");
+    let worker = workers.for_worker("reference");
+    worker.processed("auth.*", 0.01);
+    worker.failed("auth.*");
+    worker.dead("auth.*");
+    worker.endpoint_unavailable("auth.*");
+    Ok(())
 }
 
 /// Runs until `stop` resolves, then drains. Returns an error if startup fails or if something

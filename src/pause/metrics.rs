@@ -6,14 +6,14 @@ use prometheus::{Gauge, GaugeVec, IntGaugeVec, Opts, Registry};
 use crate::telemetry::metrics::Reg;
 
 #[derive(Clone)]
-pub struct PauseMetrics {
+pub(crate) struct PauseMetrics {
     paused: IntGaugeVec,
     paused_seconds: GaugeVec,
     alert_after: Gauge,
 }
 
 impl PauseMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
         let alert_after = Gauge::with_opts(Opts::new(
             "handoff_pause_alert_after_seconds",
@@ -35,12 +35,12 @@ impl PauseMetrics {
         })
     }
 
-    pub fn set_alert_after(&self, seconds: f64) {
+    pub(crate) fn set_alert_after(&self, seconds: f64) {
         self.alert_after.set(seconds);
     }
 
     /// `component` is paused since `seconds`, or not (`None`).
-    pub fn set(&self, component: &str, name: &str, paused_for: Option<f64>) {
+    pub(crate) fn set(&self, component: &str, name: &str, paused_for: Option<f64>) {
         self.paused.with_label_values(&[component, name]).set(i64::from(paused_for.is_some()));
         self.paused_seconds.with_label_values(&[component, name]).set(paused_for.unwrap_or(0.0));
     }

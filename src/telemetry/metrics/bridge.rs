@@ -7,7 +7,7 @@ use crate::reasons::PoisonReason;
 use crate::store::OutageKind;
 
 #[derive(Clone)]
-pub struct BridgeMetrics {
+pub(crate) struct BridgeMetrics {
     received: IntCounterVec,
     inserted: IntCounterVec,
     applied: IntCounterVec,
@@ -26,7 +26,7 @@ pub struct BridgeMetrics {
 }
 
 impl BridgeMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
         let l = &["bridge", "stream"];
         Ok(Self {
@@ -97,7 +97,7 @@ impl BridgeMetrics {
     }
 
     /// The handles of one stream a bridge reads from `broker` ("redis", "nats", "kafka").
-    pub fn for_stream(&self, bridge: &str, stream: &str, broker: &str) -> BridgeHandles {
+    pub(crate) fn for_stream(&self, bridge: &str, stream: &str, broker: &str) -> BridgeHandles {
         let l = &[bridge, stream];
         self.info.with_label_values(&[bridge, stream, broker]).set(1);
         for reason in PoisonReason::ALL {
@@ -127,7 +127,7 @@ impl BridgeMetrics {
 }
 
 #[derive(Clone)]
-pub struct BridgeHandles {
+pub(crate) struct BridgeHandles {
     labels: [String; 2],
     poison_family: IntCounterVec,
     unavailable_family: IntCounterVec,
@@ -146,11 +146,11 @@ pub struct BridgeHandles {
 }
 
 impl BridgeHandles {
-    pub fn poison(&self, reason: PoisonReason) {
+    pub(crate) fn poison(&self, reason: PoisonReason) {
         self.poison_family.with_label_values(&[&self.labels[0], &self.labels[1], reason.as_str()]).inc();
     }
 
-    pub fn unavailable(&self, kind: OutageKind) {
+    pub(crate) fn unavailable(&self, kind: OutageKind) {
         self.unavailable_family.with_label_values(&[&self.labels[0], &self.labels[1], kind.label()]).inc();
     }
 }

@@ -9,7 +9,7 @@ use crate::reasons::DeadReason;
 
 /// Metric families shared by all relays of a process.
 #[derive(Clone)]
-pub struct RelayMetrics {
+pub(crate) struct RelayMetrics {
     info: IntGaugeVec,
     published: IntCounterVec,
     publish_failures: IntCounterVec,
@@ -43,7 +43,7 @@ pub struct RelayMetrics {
 
 /// Why an append did not deliver a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureReason {
+pub(crate) enum FailureReason {
     /// The broker refused the entry (the row's fault).
     Rejected,
     /// The broker was unreachable or not accepting writes (not the row's fault).
@@ -53,7 +53,7 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             FailureReason::Rejected => "rejected",
             FailureReason::Unavailable => "unavailable",
@@ -68,7 +68,7 @@ const BATCH_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
 const CYCLE_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 impl RelayMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
         Ok(Self {
             info: r.gauge(
@@ -162,7 +162,7 @@ impl RelayMetrics {
     /// Children bound to one relay's label, so the hot path does no label lookups. Every reason
     /// series starts at 0, so rates and alerts work before the first failure.
     /// The handles of a relay publishing to `broker` ("redis", "nats").
-    pub fn for_relay(&self, relay: &str, broker: &str) -> RelayHandles {
+    pub(crate) fn for_relay(&self, relay: &str, broker: &str) -> RelayHandles {
         let l = &[relay];
         self.info.with_label_values(&[relay, broker]).set(1);
         for reason in [FailureReason::Rejected, FailureReason::Unavailable, FailureReason::InvalidRow] {
@@ -208,7 +208,7 @@ impl RelayMetrics {
 
 /// One relay's metrics.
 #[derive(Clone)]
-pub struct RelayHandles {
+pub(crate) struct RelayHandles {
     relay: String,
     families: RelayMetrics,
     pub published: IntCounter,
@@ -240,16 +240,16 @@ pub struct RelayHandles {
 
 impl RelayHandles {
     /// A database statement failed (`error` says which and why).
-    pub fn statement_failed(&self, error: &crate::store::StoreError) {
+    pub(crate) fn statement_failed(&self, error: &crate::store::StoreError) {
         let labels = [self.relay.as_str(), error.statement(), error.kind_label()];
         self.families.statement_failures.with_label_values(&labels).inc();
     }
 
-    pub fn failed(&self, reason: FailureReason, n: u64) {
+    pub(crate) fn failed(&self, reason: FailureReason, n: u64) {
         self.families.publish_failures.with_label_values(&[&self.relay, reason.label()]).inc_by(n);
     }
 
-    pub fn dead(&self, reason: DeadReason) {
+    pub(crate) fn dead(&self, reason: DeadReason) {
         self.families.dead.with_label_values(&[&self.relay, reason.as_str()]).inc();
     }
 }

@@ -11,7 +11,7 @@ use crate::store::OutageKind;
 const HANDLER_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 #[derive(Clone)]
-pub struct WorkerMetrics {
+pub(crate) struct WorkerMetrics {
     processed: IntCounterVec,
     failed: IntCounterVec,
     dead: IntCounterVec,
@@ -28,7 +28,7 @@ pub struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = Reg(registry);
         let by_type = &["worker", "handler"];
         let w = &["worker"];
@@ -82,7 +82,7 @@ impl WorkerMetrics {
         })
     }
 
-    pub fn for_worker(&self, worker: &str) -> WorkerHandles {
+    pub(crate) fn for_worker(&self, worker: &str) -> WorkerHandles {
         let l = &[worker];
         for kind in OutageKind::ALL {
             self.unavailable.with_label_values(&[worker, kind.label()]);
@@ -102,7 +102,7 @@ impl WorkerMetrics {
 }
 
 #[derive(Clone)]
-pub struct WorkerHandles {
+pub(crate) struct WorkerHandles {
     worker: String,
     families: WorkerMetrics,
     pub fenced: prometheus::IntCounter,
@@ -115,24 +115,24 @@ pub struct WorkerHandles {
 }
 
 impl WorkerHandles {
-    pub fn processed(&self, handler: &str, seconds: f64) {
+    pub(crate) fn processed(&self, handler: &str, seconds: f64) {
         self.families.processed.with_label_values(&[&self.worker, handler]).inc();
         self.families.handler.with_label_values(&[&self.worker, handler]).observe(seconds);
     }
 
-    pub fn failed(&self, handler: &str) {
+    pub(crate) fn failed(&self, handler: &str) {
         self.families.failed.with_label_values(&[&self.worker, handler]).inc();
     }
 
-    pub fn endpoint_unavailable(&self, handler: &str) {
+    pub(crate) fn endpoint_unavailable(&self, handler: &str) {
         self.families.endpoint_unavailable.with_label_values(&[&self.worker, handler]).inc();
     }
 
-    pub fn dead(&self, handler: &str) {
+    pub(crate) fn dead(&self, handler: &str) {
         self.families.dead.with_label_values(&[&self.worker, handler]).inc();
     }
 
-    pub fn unavailable(&self, kind: OutageKind) {
+    pub(crate) fn unavailable(&self, kind: OutageKind) {
         self.families.unavailable.with_label_values(&[&self.worker, kind.label()]).inc();
     }
 }
