@@ -41,7 +41,11 @@ in_both_modes_on_kafka!(
     two_instances_share_the_group_and_one_killed_mid_batch_leaves_its_entries_to_the_other,
 );
 
-on_kafka!(an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox);
+on_kafka!(
+    an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox,
+    cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_in,
+    cloudevents_in_structured_mode_are_one_json_event_per_message,
+);
 
 on_both_brokers!(
     a_relay_killed_between_append_and_settle_leaves_one_entry_per_event,
@@ -50,6 +54,8 @@ on_both_brokers!(
     hold_keeps_a_key_behind_its_dead_event,
     a_broker_outage_burns_no_attempts_and_delivery_resumes,
     an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox,
+    cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_in,
+    cloudevents_in_structured_mode_are_one_json_event_per_message,
 );
 
 fn series(chain: &Chain, name: &str) -> String {
@@ -428,6 +434,99 @@ async fn an_envelope_of_its_own_travels_from_the_outbox_to_the_inbox(chain: Chai
         for (body, headers) in bodies {
             assert!(body.contains("\"auditId\""), "the payload is the body: {body:?}");
             assert!(!headers.iter().any(|h| h == "data"), "and not a header: {headers:?}");
+        }
+    }
+}
+
+/// The row's `created_at` as the CloudEvents `time` must carry it (RFC 3339, UTC, microseconds).
+async fn created_at(env: &TestEnv, event_id: &str) -> String {
+    let sql = format!(
+        "SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM audit_outbox WHERE event_id = '{event_id}'"
+    );
+    env.db.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+async fn cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_in(chain: Chain) {
+    let env = &chain.env;
+    env.insert_events("e", "user", 5).await;
+    // The source is what the bridge checks as the stream's owner (`relay`).
+    let relay = chain.relay_config("[relay.cloudevents]\nsource = \"relay\"\n", "");
+    let p = if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "ce-" } else { "ce_" };
+    let bridge = chain.bridge_config(
+        "b1",
+        &format!(
+            "[bridge.envelope]\nevent_id = \"{p}id\"\nevent_type = \"{p}type\"\naggregate_id = \"{p}subject\"\n\
+             aggregate_type = \"\"\nowner = \"{p}source\"\n"
+        ),
+        "",
+    );
+    let _relay = Handoff::run(&relay);
+    let _bridge = Handoff::run(&bridge);
+    env.await_delivered(5).await;
+    chain.await_acknowledged().await;
+    assert!(env.poison().await.is_empty(), "{:?}", env.poison().await);
+    let row = env
+        .db
+        .query_one(
+            "SELECT event_type, aggregate_id, payload->>'auditId' FROM consumer_inbox WHERE event_id = 'e-3'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(got, ("user.changed".into(), "agg-3".into(), "e-3".into()), "taken in by the bridge");
+
+    let messages = chain.messages().await;
+    assert_eq!(messages.len(), 5);
+    let (key, headers, body) =
+        messages.iter().find(|(_, h, _)| h.get(&format!("{p}id")).is_some_and(|id| id == "e-3")).unwrap();
+    let time = created_at(env, "e-3").await;
+    let content_type = if p == "ce-" { "Content-Type" } else { "content-type" };
+    for (name, value) in [
+        (format!("{p}specversion"), "1.0"),
+        (format!("{p}source"), "relay"),
+        (format!("{p}type"), "user.changed"),
+        (format!("{p}subject"), "agg-3"),
+        (format!("{p}partitionkey"), "agg-3"),
+        (format!("{p}time"), time.as_str()),
+        (content_type.to_owned(), "application/json"),
+    ] {
+        assert_eq!(headers.get(&name).map(String::as_str), Some(value), "{name} in {headers:?}");
+    }
+    let payload: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(payload["auditId"], "e-3", "the payload is the body");
+    assert!(!headers.contains_key("payload") && !headers.contains_key("aggregate_id"), "{headers:?}");
+    if chain.is_kafka() {
+        assert_eq!(key.as_deref(), Some("agg-3"), "the key is the partition key, the aggregate id");
+    }
+}
+
+async fn cloudevents_in_structured_mode_are_one_json_event_per_message(chain: Chain) {
+    let env = &chain.env;
+    env.insert_events("s", "user", 3).await;
+    let relay = chain.relay_config("[relay.cloudevents]\nsource = \"/services/auth\"\nmode = \"structured\"\n", "");
+    let _relay = Handoff::run(&relay);
+    env.await_delivered(3).await;
+    let messages = chain.messages().await;
+    assert_eq!(messages.len(), 3);
+    let content_type =
+        if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "Content-Type" } else { "content-type" };
+    for (key, headers, body) in &messages {
+        assert_eq!(headers.get(content_type).map(String::as_str), Some("application/cloudevents+json"), "{headers:?}");
+        let event: serde_json::Value = serde_json::from_str(body).unwrap();
+        let id = event["id"].as_str().unwrap().to_owned();
+        let n = id.strip_prefix("s-").unwrap();
+        let expected = serde_json::json!({
+            "specversion": "1.0", "id": id, "source": "/services/auth", "type": "user.changed",
+            "subject": format!("agg-{n}"), "time": created_at(env, &id).await,
+            "datacontenttype": "application/json",
+            "data": event["data"].clone(),
+        });
+        assert_eq!(event, expected);
+        assert_eq!(event["data"]["auditId"], id.as_str(), "the payload is `data`");
+        if chain.is_kafka() {
+            assert_eq!(key.as_deref(), Some(format!("agg-{n}").as_str()));
+            assert!(!headers.contains_key("partitionkey"), "the key only: {headers:?}");
         }
     }
 }

@@ -153,3 +153,22 @@ async fn a_zero_date_or_an_oversized_row_turns_only_that_row_dead() {
     assert!(dead[1].0 == "odd-zero-date" && dead[1].1.contains("age_ms"), "{dead:?}");
     assert_eq!(env.stream_event_ids(&env.stream("user")).await.len(), 60);
 }
+
+/// CloudEvents' `time` on MariaDB: the claim's `created_at`, as RFC 3339 in UTC (the sessions'
+/// zone), from the claim script's last statement.
+#[tokio::test]
+async fn a_cloudevents_relay_carries_created_at_as_the_events_time() {
+    let env = MyEnv::new().await;
+    env.exec(
+        "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+         VALUES ('ce-1', 'user', 'u-1', 'user.changed', JSON_OBJECT('n', 1), '2026-12-06 10:11:12.345')",
+    )
+    .await;
+    let _relay = Handoff::run(&env.config("[relay.cloudevents]\nsource = \"/services/auth\"\n"));
+    env.await_delivered(1).await;
+    let entries: Vec<(String, std::collections::HashMap<String, String>)> =
+        env.redis.xrange(env.stream("user"), "-", "+", None).await.unwrap();
+    let fields = &entries[0].1;
+    assert_eq!(fields.get("ce_time").map(String::as_str), Some("2026-12-06T10:11:12.345000Z"));
+    assert_eq!((fields["ce_id"].as_str(), fields["ce_subject"].as_str()), ("ce-1", "u-1"));
+}

@@ -214,3 +214,36 @@ async fn dedupe_works_on_redis_cluster_across_slots() {
         assert_eq!(ids.len(), 20, "one entry per {kind} event despite the takeover");
     }
 }
+
+/// CloudEvents' `time` is the row's `created_at` (RFC 3339, UTC, microseconds), whichever claim
+/// took the row — leased, locked or ordered — and on a replay of it.
+#[tokio::test]
+async fn cloudevents_carry_created_at_as_time_from_every_claim_and_from_a_replay() {
+    for claim in ["claim = \"leased\"\n", "claim = \"locked\"\n", "[relay.ordering]\non_failure = \"park\"\n"] {
+        let env = TestEnv::new().await;
+        env.db
+            .batch_execute(
+                "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at)
+                 VALUES ('ce-1', 'user', 'u-1', 'user.changed', '{}', '2026-12-06 10:11:12.345678+00')",
+            )
+            .await
+            .unwrap();
+        let config = env.config(&format!("{claim}[relay.cloudevents]\nsource = \"/services/auth\"\n"));
+        let relay = Handoff::run(&config);
+        env.await_delivered(1).await;
+        drop(relay);
+        let replayed = format!("{}:replayed", env.id);
+        let (ok, out) = common::process::run_to_end(&config, &["replay", "--relay", "relay", "--to-stream", &replayed]);
+        assert!(ok, "{out}");
+        for stream in [env.stream("user"), replayed] {
+            let entries = env.stream_entries(&stream).await;
+            let fields = &entries.first().unwrap_or_else(|| panic!("{claim}: an entry in {stream}")).1;
+            assert_eq!(
+                fields.get("ce_time").map(String::as_str),
+                Some("2026-12-06T10:11:12.345678Z"),
+                "{claim} {stream}"
+            );
+            assert_eq!(fields.get("ce_id").map(String::as_str), Some("ce-1"));
+        }
+    }
+}

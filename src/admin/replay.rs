@@ -48,7 +48,8 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
     let Some(relay) = state.config.relays.iter().find(|r| r.name == request.relay) else {
         return (StatusCode::BAD_REQUEST, json!({ "error": format!("no relay named `{}`", request.relay) }));
     };
-    let (broker, payload_field) = (relay.broker, relay.payload_field().map(str::to_owned));
+    let (broker, payload_field, kafka_key) =
+        (relay.broker, relay.payload_field().map(str::to_owned), relay.kafka_key());
     state.replay_progress(
         &job,
         json!({ "job": job, "running": true, "appended": checkpoint.appended, "total": checkpoint.total }),
@@ -60,7 +61,7 @@ pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusC
         let stop = state.shutdown();
         let kafka = match (broker, &state.config.kafka) {
             (Broker::Kafka, Some(kafka)) => {
-                KafkaStream::connect(kafka, payload_field.as_deref().unwrap_or_default()).ok()
+                KafkaStream::connect(kafka, "").ok().map(|k| k.laying_out(payload_field.as_deref(), kafka_key))
             }
             _ => None,
         };

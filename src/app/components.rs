@@ -150,9 +150,14 @@ async fn spawn_relay(
         }
         (Broker::Nats, _, None) => return Err(anyhow!("relay `{}`: broker = \"nats\" without [nats]", relay.name)),
         (Broker::Kafka, _, _) => match kafka {
-            Some(kafka) => {
-                start_relay(config, relay, shared, store, &kafka.with_body_field(relay.payload_field()), metrics)?
-            }
+            Some(kafka) => start_relay(
+                config,
+                relay,
+                shared,
+                store,
+                &kafka.laying_out(relay.payload_field(), relay.kafka_key()),
+                metrics,
+            )?,
             None => return Err(anyhow!("relay `{}`: broker = \"kafka\" without [kafka]", relay.name)),
         },
     }

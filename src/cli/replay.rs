@@ -118,12 +118,12 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
         }
         (Broker::Nats, None) => return fail("broker = \"nats\" without [nats]".into()),
         (Broker::Kafka, _) => match &config.kafka {
-            Some(kafka) => {
-                match crate::broker::kafka::KafkaStream::connect(kafka, relay.payload_field().unwrap_or_default()) {
-                    Ok(stream) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
-                    Err(e) => return fail(e.to_string()),
-                }
-            }
+            Some(kafka) => match crate::broker::kafka::KafkaStream::connect(kafka, "")
+                .map(|k| k.laying_out(relay.payload_field(), relay.kafka_key()))
+            {
+                Ok(stream) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
+                Err(e) => return fail(e.to_string()),
+            },
             None => return fail("broker = \"kafka\" without [kafka]".into()),
         },
     };

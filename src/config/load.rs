@@ -99,6 +99,11 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         }
     }
     super::ordered::restore(config.relays.iter_mut().map(|r| (&mut r.fields, &mut r.envelope)), text);
+    let debezium_layout =
+        config.kafka.as_ref().is_some_and(|k| k.layout == crate::broker::kafka::config::Layout::Debezium);
+    for relay in &mut config.relays {
+        errors.extend(relay.expand_cloudevents(debezium_layout));
+    }
     super::shards::expand(&mut config.bridges, &mut errors);
     errors.extend(validate::validate(&config));
     if !errors.is_empty() {

@@ -7,6 +7,9 @@
 //! `crc32`) of its UTF-8 bytes modulo N, written in decimal (`0` … `N-1`). The same value always
 //! lands in the same shard, so events of one key keep their order within it; any language can
 //! compute it (Python: `zlib.crc32(key.encode()) % 16`).
+//!
+//! `{json(column)}` is replaced by the row's value as a JSON string, quoted and escaped: how a
+//! value goes into a field whose text is JSON (a CloudEvent in structured mode).
 
 use std::fmt;
 
@@ -21,6 +24,7 @@ enum Part {
     Text(String),
     Column(String),
     Shard { column: String, count: u32 },
+    Json(String),
 }
 
 /// Most shards a template may spread a key over (streams per family and per other column).
@@ -37,6 +41,7 @@ enum BoundPart {
     Text(String),
     Column { index: usize, name: String },
     Shard { index: usize, name: String, count: u32 },
+    Json { index: usize, name: String },
 }
 
 /// A template that cannot be used, and why.
@@ -75,8 +80,11 @@ impl Template {
                     let part = match shard_call(&name) {
                         Some(Ok((column, count))) => Part::Shard { column, count },
                         Some(Err(())) => return Err(TemplateError::BadShard(name)),
-                        None if is_column_name(&name) => Part::Column(name),
-                        None => return Err(TemplateError::NotAColumn(name)),
+                        None => match json_call(&name) {
+                            Some(column) => Part::Json(column),
+                            None if is_column_name(&name) => Part::Column(name),
+                            None => return Err(TemplateError::NotAColumn(name)),
+                        },
                     };
                     if matches!(part, Part::Shard { .. }) && parts.iter().any(|p| matches!(p, Part::Shard { .. })) {
                         return Err(TemplateError::TwoShards);
@@ -96,12 +104,20 @@ impl Template {
         Ok(Self { parts })
     }
 
-    /// The column, when the template is that one column and nothing else (`"{payload}"`).
     /// The template's own text, its column references left out (what every rendering holds).
     pub(crate) fn literal_text(&self) -> String {
         self.parts.iter().filter_map(|p| if let Part::Text(t) = p { Some(t.as_str()) } else { None }).collect()
     }
 
+    /// Whether the template reads `column`.
+    pub(crate) fn mentions(&self, column: &str) -> bool {
+        self.parts.iter().any(|part| match part {
+            Part::Text(_) => false,
+            Part::Column(name) | Part::Json(name) | Part::Shard { column: name, .. } => name == column,
+        })
+    }
+
+    /// The column, when the template is that one column and nothing else (`"{payload}"`).
     pub(crate) fn sole_column(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [Part::Column(name)] => Some(name),
@@ -126,6 +142,7 @@ impl Template {
                 Part::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
                 Part::Column(name) => out.push_str(&format!("{{{name}}}")),
                 Part::Shard { column, .. } => out.push_str(&format!("{{shard({column})}}")),
+                Part::Json(column) => out.push_str(&format!("{{json({column})}}")),
             }
         }
         out
@@ -147,6 +164,11 @@ impl Template {
                     .iter()
                     .position(|c| c == column)
                     .map(|index| BoundPart::Shard { index, name: column.clone(), count: *count })
+                    .ok_or_else(|| TemplateError::NotReturned(column.clone())),
+                Part::Json(column) => columns
+                    .iter()
+                    .position(|c| c == column)
+                    .map(|index| BoundPart::Json { index, name: column.clone() })
                     .ok_or_else(|| TemplateError::NotReturned(column.clone())),
             })
             .collect::<Result<_, _>>()?;
@@ -180,6 +202,10 @@ impl BoundTemplate {
                     }
                     _ => return Err(MissingValue(name.clone())),
                 },
+                BoundPart::Json { index, name } => match row.get(*index).and_then(Option::as_deref) {
+                    Some(value) if !value.is_empty() => json_string(value, &mut out),
+                    _ => return Err(MissingValue(name.clone())),
+                },
             }
         }
         Ok(out)
@@ -200,6 +226,32 @@ fn shard_call(inside: &str) -> Option<Result<(String, u32), ()>> {
         (is_column_name(column) && (1..=MAX_SHARDS).contains(&count)).then(|| (column.to_owned(), count))
     });
     Some(parsed.ok_or(()))
+}
+
+/// `json(column)` → the column; anything else → `None`.
+fn json_call(inside: &str) -> Option<String> {
+    let column = inside.trim().strip_prefix("json(")?.strip_suffix(')')?.trim();
+    is_column_name(column).then(|| column.to_owned())
+}
+
+/// `value` as a JSON string literal: quoted, with `"`, `\\` and control characters escaped.
+fn json_string(value: &str, out: &mut String) {
+    use std::fmt::Write;
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 fn read_until_close(chars: &mut impl Iterator<Item = char>) -> (String, bool) {
@@ -261,6 +313,21 @@ mod tests {
         let tagged = Template::parse("audit:{{{shard(aggregate_id,4)}}}").unwrap();
         assert_eq!(tagged.family(), "audit:{{{shard(aggregate_id)}}}");
         assert_eq!(Template::parse("audit").unwrap().shard_count(), None);
+    }
+
+    #[test]
+    fn json_renders_a_quoted_escaped_json_string() {
+        let t = Template::parse("{{\"id\":{json(event_id)},\"data\":{payload}}}").unwrap();
+        assert_eq!(t.family(), "{{\"id\":{json(event_id)},\"data\":{payload}}}");
+        let bound = t.bind(&cols(&["event_id", "payload"])).unwrap();
+        let hostile = "a\"b\\c\nd\u{1}é";
+        let rendered = bound.render(&[Some(hostile.into()), Some("{\"n\":1}".into())]).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&rendered).unwrap();
+        assert_eq!(parsed["id"], hostile, "any value comes back as it was");
+        assert_eq!(parsed["data"]["n"], 1);
+        assert_eq!(bound.render(&[None, Some("{}".into())]).unwrap_err(), MissingValue("event_id".into()));
+        assert!(Template::parse("{json(a b)}").is_err());
+        assert!(t.bind(&cols(&["payload"])).is_err(), "the column must be returned");
     }
 
     #[test]

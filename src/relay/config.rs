@@ -68,6 +68,9 @@ pub struct RelayConfig {
     /// field out when it is NULL. Must carry `{event_id}`. Default: the built-in layout.
     #[serde(default, deserialize_with = "crate::config::ordered::map")]
     pub envelope: crate::config::ordered::Fields,
+    /// Entries as CloudEvents 1.0: `source` (required) and `mode` (`binary`, the default, or
+    /// `structured`). Loading turns it into the `envelope` it stands for. Default: off.
+    pub cloudevents: Option<crate::relay::cloudevents::CloudEventsConfig>,
     /// Largest `payload` column the relay appends, in bytes; a larger row turns DEAD with reason
     /// `too_large` and is never appended. Default: 262144 (the bridge's `payload_max_bytes`, so
     /// a row a bridge would refuse never travels).
@@ -287,6 +290,50 @@ pub struct SqlOverrides {
 }
 
 impl RelayConfig {
+    /// Replaces `[relay.cloudevents]` by the envelope it stands for; what clashes with it, each
+    /// naming its key, instead (`debezium_layout`: `[kafka] layout = "debezium"`, which sends no
+    /// header but the event id).
+    pub(crate) fn expand_cloudevents(&mut self, debezium_layout: bool) -> Vec<String> {
+        let Some(events) = &self.cloudevents else { return Vec::new() };
+        let path = format!("relay `{}`", self.name);
+        let mut clashes = Vec::new();
+        for (key, set) in [("envelope", !self.envelope.is_empty()), ("fields", !self.fields.is_empty())] {
+            if set {
+                clashes.push(format!("{path}.{key}: not with cloudevents, which lays out the whole entry"));
+            }
+        }
+        if self.owner.is_some() {
+            clashes.push(format!("{path}.owner: not with cloudevents (its `source` names the producer)"));
+        }
+        if self.broker == crate::broker::Broker::Kafka && debezium_layout {
+            clashes.push(format!(
+                "{path}.cloudevents: kafka.layout = \"debezium\" sends no header but the event id; CloudEvents needs its own"
+            ));
+        }
+        if events.source.trim().is_empty() || events.source.chars().any(char::is_control) {
+            clashes.push(format!("{path}.cloudevents.source: a URI reference, e.g. \"/services/orders\""));
+        }
+        if clashes.is_empty() {
+            self.envelope = crate::relay::cloudevents::envelope(events, self.broker);
+        }
+        clashes
+    }
+
+    /// On Kafka, the entry field that is the message key instead of `[kafka] key_field`, and
+    /// whether it is also a header: a CloudEvents relay's `partitionkey` (the aggregate id).
+    pub fn kafka_key(&self) -> Option<(&'static str, bool)> {
+        self.cloudevents.as_ref().map(crate::relay::cloudevents::CloudEventsConfig::kafka_key)
+    }
+
+    /// Whether the reference claims return `created_at` (as RFC 3339 text) for the relay's
+    /// templates: only when one names it, as CloudEvents' `time` does; others skip the work.
+    pub fn claims_created_at(&self) -> bool {
+        let templates = self.envelope.iter().chain(&self.fields).map(|(_, t)| t.as_str());
+        templates
+            .chain([self.stream.as_str()])
+            .any(|text| crate::config::template::Template::parse(text).is_ok_and(|t| t.mentions("created_at")))
+    }
+
     /// The `owner` entry field: configured, or the relay name.
     pub fn owner(&self) -> &str {
         self.owner.as_deref().unwrap_or(&self.name)
@@ -296,7 +343,8 @@ impl RelayConfig {
     /// sends as the body: `payload` in the built-in layout; with `[relay.envelope]`, the first
     /// field whose template is the `payload` column alone; none when no field is.
     pub fn payload_field(&self) -> Option<&str> {
-        if self.envelope.is_empty() {
+        // CloudEvents: the payload, or in structured mode the whole event, is `payload`.
+        if self.envelope.is_empty() || self.cloudevents.is_some() {
             return Some("payload");
         }
         self.envelope.iter().find(|(_, template)| template.trim() == "{payload}").map(|(name, _)| name.as_str())

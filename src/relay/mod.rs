@@ -4,6 +4,7 @@
 //! it (polling, outage backoff, shutdown) is here.
 
 mod batch;
+pub(crate) mod cloudevents;
 pub(crate) mod config;
 pub(crate) mod entries;
 mod housekeeping;

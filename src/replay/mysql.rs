@@ -41,7 +41,7 @@ pub(super) async fn page(
     values.push(Bound::Int(i64::from(limit)));
     let sql = format!(
         "SELECT id, CAST(id AS CHAR), event_id, event_type, aggregate_type, aggregate_id, CAST(payload AS CHAR),
-                CAST(headers AS CHAR)
+                CAST(headers AS CHAR), DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ')
          FROM {} WHERE {condition} ORDER BY id LIMIT ?",
         source.table
     );
@@ -49,7 +49,7 @@ pub(super) async fn page(
         .await?
         .into_iter()
         .map(|mut r| {
-            let values: Vec<Option<String>> = (1..8).map(|i| r.take::<Option<String>, _>(i).flatten()).collect();
+            let values: Vec<Option<String>> = (1..9).map(|i| r.take::<Option<String>, _>(i).flatten()).collect();
             ReplayRow {
                 id: r.take::<i64, _>(0).unwrap_or(0),
                 event_id: values.get(1).cloned().flatten().unwrap_or_default(),

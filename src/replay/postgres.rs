@@ -36,7 +36,8 @@ pub(super) async fn page(
     let condition = source.matching(Dialect::Postgres, (after, Some(through)), &mut values);
     let limit = bind(Dialect::Postgres, &mut values, Bound::Int(i64::from(limit)));
     let sql = format!(
-        "SELECT id, id::text AS id_text, event_id, event_type, aggregate_type, aggregate_id, payload::text, headers::text
+        "SELECT id, id::text AS id_text, event_id, event_type, aggregate_type, aggregate_id, payload::text, headers::text,
+                to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
          FROM {} WHERE {condition} ORDER BY id LIMIT {limit}",
         source.table
     );
@@ -46,7 +47,7 @@ pub(super) async fn page(
         .map(|r| ReplayRow {
             id: r.get(0),
             event_id: r.get(2),
-            values: (1..8).map(|i| r.get::<_, Option<String>>(i)).collect(),
+            values: (1..9).map(|i| r.get::<_, Option<String>>(i)).collect(),
         })
         .collect())
 }

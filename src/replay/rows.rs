@@ -6,9 +6,9 @@ use crate::store::database::Dialect;
 use crate::store::selection::{Bound, Selection, bind};
 
 /// The columns a replayed row carries, in order: those the reference claim returns that an
-/// entry is built from (the relay's templates may name them).
+/// entry is built from (the relay's templates may name them), `created_at` as RFC 3339 text.
 pub(super) const COLUMNS: &[&str] =
-    &["id", "event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers"];
+    &["id", "event_id", "event_type", "aggregate_type", "aggregate_id", "payload", "headers", "created_at"];
 
 /// Which rows: a relay's table, the selection, and the time column it applies to.
 #[derive(Debug, Clone, Copy)]

@@ -423,6 +423,37 @@ impl Chain {
         }
     }
 
+    /// Every message of the `user` stream as (its key, its headers, its body), in order: on
+    /// Redis an entry's `payload` field is the body and its other fields the headers (no key);
+    /// a NATS message has no key either.
+    pub async fn messages(&self) -> Vec<(Option<String>, std::collections::HashMap<String, String>, String)> {
+        match &self.broker {
+            Broker::Redis(_) => {
+                let entries = self.env.stream_entries(&self.env.stream("user")).await;
+                let split = |mut fields: std::collections::HashMap<String, String>| {
+                    let body = fields.remove("payload").unwrap_or_default();
+                    (None, fields, body)
+                };
+                entries.into_iter().map(|(_, fields)| split(fields)).collect()
+            }
+            Broker::Nats(server) => messages_on(&server.url(), "audit.user")
+                .await
+                .iter()
+                .map(|m| {
+                    let names: Vec<String> = m.headers.iter().map(|(name, _)| name.to_string()).collect();
+                    let value = |name: &str| m.headers.get(name).map(|v| v.as_str().to_owned()).unwrap_or_default();
+                    let headers = names.iter().map(|name| (name.clone(), value(name))).collect();
+                    (None, headers, String::from_utf8_lossy(&m.payload).into_owned())
+                })
+                .collect(),
+            Broker::Kafka => super::kafka::read_all(&self.user_stream())
+                .await
+                .into_iter()
+                .map(|m| (m.key, m.headers, m.value))
+                .collect(),
+        }
+    }
+
     /// On NATS, the body of every message on `audit.user`, in order, with the names of its
     /// headers; `None` on Redis (an entry has no body).
     pub async fn bodies(&self) -> Option<Vec<(String, Vec<String>)>> {

@@ -19,6 +19,8 @@ pub(super) struct Mapping {
     pub event_id_header: String,
     /// Only the event id as a header (Debezium's outbox event router's layout).
     pub event_id_only: bool,
+    /// Whether the key field is also a header.
+    pub key_header: bool,
 }
 
 /// One entry as a message's parts.
@@ -35,6 +37,9 @@ impl Mapping {
         for (name, field) in &entry.fields {
             if name == &self.key_field {
                 key = Some(field.clone());
+                if !self.key_header {
+                    continue;
+                }
             }
             if name == &self.body_field {
                 value = field.clone();
@@ -132,6 +137,7 @@ mod tests {
             key_field: "aggregate_id".into(),
             event_id_header: "event_id".into(),
             event_id_only: false,
+            key_header: true,
         }
     }
 
@@ -157,6 +163,15 @@ mod tests {
         let expected: Vec<(String, Vec<u8>)> =
             expected.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
         assert_eq!(headers, expected, "the event id once, last");
+    }
+
+    #[test]
+    fn a_key_field_that_is_not_a_header_is_the_key_only() {
+        let keyed = Mapping { key_field: "partitionkey".into(), key_header: false, ..mapping() };
+        let message = keyed.message(&entry(&[("event_id", "e-1"), ("partitionkey", "o-7"), ("payload", "{}")]));
+        assert_eq!(message.key.as_deref(), Some(&b"o-7"[..]));
+        let headers: Vec<&str> = message.headers.iter().map(|h| h.key).collect();
+        assert_eq!(headers, ["event_id"]);
     }
 
     #[test]

@@ -69,17 +69,23 @@ impl KafkaStream {
                 key_field: Bytes::copy_from_slice(config.key_field.as_bytes()),
                 event_id_header: config.event_id_header().to_owned(),
                 event_id_only: config.layout == config::Layout::Debezium,
+                key_header: true,
             },
         })
     }
 
-    /// The same producer, sending `field` as the message value (a relay's payload field, which
-    /// `[relay.envelope]` may rename; `None`: every field a header, the value empty).
-    pub(crate) fn with_body_field(&self, field: Option<&str>) -> Self {
-        let mapping = Mapping {
-            body_field: Bytes::copy_from_slice(field.unwrap_or_default().as_bytes()),
+    /// The same producer, laying out a relay's entries: `body_field` the message value (its
+    /// payload field, which `[relay.envelope]` may rename; none: every field a header, the
+    /// value empty); `key`, when given, the field that is the key instead of `key_field`, and
+    /// whether it is also a header (a CloudEvents relay's: `RelayConfig::kafka_key`).
+    pub(crate) fn laying_out(&self, body_field: Option<&str>, key: Option<(&'static str, bool)>) -> Self {
+        let mut mapping = Mapping {
+            body_field: Bytes::copy_from_slice(body_field.unwrap_or_default().as_bytes()),
             ..self.mapping.clone()
         };
+        if let Some((field, header)) = key {
+            (mapping.key_field, mapping.key_header) = (Bytes::from_static(field.as_bytes()), header);
+        }
         Self { mapping, ..self.clone() }
     }
 

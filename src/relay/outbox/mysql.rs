@@ -47,8 +47,11 @@ impl MyOutbox {
                 continue;
             }
             let context = format!("{prefix} sql.{}", kind.name());
-            let sql =
-                relay.sql.get(kind).map(str::to_owned).unwrap_or_else(|| defaults::default_sql(kind, &relay.table));
+            let sql = relay
+                .sql
+                .get(kind)
+                .map(str::to_owned)
+                .unwrap_or_else(|| defaults::relay_sql(kind, &relay.table, relay.claims_created_at()));
             let parts = match params::split_statements(&sql, Placeholder::Positional) {
                 Ok(parts) if kind == StatementKind::Claim || parts.len() == 1 => parts,
                 Ok(_) => {

@@ -31,7 +31,7 @@ SET o.expired_claims = o.expired_claims + IF(o.status = 'IN_FLIGHT', 1, 0),
 WHERE o.status = 'PENDING' OR (o.status = 'IN_FLIGHT' AND o.lease_expires_at <= NOW(3));
 SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id,
        payload, headers, attempts, expired_claims,
-       TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1000 AS age_ms
+       TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1000 AS age_ms{created_at}
 FROM {table}
 WHERE id IN (SELECT j.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS j)
   AND status = 'IN_FLIGHT' AND claimed_by = :claimant";
@@ -52,8 +52,18 @@ JOIN JSON_TABLE(:tokens, '$[*]' COLUMNS (n FOR ORDINALITY, token BIGINT PATH '$'
 
 const FENCE: &str = "o.claim_token = t.token AND o.claimed_by = :claimant AND o.lease_expires_at IS NOT NULL";
 
+/// The row's `created_at` as RFC 3339 text (CloudEvents' `time`), for a relay whose entries
+/// carry it. The relay's sessions run in UTC (`time_zone = '+00:00'`), the zone a DATETIME
+/// outbox is written in (docs/reference/sql-contract.md).
+const CREATED_AT: &str = ",\n       DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ') AS created_at";
+
 /// The default text of `kind` for `table`.
 pub fn default_sql(kind: StatementKind, table: &str) -> String {
+    relay_sql(kind, table, false)
+}
+
+/// [`default_sql`], the claim also returning `created_at` when `created_at` is set.
+pub(crate) fn relay_sql(kind: StatementKind, table: &str, created_at: bool) -> String {
     let text = match kind {
         StatementKind::Claim => CLAIM.to_owned(),
         StatementKind::MarkDelivered => format!(
@@ -115,5 +125,5 @@ WHERE status = 'DELIVERED' AND delivered_at < NOW(3) - INTERVAL :age_ms * 1000 M
 ORDER BY delivered_at LIMIT :batch_size"
             .to_owned(),
     };
-    text.replace("{table}", table)
+    text.replace("{table}", table).replace("{created_at}", if created_at { CREATED_AT } else { "" })
 }

@@ -57,9 +57,9 @@ impl PgOutbox {
             let sql = match (relay.sql.get(kind), kind, &relay.ordering) {
                 (Some(sql), _, _) => sql.to_owned(),
                 (None, StatementKind::Claim, Some(ordering)) => {
-                    defaults::ordered_claim(&relay.table, ordering.on_failure)
+                    defaults::ordered_claim(&relay.table, ordering.on_failure, relay.claims_created_at())
                 }
-                (None, _, _) => defaults::default_sql(kind, &relay.table),
+                (None, _, _) => defaults::relay_sql(kind, &relay.table, relay.claims_created_at()),
             };
             let context = format!("{prefix} sql.{}", kind.name());
             let named = match params::rewrite(&sql, Placeholder::Numbered) {
@@ -91,7 +91,12 @@ impl PgOutbox {
         let locked = match relay.claim_loop.claim {
             ClaimMode::Leased | ClaimMode::Auto => None,
             ClaimMode::Locked => {
-                let sql = LockedSql::new(&relay.table, relay.settle, relay.partitions.is_some());
+                let sql = LockedSql::returning(
+                    &relay.table,
+                    relay.settle,
+                    relay.partitions.is_some(),
+                    relay.claims_created_at(),
+                );
                 for (name, text) in sql.statements() {
                     match client.prepare(text).await {
                         Err(e) => errors.push(prepare_refusal(&format!("{prefix} {name}"), e)?),

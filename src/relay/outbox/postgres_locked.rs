@@ -61,8 +61,15 @@ pub fn delivered_sql(target: &str, settle: SettleMode) -> String {
 impl LockedSql {
     /// The statements on `table`; `partitioned` for an outbox whose partitions the relay keeps.
     pub fn new(table: &str, settle: SettleMode, partitioned: bool) -> Self {
+        Self::returning(table, settle, partitioned, false)
+    }
+
+    /// [`new`](Self::new), the lock also returning `created_at` as the claim does for a relay
+    /// whose entries carry it.
+    pub(crate) fn returning(table: &str, settle: SettleMode, partitioned: bool, created_at: bool) -> Self {
         // The catalog's name for the row's partition (quoted and qualified as SQL needs it).
         let partition = if partitioned { format!(", tableoid::regclass::text AS {PARTITION}") } else { String::new() };
+        let created_at = if created_at { super::postgres_sql::created_at_column("") } else { String::new() };
         Self {
             settle,
             partitioned,
@@ -72,7 +79,7 @@ impl LockedSql {
             lock: format!(
                 "SELECT id, claim_token AS token, event_id, event_type, aggregate_type, aggregate_id, payload,
                         headers, attempts, expired_claims,
-                        ((extract(epoch FROM now()) - extract(epoch FROM created_at)) * 1000)::float8 AS age_ms, false AS reclaimed,
+                        ((extract(epoch FROM now()) - extract(epoch FROM created_at)) * 1000)::float8 AS age_ms, false AS reclaimed{created_at},
                         extract(epoch FROM next_attempt_at)::float8 AS {SCAN_DUE}{partition}
                  FROM {table}
                  WHERE status = 'PENDING' AND next_attempt_at <= now() AND next_attempt_at >= to_timestamp($2::float8)

@@ -30,8 +30,17 @@ WHERE o.id = picked.id AND o.status = picked.status AND o.claim_token = picked.c
 RETURNING o.id, o.claim_token AS token, o.event_id, o.event_type, o.aggregate_type,
           o.aggregate_id, o.payload, o.headers, o.attempts, o.expired_claims,
           ((extract(epoch FROM now()) - extract(epoch FROM o.created_at)) * 1000)::float8 AS age_ms,
-          picked.reclaimed"
+          picked.reclaimed{created_at}"
     };
+}
+
+/// The row's `created_at` as RFC 3339 text in UTC, microseconds included (CloudEvents' `time`):
+/// returned by the claims of a relay whose entries carry it, after the other columns. NULL for a
+/// `created_at` of `infinity` (that row turns DEAD by its age).
+pub(crate) fn created_at_column(alias: &str) -> String {
+    format!(
+        ",\n          to_char({alias}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS created_at"
+    )
 }
 
 /// Reclaims at most one lease-expired row and, only when there is none, claims a batch of due
@@ -222,7 +231,7 @@ WITH live AS (
 );
 
 /// The ordered claim for `table` with the given failure policy.
-pub(crate) fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
+pub(crate) fn ordered_claim(table: &str, on_failure: OnFailure, created_at: bool) -> String {
     let (parked, dead) = match on_failure {
         OnFailure::Hold => (
             "",
@@ -233,11 +242,21 @@ pub(crate) fn ordered_claim(table: &str, on_failure: OnFailure) -> String {
         // A row waiting for its retry steps aside; DEAD rows are not in `live` at all.
         OnFailure::Park => ("AND (attempts = 0 OR next_attempt_at <= now())", ""),
     };
-    CLAIM_ORDERED.replace("{parked}", parked).replace("{dead}", dead).replace("{table}", table)
+    let created_at = if created_at { created_at_column("o.") } else { String::new() };
+    CLAIM_ORDERED
+        .replace("{parked}", parked)
+        .replace("{dead}", dead)
+        .replace("{table}", table)
+        .replace("{created_at}", &created_at)
 }
 
 /// The default text of `kind` for `table`.
 pub fn default_sql(kind: StatementKind, table: &str) -> String {
+    relay_sql(kind, table, false)
+}
+
+/// [`default_sql`], the claim also returning `created_at` when `created_at` is set.
+pub(crate) fn relay_sql(kind: StatementKind, table: &str, created_at: bool) -> String {
     let template = match kind {
         StatementKind::Purge => PURGE,
         StatementKind::Claim => CLAIM,
@@ -251,5 +270,6 @@ pub fn default_sql(kind: StatementKind, table: &str) -> String {
         StatementKind::DeliveredSince => DELIVERED_SINCE,
         StatementKind::Redrive => REDRIVE,
     };
-    template.replace("{table}", table)
+    let created_at = if created_at && kind == StatementKind::Claim { created_at_column("o.") } else { String::new() };
+    template.replace("{table}", table).replace("{created_at}", &created_at)
 }

@@ -1,0 +1,176 @@
+//! `[relay.cloudevents]`: entries laid out as CloudEvents 1.0, for consumers that already read
+//! them. A preset over `[relay.envelope]`: loading expands it into the envelope it stands for
+//! (`RelayConfig::expand_cloudevents`).
+//!
+//! - **Binary mode** (the default): each attribute its own header (field), named as the
+//!   protocol bindings name them — `ce_id` on Kafka (and on Redis, which has no binding), `ce-id`
+//!   on NATS — and the payload the message body, with `content-type: application/json`.
+//! - **Structured mode**: the body is the whole event as one JSON object, with
+//!   `content-type: application/cloudevents+json`; an `event_id` header beside it.
+//!
+//! `id` is the event id, `type` the event type, `subject` the aggregate id, `time` the row's
+//! `created_at` (the claim returns it as RFC 3339 text for such a relay), `source` configured.
+
+use serde::Deserialize;
+
+use crate::broker::Broker;
+use crate::config::ordered::Fields;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloudEventsConfig {
+    /// The events' `source`: a URI reference naming the producer, e.g. "/services/orders" or
+    /// "urn:acme:orders". Required.
+    pub source: String,
+    /// `binary` (attributes as headers, the payload the body) or `structured` (the body one
+    /// JSON event). Default: "binary".
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Binary,
+    Structured,
+}
+
+impl CloudEventsConfig {
+    /// The entry field that is a Kafka message's key, as the binding says (the `partitionkey`
+    /// extension: the aggregate id), and whether it is also a header (not in structured mode,
+    /// where the attributes are in the body).
+    pub fn kafka_key(&self) -> (&'static str, bool) {
+        match self.mode {
+            Mode::Binary => ("ce_partitionkey", true),
+            Mode::Structured => ("partitionkey", false),
+        }
+    }
+}
+
+/// The envelope `events` stands for on `broker`.
+pub(crate) fn envelope(events: &CloudEventsConfig, broker: Broker) -> Fields {
+    let content_type = if broker == Broker::Nats { "Content-Type" } else { "content-type" };
+    // A template's literal braces are doubled.
+    let source = events.source.replace('{', "{{").replace('}', "}}");
+    let field = |name: &str, template: &str| (name.to_owned(), template.to_owned());
+    match events.mode {
+        Mode::Binary => {
+            let prefix = if broker == Broker::Nats { "ce-" } else { "ce_" };
+            let attribute = |name: &str, template: &str| field(&format!("{prefix}{name}"), template);
+            vec![
+                attribute("specversion", "1.0"),
+                attribute("id", "{event_id}"),
+                attribute("source", &source),
+                attribute("type", "{event_type}"),
+                attribute("subject", "{aggregate_id}"),
+                // The partitioning extension: what a Kafka message's key is (broker/kafka).
+                attribute("partitionkey", "{aggregate_id}"),
+                attribute("time", "{created_at}"),
+                field(content_type, "application/json"),
+                field("payload", "{payload}"),
+            ]
+        }
+        Mode::Structured => {
+            let source = serde_json::to_string(&source).unwrap_or_default();
+            let event = format!(
+                "{{{{\"specversion\":\"1.0\",\"id\":{{json(event_id)}},\"source\":{source},\"type\":{{json(event_type)}},\
+                 \"subject\":{{json(aggregate_id)}},\"time\":{{json(created_at)}},\"datacontenttype\":\"application/json\",\
+                 \"data\":{{payload}}}}}}"
+            );
+            let mut fields = vec![
+                field("event_id", "{event_id}"),
+                field(content_type, "application/cloudevents+json"),
+                field("payload", &event),
+            ];
+            if broker == Broker::Kafka {
+                // The message key, not a header (broker/kafka).
+                fields.push(field("partitionkey", "{aggregate_id}"));
+            }
+            fields
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::template::Template;
+
+    fn events(mode: Mode) -> CloudEventsConfig {
+        CloudEventsConfig { source: "/services/{orders}".into(), mode }
+    }
+
+    fn render(fields: &Fields) -> Vec<(String, String)> {
+        let columns: Vec<String> =
+            ["event_id", "event_type", "aggregate_id", "payload", "created_at"].iter().map(|c| c.to_string()).collect();
+        let row = ["e-1", "order.placed", "o-\"7\"", "{\"total\":3}", "2026-12-06T10:00:00.000001Z"];
+        let row: Vec<Option<String>> = row.iter().map(|v| Some(v.to_string())).collect();
+        fields
+            .iter()
+            .map(|(name, template)| {
+                let bound = Template::parse(template).unwrap().bind(&columns).unwrap();
+                (name.clone(), bound.render(&row).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn binary_mode_names_each_attribute_as_the_brokers_binding_does() {
+        let kafka = render(&envelope(&events(Mode::Binary), Broker::Kafka));
+        let expected = [
+            ("ce_specversion", "1.0"),
+            ("ce_id", "e-1"),
+            ("ce_source", "/services/{orders}"),
+            ("ce_type", "order.placed"),
+            ("ce_subject", "o-\"7\""),
+            ("ce_partitionkey", "o-\"7\""),
+            ("ce_time", "2026-12-06T10:00:00.000001Z"),
+            ("content-type", "application/json"),
+            ("payload", "{\"total\":3}"),
+        ];
+        assert_eq!(kafka, expected.map(|(n, v)| (n.to_owned(), v.to_owned())));
+        let nats = render(&envelope(&events(Mode::Binary), Broker::Nats));
+        let names: Vec<&str> = nats.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[..3], ["ce-specversion", "ce-id", "ce-source"]);
+        assert!(names.contains(&"Content-Type"));
+    }
+
+    #[test]
+    fn structured_mode_is_one_json_event_whatever_the_values_hold() {
+        let fields = render(&envelope(&events(Mode::Structured), Broker::Redis));
+        assert_eq!(fields[0], ("event_id".into(), "e-1".into()));
+        assert_eq!(fields[1], ("content-type".into(), "application/cloudevents+json".into()));
+        let event: serde_json::Value = serde_json::from_str(&fields[2].1).unwrap();
+        assert_eq!(
+            event,
+            serde_json::json!({
+                "specversion": "1.0", "id": "e-1", "source": "/services/{orders}", "type": "order.placed",
+                "subject": "o-\"7\"", "time": "2026-12-06T10:00:00.000001Z",
+                "datacontenttype": "application/json", "data": {"total": 3}
+            })
+        );
+    }
+
+    #[test]
+    fn a_relay_that_lays_out_its_entry_otherwise_is_refused_by_key() {
+        let toml = "[database]\nurl = \"postgres://h/db\"\n[[relay]]\nname = \"orders\"\nowner = \"x\"\n\
+                    [relay.cloudevents]\nsource = \"/orders\"\n[relay.fields]\nregion = \"eu\"\n";
+        let errors = crate::config::load_str(toml).unwrap_err().to_string();
+        assert!(errors.contains("relay `orders`.fields: not with cloudevents"), "{errors}");
+        assert!(errors.contains("relay `orders`.owner: not with cloudevents"), "{errors}");
+        let toml = "[database]\nurl = \"postgres://h/db\"\n[[relay]]\nname = \"orders\"\n[relay.cloudevents]\nsource = \" \"\n";
+        let errors = crate::config::load_str(toml).unwrap_err().to_string();
+        assert!(errors.contains("cloudevents.source: a URI reference"), "{errors}");
+    }
+
+    #[test]
+    fn the_preset_becomes_the_relays_envelope_and_its_claim_returns_created_at() {
+        let toml = "[database]\nurl = \"postgres://h/db\"\n[[relay]]\nname = \"orders\"\n[relay.cloudevents]\nsource = \"/orders\"\n";
+        let config = crate::config::load_str(toml).unwrap();
+        let relay = &config.relays[0];
+        assert_eq!(relay.envelope, envelope(relay.cloudevents.as_ref().unwrap(), Broker::Redis));
+        assert!(relay.claims_created_at());
+        assert_eq!(relay.payload_field(), Some("payload"));
+    }
+}
