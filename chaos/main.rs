@@ -11,7 +11,15 @@
 //! the server crashed and restarted with its store, its connections cut, its stream deleted and
 //! created again empty (the broker loss the relays must notice); duplicates are counted by
 //! `Nats-Msg-Id` over the stream's messages.
+//!
+//! `--broker kafka`: through a three-node KRaft cluster of the run's own (every topic on all
+//! three, `min.insync.replicas = 2`) — a node at a time SIGKILLed and started again, the topic
+//! deleted and made again empty. Connection cuts reach Postgres only (a client learns each
+//! node's address from the cluster, past any proxy). Kafka keeps no dedupe window: the relays
+//! killed between a produce and its settle produce those rows again, so the topic's duplicates
+//! are counted, not refused; the inbox must still hold each event once.
 
+mod kafka;
 mod proxy;
 mod servers;
 
@@ -52,10 +60,13 @@ struct Args {
     binary: PathBuf,
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
+    /// scripts/services, which starts the Kafka cluster of a Kafka run.
+    #[arg(long, default_value = "scripts/services")]
+    services: PathBuf,
     /// How long the chain may take to drain after the producer stops.
     #[arg(long, default_value_t = 300)]
     drain_seconds: u64,
-    /// The broker: redis or nats.
+    /// The broker: redis, nats or kafka.
     #[arg(long, default_value = "redis")]
     broker: String,
 }
@@ -64,32 +75,37 @@ struct Args {
 enum Broker {
     Redis(servers::Redis),
     Nats(servers::Nats),
+    Kafka(servers::Kafka),
 }
 
 /// The JetStream stream (and its subjects) of a NATS run.
 const NATS_STREAM: &str = "CHAOS";
 const NATS_SUBJECTS: &str = "chaos.*";
+/// The Kafka topic of the `user` events (the relays' `chaos.{aggregate_type}`).
+const KAFKA_TOPIC: &str = "chaos.user";
 
 impl Broker {
-    fn port(&self) -> u16 {
+    /// The port a proxy may stand in front of (not Kafka's: see the module's comment).
+    fn port(&self) -> Option<u16> {
         match self {
-            Broker::Redis(r) => r.port,
-            Broker::Nats(n) => n.port,
+            Broker::Redis(r) => Some(r.port),
+            Broker::Nats(n) => Some(n.port),
+            Broker::Kafka(_) => None,
         }
     }
 
-    fn name(&self) -> &'static str {
+    /// Crashes the broker (one node of a cluster) and starts it again; says what it did.
+    async fn crash_and_restart(&mut self) -> anyhow::Result<String> {
         match self {
-            Broker::Redis(_) => "Redis",
-            Broker::Nats(_) => "nats-server",
+            Broker::Redis(r) => r.crash_and_restart().await.map(|()| "crash + restart Redis".into()),
+            Broker::Nats(n) => n.crash_and_restart().await.map(|()| "crash + restart nats-server".into()),
+            Broker::Kafka(k) => k.crash_and_restart().await.map(|node| format!("crash + restart Kafka node {node}")),
         }
     }
 
-    async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
-        match self {
-            Broker::Redis(r) => r.crash_and_restart().await,
-            Broker::Nats(n) => n.crash_and_restart().await,
-        }
+    /// Kafka keeps no dedupe window across a relay's crash (docs/explanation/delivery.md).
+    fn dedupes(&self) -> bool {
+        !matches!(self, Broker::Kafka(_))
     }
 
     async fn lose_everything(&self) -> anyhow::Result<&'static str> {
@@ -99,6 +115,9 @@ impl Broker {
                 .lose_everything(NATS_STREAM, NATS_SUBJECTS)
                 .await
                 .map(|()| "the JetStream stream is lost (deleted, created again empty)"),
+            Broker::Kafka(k) => kafka::lose_topic(&k.bootstrap, KAFKA_TOPIC)
+                .await
+                .map(|()| "the Kafka topic is lost (deleted, created again empty)"),
         }
     }
 
@@ -106,6 +125,7 @@ impl Broker {
         match self {
             Broker::Redis(r) => r.stop(),
             Broker::Nats(n) => n.stop(),
+            Broker::Kafka(k) => k.stop(),
         }
     }
 
@@ -131,6 +151,7 @@ impl Broker {
                 }
                 Ok(ids)
             }
+            Broker::Kafka(k) => kafka::event_ids(&k.bootstrap, KAFKA_TOPIC).await,
         }
     }
 }
@@ -180,31 +201,49 @@ impl Drop for Fleet {
     }
 }
 
-/// The processes' configs; `nats_url`: the relays and bridges use NATS JetStream there instead
-/// of Redis.
-fn configs(pg_url: &str, redis_url: &str, nats_url: Option<&str>) -> Vec<(String, String)> {
+/// Where the relays and bridges send and read the events.
+enum Via<'a> {
+    Redis,
+    /// NATS JetStream at this URL.
+    Nats(&'a str),
+    /// Kafka at these bootstrap servers.
+    Kafka(&'a str),
+}
+
+/// The processes' configs.
+fn configs(pg_url: &str, redis_url: &str, via: Via<'_>) -> Vec<(String, String)> {
     let mut base = format!(
         "[database]\nurl = \"{pg_url}\"\npool_size = 4\nconnect_timeout = \"2s\"\n[redis]\nurl = \"{redis_url}\"\ncommand_timeout = \"2s\"\n\
          [telemetry]\nlisten = \"127.0.0.1:0\"\n[shutdown]\ngrace_period = \"5s\"\n"
     );
-    if let Some(url) = nats_url {
-        base.push_str(&format!("[nats]\nurl = \"{url}\"\nstream = \"{NATS_STREAM}\"\ntimeout = \"2s\"\n"));
-    }
-    let configs = redis_configs(&base);
-    if nats_url.is_none() {
-        return configs;
-    }
-    // The same processes on NATS: the JetStream stream's duplicate window is the dedupe.
-    configs
+    let broker = match via {
+        Via::Redis => return redis_configs(&base),
+        Via::Nats(url) => {
+            base.push_str(&format!("[nats]\nurl = \"{url}\"\nstream = \"{NATS_STREAM}\"\ntimeout = \"2s\"\n"));
+            "nats"
+        }
+        Via::Kafka(bootstrap) => {
+            base.push_str(&format!(
+                "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ntimeout = \"2s\"\ndelivery_timeout = \"10s\"\n"
+            ));
+            "kafka"
+        }
+    };
+    // The same processes on the other broker: on NATS the JetStream stream's duplicate window
+    // is the dedupe; Kafka has none.
+    redis_configs(&base)
         .into_iter()
         .map(|(name, config)| {
             let config = config
                 .replace(
                     "stream = \"chaos:{aggregate_type}\"",
-                    "broker = \"nats\"\nstream = \"chaos.{aggregate_type}\"",
+                    &format!("broker = \"{broker}\"\nstream = \"chaos.{{aggregate_type}}\""),
                 )
                 .replace("[relay.dedupe]\nwindow = \"1h\"\n", "")
-                .replace("streams = [{ key = \"chaos:user\"", "broker = \"nats\"\nstreams = [{ key = \"chaos.user\"");
+                .replace(
+                    "streams = [{ key = \"chaos:user\"",
+                    &format!("broker = \"{broker}\"\nstreams = [{{ key = \"chaos.user\""),
+                );
             (name, config)
         })
         .collect()
@@ -316,24 +355,37 @@ async fn main() -> anyhow::Result<()> {
     let mut broker = match args.broker.as_str() {
         "redis" => Broker::Redis(servers::Redis::start(&dir).await?),
         "nats" => Broker::Nats(servers::Nats::start(&dir).await?),
-        other => anyhow::bail!("--broker is redis or nats, not {other}"),
+        "kafka" => {
+            let kafka = servers::Kafka::start(&dir, &args.services).await?;
+            kafka::create_topic(&kafka.bootstrap, KAFKA_TOPIC).await?;
+            Broker::Kafka(kafka)
+        }
+        other => anyhow::bail!("--broker is redis, nats or kafka, not {other}"),
     };
     let pg_proxy = proxy::Proxy::start(pg.port).await?;
-    let broker_proxy = proxy::Proxy::start(broker.port()).await?;
+    let broker_proxy = match broker.port() {
+        Some(port) => Some(proxy::Proxy::start(port).await?),
+        None => None,
+    };
     let direct = pg.url(pg.port);
     let through_proxy = pg.url(pg_proxy.port);
-    let (redis_url, nats_url) = match broker {
-        Broker::Redis(_) => (format!("redis://127.0.0.1:{}", broker_proxy.port), None),
-        // Redis is not used; its section points at a port nothing listens on.
-        Broker::Nats(_) => ("redis://127.0.0.1:1".to_owned(), Some(format!("nats://127.0.0.1:{}", broker_proxy.port))),
+    let proxied = broker_proxy.as_ref().map(|p| p.port).unwrap_or_default();
+    // Redis is used only on a Redis run; elsewhere its section points at a port nothing
+    // listens on.
+    let (redis_url, nats_url) = (format!("redis://127.0.0.1:{proxied}"), format!("nats://127.0.0.1:{proxied}"));
+    let via = match &broker {
+        Broker::Redis(_) => Via::Redis,
+        Broker::Nats(_) => Via::Nats(&nats_url),
+        Broker::Kafka(k) => Via::Kafka(&k.bootstrap),
     };
-    let configs = configs(&through_proxy, &redis_url, nats_url.as_deref());
+    let redis_url = if matches!(via, Via::Redis) { redis_url } else { "redis://127.0.0.1:1".to_owned() };
+    let configs = configs(&through_proxy, &redis_url, via);
 
     // migrate creates the schema (every role's: one database holds the owner's and the
     // consumer's tables here) and, on NATS, the JetStream stream the relays need.
     let migrate_config = dir.join("migrate.toml");
     let migrate = match &broker {
-        Broker::Redis(_) => format!("[database]\nurl = \"{direct}\"\n"),
+        Broker::Redis(_) | Broker::Kafka(_) => format!("[database]\nurl = \"{direct}\"\n"),
         Broker::Nats(_) => configs[0].1.replace(&through_proxy, &direct),
     };
     std::fs::write(&migrate_config, migrate)?;
@@ -382,13 +434,17 @@ async fn main() -> anyhow::Result<()> {
                 done.push("crash + restart Postgres".into());
             }
             Fault::RestartBroker => {
-                broker.crash_and_restart().await?;
-                done.push(format!("crash + restart {}", broker.name()));
+                done.push(broker.crash_and_restart().await?);
             }
             Fault::Cut => {
                 pg_proxy.cut();
-                broker_proxy.cut();
-                done.push("cut every connection".into());
+                match &broker_proxy {
+                    Some(proxy) => {
+                        proxy.cut();
+                        done.push("cut every connection".into());
+                    }
+                    None => done.push("cut every connection to Postgres".into()),
+                }
             }
             Fault::LoseBrokerData => {
                 done.push(broker.lose_everything().await?.into());
@@ -491,7 +547,14 @@ async fn main() -> anyhow::Result<()> {
         ("… under a lease (relay-2, and reclaimed rows)", by_leased),
         ("lost (committed, not in audit_logs)", lost),
         ("stream entries", entries.len() as i64),
-        ("duplicate stream entries", duplicates as i64),
+        (
+            if broker.dedupes() {
+                "duplicate stream entries"
+            } else {
+                "duplicate stream entries (Kafka: no dedupe window; the inbox collapses them)"
+            },
+            duplicates as i64,
+        ),
         ("inbox rows", inbox),
         ("… applied at take-over (bridge-2)", applied),
         ("… processed in a locked transaction (worker, claim = auto)", worker_locked),
@@ -512,7 +575,7 @@ async fn main() -> anyhow::Result<()> {
         && by_leased > 0
         && worker_locked > 0
         && applied > 0
-        && duplicates == 0
+        && (duplicates == 0 || !broker.dedupes())
         && poison == 0;
     if ok {
         println!("\nchaos: PASS");

@@ -1,4 +1,4 @@
-//! Postgres, Redis and nats-server instances of the chaos run's own, on spare ports, to stop and
+//! Postgres, Redis, nats-server and Kafka instances of the chaos run's own, on spare ports, to stop and
 //! restart without touching the machine's shared ones.
 
 use std::path::{Path, PathBuf};
@@ -255,6 +255,84 @@ impl Nats {
 }
 
 impl Drop for Nats {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A three-node KRaft cluster of the run's own (`scripts/services kafka-cluster`), every topic on
+/// all three nodes with `min.insync.replicas = 2`: a crash kills one node with SIGKILL and starts
+/// it again on its data, so its partitions' leadership moves while the relays produce.
+pub struct Kafka {
+    pub bootstrap: String,
+    dir: PathBuf,
+    services: PathBuf,
+    running: bool,
+}
+
+impl Kafka {
+    pub async fn start(dir: &Path, services: &Path) -> anyhow::Result<Self> {
+        let dir = dir.join("kafka");
+        std::fs::create_dir_all(&dir)?;
+        let services = std::fs::canonicalize(services)?;
+        let (cluster, script) = (dir.display().to_string(), services.clone());
+        let bootstrap = tokio::task::spawn_blocking(move || {
+            // Six consecutive spare ports: another base if any is taken.
+            for _ in 0..10 {
+                let base = 20000 + rand::random::<u16>() % 20000;
+                let out = Command::new(&script).args(["kafka-cluster", &cluster, &base.to_string()]).output()?;
+                if out.status.success() {
+                    return Ok(String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned());
+                }
+                eprintln!("chaos: kafka cluster on base port {base}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            anyhow::bail!("no Kafka cluster could start")
+        })
+        .await??;
+        Ok(Self { bootstrap, dir, services, running: true })
+    }
+
+    fn services(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new(&self.services).args(args).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "scripts/services {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
+    /// One node, chosen at random, killed with SIGKILL and started again on its data (its
+    /// writes survive in the page cache; the others hold every acknowledged one anyway).
+    pub async fn crash_and_restart(&mut self) -> anyhow::Result<u32> {
+        let node = rand::random_range(1..=3u32);
+        let dir = self.dir.display().to_string();
+        self.services(&["kafka-node", &dir, &node.to_string(), "stop"])?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (script, dir) = (self.services.clone(), dir.clone());
+        // Starting waits for the node to answer (seconds of JVM start): off the runtime.
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(script).args(["kafka-node", &dir, &node.to_string(), "start"]).output()
+        })
+        .await??;
+        anyhow::ensure!(out.status.success(), "kafka-node {node} start: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(node)
+    }
+
+    pub fn stop(&mut self) {
+        if std::mem::take(&mut self.running) {
+            let _ = self.services(&["kafka-cluster-stop", &self.dir.display().to_string()]);
+        }
+    }
+}
+
+impl Drop for Kafka {
     fn drop(&mut self) {
         self.stop();
     }
