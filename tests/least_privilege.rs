@@ -1,7 +1,8 @@
 //! Each component under a database user made from `handoff grants` alone, on Postgres and on
 //! MariaDB: the relay, the bridge and the worker of one chain deliver and apply every event, and
 //! a user holds nothing of the other side's tables. The operator commands (which the admin API
-//! runs too) work with `--role operator`'s grants alone.
+//! runs too), `reshard` included, work with `--role operator`'s grants alone (`bridge rewind` on
+//! Redis touches no table).
 
 use mysql_async::prelude::Queryable;
 
@@ -237,4 +238,37 @@ async fn on_mariadb_too_each_component_needs_only_its_printed_grants() {
         );
         pool.disconnect().await.unwrap();
     }
+}
+
+/// `reshard` records a new shard count for a drained relay: with the operator's grants alone
+/// (`UPDATE` on `handoff_stream_shards`). The count was first recorded by a relay as the owner.
+#[tokio::test]
+async fn reshard_runs_with_the_operator_grants_alone() {
+    let env = TestEnv::new().await;
+    let sharded = |shards: u32| {
+        env.config(&format!("stream = \"{}:{{aggregate_type}}:{{shard(aggregate_id, {shards})}}\"\n", env.id))
+    };
+    env.insert_events("r", "user", 5).await;
+    let mut relay = Handoff::run(&sharded(4));
+    env.await_delivered(5).await;
+    relay.kill();
+    let (_, config) = as_granted_user(&env, &sharded(8), "operator", &[]).await;
+    let (ok, out) = run_to_end(&config, &["reshard", "--relay", "relay"]);
+    assert!(ok && out.contains("8 shards recorded (was 4)"), "{out}");
+}
+
+#[tokio::test]
+async fn on_mariadb_reshard_runs_with_the_operator_grants_alone() {
+    let env = MyEnv::new().await;
+    let _users = Users(env.id.clone(), &["operator"]);
+    let sharded = |shards: u32| {
+        env.config(&format!("stream = \"{}:{{aggregate_type}}:{{shard(aggregate_id, {shards})}}\"\n", env.id))
+    };
+    env.insert_events("r", "user", 5).await;
+    let mut relay = Handoff::run(&sharded(4));
+    env.await_delivered(5).await;
+    relay.kill();
+    let (_, config) = as_granted_mariadb_user(&env, &sharded(8), "operator", &[]).await;
+    let (ok, out) = run_to_end(&config, &["reshard", "--relay", "relay"]);
+    assert!(ok && out.contains("8 shards recorded (was 4)"), "{out}");
 }
