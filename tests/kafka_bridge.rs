@@ -1,12 +1,14 @@
 //! The bridge on Kafka, where it differs from Redis and NATS (the scenarios it shares with them
 //! run from `bridge.rs` and `both_brokers.rs`): what SIGTERM leaves is seen in the group's
 //! committed offsets; an entry that kills every bridge reading it is counted from its first
-//! read after a restart and reaches the delivery limit; `handoff status` shows the group's lag.
+//! read after a restart and reaches the delivery limit; `handoff status` shows the group's lag;
+//! a topic deleted and made again is read from its start.
 
 use crate::common;
 
 use common::brokers::Chain;
 use common::eventually;
+use common::kafka::{commit, committed, create_topic, delete_topic};
 use common::process::{Handoff, run_to_end};
 
 /// Whatever a bridge read is taken over and committed before SIGTERM lets it leave: the
@@ -81,4 +83,48 @@ async fn rewind_moves_the_groups_offsets_back_to_a_time_once_the_bridge_is_stopp
     let _bridge = Handoff::run(&config);
     chain.await_acknowledged().await;
     chain.assert_taken_in_once(20).await;
+}
+
+/// A topic deleted and made again under a running bridge (an operator's mistake, a cluster
+/// rebuilt) starts again at offset 0, and the relay fills it again. The bridge reads it from its
+/// start, though its position on the old topic lies inside the new one by then: librdkafka keeps
+/// the old position, and reading on from it would skip everything below.
+#[tokio::test]
+async fn a_topic_made_again_under_a_running_bridge_is_read_from_its_start() {
+    let chain = Chain::kafka().await;
+    chain.publish("a", 30, &[]).await;
+    let _bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
+    chain.await_acknowledged().await;
+    delete_topic(&chain.user_stream()).await;
+    create_topic(&chain.user_stream(), 3, &[]).await;
+    chain.publish("b", 90, &[]).await;
+    eventually("all 120 events taken in", || async { (chain.taken_in().await == 120).then_some(()) }).await;
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(120).await;
+}
+
+/// Offsets committed on a topic since deleted and made again (a member's last commit, late,
+/// or a group left while the topic was rebuilt) carry the old topic's id: a bridge that joins
+/// reads those partitions from the new topic's start rather than from the old offsets.
+#[tokio::test]
+async fn offsets_committed_on_a_deleted_topic_are_not_taken_for_the_new_ones() {
+    let chain = Chain::kafka().await;
+    let (group, topic) = (chain.group(), chain.user_stream());
+    chain.publish("a", 30, &[]).await;
+    let config = chain.bridge_config("b1", "", "");
+    let mut bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    bridge.signal("TERM");
+    assert!(bridge.await_exit().await.success(), "{}", bridge.logs());
+    let old = committed(&group, &topic, 3).await;
+    assert!(old.iter().any(|(_, offset, _)| *offset == 30), "{old:?}");
+    assert!(old.iter().all(|(_, _, id)| !id.is_empty()), "committed with the topic's id: {old:?}");
+
+    delete_topic(&topic).await;
+    create_topic(&topic, 3, &[]).await;
+    chain.publish("b", 90, &[]).await;
+    commit(&group, &topic, old).await;
+    let _bridge = Handoff::run(&config);
+    chain.await_acknowledged().await;
+    chain.assert_taken_in_once(120).await;
 }

@@ -599,6 +599,11 @@ impl Chain {
 }
 
 impl Chain {
+    /// The bridge's Kafka consumer group (this test's own).
+    pub fn group(&self) -> String {
+        self.env.id.clone()
+    }
+
     /// What the bridge's group has not committed of the `user` topic; `None` when it cannot be
     /// read.
     pub async fn kafka_lag(&self) -> Option<u64> {

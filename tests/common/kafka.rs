@@ -240,3 +240,43 @@ pub async fn produce(topic: &str, entries: Vec<Vec<(bytes::Bytes, bytes::Bytes)>
         producer.send(record, TIMEOUT).await.map_err(|(e, _)| e).expect("produced");
     }
 }
+
+/// `group`'s committed offsets on `topic`'s partitions, each with its metadata.
+pub async fn committed(group: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, String)> {
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", bootstrap()).set("group.id", &group).create().unwrap();
+        let mut list = TopicPartitionList::new();
+        (0..partitions).for_each(|p| _ = list.add_partition(&topic, p));
+        let committed = consumer.committed_offsets(list, TIMEOUT).expect("committed offsets");
+        let elements = committed.elements();
+        let offsets = elements.iter().filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o, e.metadata().to_owned())),
+            _ => None,
+        });
+        offsets.collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// Commits these offsets (with their metadata) for `group` on `topic`, as one of its members
+/// would (the group must have none now).
+pub async fn commit(group: &str, topic: &str, offsets: Vec<(i32, i64, String)>) {
+    use rdkafka::consumer::CommitMode;
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", bootstrap()).set("group.id", &group).create().unwrap();
+        let mut list = TopicPartitionList::new();
+        for (partition, offset, metadata) in offsets {
+            let mut element = list.add_partition(&topic, partition);
+            element.set_offset(Offset::Offset(offset)).unwrap();
+            element.set_metadata(metadata);
+        }
+        consumer.commit(&list, CommitMode::Sync).expect("committed");
+    })
+    .await
+    .unwrap()
+}

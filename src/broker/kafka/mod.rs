@@ -17,6 +17,8 @@ pub(crate) mod config;
 pub(crate) mod group;
 mod message;
 pub(crate) mod offsets;
+#[allow(unsafe_code)]
+mod topic_id;
 pub(crate) mod validate;
 
 use std::collections::{BTreeSet, HashMap};
@@ -140,9 +142,8 @@ impl KafkaStream {
         match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
             Ok(delivery) => AppendOutcome::Appended(entry_id(delivery.partition, delivery.offset)),
             Err((error, _)) => {
-                if let (Some(generation), Some(rdkafka::types::RDKafkaErrorCode::Fatal)) =
-                    (generation, error.rdkafka_error_code())
-                {
+                use rdkafka::types::RDKafkaErrorCode::{Fatal, MessageTimedOut};
+                if let (Some(generation), Some(Fatal | MessageTimedOut)) = (generation, error.rdkafka_error_code()) {
                     self.replace_producer(generation, &error);
                 }
                 failed(&error)
@@ -151,8 +152,15 @@ impl KafkaStream {
     }
 
     /// After a fatal error (the idempotent producer's sequence state is lost: librdkafka fails
-    /// every message from then on), a new producer takes over; the rows are released as in an
-    /// outage and produced again by it. Only the producer of `generation` is replaced, once.
+    /// every message from then on) or a message that timed out, a new producer takes over; the
+    /// rows are released as in an outage and produced again by it. Only the producer of
+    /// `generation` is replaced, once.
+    ///
+    /// A timeout counts because librdkafka can stay wedged when the cluster is back: after a
+    /// topic is deleted and made again, its partitions' leader epochs start again at 0, and
+    /// librdkafka ignores metadata older than the epoch it cached, so it keeps sending to the
+    /// old topic's leaders. A new producer reads the metadata afresh. In a real outage this
+    /// makes a new producer once per `delivery_timeout`, which costs a connection.
     fn replace_producer(&self, generation: u64, error: &rdkafka::error::KafkaError) {
         let mut current = self.producer.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if current.0 != generation {
@@ -160,7 +168,7 @@ impl KafkaStream {
         }
         match Self::made(&self.config, false) {
             Ok(producer) => {
-                tracing::error!(error = %error, "kafka: the producer hit a fatal error; a new one takes over");
+                tracing::warn!(error = %error, "kafka: a new producer takes over from one that failed");
                 *current = (generation + 1, producer);
             }
             Err(e) => tracing::error!(error = %e, "kafka: a new producer could not be made"),

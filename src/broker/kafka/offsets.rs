@@ -27,6 +27,16 @@ fn outsider(config: &KafkaConfig, group: &str) -> Result<BaseConsumer<Logged>, S
     client.create_with_context(Logged).map_err(|e| e.to_string())
 }
 
+/// Adds `partition` at `offset` to a list to commit, with the topic's id as its metadata (what
+/// tells a bridge the offset is not one of a topic since deleted and made again; `""` if it
+/// could not be read).
+fn add_offset(list: &mut TopicPartitionList, topic: &str, partition: i32, offset: i64, id: &str) -> Result<(), String> {
+    let mut element = list.add_partition(topic, partition);
+    element.set_offset(Offset::Offset(offset)).map_err(|e| e.to_string())?;
+    element.set_metadata(id);
+    Ok(())
+}
+
 /// Every partition of `topic` with the group's committed offset (`None` where it has none).
 fn committed(
     consumer: &BaseConsumer<Logged>,
@@ -74,10 +84,11 @@ pub(crate) async fn start_at_end_if_new(config: &KafkaConfig, group: &str, topic
         if before.iter().any(|(_, offset)| offset.is_some()) {
             return Ok(());
         }
+        let id = super::topic_id::describe(consumer.client(), &topic, timeout).unwrap_or_default();
         let mut ends = TopicPartitionList::new();
         for (partition, _) in before {
             let (_, high) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
-            ends.add_partition_offset(&topic, partition, Offset::Offset(high)).map_err(|e| e.to_string())?;
+            add_offset(&mut ends, &topic, partition, high, &id)?;
         }
         if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
             tracing::debug!(error = %e, "the group's start was set by another member");
@@ -106,6 +117,7 @@ pub(crate) async fn rewind_to_time(
             times.add_partition_offset(&topic, *partition, Offset::Offset(unix_ms)).map_err(|e| e.to_string())?;
         }
         let found = consumer.offsets_for_times(times, timeout).map_err(|e| e.to_string())?;
+        let id = super::topic_id::describe(consumer.client(), &topic, timeout).unwrap_or_default();
         let mut resets = Vec::new();
         let mut commit = TopicPartitionList::new();
         for (partition, from) in before {
@@ -121,7 +133,7 @@ pub(crate) async fn rewind_to_time(
             if position <= to {
                 continue;
             }
-            commit.add_partition_offset(&topic, partition, Offset::Offset(to)).map_err(|e| e.to_string())?;
+            add_offset(&mut commit, &topic, partition, to, &id)?;
             resets.push(Reset { partition, from, to });
         }
         if !dry_run && commit.count() > 0 {

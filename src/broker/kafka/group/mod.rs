@@ -15,15 +15,15 @@
 //! A message becomes an entry: `partition:offset` is its id, its headers the fields and its
 //! value the payload field.
 
-use std::collections::{BTreeMap, HashMap};
+mod owned;
+mod recreated;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -36,6 +36,7 @@ use super::message::{entry_id, parse_entry_id, readable_headers};
 use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
 use crate::store::takeover::PoisonRecord;
+use owned::{Owned, Partition};
 
 /// What one member reads, and where.
 #[derive(Debug, Clone)]
@@ -69,72 +70,36 @@ impl GroupSettings {
     }
 }
 
-/// Entries read and not yet acknowledged, per partition this member owns.
+/// The topic as this member knows it (`recreated`).
 #[derive(Default)]
-struct Partition {
-    /// Offset → when it was read, and by which read.
-    in_flight: BTreeMap<i64, (Instant, u64)>,
-    /// The offset after the last one read.
-    next: i64,
-    /// The offset after the highest one ever read: below it, a read is a redelivery.
-    seen: i64,
-    /// The last offset committed.
-    committed: i64,
-    /// The read that found this partition first after it was assigned.
-    first_read: u64,
-}
-
-/// The member's partitions, shared with the rebalance callback.
-#[derive(Default, Clone)]
-pub(crate) struct Owned(Arc<Mutex<HashMap<i32, Partition>>>);
-
-impl Owned {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Partition>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl ClientContext for Owned {
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
-        Logged.log(level, facility, line)
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        Logged.error(error, reason)
-    }
-}
-
-impl ConsumerContext for Owned {
-    /// Partitions revoked are forgotten with what was in flight on them (never committed past);
-    /// partitions assigned start afresh from the group's committed offset.
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let (Rebalance::Assign(list) | Rebalance::Revoke(list)) = rebalance else { return };
-        let mut owned = self.lock();
-        for element in list.elements() {
-            owned.remove(&element.partition());
-        }
-        tracing::info!(
-            partitions = list.count(),
-            assigned = matches!(rebalance, Rebalance::Assign(_)),
-            "kafka rebalance"
-        );
-    }
+struct Incarnation {
+    /// The id of the topic this member's positions are in, which its commits carry (`None`
+    /// until it is first described).
+    id: Option<String>,
+    /// The id the cluster gave last, and when.
+    described: Option<(String, Instant)>,
+    /// The cluster gave another id than `id`: the member is to be replaced.
+    recreated: bool,
 }
 
 pub(crate) struct KafkaGroup {
-    consumer: Arc<StreamConsumer<Owned>>,
+    /// The member: replaced by a new one (which joins the group afresh) after the topic is made
+    /// again, as librdkafka's cached metadata of the old topic can keep it from fetching.
+    consumer: std::sync::RwLock<Arc<StreamConsumer<Owned>>>,
     owned: Owned,
     settings: GroupSettings,
     config: Arc<KafkaConfig>,
     body_field: Bytes,
     subscribed: std::sync::atomic::AtomicBool,
+    incarnation: Mutex<Incarnation>,
     /// Reads so far (what tells a partition's first read after its assignment).
     reads: std::sync::atomic::AtomicU64,
     /// Writes dead letters (made on first use).
     producer: std::sync::OnceLock<Result<FutureProducer<Logged>, String>>,
-    /// Asks for the partitions' ends (the lag gauge), on connections of its own: on the
-    /// member's, a request waits behind the fetch the broker holds open for new messages.
-    watermarks: std::sync::OnceLock<Result<Arc<BaseConsumer<Logged>>, String>>,
+    /// Asks for the partitions' ends (the lag gauge) and the topic's id, on connections of its
+    /// own: on the member's, a request waits behind the fetch the broker holds open for new
+    /// messages. Made on first use, and again with the member.
+    watermarks: Mutex<Option<Arc<BaseConsumer<Logged>>>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> GroupError {
@@ -144,6 +109,23 @@ fn unavailable(e: impl std::fmt::Display) -> GroupError {
 impl KafkaGroup {
     pub(crate) fn new(config: &KafkaConfig, settings: GroupSettings) -> GroupResult<Self> {
         let owned = Owned::default();
+        let consumer = Self::member_of(config, &settings, &owned)?;
+        Ok(Self {
+            consumer: std::sync::RwLock::new(Arc::new(consumer)),
+            owned,
+            body_field: Bytes::copy_from_slice(settings.body_field.as_bytes()),
+            settings,
+            config: Arc::new(config.clone()),
+            subscribed: std::sync::atomic::AtomicBool::new(false),
+            incarnation: Mutex::default(),
+            reads: std::sync::atomic::AtomicU64::new(0),
+            producer: std::sync::OnceLock::new(),
+            watermarks: Mutex::default(),
+        })
+    }
+
+    /// A new member of the group (not subscribed yet).
+    fn member_of(config: &KafkaConfig, settings: &GroupSettings, owned: &Owned) -> GroupResult<StreamConsumer<Owned>> {
         let session = settings.claim_idle.max(Duration::from_secs(6)).as_millis().min(i32::MAX as u128);
         let mut client = client::consumer_config(config).map_err(unavailable)?;
         client
@@ -159,18 +141,12 @@ impl KafkaGroup {
             // A member that does not read for this long (paused, or its inbox down) leaves the
             // group; at least librdkafka's default, and never below the session timeout.
             .set("max.poll.interval.ms", (session * 2).max(300_000).to_string());
-        let consumer = client.create_with_context(owned.clone()).map_err(unavailable)?;
-        Ok(Self {
-            consumer: Arc::new(consumer),
-            owned,
-            body_field: Bytes::copy_from_slice(settings.body_field.as_bytes()),
-            settings,
-            config: Arc::new(config.clone()),
-            subscribed: std::sync::atomic::AtomicBool::new(false),
-            reads: std::sync::atomic::AtomicU64::new(0),
-            producer: std::sync::OnceLock::new(),
-            watermarks: std::sync::OnceLock::new(),
-        })
+        client.create_with_context(owned.clone()).map_err(unavailable)
+    }
+
+    /// The member now.
+    fn consumer(&self) -> Arc<StreamConsumer<Owned>> {
+        self.consumer.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Joins the group (once): the topic's partitions are then assigned by the group. With
@@ -185,7 +161,7 @@ impl KafkaGroup {
                 .await
                 .map_err(GroupError::Unavailable)?;
         }
-        self.consumer.subscribe(&[&self.settings.topic]).map_err(unavailable)?;
+        self.consumer().subscribe(&[&self.settings.topic]).map_err(unavailable)?;
         self.subscribed.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -228,12 +204,17 @@ impl KafkaGroup {
 
     /// Where each partition's committed offset may move now: its lowest entry in flight, or the
     /// one after the last read; only forward.
+    /// Each carries the topic's id as its metadata: a member that later finds another id there
+    /// knows the offset belongs to a topic since deleted.
     fn commit_points(&self) -> TopicPartitionList {
+        let id = self.incarnation().id.clone().unwrap_or_default();
         let mut list = TopicPartitionList::new();
         for (partition, state) in self.owned.lock().iter() {
             let point = state.in_flight.keys().next().copied().unwrap_or(state.next);
             if point > state.committed {
-                let _ = list.add_partition_offset(&self.settings.topic, *partition, Offset::Offset(point));
+                let mut element = list.add_partition(&self.settings.topic, *partition);
+                let _ = element.set_offset(Offset::Offset(point));
+                element.set_metadata(id.clone());
             }
         }
         list
@@ -249,12 +230,15 @@ impl KafkaGroup {
     }
 
     fn watermarks(&self) -> Result<Arc<BaseConsumer<Logged>>, String> {
-        let made = self.watermarks.get_or_init(|| {
-            client::reader_config(&self.config)
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.create_with_context(Logged).map(Arc::new).map_err(|e| e.to_string()))
-        });
-        made.clone()
+        let mut made = self.watermarks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(client) = &*made {
+            return Ok(client.clone());
+        }
+        let client = client::reader_config(&self.config).map_err(|e| e.to_string())?;
+        let client: Arc<BaseConsumer<Logged>> =
+            Arc::new(client.create_with_context(Logged).map_err(|e| e.to_string())?);
+        *made = Some(client.clone());
+        Ok(client)
     }
 }
 
@@ -270,14 +254,18 @@ impl ConsumerGroup for KafkaGroup {
 
     async fn read(&self, count: u32, block: Option<Duration>) -> GroupResult<Read> {
         self.subscribe().await?;
+        self.topic_id(false).await;
+        if !self.replace_if_recreated(block).await? {
+            return Ok(Read::default());
+        }
         let this_read = self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let consumer = self.consumer();
         let mut read = Read::default();
         let first = match block {
-            Some(block) => match tokio::time::timeout(block, self.consumer.recv()).await {
-                Ok(message) => Some(message),
-                Err(_) => return Ok(read),
-            },
-            None => self.consumer.recv().now_or_never(),
+            // Nothing came: the partitions assigned meanwhile are still checked (their committed
+            // offset may lie at the end of a topic since made again).
+            Some(block) => tokio::time::timeout(block, consumer.recv()).await.ok(),
+            None => consumer.recv().now_or_never(),
         };
         let mut next = first;
         while let Some(message) = next {
@@ -296,8 +284,9 @@ impl ConsumerGroup for KafkaGroup {
             if read.entries.len() + read.redelivered.len() >= count as usize {
                 break;
             }
-            next = self.consumer.recv().now_or_never();
+            next = consumer.recv().now_or_never();
         }
+        self.check_assigned(&mut read).await;
         Ok(read)
     }
 
@@ -317,7 +306,7 @@ impl ConsumerGroup for KafkaGroup {
         if points.count() == 0 {
             return Ok(());
         }
-        let consumer = self.consumer.clone();
+        let consumer = self.consumer();
         let committed = points.clone();
         tokio::task::spawn_blocking(move || consumer.commit(&committed, CommitMode::Sync))
             .await
@@ -361,7 +350,7 @@ impl ConsumerGroup for KafkaGroup {
         if stale.is_empty() {
             return Ok(Vec::new());
         }
-        let (consumer, topic, timeout) = (self.consumer.clone(), self.settings.topic.clone(), self.config.timeout);
+        let (consumer, topic, timeout) = (self.consumer(), self.settings.topic.clone(), self.config.timeout);
         let failed = tokio::task::spawn_blocking(move || {
             let seek = |(partition, offset): (i32, i64)| {
                 consumer
@@ -385,7 +374,7 @@ impl ConsumerGroup for KafkaGroup {
     /// Entries in flight on this member, and what its partitions hold past its position.
     async fn info(&self) -> GroupResult<GroupInfo> {
         let pending = self.owned.lock().values().map(|s| s.in_flight.len() as u64).sum();
-        let (consumer, ends) = (self.consumer.clone(), self.watermarks().map_err(unavailable)?);
+        let (consumer, ends) = (self.consumer(), self.watermarks().map_err(unavailable)?);
         let (timeout, topic) = (self.config.timeout, self.settings.topic.clone());
         let lag = tokio::task::spawn_blocking(move || -> Result<u64, KafkaError> {
             let mut lag = 0;
