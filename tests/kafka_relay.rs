@@ -177,6 +177,40 @@ async fn the_partition_leader_killed_mid_run_loses_nothing() {
     assert!(ok && out.contains("600 checked, 0 trimmed, 0 missing"), "{out}");
 }
 
+/// A topic deleted and made again after its partition's leader moved: the new topic's leader
+/// epochs start again at 0, which librdkafka takes for stale metadata, so a producer that knew
+/// the old topic goes on sending to the old topic's leader. The relay replaces a producer whose
+/// message timed out, and the rows inserted after the topic came back are delivered to it.
+#[tokio::test]
+async fn a_topic_made_again_after_its_leader_moved_is_produced_to() {
+    let env = common::TestEnv::new().await;
+    let cluster = kafka::KafkaCluster::start().await;
+    let (bootstrap, topic) = (cluster.bootstrap.clone(), topic(&env));
+    kafka::create_topic_led_by(&bootstrap, &topic, &[1, 2, 3], &[("min.insync.replicas", "2")]).await;
+    env.insert_events("a", "user", 30).await;
+    let _relay = Handoff::run(&kafka_relay_config(&env, "", &bootstrap));
+    env.await_delivered(30).await;
+    cluster.node(1, "stop").await;
+    common::eventually("the leader moved", || async { (kafka::leader(&bootstrap, &topic, 0).await > 1).then_some(()) })
+        .await;
+    env.insert_events("b", "user", 30).await;
+    env.await_delivered(60).await;
+    cluster.node(1, "start").await;
+    common::eventually("node 1 back in sync", || async {
+        kafka::in_sync(&bootstrap, &topic, 0).await.contains(&1).then_some(())
+    })
+    .await;
+
+    kafka::remake_topic_led_by(&bootstrap, &topic, &[1, 2, 3], &[("min.insync.replicas", "2")]).await;
+    env.insert_events("c", "user", 30).await;
+    common::eventually("the rows inserted after the topic came back are in it", || async {
+        let messages = kafka::read_all_on(&bootstrap, &topic).await;
+        let ids: HashSet<&str> = messages.iter().map(|m| m.headers["event_id"].as_str()).collect();
+        (1..=30).all(|i| ids.contains(format!("c-{i}").as_str())).then_some(())
+    })
+    .await;
+}
+
 /// `handoff check` on Kafka: a topic the configuration names must exist (handoff creates none);
 /// one replica warns; a relay's `entry_max_bytes` over the topic's `max.message.bytes` fails.
 #[tokio::test]

@@ -75,17 +75,72 @@ pub async fn create_topic_on(
     .await;
 }
 
+/// Creates `topic` on the cluster at `bootstrap` with one partition on `replicas`, the first of
+/// them its preferred leader.
+pub async fn create_topic_led_by(bootstrap: &str, topic: &str, replicas: &[i32], configs: &[(&str, &str)]) {
+    let assignment = [replicas];
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Variable(&assignment));
+    for (key, value) in configs {
+        new = new.set(key, value);
+    }
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    super::eventually("the topic created on its replicas", || async {
+        let results = admin(bootstrap).create_topics([&new], &options).await.ok()?;
+        results
+            .into_iter()
+            .all(|r| matches!(r, Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))))
+            .then_some(())
+    })
+    .await;
+    super::eventually("its preferred leader leads it", || async {
+        (leader(bootstrap, topic, 0).await == replicas[0]).then_some(())
+    })
+    .await;
+}
+
+/// Deletes `topic` on the cluster at `bootstrap` and makes it again with one partition on
+/// `replicas`, led by the first. A client writing to it meanwhile may have the brokers
+/// auto-create it (on replicas of their choosing): that one is deleted and made again too.
+pub async fn remake_topic_led_by(bootstrap: &str, topic: &str, replicas: &[i32], configs: &[(&str, &str)]) {
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    super::eventually("the topic made again on its replicas", || async {
+        let _ = admin(bootstrap).delete_topics(&[topic], &options).await;
+        let assignment = [replicas];
+        let mut new = NewTopic::new(topic, 1, TopicReplication::Variable(&assignment));
+        for (key, value) in configs {
+            new = new.set(key, value);
+        }
+        let _ = admin(bootstrap).create_topics([&new], &options).await;
+        let (topic, bootstrap, replicas) = (topic.to_owned(), bootstrap.to_owned(), replicas.to_vec());
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().ok()?;
+            let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
+            let found = metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none())?;
+            let partition = found.partitions().first()?;
+            (partition.replicas() == replicas.as_slice() && partition.leader() == replicas[0]).then_some(())
+        })
+        .await
+        .unwrap()
+    })
+    .await;
+}
+
 /// Deletes `topic` and waits until the cluster no longer lists it.
 pub async fn delete_topic(topic: &str) {
+    delete_topic_on(&bootstrap(), topic).await
+}
+
+/// [`delete_topic`] on the cluster at `bootstrap`.
+pub async fn delete_topic_on(bootstrap: &str, topic: &str) {
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    let results = admin(&bootstrap()).delete_topics(&[topic], &options).await.expect("delete_topics");
+    let results = admin(bootstrap).delete_topics(&[topic], &options).await.expect("delete_topics");
     for result in results {
         result.unwrap_or_else(|(name, code)| panic!("deleting topic {name}: {code:?}"));
     }
     super::eventually("the topic is gone", || async {
-        let topic = topic.to_owned();
+        let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
         tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().ok()?;
+            let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().ok()?;
             let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
             let listed = metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none());
             (!listed).then_some(())
@@ -158,6 +213,19 @@ pub async fn leader(bootstrap: &str, topic: &str, partition: i32) -> i32 {
         let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
         let found = metadata.topics().iter().find(|t| t.name() == topic).expect("the topic");
         found.partitions().iter().find(|p| p.id() == partition).expect("the partition").leader()
+    })
+    .await
+    .unwrap()
+}
+
+/// The broker ids in sync for `partition` of `topic` on the cluster at `bootstrap`.
+pub async fn in_sync(bootstrap: &str, topic: &str, partition: i32) -> Vec<i32> {
+    let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
+        let found = metadata.topics().iter().find(|t| t.name() == topic).expect("the topic");
+        found.partitions().iter().find(|p| p.id() == partition).expect("the partition").isr().to_vec()
     })
     .await
     .unwrap()

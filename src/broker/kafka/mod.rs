@@ -50,7 +50,9 @@ pub(crate) struct KafkaStream {
     /// so no other message can share its request.
     single: Arc<std::sync::OnceLock<Result<FutureProducer<Logged>, String>>>,
     /// Reads single offsets for loss checks (made on first use: most relays never need it).
-    reader: Arc<std::sync::OnceLock<Result<BaseConsumer<Logged>, String>>>,
+    /// Replaced after a read that got no answer (see `replace_producer` for why a librdkafka
+    /// client can stay wedged while the cluster answers).
+    reader: Arc<std::sync::Mutex<Option<Arc<BaseConsumer<Logged>>>>>,
     config: Arc<KafkaConfig>,
     mapping: Mapping,
 }
@@ -203,6 +205,19 @@ impl KafkaStream {
         Ok(Some(marks))
     }
 
+    /// The client that reads single offsets (made on first use: most relays never need it).
+    fn reader(&self) -> Result<Arc<BaseConsumer<Logged>>, Unavailable> {
+        let mut reader = self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(made) = &*reader {
+            return Ok(made.clone());
+        }
+        let config = client::reader_config(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
+        let made: Arc<BaseConsumer<Logged>> =
+            Arc::new(config.create_with_context(Logged).map_err(|e| Unavailable(format!("kafka: {e}")))?);
+        *reader = Some(made.clone());
+        Ok(made)
+    }
+
     /// The event id header of each message at `offsets` of `topic`'s `partition` that holds one
     /// (a compacted-away offset holds none). Reads forward from the lowest offset, seeking ahead
     /// over long gaps: a page of a relay's rows lies close together in a partition.
@@ -214,12 +229,7 @@ impl KafkaStream {
     ) -> Result<HashMap<i64, String>, Unavailable> {
         /// Read through a gap this long rather than seek over it.
         const SEEK_OVER: i64 = 1000;
-        let reader = self.reader.get_or_init(|| {
-            client::reader_config(&self.config)
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.create_with_context(Logged).map_err(|e| e.to_string()))
-        });
-        let reader = reader.as_ref().map_err(|e| Unavailable(format!("kafka: {e}")))?;
+        let reader = self.reader()?;
         let seek = |offset: i64| -> Result<(), Unavailable> {
             let mut assignment = TopicPartitionList::new();
             assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(unavailable)?;
@@ -235,6 +245,8 @@ impl KafkaStream {
         while let Some(&next) = wanted.peek() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
+                // The next look reads with a new client.
+                self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
                 return Err(Unavailable(format!(
                     "kafka: no answer reading {topic} [{partition}] at {next}{last_error}"
                 )));
