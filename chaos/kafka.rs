@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -18,17 +18,24 @@ fn admin(bootstrap: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
     Ok(ClientConfig::new().set("bootstrap.servers", bootstrap).create()?)
 }
 
-/// Makes `topic` with three partitions. A topic of that name that exists already is taken as it
-/// is: after a deletion, a relay's produce may make it first (the brokers create topics on first
-/// use, with one partition).
+/// Makes `topic` with three partitions. After a deletion, a relay's produce may make it first
+/// (the brokers create topics on first use, with one partition): such a topic is given three, so
+/// both bridges still have partitions to take over.
 pub async fn create_topic(bootstrap: &str, topic: &str) -> anyhow::Result<()> {
     let admin = admin(bootstrap)?;
     let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
     let started = Instant::now();
     loop {
         let results = admin.create_topics(&[NewTopic::new(topic, 3, TopicReplication::Fixed(3))], &options).await?;
-        match results.into_iter().next() {
-            Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => return Ok(()),
+        let results = match results.into_iter().next() {
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {
+                admin.create_partitions(&[NewPartitions::new(topic, 3)], &options).await?.into_iter().next()
+            }
+            other => other,
+        };
+        match results {
+            // Already three (`InvalidPartitions`: a count not above the topic's own).
+            Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::InvalidPartitions))) => return Ok(()),
             // A node restarting: not all three replicas can be placed yet.
             Some(Err((_, code))) if started.elapsed() > TIMEOUT => anyhow::bail!("creating {topic}: {code}"),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,

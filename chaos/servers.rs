@@ -5,8 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// A free port below the ephemeral range (32768 and up on Linux): a server restarted on its port
+/// after a crash must find it free, and while it is down any outgoing connection may take a port
+/// of that range. (Kafka's six ports come from the same range: `Kafka::start`.)
 fn spare_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    loop {
+        let port = 20000 + rand::random::<u16>() % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 async fn await_port(port: u16) -> anyhow::Result<()> {
@@ -279,7 +287,7 @@ impl Kafka {
         let bootstrap = tokio::task::spawn_blocking(move || {
             // Six consecutive spare ports: another base if any is taken.
             for _ in 0..10 {
-                let base = 20000 + rand::random::<u16>() % 20000;
+                let base = 20000 + rand::random::<u16>() % 12000;
                 let out = Command::new(&script).args(["kafka-cluster", &cluster, &base.to_string()]).output()?;
                 if out.status.success() {
                     return Ok(String::from_utf8_lossy(&out.stdout)

@@ -172,7 +172,15 @@ pub async fn read_all_on(bootstrap: &str, topic: &str) -> Vec<Read> {
         let mut ends = HashMap::new();
         let mut assignment = TopicPartitionList::new();
         for partition in found.partitions() {
-            let (low, high) = consumer.fetch_watermarks(&topic, partition.id(), TIMEOUT).expect("watermarks");
+            // A partition whose leader was just killed has none for a moment: asked again.
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            let (low, high) = loop {
+                match consumer.fetch_watermarks(&topic, partition.id(), Duration::from_secs(5)) {
+                    Ok(marks) => break marks,
+                    Err(e) if std::time::Instant::now() > deadline => panic!("watermarks of {topic}: {e}"),
+                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                }
+            };
             if high > low {
                 ends.insert(partition.id(), high);
                 assignment.add_partition_offset(&topic, partition.id(), Offset::Offset(low)).unwrap();
@@ -250,7 +258,7 @@ impl KafkaCluster {
         tokio::task::spawn_blocking(move || {
             // Six ports from a base: another base if any of them is taken.
             for _ in 0..10 {
-                let base = 20000 + (rand::random::<u16>() % 20000);
+                let base = 20000 + (rand::random::<u16>() % 12000);
                 let out = services(&["kafka-cluster", &path, &base.to_string()]);
                 if out.status.success() {
                     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -117,7 +117,13 @@ async fn answers_or_exits(child: &mut Child, port: u16, what: &str) -> bool {
     .await
 }
 
-/// A port the OS just handed out and released; good enough for a test server.
+/// A free port below the ephemeral range (32768 and up on Linux): a server restarted on its port
+/// must find it free, and while it is down any outgoing connection may take a port of that range.
 pub fn spare_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    loop {
+        let port = 20000 + rand::random::<u16>() % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
