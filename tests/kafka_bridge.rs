@@ -2,13 +2,13 @@
 //! run from `bridge.rs` and `both_brokers.rs`): what SIGTERM leaves is seen in the group's
 //! committed offsets; an entry that kills every bridge reading it is counted from its first
 //! read after a restart and reaches the delivery limit; `handoff status` shows the group's lag;
-//! a topic deleted and made again is read from its start.
+//! a topic deleted and made again is read from its start; `poison retry` keeps a message's key.
 
 use crate::common;
 
 use common::brokers::Chain;
 use common::eventually;
-use common::kafka::{commit, committed, create_topic, delete_topic};
+use common::kafka::{commit, committed, create_topic, delete_topic, produce_keyed, read_all};
 use common::process::{Handoff, run_to_end};
 
 /// Whatever a bridge read is taken over and committed before SIGTERM lets it leave: the
@@ -127,4 +127,30 @@ async fn offsets_committed_on_a_deleted_topic_are_not_taken_for_the_new_ones() {
     let _bridge = Handoff::run(&config);
     chain.await_acknowledged().await;
     chain.assert_taken_in_once(120).await;
+}
+
+/// `poison retry` on Kafka produces the entry again with the key its message had, though no
+/// field holds it (a CloudEvents or Debezium layout keys by a field that is no header): the event
+/// goes back to its aggregate's partition.
+#[tokio::test]
+async fn poison_retry_produces_the_entry_again_with_its_messages_own_key() {
+    let chain = Chain::kafka().await;
+    let topic = chain.user_stream();
+    // No event id: poisoned. Keyed `order-7`, while its `aggregate_id` header says `agg`.
+    let fields = [("event_type", "user.changed"), ("aggregate_type", "user"), ("aggregate_id", "agg")]
+        .into_iter()
+        .chain([("payload", r#"{"auditId":"k-1"}"#), ("owner", "relay")])
+        .map(|(name, value)| (bytes::Bytes::from(name), bytes::Bytes::from(value)))
+        .collect();
+    produce_keyed(&topic, vec![(Some("order-7"), fields)]).await;
+    let bridge = Handoff::run(&chain.bridge_config("b1", "", ""));
+    eventually("the entry poisoned", || async { (!chain.env.poison().await.is_empty()).then_some(()) }).await;
+    chain.await_acknowledged().await;
+
+    let (ok, out) = common::process::run_with_path(&bridge.config_path(), &["poison", "retry", "--bridge", "bridge"]);
+    assert!(ok && out.contains("re-appended: 1 record(s)"), "{out}");
+    let messages = read_all(&topic).await;
+    let keys: Vec<Option<&str>> = messages.iter().map(|m| m.key.as_deref()).collect();
+    assert_eq!(keys, [Some("order-7"), Some("order-7")], "{messages:?}");
+    assert!(messages.iter().all(|m| !m.headers.keys().any(|name| name.contains('\0'))), "{messages:?}");
 }

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use super::records::{PoisonFilter, StoredPoison};
 use super::{mysql, postgres};
 use crate::broker::kafka::KafkaStream;
+use crate::broker::kafka::resend::RESEND_KEY_FIELD;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
@@ -253,7 +254,16 @@ impl Reappender {
                 let id = own.map(|(_, value)| String::from_utf8_lossy(value).into_owned());
                 let id =
                     id.or_else(|| record.event_id.clone()).unwrap_or_else(|| format!("poison-retry:{}", record.id));
-                append_entry(stream.as_ref(), record, fields, id).await
+                // The key the message had, so the event goes back to its aggregate's partition;
+                // if the message is gone, keyed as the relay keys (`[kafka] key_field`).
+                match stream.key_of(&record.stream, &record.entry_id, record.event_id.as_deref()).await {
+                    Some(key) => {
+                        let mut fields = fields;
+                        fields.push((RESEND_KEY_FIELD.as_bytes().to_vec(), key.to_vec()));
+                        append_entry(&stream.keyed_by_resend_field(), record, fields, id).await
+                    }
+                    None => append_entry(stream.as_ref(), record, fields, id).await,
+                }
             }
         }
     }

@@ -288,13 +288,22 @@ impl Drop for KafkaCluster {
     }
 }
 
+/// A message's fields, as [`produce`] lays them out.
+pub type Fields = Vec<(bytes::Bytes, bytes::Bytes)>;
+
 /// Produces one message per entry to `topic`: its `payload` field the value, `aggregate_id` the
 /// key, every other field a header, exactly as given (an entry may lack its event id).
-pub async fn produce(topic: &str, entries: Vec<Vec<(bytes::Bytes, bytes::Bytes)>>) {
+pub async fn produce(topic: &str, entries: Vec<Fields>) {
+    produce_keyed(topic, entries.into_iter().map(|fields| (None, fields)).collect()).await
+}
+
+/// [`produce`], each message keyed by the key given with it, where one is (rather than by its
+/// `aggregate_id`).
+pub async fn produce_keyed(topic: &str, entries: Vec<(Option<&str>, Fields)>) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
-    for fields in entries {
+    for (own_key, fields) in entries {
         let mut headers = OwnedHeaders::new();
         let (mut key, mut value) = (None, Vec::new());
         for (name, field) in &fields {
@@ -308,6 +317,9 @@ pub async fn produce(topic: &str, entries: Vec<Vec<(bytes::Bytes, bytes::Bytes)>
                     headers = headers.insert(Header { key: &name, value: Some(&field[..]) });
                 }
             }
+        }
+        if let Some(own) = own_key {
+            key = Some(own.as_bytes().to_vec());
         }
         let mut record = FutureRecord::<Vec<u8>, Vec<u8>>::to(topic).payload(&value).headers(headers);
         if let Some(key) = &key {

@@ -17,6 +17,7 @@ pub(crate) mod config;
 pub(crate) mod group;
 mod message;
 pub(crate) mod offsets;
+pub(crate) mod resend;
 #[allow(unsafe_code)]
 mod topic_id;
 pub(crate) mod validate;
