@@ -94,6 +94,10 @@ pub struct StreamState {
     /// The newest id the stream has given (Redis `last-generated-id`, JetStream's last
     /// sequence): below an entry a relay appended only if the stream lost it.
     pub last_entry: Option<EntryId>,
+    /// Which incarnation of the stream this is, where the broker tells (a hash of a Kafka
+    /// topic's id): another one means the stream was deleted and made again, whatever its
+    /// counters say.
+    pub incarnation: Option<u64>,
 }
 
 impl StreamState {
@@ -239,6 +243,7 @@ mod tests {
             max_deleted: Some(EntryId(0, 0)),
             first_entry: Some(EntryId(100, 10)),
             last_entry: Some(EntryId(100, 19)),
+            incarnation: None,
         };
         assert!(trimmed.removed_on_purpose(EntryId(100, 3)));
         assert!(!trimmed.removed_on_purpose(EntryId(100, 12)), "newer than what is left: lost");

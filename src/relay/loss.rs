@@ -30,6 +30,8 @@ struct StreamMark {
     /// The newest entry this relay appended (or found appended) to the stream.
     newest_appended: Option<EntryId>,
     entries_added: Option<u64>,
+    /// The stream's incarnation when last looked at (`StreamState::incarnation`).
+    incarnation: Option<u64>,
     /// When the oldest entry some consumer group still needed was appended (ms, stream clock).
     needed_since_ms: Option<u64>,
 }
@@ -57,6 +59,7 @@ impl LossWatch {
                 last_appended: now,
                 newest_appended: None,
                 entries_added: None,
+                incarnation: None,
                 needed_since_ms: None,
             });
             mark.last_appended = now;
@@ -107,8 +110,14 @@ impl LossWatch {
         {
             reason.get_or_insert_with(|| format!("stream {stream} counts fewer entries ever added ({now} < {before})"));
         }
+        if let (Some(before), Some(now)) = (mark.incarnation, state.incarnation)
+            && now != before
+        {
+            reason.get_or_insert_with(|| format!("stream {stream} was deleted and made again (a new topic id)"));
+        }
         if state.exists {
             mark.entries_added = state.entries_added;
+            mark.incarnation = state.incarnation.or(mark.incarnation);
         }
         if let Some(EntryId(ms, _)) = floor {
             mark.needed_since_ms = Some(ms);
@@ -253,6 +262,17 @@ mod tests {
         assert_eq!(look(&watch, there(7)), None);
         assert!(look(&watch, there(3)).is_some_and(|r| r.contains("fewer entries")));
         assert_eq!(look(&watch, StreamState::default()).as_deref(), Some("stream s vanished"));
+    }
+
+    #[test]
+    fn a_topic_made_again_is_a_sign_though_refilled_past_the_old_count() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "0:5")].into_iter());
+        assert_eq!(look(&watch, StreamState { incarnation: Some(1), ..there(8200) }), None);
+        assert_eq!(look(&watch, StreamState { incarnation: None, ..there(8300) }), None, "an id not read: no sign");
+        let refilled = StreamState { incarnation: Some(2), ..there(9000) };
+        assert!(look(&watch, refilled).is_some_and(|r| r.contains("deleted and made again")));
+        assert_eq!(look(&watch, StreamState { incarnation: Some(2), ..there(9100) }), None);
     }
 
     #[test]

@@ -37,6 +37,31 @@ pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]
     create_topic_on(&bootstrap(), topic, (partitions, 1), configs).await
 }
 
+/// A topic to create, with its configs.
+fn new_topic<'a>(
+    topic: &'a str,
+    partitions: i32,
+    replication: TopicReplication<'a>,
+    configs: &[(&'a str, &'a str)],
+) -> NewTopic<'a> {
+    configs.iter().fold(NewTopic::new(topic, partitions, replication), |new, (key, value)| new.set(key, value))
+}
+
+/// Creates `new` on the cluster at `bootstrap`. A cluster just started may time the first
+/// request out while its controller settles: asked again until it answers (a topic an earlier,
+/// timed-out request made counts).
+async fn create(bootstrap: &str, new: &NewTopic<'_>) {
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    super::eventually("the topic created", || async {
+        let results = admin(bootstrap).create_topics([new], &options).await.ok()?;
+        results
+            .into_iter()
+            .all(|r| matches!(r, Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))))
+            .then_some(())
+    })
+    .await;
+}
+
 /// Creates `topic` on the cluster at `bootstrap` with (partitions, replicas).
 pub async fn create_topic_on(
     bootstrap: &str,
@@ -44,21 +69,7 @@ pub async fn create_topic_on(
     (partitions, replicas): (i32, i32),
     configs: &[(&str, &str)],
 ) {
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas));
-    for (key, value) in configs {
-        new = new.set(key, value);
-    }
-    // A cluster just started may time the first request out while its controller settles:
-    // asked again until it answers (a topic an earlier, timed-out request made counts).
-    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    super::eventually("the topic created", || async {
-        let results = admin(bootstrap).create_topics([&new], &options).await.ok()?;
-        results
-            .into_iter()
-            .all(|r| matches!(r, Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))))
-            .then_some(())
-    })
-    .await;
+    create(bootstrap, &new_topic(topic, partitions, TopicReplication::Fixed(replicas), configs)).await;
     // The topic's leader is known to every client once its metadata lists the partitions.
     super::eventually("the new topic's partitions have leaders", || async {
         let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
@@ -79,19 +90,7 @@ pub async fn create_topic_on(
 /// them its preferred leader.
 pub async fn create_topic_led_by(bootstrap: &str, topic: &str, replicas: &[i32], configs: &[(&str, &str)]) {
     let assignment = [replicas];
-    let mut new = NewTopic::new(topic, 1, TopicReplication::Variable(&assignment));
-    for (key, value) in configs {
-        new = new.set(key, value);
-    }
-    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
-    super::eventually("the topic created on its replicas", || async {
-        let results = admin(bootstrap).create_topics([&new], &options).await.ok()?;
-        results
-            .into_iter()
-            .all(|r| matches!(r, Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists))))
-            .then_some(())
-    })
-    .await;
+    create(bootstrap, &new_topic(topic, 1, TopicReplication::Variable(&assignment), configs)).await;
     super::eventually("its preferred leader leads it", || async {
         (leader(bootstrap, topic, 0).await == replicas[0]).then_some(())
     })
@@ -106,10 +105,7 @@ pub async fn remake_topic_led_by(bootstrap: &str, topic: &str, replicas: &[i32],
     super::eventually("the topic made again on its replicas", || async {
         let _ = admin(bootstrap).delete_topics(&[topic], &options).await;
         let assignment = [replicas];
-        let mut new = NewTopic::new(topic, 1, TopicReplication::Variable(&assignment));
-        for (key, value) in configs {
-            new = new.set(key, value);
-        }
+        let new = new_topic(topic, 1, TopicReplication::Variable(&assignment), configs);
         let _ = admin(bootstrap).create_topics([&new], &options).await;
         let (topic, bootstrap, replicas) = (topic.to_owned(), bootstrap.to_owned(), replicas.to_vec());
         tokio::task::spawn_blocking(move || {

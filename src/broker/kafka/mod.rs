@@ -142,7 +142,7 @@ impl KafkaStream {
             }
         };
         // Waits for room in librdkafka's queue up to the delivery timeout, then for the report.
-        match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
+        let outcome = match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
             Ok(delivery) => AppendOutcome::Appended(entry_id(delivery.partition, delivery.offset)),
             Err((error, _)) => {
                 use rdkafka::types::RDKafkaErrorCode::{Fatal, MessageTimedOut};
@@ -151,7 +151,13 @@ impl KafkaStream {
                 }
                 failed(&error)
             }
+        };
+        // The last copy of a replaced producer closes it (joining its threads, flushing): off
+        // the async threads.
+        if generation.is_some_and(|g| g != self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner).0) {
+            tokio::task::spawn_blocking(move || drop(producer));
         }
+        outcome
     }
 
     /// After a fatal error (the idempotent producer's sequence state is lost: librdkafka fails
@@ -172,7 +178,8 @@ impl KafkaStream {
         match Self::made(&self.config, false) {
             Ok(producer) => {
                 tracing::warn!(error = %error, "kafka: a new producer takes over from one that failed");
-                *current = (generation + 1, producer);
+                let (_, old) = std::mem::replace(&mut *current, (generation + 1, producer));
+                tokio::task::spawn_blocking(move || drop(old));
             }
             Err(e) => tracing::error!(error = %e, "kafka: a new producer could not be made"),
         }
@@ -350,10 +357,20 @@ impl EventStream for KafkaStream {
             let Some(marks) = this.watermarks(&topic)? else { return Ok(StreamState::default()) };
             let added: i64 = marks.iter().map(|(_, _, high)| high).sum();
             let length: i64 = marks.iter().map(|(_, low, high)| high - low).sum();
+            // The topic's id: a topic made again may be refilled past the old counts before
+            // the next look, but never has the old id.
+            let id = topic_id::describe(this.current().client(), &topic, this.config.timeout).ok();
+            let incarnation = id.map(|id| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                id.hash(&mut hasher);
+                hasher.finish()
+            });
             Ok(StreamState {
                 exists: true,
                 length: Some(length.max(0) as u64),
                 entries_added: Some(added.max(0) as u64),
+                incarnation,
                 ..StreamState::default()
             })
         })

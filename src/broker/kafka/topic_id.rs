@@ -81,7 +81,10 @@ unsafe fn read_event(event: *mut sys::rd_kafka_event_t, topic: &str) -> Result<S
             return Err(format!("topic {topic}: {}", text(sys::rd_kafka_error_string(error))));
         }
         let id = sys::rd_kafka_TopicDescription_topic_id(description);
-        if id.is_null() {
+        // A broker older than Kafka 2.8 gives no id: the all-zero one.
+        if id.is_null()
+            || (sys::rd_kafka_Uuid_most_significant_bits(id) == 0 && sys::rd_kafka_Uuid_least_significant_bits(id) == 0)
+        {
             return Err(format!("topic {topic} has no id (a broker older than Kafka 2.8)"));
         }
         Ok(text(sys::rd_kafka_Uuid_base64str(id)))

@@ -356,6 +356,7 @@ impl EventStream for NatsStream {
             max_deleted: None,
             first_entry: (state.messages > 0).then_some(EntryId(state.first_sequence, 0)),
             last_entry: Some(EntryId(state.last_sequence, 0)),
+            incarnation: None,
         })
     }
 

@@ -60,6 +60,7 @@ impl RedisStream {
             max_deleted,
             first_entry,
             last_entry: get("last-generated-id").and_then(text).and_then(|id| EntryId::parse(&id)),
+            incarnation: None,
         })
     }
 

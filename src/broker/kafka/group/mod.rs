@@ -208,8 +208,10 @@ impl KafkaGroup {
     /// knows the offset belongs to a topic since deleted.
     fn commit_points(&self) -> TopicPartitionList {
         let id = self.incarnation().id.clone().unwrap_or_default();
+        let unchecked = self.owned.assigned().clone();
         let mut list = TopicPartitionList::new();
-        for (partition, state) in self.owned.lock().iter() {
+        // Not a partition whose committed offset is still to be checked (`recreated`).
+        for (partition, state) in self.owned.lock().iter().filter(|(p, _)| !unchecked.contains(p)) {
             let point = state.in_flight.keys().next().copied().unwrap_or(state.next);
             if point > state.committed {
                 let mut element = list.add_partition(&self.settings.topic, *partition);
@@ -295,8 +297,12 @@ impl ConsumerGroup for KafkaGroup {
     /// owns is let go: its new owner reads it again.
     async fn ack(&self, entry_ids: &[String]) -> GroupResult<()> {
         {
-            let mut owned = self.owned.lock();
+            let (mut owned, mut retired) = (self.owned.lock(), self.owned.retired());
             for (partition, offset) in entry_ids.iter().filter_map(|id| parse_entry_id(id)) {
+                // One a replaced member read: not the new member's entry at that offset.
+                if retired.remove(&(partition, offset)) {
+                    continue;
+                }
                 if let Some(state) = owned.get_mut(&partition) {
                     state.in_flight.remove(&offset);
                 }

@@ -1,7 +1,8 @@
 //! What a member owns: its partitions, what it read of each and has not acknowledged, and
 //! the partitions assigned and not yet checked (`recreated`). The rebalance callback shares it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -34,6 +35,14 @@ pub(crate) struct Owned {
     /// Partitions assigned whose committed offsets have not been checked against the topic's
     /// id yet (`KafkaGroup::check_assigned`).
     assigned: Arc<Mutex<BTreeSet<i32>>>,
+    /// Entries a replaced member had in flight (`recreated`): an acknowledgement of one of
+    /// them names an offset the new topic reuses, and is not taken for the new entry's.
+    pub(super) retired: Arc<Mutex<HashSet<(i32, i64)>>>,
+    /// The member now: a callback of a member since replaced (served while it closes) leaves
+    /// the state alone.
+    current: Arc<AtomicU64>,
+    /// The member this context belongs to.
+    member: u64,
 }
 
 impl Owned {
@@ -43,6 +52,17 @@ impl Owned {
 
     pub(super) fn assigned(&self) -> std::sync::MutexGuard<'_, BTreeSet<i32>> {
         self.assigned.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn retired(&self) -> std::sync::MutexGuard<'_, HashSet<(i32, i64)>> {
+        self.retired.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The context of the next member: the state shared, the callbacks of this one ignored
+    /// from now on.
+    pub(super) fn next_member(&self) -> Self {
+        let member = self.current.fetch_add(1, Ordering::SeqCst) + 1;
+        Self { member, ..self.clone() }
     }
 }
 
@@ -62,6 +82,9 @@ impl ConsumerContext for Owned {
     /// be an offset of the topic as it is now.
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let (Rebalance::Assign(list) | Rebalance::Revoke(list)) = rebalance else { return };
+        if self.member != self.current.load(Ordering::SeqCst) {
+            return;
+        }
         let (mut owned, mut unchecked) = (self.lock(), self.assigned());
         for element in list.elements() {
             owned.remove(&element.partition());

@@ -85,13 +85,22 @@ impl KafkaGroup {
             }
             return Ok(false);
         }
-        let member = Self::member_of(&self.config, &self.settings, &self.owned)?;
+        // The old member's callbacks (its revoke, served while it closes) are ignored from here.
+        let context = self.owned.next_member();
+        let member = Self::member_of(&self.config, &self.settings, &context)?;
         member.subscribe(&[&self.settings.topic]).map_err(unavailable)?;
         let old = std::mem::replace(
             &mut *self.consumer.write().unwrap_or_else(std::sync::PoisonError::into_inner),
             Arc::new(member),
         );
-        self.owned.lock().clear();
+        {
+            // Still in flight: taken over late, their acknowledgements name offsets the new
+            // topic reuses.
+            let (mut owned, mut retired) = (self.owned.lock(), self.owned.retired());
+            for (partition, state) in owned.drain() {
+                retired.extend(state.in_flight.keys().map(|offset| (partition, *offset)));
+            }
+        }
         self.owned.assigned().clear();
         let old_watermarks = self.watermarks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         {
@@ -155,22 +164,26 @@ impl KafkaGroup {
         Ok(stale.map(|e| e.partition()).collect())
     }
 
-    /// Forgets what this member read of each partition and seeks it to the offset given.
+    /// Seeks each partition to the offset given, and forgets what this member read of those
+    /// it sought. A partition whose seek failed keeps what it read in flight, so no commit
+    /// passes it (`reclaim` seeks back to it later).
     async fn seek_to(&self, offsets: BTreeMap<i32, Offset>) -> GroupResult<()> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
-        {
-            let mut owned = self.owned.lock();
-            offsets.keys().for_each(|p| _ = owned.remove(p));
-        }
         let (consumer, topic, timeout) = (self.consumer(), self.settings.topic.clone(), self.config.timeout);
-        tokio::task::spawn_blocking(move || {
-            offsets.into_iter().try_for_each(|(p, offset)| consumer.seek(&topic, p, offset, timeout))
+        let sought = tokio::task::spawn_blocking(move || {
+            let seek = |(p, offset)| consumer.seek(&topic, p, offset, timeout).map(|()| p);
+            offsets.into_iter().map(seek).collect::<Vec<_>>()
         })
         .await
-        .map_err(unavailable)?
-        .map_err(unavailable)
+        .map_err(unavailable)?;
+        let mut owned = self.owned.lock();
+        let mut failed = None;
+        for result in sought {
+            match result {
+                Ok(partition) => _ = owned.remove(&partition),
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.map_or(Ok(()), |e| Err(unavailable(e)))
     }
 }
 
