@@ -1,12 +1,13 @@
-//! `[[relay]]`: one outbox table relayed to Redis Streams.
+//! `[[relay]]`: one outbox table relayed to a broker (Redis Streams, NATS JetStream or Kafka).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::config::claim_loop::{ClaimLoopConfig, RelayLoop};
+use crate::relay::outbox::overrides::SqlOverrides;
 
-/// `[[relay]]`: one outbox table relayed to Redis Streams.
+/// `[[relay]]`: one outbox table relayed to a broker.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelayConfig {
@@ -267,28 +268,6 @@ impl Default for BrokerLossConfig {
     }
 }
 
-/// `[relay.sql]`: replacement statements with named parameters (see docs/reference/sql-contract.md).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SqlOverrides {
-    pub claim: Option<String>,
-    pub mark_delivered: Option<String>,
-    pub delete: Option<String>,
-    pub retry: Option<String>,
-    pub dead: Option<String>,
-    pub release: Option<String>,
-    pub renew: Option<String>,
-    /// Retention: delete delivered rows older than `:age_ms`, at most `:batch_size` (returns the count).
-    pub purge: Option<String>,
-    /// Gauge sampling (`pending`, `in_flight`, `dead`, `oldest_pending_age_seconds`). When `claim`
-    /// is replaced and this is not, the gauges are not sampled.
-    pub stats: Option<String>,
-    /// Broker-loss repair: delivered rows of the last `:age_ms` as `id`, `stream`, `entry_id`.
-    pub delivered_since: Option<String>,
-    /// Broker-loss repair: move the delivered rows `:ids` back to PENDING.
-    pub redrive: Option<String>,
-}
-
 impl RelayConfig {
     /// Replaces `[relay.cloudevents]` by the envelope it stands for; what clashes with it, each
     /// naming its key, instead (`debezium_layout`: `[kafka] layout = "debezium"`, which sends no
@@ -348,32 +327,6 @@ impl RelayConfig {
             return Some("payload");
         }
         self.envelope.iter().find(|(_, template)| template.trim() == "{payload}").map(|(name, _)| name.as_str())
-    }
-}
-
-impl SqlOverrides {
-    /// No statement replaced: the reference outbox.
-    pub fn is_empty(&self) -> bool {
-        crate::relay::outbox::contract::StatementKind::ALL.iter().all(|kind| self.get(*kind).is_none())
-    }
-
-    /// The configured replacement for `kind`, if any.
-    pub fn get(&self, kind: crate::relay::outbox::contract::StatementKind) -> Option<&str> {
-        use crate::relay::outbox::contract::StatementKind as K;
-        let sql = match kind {
-            K::Claim => &self.claim,
-            K::MarkDelivered => &self.mark_delivered,
-            K::Delete => &self.delete,
-            K::Retry => &self.retry,
-            K::Dead => &self.dead,
-            K::Release => &self.release,
-            K::Renew => &self.renew,
-            K::Purge => &self.purge,
-            K::Stats => &self.stats,
-            K::DeliveredSince => &self.delivered_since,
-            K::Redrive => &self.redrive,
-        };
-        sql.as_deref()
     }
 }
 

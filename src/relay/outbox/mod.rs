@@ -4,6 +4,7 @@
 //!
 //! - `rows.rs`: the rows and outcomes the relay speaks in;
 //! - `contract.rs`: the statements `[relay.sql]` may replace, their parameters and columns;
+//!   `overrides.rs`: `[relay.sql]` itself;
 //!   `bindings.rs`: each parameter's value; `shape.rs`: reading a claimed row;
 //!   `prepared.rs`: what a prepared outbox knows and which statements a relay runs;
 //! - `postgres_sql.rs`, `mysql_sql.rs`: the reference statements; `postgres_locked.rs`: the
@@ -14,6 +15,7 @@ pub(crate) mod contract;
 pub(crate) mod database;
 pub(crate) mod mysql;
 pub(crate) mod mysql_sql;
+pub(crate) mod overrides;
 pub(crate) mod postgres;
 pub(crate) mod postgres_listen;
 pub(crate) mod postgres_locked;
