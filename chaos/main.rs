@@ -573,7 +573,9 @@ async fn main() -> anyhow::Result<()> {
         && dead == 0
         && by_locked > 0
         && by_leased > 0
-        && worker_locked > 0
+        // The worker processes only what bridge-2 did not apply at take-over: on Kafka the
+        // group may give bridge-2 every partition for the whole run (bridge-1 killed early).
+        && (worker_locked > 0 || applied == inbox)
         && applied > 0
         && (duplicates == 0 || !broker.dedupes())
         && poison == 0;

@@ -152,6 +152,65 @@ async fn verify_reports_a_lost_topics_messages_missing_and_repair_produces_them_
     assert_eq!(kafka::read_all(&topic(&env)).await.len(), 20);
 }
 
+/// A relay left running whose topic is deleted and made again empty after it delivered: its
+/// broker-loss watch sees the topic's new id (or its partitions ending before the offsets it
+/// appended) and produces the lost rows again, with nothing else happening: no produce fails,
+/// no node changes. The checks run every 5 s here, so the topic is lost before the watch's
+/// first regular look: it looks at a stream when first appended to, and a first look compares
+/// each partition's end with what the relay appended to it (before, it had nothing to compare
+/// a first look with, and missed such a loss for good).
+#[tokio::test]
+async fn a_running_relay_whose_topic_is_made_again_empty_produces_its_rows_again() {
+    let env = common::TestEnv::new().await;
+    let (bootstrap, topic) = (kafka::bootstrap(), topic(&env));
+    kafka::create_topic_led_by(&bootstrap, &topic, &[1], &[]).await;
+    env.insert_events("v", "user", 20).await;
+    let config =
+        kafka_relay_config(&env, "", &bootstrap).replace("check_interval = \"200ms\"", "check_interval = \"5s\"");
+    let _relay = Handoff::run(&config);
+    env.await_delivered(20).await;
+    // Deleted and made again until it stays made: the relay's next produce may have the broker
+    // auto-create it meanwhile.
+    kafka::remake_topic_led_by(&bootstrap, &topic, &[1], &[]).await;
+    common::eventually("the lost rows produced again", || async {
+        let messages = kafka::read_all(&topic).await;
+        let ids: HashSet<&str> = messages.iter().map(|m| m.headers["event_id"].as_str()).collect();
+        (ids.len() == 20).then_some(())
+    })
+    .await;
+}
+
+/// The same on a cluster of three after a node crash moved the topic's leaders first (what
+/// the chaos run did): the relay's own client still holds the old topic's leader epochs.
+#[tokio::test]
+async fn a_running_relay_whose_topic_is_made_again_after_its_leader_moved_produces_its_rows_again() {
+    let env = common::TestEnv::new().await;
+    let cluster = kafka::KafkaCluster::start().await;
+    let (bootstrap, topic) = (cluster.bootstrap.clone(), topic(&env));
+    kafka::create_topic_led_by(&bootstrap, &topic, &[1, 2, 3], &[("min.insync.replicas", "2")]).await;
+    env.insert_events("a", "user", 30).await;
+    let _relay = Handoff::run(&kafka_relay_config(&env, "", &bootstrap));
+    env.await_delivered(30).await;
+    cluster.node(1, "stop").await;
+    common::eventually("the leader moved", || async { (kafka::leader(&bootstrap, &topic, 0).await > 1).then_some(()) })
+        .await;
+    env.insert_events("b", "user", 30).await;
+    env.await_delivered(60).await;
+    cluster.node(1, "start").await;
+    common::eventually("node 1 back in sync", || async {
+        kafka::in_sync(&bootstrap, &topic, 0).await.contains(&1).then_some(())
+    })
+    .await;
+
+    kafka::remake_topic_led_by(&bootstrap, &topic, &[1, 2, 3], &[("min.insync.replicas", "2")]).await;
+    common::eventually("the lost rows produced again", || async {
+        let messages = kafka::read_all_on(&bootstrap, &topic).await;
+        let ids: HashSet<&str> = messages.iter().map(|m| m.headers["event_id"].as_str()).collect();
+        (ids.len() == 60).then_some(())
+    })
+    .await;
+}
+
 /// The partition leader of an R3 topic (`min.insync.replicas = 2`) killed mid-run on a cluster
 /// of three: the relay waits out the election (no attempt burned) and every row is delivered,
 /// each stored entry holding its own event (`handoff verify` finds none missing).

@@ -80,7 +80,7 @@ pub struct ServerId {
 }
 
 /// What a stream says about itself (`XINFO STREAM`); `None` fields when it does not exist.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamState {
     pub exists: bool,
     /// Entries in the stream now.
@@ -98,6 +98,10 @@ pub struct StreamState {
     /// topic's id): another one means the stream was deleted and made again, whatever its
     /// counters say.
     pub incarnation: Option<u64>,
+    /// A partitioned stream's partitions (Kafka's), each with the offset its next message
+    /// gets (the high watermark): at or below an offset a relay appended to it only if the
+    /// partition lost it (the topic made again, its log truncated). Empty elsewhere.
+    pub partition_ends: Vec<(i32, i64)>,
 }
 
 impl StreamState {
@@ -244,6 +248,7 @@ mod tests {
             first_entry: Some(EntryId(100, 10)),
             last_entry: Some(EntryId(100, 19)),
             incarnation: None,
+            partition_ends: Vec::new(),
         };
         assert!(trimmed.removed_on_purpose(EntryId(100, 3)));
         assert!(!trimmed.removed_on_purpose(EntryId(100, 12)), "newer than what is left: lost");

@@ -22,13 +22,18 @@ pub(crate) struct LossWatch {
     streams: Mutex<HashMap<String, StreamMark>>,
     /// Set by the append path when the broker misbehaved (an outage: maybe a restart).
     suspect: AtomicBool,
+    /// Woken by the first append to a stream: the watch looks at it at once, so that what it
+    /// compares later looks with (a Kafka topic's id) is that of the stream appended to.
+    pub(crate) new_stream: tokio::sync::Notify,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct StreamMark {
     last_appended: Instant,
     /// The newest entry this relay appended (or found appended) to the stream.
     newest_appended: Option<EntryId>,
+    /// In a partitioned stream (Kafka), the newest offset this relay appended to each partition.
+    newest_in_partition: HashMap<i32, i64>,
     entries_added: Option<u64>,
     /// The stream's incarnation when last looked at (`StreamState::incarnation`).
     incarnation: Option<u64>,
@@ -55,15 +60,23 @@ impl LossWatch {
         let now = Instant::now();
         let mut map = self.streams.lock().expect("loss watch lock");
         for (stream, entry_id) in entries {
-            let mark = map.entry(stream.to_owned()).or_insert(StreamMark {
-                last_appended: now,
-                newest_appended: None,
-                entries_added: None,
-                incarnation: None,
-                needed_since_ms: None,
+            let mark = map.entry(stream.to_owned()).or_insert_with(|| {
+                self.new_stream.notify_one();
+                StreamMark {
+                    last_appended: now,
+                    newest_appended: None,
+                    newest_in_partition: HashMap::new(),
+                    entries_added: None,
+                    incarnation: None,
+                    needed_since_ms: None,
+                }
             });
             mark.last_appended = now;
             mark.newest_appended = mark.newest_appended.max(EntryId::parse(entry_id));
+            if let Some((partition, offset)) = crate::broker::kafka::parse_entry_id(entry_id) {
+                let newest = mark.newest_in_partition.entry(partition).or_insert(offset);
+                *newest = (*newest).max(offset);
+            }
         }
     }
 
@@ -103,6 +116,17 @@ impl LossWatch {
         {
             reason.get_or_insert_with(|| {
                 format!("stream {stream} ends at {last}, before {ours} which this relay appended")
+            });
+        }
+        // The same for each partition of a partitioned stream (Kafka), which has no one end.
+        let short = state
+            .partition_ends
+            .iter()
+            .find(|(partition, end)| mark.newest_in_partition.get(partition).is_some_and(|&ours| *end <= ours));
+        if let Some(&(partition, end)) = short {
+            reason.get_or_insert_with(|| {
+                let ours = mark.newest_in_partition[&partition];
+                format!("partition {partition} of stream {stream} ends at {end}, at or before offset {ours} which this relay appended")
             });
         }
         if let (Some(before), Some(now)) = (mark.entries_added, state.entries_added)
@@ -273,6 +297,16 @@ mod tests {
         let refilled = StreamState { incarnation: Some(2), ..there(9000) };
         assert!(look(&watch, refilled).is_some_and(|r| r.contains("deleted and made again")));
         assert_eq!(look(&watch, StreamState { incarnation: Some(2), ..there(9100) }), None);
+    }
+
+    #[test]
+    fn a_partition_that_ends_at_or_before_an_offset_appended_to_it_is_a_sign_at_the_first_look() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "0:40"), ("s", "1:7"), ("s", "0:41")].into_iter());
+        let ends = |ends: &[(i32, i64)]| StreamState { partition_ends: ends.to_vec(), ..there(100) };
+        assert_eq!(look(&watch, ends(&[(0, 42), (1, 8), (2, 0)])), None, "every partition past ours");
+        let lost = look(&watch, ends(&[(0, 42), (1, 7), (2, 900)]));
+        assert!(lost.is_some_and(|r| r.contains("partition 1 of stream s ends at 7, at or before offset 7")));
     }
 
     #[test]

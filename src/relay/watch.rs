@@ -31,6 +31,8 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.deps.stream.reconnected() => { reason.get_or_insert_with(|| "reconnected to the broker".into()); }
+                // A stream appended to for the first time: looked at now, not in up to an interval.
+                _ = self.loss.new_stream.notified() => {}
                 _ = shutdown.cancelled() => return,
             }
             wait = config.check_interval;
@@ -80,7 +82,15 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let within = self.config.broker_loss.max_window;
         let mut oldest_needed: Option<u64> = None;
         for stream in self.loss.streams(within) {
-            let Ok(state) = self.deps.stream.stream_state(&stream).await else { continue };
+            let state = match self.deps.stream.stream_state(&stream).await {
+                Ok(state) => state,
+                // Whatever this stream lost cannot be seen: the recent deliveries are looked up
+                // instead (which says whether the broker answers them).
+                Err(e) => {
+                    reason.get_or_insert_with(|| format!("stream {stream} could not be looked at ({e})"));
+                    continue;
+                }
+            };
             let floor = self.deps.stream.acknowledged_floor(&stream).await.ok().flatten();
             if let Some(needed) = self.loss.observe(&stream, &state, floor, reason) {
                 oldest_needed = Some(oldest_needed.map_or(needed, |o| o.min(needed)));

@@ -80,7 +80,7 @@ pub(super) fn entry_id(partition: i32, offset: i64) -> String {
 }
 
 /// `partition:offset` back into its parts.
-pub(super) fn parse_entry_id(id: &str) -> Option<(i32, i64)> {
+pub(crate) fn parse_entry_id(id: &str) -> Option<(i32, i64)> {
     let (partition, offset) = id.split_once(':')?;
     Some((partition.parse().ok()?, offset.parse().ok()?))
 }

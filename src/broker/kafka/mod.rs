@@ -35,7 +35,8 @@ use rdkafka::{Offset, TopicPartitionList};
 pub(crate) use client::KafkaSetupError;
 use client::Logged;
 pub(crate) use config::KafkaConfig;
-use message::{Mapping, entry_id, failed, parse_entry_id};
+pub(crate) use message::parse_entry_id;
+use message::{Mapping, entry_id, failed};
 
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
@@ -197,20 +198,29 @@ impl KafkaStream {
     }
 
     /// The partitions of `topic` with their low and high watermarks; `None` if it does not exist.
+    /// Asked of the reader, not the producer: a client can stay wedged on what it cached of a
+    /// topic while the cluster answers (see `replace_producer`), and a look that gets no answer
+    /// replaces the reader, so the next one asks with a client that knows nothing yet.
     fn watermarks(&self, topic: &str) -> Result<Option<Vec<Watermarks>>, Unavailable> {
         let timeout = self.config.timeout;
-        let metadata = self.current().client().fetch_metadata(Some(topic), timeout).map_err(unavailable)?;
-        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
-        if found.error().is_some() || found.partitions().is_empty() {
-            return Ok(None);
-        }
-        let mut marks = Vec::with_capacity(found.partitions().len());
-        for partition in found.partitions() {
-            let (low, high) =
-                self.current().client().fetch_watermarks(topic, partition.id(), timeout).map_err(unavailable)?;
-            marks.push((partition.id(), low, high));
-        }
-        Ok(Some(marks))
+        let reader = self.reader()?;
+        let looked = (|| {
+            let metadata = reader.fetch_metadata(Some(topic), timeout)?;
+            let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+            if found.error().is_some() || found.partitions().is_empty() {
+                return Ok(None);
+            }
+            let mut marks = Vec::with_capacity(found.partitions().len());
+            for partition in found.partitions() {
+                let (low, high) = reader.fetch_watermarks(topic, partition.id(), timeout)?;
+                marks.push((partition.id(), low, high));
+            }
+            Ok(Some(marks))
+        })();
+        looked.map_err(|e: rdkafka::error::KafkaError| {
+            self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            unavailable(e)
+        })
     }
 
     /// The client that reads single offsets (made on first use: most relays never need it).
@@ -359,7 +369,7 @@ impl EventStream for KafkaStream {
             let length: i64 = marks.iter().map(|(_, low, high)| high - low).sum();
             // The topic's id: a topic made again may be refilled past the old counts before
             // the next look, but never has the old id.
-            let id = topic_id::describe(this.current().client(), &topic, this.config.timeout).ok();
+            let id = topic_id::describe(this.reader()?.client(), &topic, this.config.timeout).ok();
             let incarnation = id.map(|id| {
                 use std::hash::{Hash, Hasher};
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -371,6 +381,7 @@ impl EventStream for KafkaStream {
                 length: Some(length.max(0) as u64),
                 entries_added: Some(added.max(0) as u64),
                 incarnation,
+                partition_ends: marks.iter().map(|&(partition, _, high)| (partition, high)).collect(),
                 ..StreamState::default()
             })
         })

@@ -357,6 +357,7 @@ impl EventStream for NatsStream {
             first_entry: (state.messages > 0).then_some(EntryId(state.first_sequence, 0)),
             last_entry: Some(EntryId(state.last_sequence, 0)),
             incarnation: None,
+            partition_ends: Vec::new(),
         })
     }
 

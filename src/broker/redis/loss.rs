@@ -61,6 +61,7 @@ impl RedisStream {
             first_entry,
             last_entry: get("last-generated-id").and_then(text).and_then(|id| EntryId::parse(&id)),
             incarnation: None,
+            partition_ends: Vec::new(),
         })
     }
 
