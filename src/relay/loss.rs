@@ -30,15 +30,22 @@ pub(crate) struct LossWatch {
 #[derive(Debug, Clone)]
 struct StreamMark {
     last_appended: Instant,
-    /// The newest entry this relay appended (or found appended) to the stream.
-    newest_appended: Option<EntryId>,
-    /// In a partitioned stream (Kafka), the newest offset this relay appended to each partition.
-    newest_in_partition: HashMap<i32, i64>,
+    appended: Appended,
     entries_added: Option<u64>,
     /// The stream's incarnation when last looked at (`StreamState::incarnation`).
     incarnation: Option<u64>,
     /// When the oldest entry some consumer group still needed was appended (ms, stream clock).
     needed_since_ms: Option<u64>,
+}
+
+/// What a relay appended to a stream: a look compares the stream's end with what was appended
+/// before the look began (an entry appended while it ran may lie past the end it read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Appended {
+    /// The newest entry this relay appended (or found appended) to the stream.
+    newest: Option<EntryId>,
+    /// In a partitioned stream (Kafka), the newest offset this relay appended to each partition.
+    in_partition: HashMap<i32, i64>,
 }
 
 /// What one verification found for one stream.
@@ -64,17 +71,17 @@ impl LossWatch {
                 self.new_stream.notify_one();
                 StreamMark {
                     last_appended: now,
-                    newest_appended: None,
-                    newest_in_partition: HashMap::new(),
+                    appended: Appended::default(),
                     entries_added: None,
                     incarnation: None,
                     needed_since_ms: None,
                 }
             });
             mark.last_appended = now;
-            mark.newest_appended = mark.newest_appended.max(EntryId::parse(entry_id));
+            let appended = &mut mark.appended;
+            appended.newest = appended.newest.max(EntryId::parse(entry_id));
             if let Some((partition, offset)) = crate::broker::kafka::parse_entry_id(entry_id) {
-                let newest = mark.newest_in_partition.entry(partition).or_insert(offset);
+                let newest = appended.in_partition.entry(partition).or_insert(offset);
                 *newest = (*newest).max(offset);
             }
         }
@@ -94,9 +101,17 @@ impl LossWatch {
     /// consumer group still needs) with what was seen before; notes a `reason` when a counter
     /// went backwards or the stream vanished. Returns when the oldest entry some group still
     /// needed was appended (ms), as it was before this look.
+    /// What the relay has appended to `stream` so far (taken before a look reads its state).
+    pub(crate) fn appended_so_far(&self, stream: &str) -> Appended {
+        let map = self.streams.lock().expect("loss watch lock");
+        map.get(stream).map(|mark| mark.appended.clone()).unwrap_or_default()
+    }
+
+    /// `before`: what [`appended_so_far`](Self::appended_so_far) said before `state` was read.
     pub(crate) fn observe(
         &self,
         stream: &str,
+        before: &Appended,
         state: &StreamState,
         floor: Option<EntryId>,
         reason: &mut Option<String>,
@@ -111,7 +126,7 @@ impl LossWatch {
         }
         // A stream that ends before an entry this relay appended was emptied or recreated,
         // even if this is the first look since the append (no counter seen before to compare).
-        if let (Some(last), Some(ours)) = (state.last_entry, mark.newest_appended)
+        if let (Some(last), Some(ours)) = (state.last_entry, before.newest)
             && last < ours
         {
             reason.get_or_insert_with(|| {
@@ -122,10 +137,10 @@ impl LossWatch {
         let short = state
             .partition_ends
             .iter()
-            .find(|(partition, end)| mark.newest_in_partition.get(partition).is_some_and(|&ours| *end <= ours));
+            .find(|(partition, end)| before.in_partition.get(partition).is_some_and(|&ours| *end <= ours));
         if let Some(&(partition, end)) = short {
             reason.get_or_insert_with(|| {
-                let ours = mark.newest_in_partition[&partition];
+                let ours = before.in_partition[&partition];
                 format!("partition {partition} of stream {stream} ends at {end}, at or before offset {ours} which this relay appended")
             });
         }
@@ -253,7 +268,7 @@ mod tests {
 
     fn look(watch: &LossWatch, state: StreamState) -> Option<String> {
         let mut reason = None;
-        watch.observe("s", &state, None, &mut reason);
+        watch.observe("s", &watch.appended_so_far("s"), &state, None, &mut reason);
         reason
     }
 
@@ -307,6 +322,20 @@ mod tests {
         assert_eq!(look(&watch, ends(&[(0, 42), (1, 8), (2, 0)])), None, "every partition past ours");
         let lost = look(&watch, ends(&[(0, 42), (1, 7), (2, 900)]));
         assert!(lost.is_some_and(|r| r.contains("partition 1 of stream s ends at 7, at or before offset 7")));
+    }
+
+    #[test]
+    fn an_entry_appended_while_a_look_reads_the_stream_is_not_compared_with_its_end() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "0:10"), ("s", "7-0")].into_iter());
+        let before = watch.appended_so_far("s");
+        // The look reads the end (11, 7-0); an append lands meanwhile (offset 11, 8-0).
+        let state = StreamState { partition_ends: vec![(0, 11)], last_entry: Some(EntryId(7, 0)), ..there(11) };
+        watch.appended([("s", "0:11"), ("s", "8-0")].into_iter());
+        let mut reason = None;
+        watch.observe("s", &before, &state, None, &mut reason);
+        assert_eq!(reason, None);
+        assert!(look(&watch, state).is_some(), "compared with what was appended before it, the end is short");
     }
 
     #[test]

@@ -82,6 +82,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let within = self.config.broker_loss.max_window;
         let mut oldest_needed: Option<u64> = None;
         for stream in self.loss.streams(within) {
+            let before = self.loss.appended_so_far(&stream);
             let state = match self.deps.stream.stream_state(&stream).await {
                 Ok(state) => state,
                 // Whatever this stream lost cannot be seen: the recent deliveries are looked up
@@ -92,7 +93,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 }
             };
             let floor = self.deps.stream.acknowledged_floor(&stream).await.ok().flatten();
-            if let Some(needed) = self.loss.observe(&stream, &state, floor, reason) {
+            if let Some(needed) = self.loss.observe(&stream, &before, &state, floor, reason) {
                 oldest_needed = Some(oldest_needed.map_or(needed, |o| o.min(needed)));
             }
         }
