@@ -17,6 +17,7 @@ pub(crate) mod config;
 pub(crate) mod group;
 mod message;
 pub(crate) mod offsets;
+mod replaceable;
 pub(crate) mod resend;
 #[allow(unsafe_code)]
 mod topic_id;
@@ -37,6 +38,7 @@ use client::Logged;
 pub(crate) use config::KafkaConfig;
 pub(crate) use message::parse_entry_id;
 use message::{Mapping, entry_id, failed};
+use replaceable::Replaceable;
 
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
@@ -45,15 +47,14 @@ use crate::broker::seam::{
 /// A Kafka cluster the relay produces to.
 #[derive(Clone)]
 pub(crate) struct KafkaStream {
-    /// The producer, and how many were made before it: one that hit a fatal error (its
-    /// idempotence state is lost for good) is replaced by a new one.
-    producer: Arc<std::sync::RwLock<(u64, FutureProducer<Logged>)>>,
+    /// The producer (replaced by a new one when it cannot be trusted: `replaceable`).
+    producer: Arc<Replaceable>,
     /// Sends one message per request (made on first use): a message too large goes again on it,
     /// so no other message can share its request.
-    single: Arc<std::sync::OnceLock<Result<FutureProducer<Logged>, String>>>,
+    single: Arc<Replaceable>,
     /// Reads single offsets for loss checks (made on first use: most relays never need it).
-    /// Replaced after a read that got no answer (see `replace_producer` for why a librdkafka
-    /// client can stay wedged while the cluster answers).
+    /// Replaced after a read that got no answer (see `replaceable` for why a librdkafka client
+    /// can stay wedged while the cluster answers).
     reader: Arc<std::sync::Mutex<Option<Arc<BaseConsumer<Logged>>>>>,
     config: Arc<KafkaConfig>,
     mapping: Mapping,
@@ -64,10 +65,10 @@ impl KafkaStream {
     /// cluster is an outage the relay waits out); `body_field` is the entry field carried as
     /// the message value.
     pub(crate) fn connect(config: &KafkaConfig, body_field: &str) -> Result<Self, KafkaSetupError> {
-        let producer = Self::made(config, false)?;
+        let producer = replaceable::make(config, false)?;
         Ok(Self {
-            producer: Arc::new(std::sync::RwLock::new((0, producer))),
-            single: Arc::default(),
+            producer: Arc::new(Replaceable::new(false, Some(producer))),
+            single: Arc::new(Replaceable::new(true, None)),
             reader: Arc::default(),
             config: Arc::new(config.clone()),
             mapping: Mapping {
@@ -107,17 +108,9 @@ impl KafkaStream {
     }
 
     /// The producer in use (its client also answers metadata and offset requests).
-    fn current(&self) -> FutureProducer<Logged> {
-        self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner).1.clone()
-    }
-
-    /// A producer for `config`; `alone`: one message per request.
-    fn made(config: &KafkaConfig, alone: bool) -> Result<FutureProducer<Logged>, KafkaSetupError> {
-        let mut settings = client::producer_config(config)?;
-        if alone {
-            settings.set("linger.ms", "0").set("batch.num.messages", "1");
-        }
-        settings.create_with_context(Logged).map_err(|e| KafkaSetupError::Client(e.to_string()))
+    fn current(&self) -> Result<FutureProducer<Logged>, Unavailable> {
+        let made = self.producer.get(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
+        Ok(made.1)
     }
 
     /// Produces one entry and awaits its delivery report: its outcome. `alone`: in a request of
@@ -132,58 +125,25 @@ impl KafkaStream {
         if let Some(key) = &message.key {
             record = record.key(key.as_ref());
         }
-        let (generation, producer) = match alone {
-            true => match self.single.get_or_init(|| Self::made(&self.config, true).map_err(|e| e.to_string())) {
-                Ok(single) => (None, single.clone()),
-                Err(e) => return AppendOutcome::Unavailable(format!("kafka: {e}")),
-            },
-            false => {
-                let current = self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-                (Some(current.0), current.1.clone())
-            }
+        let slot = if alone { &self.single } else { &self.producer };
+        let (generation, producer) = match slot.get(&self.config) {
+            Ok(made) => made,
+            Err(e) => return AppendOutcome::Unavailable(format!("kafka: {e}")),
         };
         // Waits for room in librdkafka's queue up to the delivery timeout, then for the report.
         let outcome = match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
             Ok(delivery) => AppendOutcome::Appended(entry_id(delivery.partition, delivery.offset)),
             Err((error, _)) => {
-                use rdkafka::types::RDKafkaErrorCode::{Fatal, MessageTimedOut};
-                if let (Some(generation), Some(Fatal | MessageTimedOut)) = (generation, error.rdkafka_error_code()) {
-                    self.replace_producer(generation, &error);
-                }
+                slot.after(&self.config, generation, &error);
                 failed(&error)
             }
         };
         // The last copy of a replaced producer closes it (joining its threads, flushing): off
         // the async threads.
-        if generation.is_some_and(|g| g != self.producer.read().unwrap_or_else(std::sync::PoisonError::into_inner).0) {
+        if slot.retired(generation) {
             tokio::task::spawn_blocking(move || drop(producer));
         }
         outcome
-    }
-
-    /// After a fatal error (the idempotent producer's sequence state is lost: librdkafka fails
-    /// every message from then on) or a message that timed out, a new producer takes over; the
-    /// rows are released as in an outage and produced again by it. Only the producer of
-    /// `generation` is replaced, once.
-    ///
-    /// A timeout counts because librdkafka can stay wedged when the cluster is back: after a
-    /// topic is deleted and made again, its partitions' leader epochs start again at 0, and
-    /// librdkafka ignores metadata older than the epoch it cached, so it keeps sending to the
-    /// old topic's leaders. A new producer reads the metadata afresh. In a real outage this
-    /// makes a new producer once per `delivery_timeout`, which costs a connection.
-    fn replace_producer(&self, generation: u64, error: &rdkafka::error::KafkaError) {
-        let mut current = self.producer.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current.0 != generation {
-            return;
-        }
-        match Self::made(&self.config, false) {
-            Ok(producer) => {
-                tracing::warn!(error = %error, "kafka: a new producer takes over from one that failed");
-                let (_, old) = std::mem::replace(&mut *current, (generation + 1, producer));
-                tokio::task::spawn_blocking(move || drop(old));
-            }
-            Err(e) => tracing::error!(error = %e, "kafka: a new producer could not be made"),
-        }
     }
 
     /// Runs a blocking librdkafka call (metadata, offsets) off the async threads.
@@ -199,7 +159,7 @@ impl KafkaStream {
 
     /// The partitions of `topic` with their low and high watermarks; `None` if it does not exist.
     /// Asked of the reader, not the producer: a client can stay wedged on what it cached of a
-    /// topic while the cluster answers (see `replace_producer`), and a look that gets no answer
+    /// topic while the cluster answers (see `replaceable`), and a look that gets no answer
     /// replaces the reader, so the next one asks with a client that knows nothing yet.
     fn watermarks(&self, topic: &str) -> Result<Option<Vec<Watermarks>>, Unavailable> {
         let timeout = self.config.timeout;
@@ -327,7 +287,7 @@ impl EventStream for KafkaStream {
 
     async fn ping(&self) -> Result<(), Unavailable> {
         self.blocking(|this| {
-            let metadata = this.current().client().fetch_metadata(None, this.config.timeout).map_err(unavailable)?;
+            let metadata = this.current()?.client().fetch_metadata(None, this.config.timeout).map_err(unavailable)?;
             if metadata.brokers().is_empty() {
                 return Err(Unavailable("kafka: the cluster lists no broker".into()));
             }
@@ -351,7 +311,7 @@ impl EventStream for KafkaStream {
     /// with `acks=all`; the high watermarks going back shows what does.)
     async fn servers(&self) -> Result<Vec<ServerId>, Unavailable> {
         self.blocking(|this| {
-            let id = this.current().client().fetch_cluster_id(this.config.timeout);
+            let id = this.current()?.client().fetch_cluster_id(this.config.timeout);
             let id = id.ok_or_else(|| Unavailable("kafka: no cluster id within the timeout".into()))?;
             Ok(vec![ServerId { server: this.config.bootstrap_servers.clone(), run_id: id }])
         })
