@@ -126,20 +126,9 @@ pub(crate) async fn lock(
     idle_timeout: Duration,
     parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
 ) -> StoreResult<Locked> {
-    // From here on an early return drops the batch, which closes the connection mid-transaction.
-    let tx = OpenTx::take(pool, "lock").await?;
-    let client = tx.client()?;
-    let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
-    let timeout_ms = idle_timeout.as_millis().max(1);
-    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}");
     let from = sql.scan.bound(std::time::Instant::now());
-    // Sent together: BEGIN and the lock cost one round trip (a poll that finds nothing, two with
-    // its COMMIT). Should BEGIN fail, the lock's result is not used.
-    let (begun, rows) =
-        futures_util::future::join(client.batch_execute(&begin), client.query(&stmt, &[&i64::from(batch_size), &from]))
-            .await;
-    begun.map_err(|e| query_error("lock", e))?;
-    let rows = rows.map_err(|e| query_error("lock", e))?;
+    // A poll that finds nothing costs two round trips: the lock, and its COMMIT.
+    let (tx, _, rows) = OpenTx::lock(pool, idle_timeout, &sql.lock, &[&i64::from(batch_size), &from]).await?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         tx.commit("lock", false).await?;

@@ -74,20 +74,9 @@ pub(super) async fn lock(
     idle_timeout: Duration,
     faults: &Faults,
 ) -> StoreResult<LockedRows> {
-    // From here on an early return drops the transaction, which closes the connection in it.
-    let tx = OpenTx::take(pool, "lock").await?;
-    let client = tx.client()?;
-    let stmt = client.prepare_cached(&sql.lock).await.map_err(|e| query_error("lock", e))?;
-    let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
     let from = sql.scan.bound(std::time::Instant::now());
-    // Sent together: BEGIN and the lock cost one round trip.
-    let (begun, rows) = futures_util::future::join(
-        client.batch_execute(&begin),
-        client.query(&stmt, &[&consumer, &i64::from(batch_size), &from]),
-    )
-    .await;
-    begun.map_err(|e| query_error("lock", e))?;
-    let rows = rows.map_err(|e| query_error("lock", e))?;
+    let (tx, stmt, rows) =
+        OpenTx::lock(pool, idle_timeout, &sql.lock, &[&consumer, &i64::from(batch_size), &from]).await?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         tx.commit("lock", false).await?;

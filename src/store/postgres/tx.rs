@@ -4,7 +4,11 @@
 //! the server rolls the transaction back: nothing half-done is ever committed, and a connection
 //! still inside a transaction is never handed to someone else.
 
+use std::time::Duration;
+
 use deadpool_postgres::{Object, Pool};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use super::errors::{pool_error, query_error};
 use crate::store::error::{StoreError, StoreResult};
@@ -31,6 +35,29 @@ impl OpenTx {
     /// with its first statement).
     pub(crate) async fn take(pool: &Pool, label: &'static str) -> StoreResult<Self> {
         Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: true })
+    }
+
+    /// Takes a connection and opens a locked batch's transaction (`claim = "locked"`) with
+    /// `lock` as its first statement: `BEGIN`, the session's idle limit (`idle_timeout`: a
+    /// process that stalls in the transaction loses its locks) and the lock are sent together,
+    /// one round trip. Should `BEGIN` fail, the lock's rows are not used. Returns the open
+    /// transaction, the prepared lock (its columns describe the rows) and the rows.
+    pub(crate) async fn lock(
+        pool: &Pool,
+        idle_timeout: Duration,
+        lock: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<(Self, Statement, Vec<Row>)> {
+        // From here on an early return drops the transaction, which closes the connection in it.
+        let tx = Self::take(pool, "lock").await?;
+        let client = tx.client()?;
+        let stmt = client.prepare_cached(lock).await.map_err(|e| query_error("lock", e))?;
+        let begin =
+            format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
+        let (begun, rows) = futures_util::future::join(client.batch_execute(&begin), client.query(&stmt, params)).await;
+        begun.map_err(|e| query_error("lock", e))?;
+        let rows = rows.map_err(|e| query_error("lock", e))?;
+        Ok((tx, stmt, rows))
     }
 
     /// A connection taken for a transaction of several statement paths, whichever runs first
