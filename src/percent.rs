@@ -1,5 +1,23 @@
 //! Percent-decoding, for the text URLs carry: a query string's values, a URL's credentials and
-//! TLS words (`sslrootcert=%2Fetc…`), `OTEL_EXPORTER_OTLP_HEADERS` values.
+//! TLS words (`sslrootcert=%2Fetc…`), `OTEL_EXPORTER_OTLP_HEADERS` values; and percent-encoding,
+//! for CloudEvents' header values on NATS.
+
+/// Writes `value` percent-encoded as CloudEvents' NATS and HTTP bindings say header values
+/// must be (NATS binding 3.1.3.2): space, `"`, `%` and every character outside printable ASCII
+/// (U+0021–U+007E) as `%XY` of each of its UTF-8 bytes, upper-case; the rest as it is.
+pub(crate) fn encode_header_value(value: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for c in value.chars() {
+        if matches!(c, '!'..='~') && c != '"' && c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut bytes = [0; 4];
+        for byte in c.encode_utf8(&mut bytes).bytes() {
+            out.extend(['%', HEX[(byte >> 4) as usize] as char, HEX[(byte & 15) as usize] as char]);
+        }
+    }
+}
 
 /// `a%20b` → `a b`; a `%` not followed by two hex digits stays as it is; bytes that are not
 /// UTF-8 become U+FFFD.

@@ -10,6 +10,10 @@
 //!
 //! `{json(column)}` is replaced by the row's value as a JSON string, quoted and escaped: how a
 //! value goes into a field whose text is JSON (a CloudEvent in structured mode).
+//!
+//! `{percent(column)}` is replaced by the row's value percent-encoded as CloudEvents' NATS and
+//! HTTP bindings want header values: space, `"`, `%` and every character outside printable
+//! ASCII as `%XY` of its UTF-8 bytes (a CloudEvent in binary mode on NATS).
 
 use std::fmt;
 
@@ -24,7 +28,32 @@ enum Part {
     Text(String),
     Column(String),
     Shard { column: String, count: u32 },
-    Json(String),
+    Encoded { column: String, encoding: Encoding },
+}
+
+/// How `Part::Encoded` writes a value: the call that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Json,
+    Percent,
+}
+
+impl Encoding {
+    const ALL: [Encoding; 2] = [Encoding::Json, Encoding::Percent];
+
+    fn call(self) -> &'static str {
+        match self {
+            Encoding::Json => "json",
+            Encoding::Percent => "percent",
+        }
+    }
+
+    fn write(self, value: &str, out: &mut String) {
+        match self {
+            Encoding::Json => json_string(value, out),
+            Encoding::Percent => crate::percent::encode_header_value(value, out),
+        }
+    }
 }
 
 /// Most shards a template may spread a key over (streams per family and per other column).
@@ -41,7 +70,7 @@ enum BoundPart {
     Text(String),
     Column { index: usize, name: String },
     Shard { index: usize, name: String, count: u32 },
-    Json { index: usize, name: String },
+    Encoded { index: usize, name: String, encoding: Encoding },
 }
 
 /// A template that cannot be used, and why.
@@ -80,8 +109,8 @@ impl Template {
                     let part = match shard_call(&name) {
                         Some(Ok((column, count))) => Part::Shard { column, count },
                         Some(Err(())) => return Err(TemplateError::BadShard(name)),
-                        None => match json_call(&name) {
-                            Some(column) => Part::Json(column),
+                        None => match encoded_call(&name) {
+                            Some((column, encoding)) => Part::Encoded { column, encoding },
                             None if is_column_name(&name) => Part::Column(name),
                             None => return Err(TemplateError::NotAColumn(name)),
                         },
@@ -113,7 +142,9 @@ impl Template {
     pub(crate) fn mentions(&self, column: &str) -> bool {
         self.parts.iter().any(|part| match part {
             Part::Text(_) => false,
-            Part::Column(name) | Part::Json(name) | Part::Shard { column: name, .. } => name == column,
+            Part::Column(name) | Part::Encoded { column: name, .. } | Part::Shard { column: name, .. } => {
+                name == column
+            }
         })
     }
 
@@ -121,6 +152,15 @@ impl Template {
     pub(crate) fn sole_column(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [Part::Column(name)] => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The column, when the template carries that one column whole: as it is, or
+    /// percent-encoded (which a consumer decodes; CloudEvents' `ce-id` on NATS).
+    pub(crate) fn carried_column(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [Part::Column(name)] | [Part::Encoded { column: name, encoding: Encoding::Percent }] => Some(name),
             _ => None,
         }
     }
@@ -142,7 +182,7 @@ impl Template {
                 Part::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
                 Part::Column(name) => out.push_str(&format!("{{{name}}}")),
                 Part::Shard { column, .. } => out.push_str(&format!("{{shard({column})}}")),
-                Part::Json(column) => out.push_str(&format!("{{json({column})}}")),
+                Part::Encoded { column, encoding } => out.push_str(&format!("{{{}({column})}}", encoding.call())),
             }
         }
         out
@@ -165,10 +205,10 @@ impl Template {
                     .position(|c| c == column)
                     .map(|index| BoundPart::Shard { index, name: column.clone(), count: *count })
                     .ok_or_else(|| TemplateError::NotReturned(column.clone())),
-                Part::Json(column) => columns
+                Part::Encoded { column, encoding } => columns
                     .iter()
                     .position(|c| c == column)
-                    .map(|index| BoundPart::Json { index, name: column.clone() })
+                    .map(|index| BoundPart::Encoded { index, name: column.clone(), encoding: *encoding })
                     .ok_or_else(|| TemplateError::NotReturned(column.clone())),
             })
             .collect::<Result<_, _>>()?;
@@ -202,8 +242,8 @@ impl BoundTemplate {
                     }
                     _ => return Err(MissingValue(name.clone())),
                 },
-                BoundPart::Json { index, name } => match row.get(*index).and_then(Option::as_deref) {
-                    Some(value) if !value.is_empty() => json_string(value, &mut out),
+                BoundPart::Encoded { index, name, encoding } => match row.get(*index).and_then(Option::as_deref) {
+                    Some(value) if !value.is_empty() => encoding.write(value, &mut out),
                     _ => return Err(MissingValue(name.clone())),
                 },
             }
@@ -228,10 +268,13 @@ fn shard_call(inside: &str) -> Option<Result<(String, u32), ()>> {
     Some(parsed.ok_or(()))
 }
 
-/// `json(column)` → the column; anything else → `None`.
-fn json_call(inside: &str) -> Option<String> {
-    let column = inside.trim().strip_prefix("json(")?.strip_suffix(')')?.trim();
-    is_column_name(column).then(|| column.to_owned())
+/// `json(column)` or `percent(column)` → the column and its encoding; anything else → `None`.
+fn encoded_call(inside: &str) -> Option<(String, Encoding)> {
+    let inside = inside.trim();
+    Encoding::ALL.into_iter().find_map(|encoding| {
+        let column = inside.strip_prefix(encoding.call())?.strip_prefix('(')?.strip_suffix(')')?.trim();
+        is_column_name(column).then(|| (column.to_owned(), encoding))
+    })
 }
 
 /// `value` as a JSON string literal: quoted, with `"`, `\\` and control characters escaped.
@@ -328,6 +371,19 @@ mod tests {
         assert_eq!(bound.render(&[None, Some("{}".into())]).unwrap_err(), MissingValue("event_id".into()));
         assert!(Template::parse("{json(a b)}").is_err());
         assert!(t.bind(&cols(&["payload"])).is_err(), "the column must be returned");
+    }
+
+    #[test]
+    fn percent_encodes_what_a_cloudevents_header_value_may_not_hold() {
+        let t = Template::parse("{percent(aggregate_id)}").unwrap();
+        assert_eq!(t.family(), "{percent(aggregate_id)}");
+        assert!(t.mentions("aggregate_id"));
+        let bound = t.bind(&cols(&["aggregate_id"])).unwrap();
+        // The binding's own example, then what else it names: `"`, `%`, a control character.
+        let render = |v: &str| bound.render(&[Some(v.to_owned())]).unwrap();
+        assert_eq!(render("Euro \u{20AC} \u{1F600}"), "Euro%20%E2%82%AC%20%F0%9F%98%80");
+        assert_eq!(render("o-\"7\"%\t~!"), "o-%227%22%25%09~!");
+        assert!(Template::parse("{percent(a b)}").is_err());
     }
 
     #[test]

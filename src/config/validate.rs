@@ -294,7 +294,7 @@ fn validate_envelope(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) 
             errors.push(format!("{path}.envelope: a field name is empty"));
         }
         match Template::parse(template) {
-            Ok(t) => carries_id |= t.sole_column() == Some("event_id"),
+            Ok(t) => carries_id |= t.carried_column() == Some("event_id"),
             Err(e) => errors.push(format!("{path}.envelope.{field}: {e}")),
         }
     }

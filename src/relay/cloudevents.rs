@@ -4,7 +4,8 @@
 //!
 //! - **Binary mode** (the default): each attribute its own header (field), named as the
 //!   protocol bindings name them — `ce_id` on Kafka (and on Redis, which has no binding), `ce-id`
-//!   on NATS — and the payload the message body, with `content-type: application/json`.
+//!   on NATS — and the payload the message body, with `content-type: application/json` (on
+//!   NATS, `ce-datacontenttype`, and each value percent-encoded, as its binding says).
 //! - **Structured mode**: the body is the whole event as one JSON object, with
 //!   `content-type: application/cloudevents+json`; an `event_id` header beside it.
 //!
@@ -55,9 +56,27 @@ pub(crate) fn envelope(events: &CloudEventsConfig, broker: Broker) -> Fields {
     let source = events.source.replace('{', "{{").replace('}', "}}");
     let field = |name: &str, template: &str| (name.to_owned(), template.to_owned());
     match events.mode {
+        // NATS's binding: header values percent-encoded (a header holds printable ASCII only),
+        // and `datacontenttype` a `ce-` header like any attribute (`Content-Type` there says
+        // that a message is structured).
+        Mode::Binary if broker == Broker::Nats => {
+            let mut encoded = String::new();
+            crate::percent::encode_header_value(&events.source, &mut encoded);
+            let source = encoded.replace('{', "{{").replace('}', "}}");
+            vec![
+                field("ce-specversion", "1.0"),
+                field("ce-id", "{percent(event_id)}"),
+                field("ce-source", &source),
+                field("ce-type", "{percent(event_type)}"),
+                field("ce-subject", "{percent(aggregate_id)}"),
+                field("ce-partitionkey", "{percent(aggregate_id)}"),
+                field("ce-time", "{percent(created_at)}"),
+                field("ce-datacontenttype", "application/json"),
+                field("payload", "{payload}"),
+            ]
+        }
         Mode::Binary => {
-            let prefix = if broker == Broker::Nats { "ce-" } else { "ce_" };
-            let attribute = |name: &str, template: &str| field(&format!("{prefix}{name}"), template);
+            let attribute = |name: &str, template: &str| field(&format!("ce_{name}"), template);
             vec![
                 attribute("specversion", "1.0"),
                 attribute("id", "{event_id}"),
@@ -130,10 +149,24 @@ mod tests {
             ("payload", "{\"total\":3}"),
         ];
         assert_eq!(kafka, expected.map(|(n, v)| (n.to_owned(), v.to_owned())));
-        let nats = render(&envelope(&events(Mode::Binary), Broker::Nats));
-        let names: Vec<&str> = nats.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names[..3], ["ce-specversion", "ce-id", "ce-source"]);
-        assert!(names.contains(&"Content-Type"));
+    }
+
+    #[test]
+    fn binary_mode_on_nats_percent_encodes_each_value_and_names_the_content_type_an_attribute() {
+        let nats =
+            render(&envelope(&CloudEventsConfig { source: "/shop {eu} €".into(), mode: Mode::Binary }, Broker::Nats));
+        let expected = [
+            ("ce-specversion", "1.0"),
+            ("ce-id", "e-1"),
+            ("ce-source", "/shop%20{eu}%20%E2%82%AC"),
+            ("ce-type", "order.placed"),
+            ("ce-subject", "o-%227%22"),
+            ("ce-partitionkey", "o-%227%22"),
+            ("ce-time", "2026-12-06T10:00:00.000001Z"),
+            ("ce-datacontenttype", "application/json"),
+            ("payload", "{\"total\":3}"),
+        ];
+        assert_eq!(nats, expected.map(|(n, v)| (n.to_owned(), v.to_owned())));
     }
 
     #[test]

@@ -194,11 +194,14 @@ impl NatsGroup {
                 if name.len() >= 5 && name[..5].eq_ignore_ascii_case("nats-") {
                     continue;
                 }
+                // A CloudEvents attribute's value is percent-encoded on NATS (its binding).
+                let attribute = name.len() >= 3 && name[..3].eq_ignore_ascii_case("ce-");
                 for value in values {
-                    fields.push((
-                        Bytes::copy_from_slice(name.as_bytes()),
-                        Bytes::copy_from_slice(value.as_str().as_bytes()),
-                    ));
+                    let value = match attribute {
+                        true => Bytes::from(crate::percent::decode(value.as_str())),
+                        false => Bytes::copy_from_slice(value.as_str().as_bytes()),
+                    };
+                    fields.push((Bytes::copy_from_slice(name.as_bytes()), value));
                 }
             }
         }
