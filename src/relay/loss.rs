@@ -25,6 +25,8 @@ pub(crate) struct LossWatch {
     /// Woken by the first append to a stream: the watch looks at it at once, so that what it
     /// compares later looks with (a Kafka topic's id) is that of the stream appended to.
     pub(crate) new_stream: tokio::sync::Notify,
+    /// The streams appended to for the first time since the watch last took them.
+    new_streams: Mutex<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,12 +64,17 @@ pub(crate) struct StreamReport {
 }
 
 impl LossWatch {
-    /// Records the entries a batch appended (or found appended), by stream.
+    /// Records the entries a batch appended (or found appended), by stream. A partition's mark
+    /// is the newest offset of the latest batch, not the newest ever: after a topic is made
+    /// again its offsets start over, and a mark kept at the old topic's would be a sign at every
+    /// look until the new topic passed it.
     pub(crate) fn appended<'a>(&self, entries: impl Iterator<Item = (&'a str, &'a str)>) {
         let now = Instant::now();
         let mut map = self.streams.lock().expect("loss watch lock");
+        let mut this_batch: HashMap<(&str, i32), i64> = HashMap::new();
         for (stream, entry_id) in entries {
             let mark = map.entry(stream.to_owned()).or_insert_with(|| {
+                self.new_streams.lock().expect("loss watch lock").push(stream.to_owned());
                 self.new_stream.notify_one();
                 StreamMark {
                     last_appended: now,
@@ -81,10 +88,20 @@ impl LossWatch {
             let appended = &mut mark.appended;
             appended.newest = appended.newest.max(EntryId::parse(entry_id));
             if let Some((partition, offset)) = crate::broker::kafka::parse_entry_id(entry_id) {
-                let newest = appended.in_partition.entry(partition).or_insert(offset);
+                let newest = this_batch.entry((stream, partition)).or_insert(offset);
                 *newest = (*newest).max(offset);
             }
         }
+        for ((stream, partition), offset) in this_batch {
+            if let Some(mark) = map.get_mut(stream) {
+                mark.appended.in_partition.insert(partition, offset);
+            }
+        }
+    }
+
+    /// The streams appended to for the first time since the last call.
+    pub(crate) fn take_new(&self) -> Vec<String> {
+        std::mem::take(&mut *self.new_streams.lock().expect("loss watch lock"))
     }
 
     /// The broker misbehaved: verify at the next check.
@@ -133,7 +150,16 @@ impl LossWatch {
                 format!("stream {stream} ends at {last}, before {ours} which this relay appended")
             });
         }
-        // The same for each partition of a partitioned stream (Kafka), which has no one end.
+        // The same for each partition of a partitioned stream (Kafka), which has no one end; a
+        // partition appended to that the stream no longer has (made again with fewer) too.
+        let gone = (!state.partition_ends.is_empty())
+            .then(|| before.in_partition.keys().find(|p| !state.partition_ends.iter().any(|(q, _)| q == *p)))
+            .flatten();
+        if let Some(partition) = gone {
+            reason.get_or_insert_with(|| {
+                format!("stream {stream} has no partition {partition}, which this relay appended to")
+            });
+        }
         let short = state
             .partition_ends
             .iter()
@@ -336,6 +362,25 @@ mod tests {
         watch.observe("s", &before, &state, None, &mut reason);
         assert_eq!(reason, None);
         assert!(look(&watch, state).is_some(), "compared with what was appended before it, the end is short");
+    }
+
+    #[test]
+    fn after_a_topic_is_made_again_its_new_offsets_are_what_a_look_compares() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "0:900")].into_iter());
+        let remade = |end: i64| StreamState { partition_ends: vec![(0, end)], ..there(end as u64) };
+        assert!(look(&watch, remade(5)).is_some(), "the old offset lies past the new end");
+        // Produced again to the new topic: offsets from 0.
+        watch.appended([("s", "0:4"), ("s", "0:5")].into_iter());
+        assert_eq!(look(&watch, remade(6)), None, "no sign at every look until the topic passes 900");
+    }
+
+    #[test]
+    fn a_partition_appended_to_that_the_stream_no_longer_has_is_a_sign() {
+        let watch = LossWatch::default();
+        watch.appended([("s", "0:3"), ("s", "2:7")].into_iter());
+        let fewer = StreamState { partition_ends: vec![(0, 10)], ..there(10) };
+        assert!(look(&watch, fewer).is_some_and(|r| r.contains("no partition 2")));
     }
 
     #[test]

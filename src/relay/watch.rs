@@ -26,35 +26,33 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         let mut servers: Option<Vec<ServerId>> = None;
         let mut clean_at = Instant::now();
         let mut reason = Some("startup".to_owned());
-        let mut wait = Duration::ZERO;
+        let mut next_check = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.deps.stream.reconnected() => { reason.get_or_insert_with(|| "reconnected to the broker".into()); }
-                // A stream appended to for the first time: looked at now, not in up to an interval.
-                _ = self.loss.new_stream.notified() => {}
+            let first_looks = tokio::select! {
+                _ = tokio::time::sleep_until(next_check) => false,
+                _ = self.deps.stream.reconnected() => {
+                    reason.get_or_insert_with(|| "reconnected to the broker".into());
+                    false
+                }
+                // Streams appended to for the first time: looked at now, not in up to an
+                // interval; the others at the next check, which stays when it was.
+                _ = self.loss.new_stream.notified() => true,
                 _ = shutdown.cancelled() => return,
-            }
-            wait = config.check_interval;
+            };
             let checked_at = Instant::now();
-            match self.deps.stream.servers().await {
-                Ok(now) => {
-                    if servers.as_ref().is_some_and(|before| *before != now) {
-                        reason = Some("a broker server restarted or failed over".into());
-                    }
-                    servers = Some(now);
+            let window_floor = if first_looks {
+                self.look_at_streams(self.loss.take_new(), &mut reason).await
+            } else {
+                next_check = tokio::time::Instant::now() + config.check_interval;
+                match self.look_at_everything(&mut servers, &mut reason).await {
+                    Some(floor) => floor,
+                    None => continue,
                 }
-                Err(e) => {
-                    debug!(error = %e, "broker check skipped: broker unreachable");
-                    continue;
-                }
-            }
-            if self.loss.take_suspect() {
-                reason.get_or_insert_with(|| "the broker was unavailable".into());
-            }
-            let window_floor = self.look_at_streams(&mut reason).await;
+            };
             let Some(why) = reason.take() else {
-                clean_at = checked_at;
+                if !first_looks {
+                    clean_at = checked_at;
+                }
                 continue;
             };
             let mut window = clean_at.elapsed() + config.lookback;
@@ -75,13 +73,38 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
         }
     }
 
-    /// Compares each stream's counters with what was seen before; notes a reason when one went
-    /// backwards or vanished. Returns the oldest time (ms) an entry some consumer group still
-    /// needed was appended, over all streams, as it was before this check.
-    async fn look_at_streams(&self, reason: &mut Option<String>) -> Option<u64> {
-        let within = self.config.broker_loss.max_window;
+    /// A regular check: the broker's servers (one restarted or failed over is a reason), the
+    /// append path's suspicion, and every stream appended to within `max_window`. `None` when
+    /// the broker does not answer (the check is skipped); else what [`look_at_streams`] says.
+    async fn look_at_everything(
+        &self,
+        servers: &mut Option<Vec<ServerId>>,
+        reason: &mut Option<String>,
+    ) -> Option<Option<u64>> {
+        match self.deps.stream.servers().await {
+            Ok(now) => {
+                if servers.as_ref().is_some_and(|before| *before != now) {
+                    *reason = Some("a broker server restarted or failed over".into());
+                }
+                *servers = Some(now);
+            }
+            Err(e) => {
+                debug!(error = %e, "broker check skipped: broker unreachable");
+                return None;
+            }
+        }
+        if self.loss.take_suspect() {
+            reason.get_or_insert_with(|| "the broker was unavailable".into());
+        }
+        Some(self.look_at_streams(self.loss.streams(self.config.broker_loss.max_window), reason).await)
+    }
+
+    /// Compares each of `streams`' counters with what was seen before; notes a reason when one
+    /// went backwards or vanished. Returns the oldest time (ms) an entry some consumer group
+    /// still needed was appended, over those streams, as it was before this look.
+    async fn look_at_streams(&self, streams: Vec<String>, reason: &mut Option<String>) -> Option<u64> {
         let mut oldest_needed: Option<u64> = None;
-        for stream in self.loss.streams(within) {
+        for stream in streams {
             let before = self.loss.appended_so_far(&stream);
             let state = match self.deps.stream.stream_state(&stream).await {
                 Ok(state) => state,

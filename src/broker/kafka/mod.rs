@@ -56,6 +56,10 @@ pub(crate) struct KafkaStream {
     /// Replaced after a read that got no answer (see `replaceable` for why a librdkafka client
     /// can stay wedged while the cluster answers).
     reader: Arc<std::sync::Mutex<Option<Arc<BaseConsumer<Logged>>>>>,
+    /// Held while a read assigns partitions on the reader: the relays of one process share it,
+    /// and another relay's assignment would move this one's position (what it wanted would
+    /// look compacted away, and its rows re-driven).
+    reading: Arc<std::sync::Mutex<()>>,
     config: Arc<KafkaConfig>,
     mapping: Mapping,
 }
@@ -70,6 +74,7 @@ impl KafkaStream {
             producer: Arc::new(Replaceable::new(false, Some(producer))),
             single: Arc::new(Replaceable::new(true, None)),
             reader: Arc::default(),
+            reading: Arc::default(),
             config: Arc::new(config.clone()),
             mapping: Mapping {
                 body_field: Bytes::copy_from_slice(body_field.as_bytes()),
@@ -207,6 +212,7 @@ impl KafkaStream {
     ) -> Result<HashMap<i64, String>, Unavailable> {
         /// Read through a gap this long rather than seek over it.
         const SEEK_OVER: i64 = 1000;
+        let _reading = self.reading.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let reader = self.reader()?;
         let seek = |offset: i64| -> Result<(), Unavailable> {
             let mut assignment = TopicPartitionList::new();
