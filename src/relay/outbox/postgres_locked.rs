@@ -126,9 +126,10 @@ pub(crate) async fn lock(
     idle_timeout: Duration,
     parse: impl Fn(&tokio_postgres::Row) -> StoreResult<ClaimedRow>,
 ) -> StoreResult<Locked> {
+    let (tx, stmt) = OpenTx::for_lock(pool, &sql.lock).await?;
     let from = sql.scan.bound(std::time::Instant::now());
     // A poll that finds nothing costs two round trips: the lock, and its COMMIT.
-    let (tx, _, rows) = OpenTx::lock(pool, idle_timeout, &sql.lock, &[&i64::from(batch_size), &from]).await?;
+    let rows = tx.begin_and_lock(idle_timeout, &stmt, &[&i64::from(batch_size), &from]).await?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         tx.commit("lock", false).await?;

@@ -74,9 +74,9 @@ pub(super) async fn lock(
     idle_timeout: Duration,
     faults: &Faults,
 ) -> StoreResult<LockedRows> {
+    let (tx, stmt) = OpenTx::for_lock(pool, &sql.lock).await?;
     let from = sql.scan.bound(std::time::Instant::now());
-    let (tx, stmt, rows) =
-        OpenTx::lock(pool, idle_timeout, &sql.lock, &[&consumer, &i64::from(batch_size), &from]).await?;
+    let rows = tx.begin_and_lock(idle_timeout, &stmt, &[&consumer, &i64::from(batch_size), &from]).await?;
     sql.scan.took_rows(&rows).map_err(|e| query_error("lock", e))?;
     if rows.is_empty() {
         tx.commit("lock", false).await?;

@@ -37,27 +37,31 @@ impl OpenTx {
         Ok(Self { client: Some(pool.get().await.map_err(|e| pool_error(label, e))?), begun: true })
     }
 
-    /// Takes a connection and opens a locked batch's transaction (`claim = "locked"`) with
-    /// `lock` as its first statement: `BEGIN`, the session's idle limit (`idle_timeout`: a
-    /// process that stalls in the transaction loses its locks) and the lock are sent together,
-    /// one round trip. Should `BEGIN` fail, the lock's rows are not used. Returns the open
-    /// transaction, the prepared lock (its columns describe the rows) and the rows.
-    pub(crate) async fn lock(
-        pool: &Pool,
-        idle_timeout: Duration,
-        lock: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> StoreResult<(Self, Statement, Vec<Row>)> {
+    /// Takes a connection for a locked batch (`claim = "locked"`) and prepares its `lock`
+    /// statement on it; [`OpenTx::begin_and_lock`] then opens the transaction.
+    pub(crate) async fn for_lock(pool: &Pool, lock: &str) -> StoreResult<(Self, Statement)> {
         // From here on an early return drops the transaction, which closes the connection in it.
         let tx = Self::take(pool, "lock").await?;
-        let client = tx.client()?;
-        let stmt = client.prepare_cached(lock).await.map_err(|e| query_error("lock", e))?;
+        let stmt = tx.client()?.prepare_cached(lock).await.map_err(|e| query_error("lock", e))?;
+        Ok((tx, stmt))
+    }
+
+    /// Opens the locked batch's transaction with `lock` as its first statement: `BEGIN`, the
+    /// session's idle limit (`idle_timeout`: a process that stalls in the transaction loses its
+    /// locks) and the lock are sent together, one round trip. Should `BEGIN` fail, the lock's
+    /// rows are not used.
+    pub(crate) async fn begin_and_lock(
+        &self,
+        idle_timeout: Duration,
+        lock: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Vec<Row>> {
+        let client = self.client()?;
         let begin =
             format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle_timeout.as_millis().max(1));
-        let (begun, rows) = futures_util::future::join(client.batch_execute(&begin), client.query(&stmt, params)).await;
+        let (begun, rows) = futures_util::future::join(client.batch_execute(&begin), client.query(lock, params)).await;
         begun.map_err(|e| query_error("lock", e))?;
-        let rows = rows.map_err(|e| query_error("lock", e))?;
-        Ok((tx, stmt, rows))
+        rows.map_err(|e| query_error("lock", e))
     }
 
     /// A connection taken for a transaction of several statement paths, whichever runs first
