@@ -148,19 +148,13 @@ impl Template {
         })
     }
 
-    /// The column, when the template is that one column and nothing else (`"{payload}"`).
-    pub(crate) fn sole_column(&self) -> Option<&str> {
+    /// The column, when the template carries that one column whole, and whether
+    /// percent-encoded (which a consumer decodes; CloudEvents' `ce-id` on NATS): such a field
+    /// is left out when the column is NULL, as `"{column}"` is.
+    pub(crate) fn carried_column(&self) -> Option<(&str, bool)> {
         match self.parts.as_slice() {
-            [Part::Column(name)] => Some(name),
-            _ => None,
-        }
-    }
-
-    /// The column, when the template carries that one column whole: as it is, or
-    /// percent-encoded (which a consumer decodes; CloudEvents' `ce-id` on NATS).
-    pub(crate) fn carried_column(&self) -> Option<&str> {
-        match self.parts.as_slice() {
-            [Part::Column(name)] | [Part::Encoded { column: name, encoding: Encoding::Percent }] => Some(name),
+            [Part::Column(name)] => Some((name, false)),
+            [Part::Encoded { column: name, encoding: Encoding::Percent }] => Some((name, true)),
             _ => None,
         }
     }

@@ -294,7 +294,13 @@ fn validate_envelope(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) 
             errors.push(format!("{path}.envelope: a field name is empty"));
         }
         match Template::parse(template) {
-            Ok(t) => carries_id |= t.carried_column() == Some("event_id"),
+            // Percent-encoded, only in a `ce-` header on NATS, which a bridge decodes.
+            Ok(t) => {
+                let decoded =
+                    relay.broker == crate::broker::Broker::Nats && field.to_ascii_lowercase().starts_with("ce-");
+                carries_id |=
+                    t.carried_column().is_some_and(|(column, percent)| column == "event_id" && (!percent || decoded))
+            }
             Err(e) => errors.push(format!("{path}.envelope.{field}: {e}")),
         }
     }

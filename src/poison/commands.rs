@@ -245,7 +245,7 @@ impl Reappender {
                 // once (within the stream's duplicate window) and the next one is not taken for
                 // a duplicate.
                 let id = format!("poison-retry:{}:{}:{}", bridge.consumer, record.id, record.redrives + 1);
-                append_entry(stream.as_ref(), record, fields, id).await
+                append_entry(stream.as_ref(), record, encode_cloudevents(fields), id).await
             }
             Reappender::Kafka(stream, header) => {
                 // Kafka keeps no dedupe window: the message carries the event's own id in its
@@ -302,6 +302,23 @@ pub(super) type Field = (Vec<u8>, Vec<u8>);
 
 /// The stored `fields` object back as entry fields: strings as they are, `{"base64": …}` values
 /// and `base64:` names decoded.
+/// The bridge keeps `ce-` header values decoded (CloudEvents' NATS binding percent-encodes
+/// them); published to NATS again, they are encoded again.
+fn encode_cloudevents(fields: Vec<Field>) -> Vec<Field> {
+    let attribute = |name: &[u8]| name.len() >= 3 && name[..3].eq_ignore_ascii_case(b"ce-");
+    fields
+        .into_iter()
+        .map(|(name, value)| {
+            if !attribute(&name) {
+                return (name, value);
+            }
+            let mut encoded = String::new();
+            crate::percent::encode_header_value(&String::from_utf8_lossy(&value), &mut encoded);
+            (name, encoded.into_bytes())
+        })
+        .collect()
+}
+
 pub(super) fn entry_fields(fields: &serde_json::Value) -> Result<Vec<Field>, FieldsError> {
     let Some(map) = fields.as_object() else { return Err(FieldsError::NotAnObject) };
     if let Some(more) = map.get(crate::broker::read::MORE_FIELDS).filter(|v| v.get("fields").is_some()) {
@@ -360,6 +377,17 @@ async fn mark_redriven(db: &Database, table: &str, id: i64, expected: Option<i32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cloudevents_attributes_go_back_to_nats_percent_encoded_and_nothing_else_does() {
+        let field = |n: &str, v: &str| (n.as_bytes().to_vec(), v.as_bytes().to_vec());
+        let fields = vec![field("ce-subject", "Zürich \"7\""), field("CE-ID", "a%b"), field("event_id", "e 1")];
+        let sent = encode_cloudevents(fields);
+        assert_eq!(
+            sent,
+            vec![field("ce-subject", "Z%C3%BCrich%20%227%22"), field("CE-ID", "a%25b"), field("event_id", "e 1")]
+        );
+    }
 
     #[test]
     fn stored_fields_come_back_as_they_were_read() {

@@ -66,6 +66,8 @@ pub(crate) struct TemplateKeyError {
 enum EnvelopeField {
     /// One column, copied as it is; the field is left out when the column is NULL.
     Column(usize),
+    /// One column, percent-encoded (`"{percent(column)}"`); left out when NULL, as `Column`.
+    PercentColumn(usize),
     Template(BoundTemplate),
 }
 
@@ -85,11 +87,14 @@ impl EntryBuilder {
                 .envelope
                 .iter()
                 .map(|(name, text)| {
-                    let sole = Template::parse(text).ok().and_then(|t| t.sole_column().map(str::to_owned));
-                    let field = match sole.and_then(|c| columns.iter().position(|x| *x == c)) {
-                        Some(index) => EnvelopeField::Column(index),
-                        None => EnvelopeField::Template(bind(&format!("envelope.{name}"), text)?),
-                    };
+                    let parsed = Template::parse(text).ok();
+                    let carried = parsed.as_ref().and_then(Template::carried_column);
+                    let field =
+                        match carried.and_then(|(c, percent)| Some((columns.iter().position(|x| x == c)?, percent))) {
+                            Some((index, false)) => EnvelopeField::Column(index),
+                            Some((index, true)) => EnvelopeField::PercentColumn(index),
+                            None => EnvelopeField::Template(bind(&format!("envelope.{name}"), text)?),
+                        };
                     Ok((Bytes::from(name.clone()), field))
                 })
                 .collect::<Result<_, TemplateKeyError>>()?;
@@ -156,6 +161,13 @@ impl EntryBuilder {
                 for (name, field) in layout {
                     rendered.push(match field {
                         EnvelopeField::Column(_) => None,
+                        EnvelopeField::PercentColumn(index) => {
+                            row.values.get(*index).and_then(Option::as_deref).map(|v| {
+                                let mut encoded = String::with_capacity(v.len());
+                                crate::percent::encode_header_value(v, &mut encoded);
+                                Bytes::from(encoded)
+                            })
+                        }
                         EnvelopeField::Template(template) => Some(Bytes::from(render(name, template)?)),
                     });
                 }
@@ -167,7 +179,7 @@ impl EntryBuilder {
                 for ((name, field), rendered) in layout.iter().zip(rendered) {
                     let value = match field {
                         EnvelopeField::Column(index) => cells.get(*index).cloned().flatten(),
-                        EnvelopeField::Template(_) => rendered,
+                        EnvelopeField::PercentColumn(_) | EnvelopeField::Template(_) => rendered,
                     };
                     if let Some(value) = value {
                         fields.push((name.clone(), value));
@@ -281,6 +293,19 @@ mod tests {
                 ("kind", "k-order")
             ]
         );
+    }
+
+    #[test]
+    fn a_percent_encoded_column_is_left_out_when_null_like_a_copied_one() {
+        let columns = names(&["id", "event_id", "aggregate_id"]);
+        let toml = "stream = \"s\"\n[relay.envelope]\nid = \"{event_id}\"\nsubject = \"{percent(aggregate_id)}\"\n";
+        let builder = EntryBuilder::new(&relay(toml), &columns).unwrap();
+        let entry = builder.build(&mut row(&[Some("1"), Some("e-1"), None])).unwrap();
+        assert_eq!(pairs(&entry), [("id", "e-1")]);
+        let entry = builder.build(&mut row(&[Some("1"), Some("e-1"), Some("a b")])).unwrap();
+        assert_eq!(pairs(&entry), [("id", "e-1"), ("subject", "a%20b")]);
+        let entry = builder.build(&mut row(&[Some("1"), Some("e-1"), Some("")])).unwrap();
+        assert_eq!(pairs(&entry), [("id", "e-1"), ("subject", "")], "empty: kept, as a copied column keeps it");
     }
 
     #[test]
