@@ -114,17 +114,18 @@ impl LossWatch {
         self.suspect.swap(false, Ordering::Relaxed)
     }
 
-    /// Compares what `stream` says of itself now (`state`, and `floor`: the oldest entry some
-    /// consumer group still needs) with what was seen before; notes a `reason` when a counter
-    /// went backwards or the stream vanished. Returns when the oldest entry some group still
-    /// needed was appended (ms), as it was before this look.
     /// What the relay has appended to `stream` so far (taken before a look reads its state).
     pub(crate) fn appended_so_far(&self, stream: &str) -> Appended {
         let map = self.streams.lock().expect("loss watch lock");
         map.get(stream).map(|mark| mark.appended.clone()).unwrap_or_default()
     }
 
-    /// `before`: what [`appended_so_far`](Self::appended_so_far) said before `state` was read.
+    /// Compares what `stream` says of itself now (`state`, and `floor`: the oldest entry some
+    /// consumer group still needs) with what was seen before, and with `before` (what
+    /// [`appended_so_far`](Self::appended_so_far) said before `state` was read); notes a
+    /// `reason` when a counter went backwards, the stream vanished or ends before what the relay
+    /// appended. Returns when the oldest entry some group still needed was appended (ms), as it
+    /// was before this look.
     pub(crate) fn observe(
         &self,
         stream: &str,
