@@ -2,6 +2,12 @@
 //! TLS words (`sslrootcert=%2Fetc…`), `OTEL_EXPORTER_OTLP_HEADERS` values; and percent-encoding,
 //! for CloudEvents' header values on NATS.
 
+/// Whether a NATS header of this name holds a percent-encoded value: a CloudEvents attribute
+/// (`ce-…`, case aside), which the relay encodes, a bridge decodes and `poison retry` encodes again.
+pub(crate) fn encoded_header(name: &[u8]) -> bool {
+    name.len() >= 3 && name[..3].eq_ignore_ascii_case(b"ce-")
+}
+
 /// Writes `value` percent-encoded as CloudEvents' NATS and HTTP bindings say header values
 /// must be (NATS binding 3.1.3.2): space, `"`, `%` and every character outside printable ASCII
 /// (U+0021–U+007E) as `%XY` of each of its UTF-8 bytes, upper-case; the rest as it is.

@@ -297,7 +297,7 @@ fn validate_envelope(path: &str, relay: &RelayConfig, errors: &mut Vec<String>) 
             // Percent-encoded, only in a `ce-` header on NATS, which a bridge decodes.
             Ok(t) => {
                 let decoded =
-                    relay.broker == crate::broker::Broker::Nats && field.to_ascii_lowercase().starts_with("ce-");
+                    relay.broker == crate::broker::Broker::Nats && crate::percent::encoded_header(field.as_bytes());
                 carries_id |=
                     t.carried_column().is_some_and(|(column, percent)| column == "event_id" && (!percent || decoded))
             }

@@ -305,11 +305,10 @@ pub(super) type Field = (Vec<u8>, Vec<u8>);
 /// The bridge keeps `ce-` header values decoded (CloudEvents' NATS binding percent-encodes
 /// them); published to NATS again, they are encoded again.
 fn encode_cloudevents(fields: Vec<Field>) -> Vec<Field> {
-    let attribute = |name: &[u8]| name.len() >= 3 && name[..3].eq_ignore_ascii_case(b"ce-");
     fields
         .into_iter()
         .map(|(name, value)| {
-            if !attribute(&name) {
+            if !crate::percent::encoded_header(&name) {
                 return (name, value);
             }
             let mut encoded = String::new();

@@ -195,7 +195,7 @@ impl NatsGroup {
                     continue;
                 }
                 // A CloudEvents attribute's value is percent-encoded on NATS (its binding).
-                let attribute = name.len() >= 3 && name[..3].eq_ignore_ascii_case("ce-");
+                let attribute = crate::percent::encoded_header(name.as_bytes());
                 for value in values {
                     let value = match attribute {
                         true => Bytes::from(crate::percent::decode(value.as_str())),
