@@ -18,29 +18,40 @@ pub(crate) fn warn(text: impl std::fmt::Display) -> String {
 pub(crate) async fn redis(stream: &RedisStream, config: &Config) -> Vec<String> {
     let client = stream.client();
     let mut lines = Vec::new();
-    match config_get(client, "maxmemory-policy").await {
+    let field = |info: &str, name: &str| {
+        info.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_owned()))
+    };
+    // INFO first: a user without CONFIG (the documented ACLs grant none) still gets the answer.
+    let memory: Option<String> = client.info(Some(InfoKind::Memory)).await.ok();
+    let policy = match memory.as_deref().and_then(|i| field(i, "maxmemory_policy")) {
+        Some(policy) => Some(policy),
+        None => config_get(client, "maxmemory-policy").await,
+    };
+    match policy {
         Some(policy) if policy == "noeviction" => lines.push("redis: maxmemory-policy noeviction".to_owned()),
         Some(policy) => lines.push(warn(format!(
             "redis: maxmemory-policy is {policy}: under memory pressure Redis may evict stream entries before a \
              consumer reads them (broker-loss checks re-drive them from the outbox, once); set noeviction"
         ))),
         None => lines.push(warn(
-            "redis: CONFIG GET maxmemory-policy refused (a managed Redis?): make sure it is noeviction".to_owned(),
+            "redis: maxmemory-policy unreadable (INFO memory and CONFIG GET refused): make sure it is noeviction"
+                .to_owned(),
         )),
     }
     let persistence: Option<String> = client.info(Some(InfoKind::Persistence)).await.ok();
-    let field = |info: &str, name: &str| {
-        info.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_owned()))
-    };
     let aof = persistence.as_deref().and_then(|i| field(i, "aof_enabled")).is_some_and(|v| v == "1");
-    let rdb = config_get(client, "save").await.is_some_and(|s| !s.trim().is_empty());
+    let rdb = config_get(client, "save").await.map(|s| !s.trim().is_empty());
     lines.push(match (aof, rdb) {
         (true, _) => "redis: appendonly on (entries survive a restart)".to_owned(),
-        (false, true) => warn(
+        (false, None) => warn(
+            "redis: appendonly off, and CONFIG GET save refused: a restart loses the entries appended since \
+             the last snapshot, if any (re-driven from the outbox when broker_loss is on); set appendonly yes",
+        ),
+        (false, Some(true)) => warn(
             "redis: appendonly off, RDB snapshots only: a restart loses the entries appended since the last \
              snapshot (re-driven from the outbox when broker_loss is on); set appendonly yes",
         ),
-        (false, false) => warn(
+        (false, Some(false)) => warn(
             "redis: no persistence (appendonly off, no save): a restart loses every entry not yet taken in \
              (re-driven from the outbox when broker_loss is on); set appendonly yes",
         ),

@@ -28,7 +28,11 @@ use crate::fault::Faults;
 use crate::{app, check, ops, runtime, store, telemetry};
 
 #[derive(Debug, Parser)]
-#[command(name = "handoff", version, about = "Outbox → Redis Streams → inbox, without cross-database writes")]
+#[command(
+    name = "handoff",
+    version,
+    about = "Outbox → Redis Streams, NATS JetStream or Kafka → inbox, without cross-database writes"
+)]
 pub struct Cli {
     /// Path of the TOML configuration file.
     #[arg(long, short, global = true, env = "HANDOFF_CONFIG", default_value = "config/handoff.toml")]
@@ -39,9 +43,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run every configured relay until SIGTERM / SIGINT.
+    /// Run every configured relay, bridge and worker until SIGTERM / SIGINT.
     Run,
-    /// Validate the config, connect to the database and Redis, prepare and check every statement.
+    /// Validate the config, connect to the database and the brokers, prepare and check every
+    /// statement, and print the production checklist (server settings that can lose or delay
+    /// events, each passing or warning).
     Check,
     /// Apply the reference schema (idempotent): only the tables the config's components need
     /// (or `--role`'s), never a table the config adopts.

@@ -1,9 +1,11 @@
 //! The command reference (docs/reference/commands.md) and the command line agree, both ways:
-//! every command and every long option clap knows is in the reference, and every `handoff …`
-//! the reference shows (its code blocks and inline code) is a command clap knows, with options
-//! of that command.
+//! the page's list of every command and option is generated from clap (what `--help` says), and
+//! every `handoff …` the rest of the page shows (its code blocks and inline code) is a command
+//! clap knows, with options of that command.
 
 use clap::CommandFactory;
+
+use crate::common::generated;
 
 const REFERENCE: &str = include_str!("../docs/reference/commands.md");
 
@@ -56,6 +58,111 @@ fn options_in(text: &str) -> Vec<String> {
         }
     }
     options
+}
+
+/// An argument as a synopsis writes it: `--since <DURATION>`, `--json`, `<ID>`.
+fn usage(arg: &clap::Arg) -> String {
+    let value = arg.get_value_names().and_then(|names| names.first()).map(|n| n.to_string());
+    let value = value.unwrap_or_else(|| arg.get_id().as_str().to_uppercase());
+    let takes_value = arg.get_action().takes_values();
+    match arg.get_long() {
+        Some(long) if takes_value => format!("--{long} <{value}>"),
+        Some(long) => format!("--{long}"),
+        None => format!("<{value}>"),
+    }
+}
+
+/// Help text on one line, ending with a full stop (clap drops a one-sentence comment's).
+fn sentence(text: &str) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.is_empty() || text.ends_with('.') { text } else { format!("{text}.") }
+}
+
+/// One line of help, with what clap adds to `--help`: the choices, the default, repeatable.
+fn meaning(arg: &clap::Arg) -> String {
+    let text = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+    let mut text = sentence(&text).replace('|', "\\|");
+    let choices: Vec<String> =
+        arg.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| format!("`{}`", v.get_name())).collect();
+    if !choices.is_empty() && !matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+        text.push_str(&format!(" One of {}.", choices.join(", ")));
+    }
+    let defaults: Vec<String> = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+    if !defaults.is_empty() && arg.get_action().takes_values() {
+        text.push_str(&format!(" Default: `{}`.", defaults.join(" ")));
+    }
+    if matches!(arg.get_action(), clap::ArgAction::Append) {
+        text.push_str(" Repeatable.");
+    }
+    if arg.is_required_set() {
+        text.push_str(" Required.");
+    }
+    text.trim().to_owned()
+}
+
+/// Every command, its help and its options' help, as the page lists them; sibling commands
+/// with the same options (`dead list`, `retry`, `purge`) share one table.
+fn generated_reference() -> String {
+    fn options(command: &clap::Command) -> Vec<(String, String)> {
+        command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !a.is_global_set())
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .map(|a| (usage(a), meaning(a)))
+            .collect()
+    }
+    fn walk(command: &clap::Command, prefix: &str, out: &mut String) {
+        let subs: Vec<&clap::Command> =
+            command.get_subcommands().filter(|s| s.get_name() != "help" && !s.is_hide_set()).collect();
+        let mut i = 0;
+        while i < subs.len() {
+            let sub = subs[i];
+            let path = format!("{prefix} {}", sub.get_name());
+            if sub.has_subcommands() {
+                walk(sub, &path, out);
+                i += 1;
+                continue;
+            }
+            let shared = options(sub);
+            let mut group = vec![sub];
+            while let Some(next) = subs.get(i + group.len()) {
+                if next.has_subcommands() || options(next) != shared || shared.is_empty() {
+                    break;
+                }
+                group.push(next);
+            }
+            let about = |c: &clap::Command| {
+                sentence(&c.get_long_about().or(c.get_about()).map(|a| a.to_string()).unwrap_or_default())
+            };
+            if group.len() == 1 {
+                out.push_str(&format!("\n### `{path}`\n\n{}\n", about(sub)));
+            } else {
+                let names: Vec<String> = group.iter().map(|c| format!("`{prefix} {}`", c.get_name())).collect();
+                out.push_str(&format!("\n### {}\n\n", names.join(", ")));
+                for c in &group {
+                    out.push_str(&format!("- `{}`: {}\n", c.get_name(), about(c)));
+                }
+            }
+            if !shared.is_empty() {
+                out.push_str("\n| option | meaning |\n|---|---|\n");
+                for (usage, meaning) in &shared {
+                    out.push_str(&format!("| `{usage}` | {meaning} |\n"));
+                }
+            }
+            i += group.len();
+        }
+    }
+    let cli = handoff::Cli::command();
+    let mut out = String::new();
+    let config = cli.get_arguments().find(|a| a.get_id() == "config").expect("--config");
+    out.push_str(&format!("Every command takes `{}`: {}\n", usage(config), meaning(config)));
+    walk(&cli, "handoff", &mut out);
+    out
+}
+
+#[test]
+fn the_list_of_commands_is_what_the_command_line_says() {
+    generated::check("docs/reference/commands.md", &generated_reference());
 }
 
 #[test]

@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 
 use toml::Value;
 
+use crate::common::generated;
+
 const REFERENCE: &str = include_str!("../docs/reference/configuration.md");
 const PROBE: &str = "zz_probe";
 
@@ -111,6 +113,10 @@ fn documented_keys() -> BTreeSet<String> {
                 format!("{parent}.{token}")
             };
             parent = key.rsplit_once('.').map_or("", |(p, _)| p).to_owned();
+            // A shared table's own section (`tls.mode`): its uses are rows of their own.
+            if SHARED.iter().any(|(_, anchor, _)| key.split('.').next() == Some(anchor)) {
+                continue;
+            }
             keys.insert(key);
         }
     }
@@ -145,4 +151,393 @@ fn every_key_the_loader_knows_is_documented_and_every_documented_key_is_known() 
         "known to the loader but not in docs/reference/configuration.md: {undocumented:?}"
     );
     assert!(unknown.is_empty(), "in docs/reference/configuration.md but unknown to the loader: {unknown:?}");
+}
+
+// ---- The generated part: every key from the config structs' source and doc comments. ----
+
+/// Tables whose keys another page lists: one row, pointing there.
+const ELSEWHERE: &[(&str, &str)] = &[
+    ("SqlOverrides", "[The relay's statements](sql-contract.md)."),
+    ("TakeoverOverrides", "[The bridge's statements](sql-contract.md#the-bridges-statements)."),
+    ("WorkerOverrides", "[The worker's statements](sql-contract.md#the-workers-statements)."),
+];
+
+/// Tables used under several keys: their keys are listed once, in a section of their own.
+const SHARED: &[(&str, &str, &str)] = &[
+    (
+        "TlsConfig",
+        "tls",
+        "TLS to a server: every `tls` table below `database`, `redis`, `nats`, `kafka`, `telemetry.tracing` and `worker.handler.http`.",
+    ),
+    ("ListenerTls", "listener-tls", "TLS of handoff's own listeners: `telemetry.tls` and `admin.tls`."),
+    ("BackoffConfig", "backoff", "A backoff: `backoff` and `outage_backoff` of a relay or a worker."),
+];
+
+/// Where a key is explained at length, added to its meaning.
+const LINKS: &[(&str, &str)] = &[
+    ("kafka", "[Use Apache Kafka](../how-to/kafka.md)."),
+    ("admin", "[The admin API](commands.md#admin-api-and-status-page)."),
+    ("telemetry.tracing", "[Traces](metrics.md#traces)."),
+    ("database.tls", "[TLS](deployment.md#tls-to-every-server)."),
+    ("relay.stream", "[Sharded streams](../explanation/scaling.md#sharded-streams)."),
+    ("relay.claim", "[Locked claim](../explanation/delivery.md#locked-claim)."),
+    ("relay.envelope", "[The envelope](sql-contract.md#the-envelope)."),
+    ("relay.cloudevents", "[CloudEvents](sql-contract.md#cloudevents)."),
+    ("relay.trim", "[Trimming](../explanation/delivery.md#consumer-aware-trimming)."),
+    ("relay.notify", "[Wake-up](../explanation/delivery.md#low-latency-wake-up)."),
+    ("relay.dedupe", "[Publish dedupe](../explanation/delivery.md#publish-dedupe)."),
+    ("relay.ordering", "[Per-key ordering](../explanation/delivery.md#per-key-ordering)."),
+    ("relay.retention", "[Retention](../explanation/delivery.md#retention)."),
+    ("relay.partitions", "[Partitioned outbox](../explanation/scaling.md#partitioned-outbox)."),
+    ("relay.durability", "[Durability gate](../explanation/delivery.md#durability-gate)."),
+    ("relay.broker_loss", "[Broker data loss](../explanation/delivery.md#broker-data-loss)."),
+    (
+        "bridge.broker",
+        "[NATS](../explanation/consumer.md#on-nats-jetstream), [Kafka](../explanation/consumer.md#on-kafka).",
+    ),
+    ("bridge.batch_bytes", "[Memory](../explanation/consumer.md#memory)."),
+    (
+        "bridge.max_deliveries",
+        "[The delivery limit](../explanation/consumer.md#the-delivery-limit-counts-only-deliveries-that-reached-the-inbox).",
+    ),
+    ("bridge.envelope", "[The envelope](sql-contract.md#the-envelope)."),
+    ("bridge.apply", "[Apply at take-over](../explanation/consumer.md#apply-at-take-over)."),
+    ("worker.claim", "[Locked claim](../explanation/consumer.md#locked-claim)."),
+    ("worker.handler_errors", "[Failures](../explanation/consumer.md#failures)."),
+    ("worker.handler", "[Handlers](../explanation/consumer.md#handlers)."),
+];
+
+/// Every struct and enum of `src/` that derives `Deserialize`, by name.
+fn config_items() -> std::collections::HashMap<String, syn::Item> {
+    fn visit(items: Vec<syn::Item>, out: &mut std::collections::HashMap<String, syn::Item>) {
+        for item in items {
+            let (name, attrs) = match &item {
+                syn::Item::Struct(s) => (s.ident.to_string(), &s.attrs),
+                syn::Item::Enum(e) => (e.ident.to_string(), &e.attrs),
+                syn::Item::Mod(m) => {
+                    if let Some((_, inner)) = &m.content {
+                        visit(inner.clone(), out);
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let derives =
+                attrs.iter().any(|a| a.path().is_ident("derive") && quote_of(&a.meta).contains("Deserialize"));
+            // Types are found by name: a config type (one that denies unknown keys) keeps its
+            // name against any other, and two of them cannot share one.
+            match out.get(&name) {
+                Some(before) if is_config(before) => {
+                    assert!(!is_config(&item), "two config types named {name}: the generator finds types by name")
+                }
+                _ if derives => {
+                    out.insert(name, item);
+                }
+                _ => {}
+            }
+        }
+    }
+    fn walk(dir: &std::path::Path, out: &mut std::collections::HashMap<String, syn::Item>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let file = syn::parse_file(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                visit(file.items, out);
+            }
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+    out
+}
+
+/// Whether an item is part of the configuration (denies unknown keys, as every section does).
+fn is_config(item: &syn::Item) -> bool {
+    let attrs = match item {
+        syn::Item::Struct(s) => &s.attrs,
+        syn::Item::Enum(e) => &e.attrs,
+        _ => return false,
+    };
+    attrs.iter().any(|a| a.path().is_ident("serde") && quote_of(&a.meta).contains("deny_unknown_fields"))
+}
+
+fn quote_of(meta: &syn::Meta) -> String {
+    match meta {
+        syn::Meta::List(list) => list.tokens.to_string(),
+        syn::Meta::NameValue(nv) => match &nv.value {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => s.value(),
+            _ => String::new(),
+        },
+        syn::Meta::Path(_) => String::new(),
+    }
+}
+
+/// A doc comment as one line of text.
+fn doc(attrs: &[syn::Attribute]) -> String {
+    let lines: Vec<String> =
+        attrs.iter().filter(|a| a.path().is_ident("doc")).map(|a| quote_of(&a.meta).trim().to_owned()).collect();
+    lines.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `serde(...)` options of a field or a type, as `name` or `name = "value"` strings.
+fn serde_options(attrs: &[syn::Attribute]) -> Vec<(String, Option<String>)> {
+    let mut options = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            let name = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+            let value = if meta.input.peek(syn::Token![=]) {
+                let lit: syn::LitStr = meta.value()?.parse()?;
+                Some(lit.value())
+            } else {
+                None
+            };
+            options.push((name, value));
+            Ok(())
+        });
+    }
+    options
+}
+
+fn option<'a>(options: &'a [(String, Option<String>)], name: &str) -> Option<&'a Option<String>> {
+    options.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+}
+
+/// `snake_case` / `lowercase` / `kebab-case` / `SCREAMING-KEBAB-CASE` of a variant's name.
+fn renamed(name: &str, rule: Option<&str>) -> String {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    for c in name.chars() {
+        if c.is_uppercase() && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        word.push(c);
+    }
+    words.push(word);
+    match rule {
+        Some("snake_case") => words.join("_").to_lowercase(),
+        Some("kebab-case") => words.join("-").to_lowercase(),
+        Some("lowercase") => name.to_lowercase(),
+        Some("SCREAMING-KEBAB-CASE") => words.join("-").to_uppercase(),
+        Some("UPPERCASE") => name.to_uppercase(),
+        Some(other) => panic!("rename_all = {other}: teach the generator"),
+        None => name.to_owned(),
+    }
+}
+
+/// The last segment of a type's path and its generic arguments: `Option<Vec<String>>` →
+/// (`Option`, [`Vec<String>`]).
+fn split_type(ty: &syn::Type) -> (String, Vec<syn::Type>) {
+    let syn::Type::Path(path) = ty else { return (String::from("?"), Vec::new()) };
+    let last = path.path.segments.last().unwrap();
+    let args = match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) => a
+            .args
+            .iter()
+            .filter_map(|a| if let syn::GenericArgument::Type(t) = a { Some(t.clone()) } else { None })
+            .collect(),
+        _ => Vec::new(),
+    };
+    (last.ident.to_string(), args)
+}
+
+/// A sentence of a doc comment: up to a full stop outside parentheses, quotes and backticks.
+fn sentences(text: &str) -> Vec<String> {
+    let (mut out, mut current, mut depth, mut quoted) = (Vec::new(), String::new(), 0i32, false);
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        current.push(c);
+        match c {
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => depth -= 1,
+            '`' | '"' => quoted = !quoted,
+            '.' if depth == 0
+                && !quoted
+                && chars.get(i + 1).is_none_or(|n| *n == ' ')
+                && !current.ends_with("e.g.")
+                && !current.ends_with("i.e.") =>
+            {
+                out.push(std::mem::take(&mut current).trim().to_owned());
+            }
+            _ => {}
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_owned());
+    }
+    out
+}
+
+/// A field's doc comment split into its meaning and its `Default: …` sentence.
+fn meaning_and_default(doc: &str) -> (String, Option<String>) {
+    let mut meaning = Vec::new();
+    let mut default = None;
+    for sentence in sentences(doc) {
+        match sentence.strip_prefix("Default: ").or_else(|| sentence.strip_prefix("Default ")) {
+            Some(rest) if default.is_none() => default = Some(rest.trim_end_matches('.').to_owned()),
+            _ => meaning.push(sentence),
+        }
+    }
+    (meaning.join(" ").replace('|', "\\|"), default)
+}
+
+/// What the config structs lack for the page (each named), reported together.
+static PROBLEMS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Row {
+    key: String,
+    kind: String,
+    default: String,
+    meaning: String,
+}
+
+/// What a value's type is called on the page; `None` for a table (a config struct).
+fn kind(ty: &syn::Type, items: &std::collections::HashMap<String, syn::Item>) -> Option<String> {
+    let (name, args) = split_type(ty);
+    Some(match name.as_str() {
+        "Option" => return kind(&args[0], items),
+        "String" | "Secret" => "string".into(),
+        "PathBuf" => "path".into(),
+        "SocketAddr" => "address".into(),
+        "bool" => "boolean".into(),
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i32" | "i64" | "NonZeroU32" | "NonZeroUsize" => "integer".into(),
+        "f64" => "number".into(),
+        "Duration" => "duration".into(),
+        "Vec" => format!("list of {}s", kind(&args[0], items)?),
+        "BTreeMap" | "HashMap" | "Fields" | "IndexMap" => "table of strings".into(),
+        other => match items.get(other) {
+            Some(syn::Item::Enum(e)) => {
+                let rule = option(&serde_options(&e.attrs), "rename_all").cloned().flatten();
+                let variants: Vec<String> = e
+                    .variants
+                    .iter()
+                    .filter(|v| option(&serde_options(&v.attrs), "skip").is_none())
+                    .map(|v| {
+                        let rename = option(&serde_options(&v.attrs), "rename").cloned().flatten();
+                        format!("`{}`", rename.unwrap_or_else(|| renamed(&v.ident.to_string(), rule.as_deref())))
+                    })
+                    .collect();
+                variants.join(" \\| ")
+            }
+            Some(syn::Item::Struct(_)) => return None,
+            _ => {
+                PROBLEMS.lock().unwrap().push(format!("config type {other}: teach the generator what to call it"));
+                "?".into()
+            }
+        },
+    })
+}
+
+/// The rows of a config struct's keys under `prefix`, nested tables after their own row.
+fn rows(name: &str, prefix: &str, items: &std::collections::HashMap<String, syn::Item>, out: &mut Vec<Row>) {
+    let Some(syn::Item::Struct(item)) = items.get(name) else { panic!("no config struct {name}") };
+    let syn::Fields::Named(fields) = &item.fields else { panic!("{name}: named fields expected") };
+    // `#[serde(default)]` on the struct: every key may be left out.
+    let all_defaulted = option(&serde_options(&item.attrs), "default").is_some();
+    for field in &fields.named {
+        let options = serde_options(&field.attrs);
+        if option(&options, "skip").is_some() || option(&options, "skip_deserializing").is_some() {
+            continue;
+        }
+        let ident = field.ident.as_ref().unwrap().to_string();
+        let key = option(&options, "rename").cloned().flatten().unwrap_or(ident);
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        let (type_name, args) = split_type(&field.ty);
+        // The claim-loop keys are written in the entry itself (the loader nests them).
+        if type_name == "ClaimLoopConfig" {
+            rows(&type_name, prefix, items, out);
+            continue;
+        }
+        let (meaning, stated) = meaning_and_default(&doc(&field.attrs));
+        let optional = type_name == "Option";
+        let defaulted = all_defaulted || option(&options, "default").is_some();
+        let inner = if optional { args[0].clone() } else { field.ty.clone() };
+        let (inner_name, inner_args) = split_type(&inner);
+        // A table's default is its keys'; a value's must be stated.
+        let table = items.get(&inner_name).is_some_and(|i| matches!(i, syn::Item::Struct(_)));
+        let default = stated.unwrap_or_else(|| {
+            if optional {
+                "none".into()
+            } else if !defaulted {
+                "required".into()
+            } else if table || inner_name == "Vec" {
+                "—".into()
+            } else {
+                PROBLEMS.lock().unwrap().push(format!("{path}: its doc comment must state its default (`Default: …`)"));
+                "?".into()
+            }
+        });
+        if meaning.is_empty() {
+            PROBLEMS.lock().unwrap().push(format!("{path}: no doc comment"));
+        }
+        if let Some((_, elsewhere)) = ELSEWHERE.iter().find(|(n, _)| *n == inner_name) {
+            out.push(Row { key: path, kind: "table".into(), default, meaning: format!("{meaning} {elsewhere}") });
+            continue;
+        }
+        let meaning = match LINKS.iter().find(|(k, _)| *k == path) {
+            Some((_, link)) => format!("{meaning} {link}"),
+            None => meaning,
+        };
+        if let Some((_, anchor, _)) = SHARED.iter().find(|(n, _, _)| *n == inner_name) {
+            let meaning = format!("{meaning} [Its keys](#{anchor}).");
+            out.push(Row { key: path, kind: "table".into(), default, meaning });
+            continue;
+        }
+        let element = if inner_name == "Vec" { Some(split_type(&inner_args[0]).0) } else { None };
+        match (kind(&inner, items), element) {
+            (Some(kind), _) => out.push(Row { key: path, kind, default, meaning }),
+            (None, Some(element)) => {
+                out.push(Row { key: path.clone(), kind: "list of tables".into(), default, meaning });
+                rows(&element, &path, items, out);
+            }
+            (None, None) => {
+                out.push(Row { key: path.clone(), kind: "table".into(), default, meaning });
+                rows(&inner_name, &path, items, out);
+            }
+        }
+    }
+}
+
+/// The page's generated part: one table per top-level section.
+fn generated_reference() -> String {
+    let items = config_items();
+    let mut all = Vec::new();
+    rows("Config", "", &items, &mut all);
+    for (name, anchor, _) in SHARED {
+        rows(name, anchor, &items, &mut all);
+    }
+    let problems = std::mem::take(&mut *PROBLEMS.lock().unwrap());
+    assert!(problems.is_empty(), "the config structs' doc comments:\n{}", problems.join("\n"));
+    let mut out = String::new();
+    let mut section = String::new();
+    for row in all {
+        let top = row.key.split('.').next().unwrap().to_owned();
+        if top != section {
+            if let Some((_, _, about)) = SHARED.iter().find(|(_, anchor, _)| *anchor == top) {
+                out.push_str(&format!(
+                    "\n## {top}\n\n{about}\n\n| key | type | default | meaning |\n|---|---|---|---|\n"
+                ));
+                section = top;
+                out.push_str(&format!("| `{}` | {} | {} | {} |\n", row.key, row.kind, row.default, row.meaning));
+                continue;
+            }
+            let meaning = &row.meaning;
+            let heading = if row.kind == "list of tables" { format!("[[{top}]]") } else { format!("[{top}]") };
+            out.push_str(&format!(
+                "\n## `{heading}`\n\n{meaning}\n\n| key | type | default | meaning |\n|---|---|---|---|\n"
+            ));
+            section = top;
+            if !row.key.contains('.') && (row.kind == "table" || row.kind == "list of tables") {
+                continue;
+            }
+        }
+        out.push_str(&format!("| `{}` | {} | {} | {} |\n", row.key, row.kind, row.default, row.meaning));
+    }
+    out
+}
+
+#[test]
+fn the_reference_lists_what_the_config_structs_say() {
+    generated::check("docs/reference/configuration.md", &generated_reference());
 }

@@ -272,3 +272,83 @@ async fn on_mariadb_reshard_runs_with_the_operator_grants_alone() {
     let (ok, out) = run_to_end(&config, &["reshard", "--relay", "relay"]);
     assert!(ok && out.contains("8 shards recorded (was 4)"), "{out}");
 }
+
+/// The Redis users the deployment reference documents (its `ACL SETUSER` lines), for this test:
+/// named after it, on its streams' keys. Returns the URL to connect as each role's user.
+async fn documented_redis_users(env: &TestEnv) -> Vec<(String, String)> {
+    let page = include_str!("../docs/reference/deployment.md");
+    let mut users = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("ACL SETUSER handoff-")) {
+        let role = line.split_whitespace().nth(2).unwrap().trim_start_matches("handoff-").to_owned();
+        let user = format!("{}-{role}", env.id);
+        let password = format!("{}-secret", env.id);
+        let rules = line
+            .replacen(&format!("handoff-{role}"), &user, 1)
+            .replace(&format!(">{}_PASSWORD", role.to_uppercase()), &format!(">{password}"))
+            .replace("~audit:*", &format!("~{}:*", env.id));
+        let args: Vec<String> = rules.split_whitespace().skip(1).map(str::to_owned).collect();
+        let command = fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+        let _: fred::types::Value = fred::interfaces::ClientLike::custom(&env.redis, command, args).await.unwrap();
+        let url = env.redis_url.replacen("redis://", &format!("redis://{user}:{password}@"), 1);
+        users.push((role, url));
+    }
+    assert_eq!(users.len(), 2, "the reference documents a relay user and a bridge user: {users:?}");
+    users
+}
+
+/// What Redis refused the test's users (`ACL LOG`), as text.
+async fn acl_denials(env: &TestEnv) -> Vec<String> {
+    let command = fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+    let log: fred::types::Value =
+        fred::interfaces::ClientLike::custom(&env.redis, command, vec!["LOG", "128"]).await.unwrap();
+    let fred::types::Value::Array(entries) = log else { return Vec::new() };
+    let mut denied = Vec::new();
+    for entry in entries {
+        let fred::types::Value::Array(fields) = entry else { continue };
+        let text: Vec<String> = fields.iter().map(|v| v.as_string().unwrap_or_default()).collect();
+        let field = |name: &str| text.iter().position(|t| t == name).and_then(|i| text.get(i + 1)).cloned();
+        let (Some(user), Some(object)) = (field("username"), field("object")) else { continue };
+        // `check` asks CONFIG GET save and says, when refused, that it cannot tell (documented).
+        if user.starts_with(&env.id) && object != "config|get" {
+            denied.push(format!("{user}: {object}"));
+        }
+    }
+    denied
+}
+
+#[tokio::test]
+async fn the_relay_and_the_bridge_run_as_the_documented_redis_users() {
+    let env = TestEnv::new().await;
+    let users = documented_redis_users(&env).await;
+    let url_of = |role: &str| users.iter().find(|(r, _)| r == role).unwrap().1.clone();
+    let as_user = |config: String, role: &str| config.replacen(&env.redis_url, &url_of(role), 1);
+    // The trim and the loss check run often, so that their commands run too.
+    let relay = as_user(
+        env.config("[relay.trim]\nacknowledged = true\ninterval = \"100ms\"\n[relay.broker_loss]\ncheck_interval = \"100ms\"\n"),
+        "relay",
+    );
+    let bridge = as_user(env.bridge_config("b1", &["user"], ""), "bridge");
+    for config in [&relay, &bridge] {
+        let (ok, out) = run_to_end(config, &["check"]);
+        assert!(ok, "check passes as the documented user:\n{out}");
+    }
+    let relay = Handoff::run(&relay);
+    let _bridge = Handoff::run(&bridge);
+    env.insert_events("r", "user", 20).await;
+    eventually("every event in the inbox", || async { (env.inbox_count("PENDING").await == 20).then_some(()) }).await;
+    eventually("a trim pass after the group acknowledged", || async {
+        relay.logs().contains("trimmed below what every group acknowledged").then_some(())
+    })
+    .await;
+    assert_eq!(acl_denials(&env).await, Vec::<String>::new(), "Redis refused nothing the users asked");
+    for (role, _) in &users {
+        let command = fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+        let _: fred::types::Value = fred::interfaces::ClientLike::custom(
+            &env.redis,
+            command,
+            vec!["DELUSER".to_owned(), format!("{}-{role}", env.id)],
+        )
+        .await
+        .unwrap();
+    }
+}

@@ -98,12 +98,19 @@ pub struct BridgeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvelopeNames {
+    /// The field carrying the event id (required in every entry). Default: "event_id".
     pub event_id: String,
+    /// The field carrying the event type (required). Default: "event_type".
     pub event_type: String,
+    /// The field carrying the payload (required). Default: "payload".
     pub payload: String,
+    /// The field carrying the owner; "" when entries carry none. Default: "owner".
     pub owner: String,
+    /// The field carrying the aggregate type; "" when entries carry none. Default: "aggregate_type".
     pub aggregate_type: String,
+    /// The field carrying the aggregate id; "" when entries carry none. Default: "aggregate_id".
     pub aggregate_id: String,
+    /// The field carrying the headers (a JSON object); "" when entries carry none. Default: "headers".
     pub headers: String,
 }
 

@@ -8,11 +8,15 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackoffConfig {
+    /// The first delay.
     #[serde(with = "humantime_serde")]
     pub initial: Duration,
+    /// The longest delay.
     #[serde(with = "humantime_serde")]
     pub max: Duration,
+    /// Each delay is the one before times this.
     pub multiplier: f64,
+    /// Each delay is moved at random by up to this fraction of it, so replicas spread out.
     pub jitter: f64,
 }
 

@@ -37,10 +37,12 @@ pub struct ClaimLoopConfig<D: LoopDefaults> {
     /// it turns DEAD. Default: 10 for a relay, 5 for a worker.
     #[serde(default = "D::max_attempts")]
     pub max_attempts: u32,
-    /// Delay before retrying a row that failed.
+    /// Delay before retrying a row that failed. Default: `{ initial = "1s", max = "10m",
+    /// multiplier = 2.0, jitter = 0.2 }`.
     #[serde(default = "BackoffConfig::row_default")]
     pub backoff: BackoffConfig,
     /// Delay before claiming again after the database (or the broker) was unreachable.
+    /// Default: `{ initial = "200ms", max = "30s", multiplier = 2.0, jitter = 0.2 }`.
     #[serde(default = "BackoffConfig::outage_default")]
     pub outage_backoff: BackoffConfig,
     /// `leased`: a claim marks rows in flight under a lease, the settle marks them again.

@@ -68,8 +68,10 @@ impl TlsMode {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// `disable`, `prefer`, `require`, `verify-ca` or `verify-full`. Default: per connection
-    /// (see the configuration reference); `verify-full` whenever `ca_file` is given.
+    /// How much of the server's certificate is checked: `verify-full` checks the chain and the
+    /// name, `verify-ca` the chain only, `require` and `prefer` nothing (`prefer` falls back to
+    /// plain). Default: the table's (each `tls` row says it); `verify-full` whenever `ca_file`
+    /// is given.
     pub mode: Option<TlsMode>,
     /// PEM file of the CA certificate(s) to trust. Default: the system's roots.
     pub ca_file: Option<PathBuf>,

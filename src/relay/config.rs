@@ -61,7 +61,7 @@ pub struct RelayConfig {
     #[serde(default)]
     pub broker_loss: BrokerLossConfig,
     /// Extra entry fields after the built-in ones, in the order written: name → template over
-    /// claim columns (or a constant).
+    /// claim columns (`"{tenant_id}"`) or a constant. Default: none.
     #[serde(default, deserialize_with = "crate::config::ordered::map")]
     pub fields: crate::config::ordered::Fields,
     /// The whole entry, field by field in the order written, instead of the built-in layout:
@@ -230,7 +230,7 @@ pub struct DurabilityConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerLossConfig {
-    /// Default: true.
+    /// `false` turns the watch off (`handoff verify` still works). Default: true.
     #[serde(default = "defaults::yes")]
     pub enabled: bool,
     /// How often the relay looks for signs of lost writes (a restarted or failed-over server, a

@@ -161,7 +161,7 @@ pub struct HttpHandlerConfig {
     /// Default: [400, 404, 409, 410, 415, 422].
     #[serde(default = "defaults::dead_statuses")]
     pub dead_on: Vec<u16>,
-    /// Extra request headers (constants).
+    /// Extra request headers (constants). Default: none.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Event headers (from the outbox row's `headers`) forwarded as HTTP headers, by name
@@ -169,7 +169,7 @@ pub struct HttpHandlerConfig {
     /// name is sent at most once. Default: ["traceparent", "tracestate", "baggage"].
     #[serde(default = "defaults::forward_headers")]
     pub forward_headers: Vec<String>,
-    /// TLS for an `https://` URL.
+    /// TLS for an `https://` URL. Default: `verify-full` against the system roots.
     #[serde(default)]
     pub tls: crate::config::tls::TlsConfig,
     /// Requests this handler has in flight at most, per worker loop: a batch's rows are POSTed

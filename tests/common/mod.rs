@@ -7,6 +7,7 @@
 
 pub mod brokers;
 pub mod db_env;
+pub mod generated;
 pub mod http;
 pub mod kafka;
 pub mod mysql;

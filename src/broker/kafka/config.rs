@@ -20,7 +20,7 @@ pub struct KafkaConfig {
     pub bootstrap_servers: String,
     /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
     /// Any key set, or `[kafka.sasl]`: TLS, `verify-full` unless `mode` says otherwise.
-    /// `mode = "disable"` is the only way to send SASL in the clear.
+    /// `mode = "disable"` is the only way to send SASL in the clear. Default: off.
     #[serde(default)]
     pub tls: TlsConfig,
     /// SASL: `mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `user`, `password_file`.
@@ -46,8 +46,12 @@ pub struct KafkaConfig {
     /// past it the row goes back to the outbox untouched, as in any outage. Default: "30s".
     #[serde(default = "defaults::delivery_timeout", with = "humantime_serde")]
     pub delivery_timeout: Duration,
-    /// librdkafka properties passed through as they are, from a short list of tuning knobs
-    /// ([`TUNABLE`]); anything else is refused.
+    /// librdkafka properties passed through as they are, tuning only: batching, compression
+    /// (lz4, snappy, zstd), buffers, message size, timeouts, backoffs, client naming (the list is
+    /// `TUNABLE`; any other is refused, and the error lists them). Fixed, whatever is set:
+    /// `enable.idempotence=true`, `acks=all`, `max.in.flight.requests.per.connection=5`,
+    /// `message.timeout.ms` = `delivery_timeout`. Default: `linger.ms = 5`, `client.id =
+    /// handoff`, keep-alive on.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }
@@ -66,7 +70,9 @@ pub enum Layout {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SaslConfig {
+    /// How the client proves who it is.
     pub mechanism: SaslMechanism,
+    /// The user name.
     pub user: String,
     /// A file holding the password (a mounted secret; never logged).
     pub password_file: PathBuf,

@@ -14,13 +14,14 @@ pub struct NatsConfig {
     /// they are read from the files below.
     pub url: String,
     /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
-    /// Set, or a `tls://` URL: TLS is required, `verify-full` unless `mode` says otherwise.
+    /// Set, or a `tls://` URL: TLS is required, `verify-full` unless `mode` says otherwise. Default: off.
     #[serde(default)]
     pub tls: crate::config::tls::TlsConfig,
     /// A file holding the server's authorization token.
     pub token_file: Option<PathBuf>,
     /// A user name, with its password in `password_file`.
     pub user: Option<String>,
+    /// A file holding `user`'s password.
     pub password_file: Option<PathBuf>,
     /// A `.creds` file (JWT and NKey seed, as `nsc` writes it).
     pub credentials_file: Option<PathBuf>,
