@@ -15,9 +15,9 @@ pub struct BridgeConfig {
     pub name: String,
     /// The consuming service; the inbox is unique on (consumer, event_id). Required.
     pub consumer: String,
-    /// The broker the streams are read from: "redis" or "nats" (JetStream, `[nats]`; each
-    /// stream is then a subject, read through a durable pull consumer named after the group and
-    /// the subject). Default: "redis".
+    /// The broker the streams are read from: "redis", "nats" (JetStream, `[nats]`: each stream
+    /// is a subject, read through a durable pull consumer named after the group and the subject)
+    /// or "kafka" (`[kafka]`: each stream is a topic, read in the group). Default: "redis".
     #[serde(default)]
     pub broker: crate::broker::Broker,
     /// Consumer group (Redis) or durable consumer's prefix (NATS). Default: the consumer.
@@ -85,7 +85,8 @@ pub struct BridgeConfig {
     /// they serve as PROCESSED; the worker then only sees retries and events served otherwise.
     /// Postgres with the reference inbox statements. `"off"`: the worker applies everything.
     /// Default: the one worker of this inbox in the file, where every condition holds (else
-    /// off). After loading: the worker applied, or none.
+    /// off).
+    // After loading: the worker applied, or `None`.
     pub apply: Option<String>,
     /// Why `apply` is what it is (set when the configuration is loaded).
     #[serde(skip)]

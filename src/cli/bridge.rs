@@ -7,8 +7,9 @@ use crate::rewind::{self, RewindTo};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BridgeAction {
-    /// Move a bridge's consumer group back (XGROUP SETID) so the entries after the new position
-    /// are delivered again; the inbox deduplicates what it already holds. Redis only.
+    /// Move a bridge's group back so entries are delivered again; the inbox drops those it holds.
+    /// Redis: XGROUP SETID. NATS: each durable consumer made again from there (pause the bridge
+    /// first). Kafka: `--to` is a time; committed offsets move (stop the bridge first).
     Rewind(RewindArgs),
 }
 
@@ -20,8 +21,7 @@ pub struct RewindArgs {
     /// Only this stream of the bridge (its key). Default: all of them.
     #[arg(long)]
     stream: Option<String>,
-    /// An entry id ("1700000000000-0": delivered again from the entry after it), a duration
-    /// ago ("1h") or an RFC 3339 time (entries added from then on are delivered again).
+    /// An entry id (redelivery starts after it), a duration ago ("1h") or an RFC 3339 time.
     #[arg(long, value_parser = RewindTo::parse)]
     to: RewindTo,
     /// Show where the group would move, move nothing.

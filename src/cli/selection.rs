@@ -13,8 +13,10 @@ pub(crate) struct SelectionArgs {
     /// An event type, or a prefix ending in `*` ("user.*").
     #[arg(long)]
     event_type: Option<String>,
+    /// One aggregate type.
     #[arg(long)]
     aggregate_type: Option<String>,
+    /// One aggregate.
     #[arg(long)]
     aggregate_id: Option<String>,
     /// One event.
