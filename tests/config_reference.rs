@@ -88,36 +88,18 @@ fn loader_keys() -> (BTreeSet<String>, BTreeSet<String>) {
     (keys, tables)
 }
 
-/// The keys the reference's tables name in their first column: `a.b.c` in full; a bare name
-/// after it is a sibling (`database.tls.ca_file` / `cert_file`); `[[relay]] name` is
-/// `relay.name`; `redis.…` is the first key with another section; `relay.sql.*` is a table
-/// whose keys another page lists.
+/// The keys the reference's tables name in their first column, each below its section's
+/// heading (`## \`[relay]\``: `trim.maxlen` is `relay.trim.maxlen`). The sections of shared
+/// tables (`## tls`) are left out: each use is a row of its own.
 fn documented_keys() -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
-    for line in REFERENCE.lines().filter(|l| l.starts_with("| `")) {
-        let cell = line[2..].split(" | ").next().unwrap_or_default();
-        let tokens: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
-        let first = tokens[0].strip_prefix("[[").map_or(tokens[0].to_owned(), |t| t.replacen("]] ", ".", 1));
-        let mut parent = first.rsplit_once('.').map_or("", |(p, _)| p).to_owned();
-        for token in tokens {
-            let key = if let Some(section) = token.strip_suffix(".…") {
-                let rest = first.split_once('.').map_or("", |(_, r)| r);
-                format!("{section}.{rest}")
-            } else if let Some(table) = token.strip_suffix(".*") {
-                table.to_owned()
-            } else if let Some(rest) = token.strip_prefix("[[") {
-                rest.replacen("]] ", ".", 1)
-            } else if token.contains('.') {
-                token.to_owned()
-            } else {
-                format!("{parent}.{token}")
-            };
-            parent = key.rsplit_once('.').map_or("", |(p, _)| p).to_owned();
-            // A shared table's own section (`tls.mode`): its uses are rows of their own.
-            if SHARED.iter().any(|(_, anchor, _)| key.split('.').next() == Some(anchor)) {
-                continue;
-            }
-            keys.insert(key);
+    let mut section: Option<String> = None;
+    for line in REFERENCE.lines() {
+        if let Some(heading) = line.strip_prefix("## ") {
+            let name = heading.strip_prefix('`').and_then(|h| h.strip_suffix('`'));
+            section = name.map(|h| h.trim_matches(['[', ']']).to_owned());
+        } else if let (Some(section), Some(row)) = (&section, line.strip_prefix("| `")) {
+            keys.insert(format!("{section}.{}", row.split('`').next().unwrap_or_default()));
         }
     }
     keys
@@ -275,10 +257,16 @@ fn quote_of(meta: &syn::Meta) -> String {
 }
 
 /// A doc comment as one line of text.
-fn doc(attrs: &[syn::Attribute]) -> String {
+/// A doc comment's paragraphs, each on one line. The page shows the first (and the `Default:`
+/// sentence, wherever it is); the others are detail for the code's readers.
+fn doc(attrs: &[syn::Attribute]) -> Vec<String> {
     let lines: Vec<String> =
         attrs.iter().filter(|a| a.path().is_ident("doc")).map(|a| quote_of(&a.meta).trim().to_owned()).collect();
-    lines.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
+    lines
+        .split(|l| l.is_empty())
+        .map(|p| p.join(" ").split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 /// `serde(...)` options of a field or a type, as `name` or `name = "value"` strings.
@@ -370,13 +358,16 @@ fn sentences(text: &str) -> Vec<String> {
 }
 
 /// A field's doc comment split into its meaning and its `Default: …` sentence.
-fn meaning_and_default(doc: &str) -> (String, Option<String>) {
+fn meaning_and_default(doc: &[String]) -> (String, Option<String>) {
     let mut meaning = Vec::new();
     let mut default = None;
-    for sentence in sentences(doc) {
-        match sentence.strip_prefix("Default: ").or_else(|| sentence.strip_prefix("Default ")) {
-            Some(rest) if default.is_none() => default = Some(rest.trim_end_matches('.').to_owned()),
-            _ => meaning.push(sentence),
+    for (i, paragraph) in doc.iter().enumerate() {
+        for sentence in sentences(paragraph) {
+            match sentence.strip_prefix("Default: ").or_else(|| sentence.strip_prefix("Default ")) {
+                Some(rest) if default.is_none() => default = Some(rest.trim_end_matches('.').to_owned()),
+                _ if i == 0 => meaning.push(sentence),
+                _ => {}
+            }
         }
     }
     (meaning.join(" ").replace('|', "\\|"), default)
@@ -519,7 +510,8 @@ fn generated_reference() -> String {
                     "\n## {top}\n\n{about}\n\n| key | type | default | meaning |\n|---|---|---|---|\n"
                 ));
                 section = top;
-                out.push_str(&format!("| `{}` | {} | {} | {} |\n", row.key, row.kind, row.default, row.meaning));
+                let key = row.key.split_once('.').map_or(row.key.as_str(), |(_, k)| k);
+                out.push_str(&format!("| `{key}` | {} | {} | {} |\n", row.kind, row.default, row.meaning));
                 continue;
             }
             let meaning = &row.meaning;
@@ -532,7 +524,8 @@ fn generated_reference() -> String {
                 continue;
             }
         }
-        out.push_str(&format!("| `{}` | {} | {} | {} |\n", row.key, row.kind, row.default, row.meaning));
+        let key = row.key.split_once('.').map_or(row.key.as_str(), |(_, k)| k);
+        out.push_str(&format!("| `{key}` | {} | {} | {} |\n", row.kind, row.default, row.meaning));
     }
     out
 }

@@ -15,9 +15,11 @@ pub struct BridgeConfig {
     pub name: String,
     /// The consuming service; the inbox is unique on (consumer, event_id). Required.
     pub consumer: String,
-    /// The broker the streams are read from: "redis", "nats" (JetStream, `[nats]`: each stream
-    /// is a subject, read through a durable pull consumer named after the group and the subject)
-    /// or "kafka" (`[kafka]`: each stream is a topic, read in the group). Default: "redis".
+    /// The broker read: `redis`, `nats` (`[nats]`; a stream is a subject) or `kafka` (`[kafka]`; a
+    /// stream is a topic). Default: "redis".
+    ///
+    /// On NATS each subject is read through a durable pull consumer named after the group and the
+    /// subject.
     #[serde(default)]
     pub broker: crate::broker::Broker,
     /// Consumer group (Redis) or durable consumer's prefix (NATS). Default: the consumer.
@@ -33,15 +35,15 @@ pub struct BridgeConfig {
     /// Entries per read. Default: 100.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
-    /// Takeover loops per stream, each a consumer of the group of its own (`instance`, then
-    /// `instance-2`, `instance-3`, …) sharing the group's entries, so one process keeps more than
-    /// one takeover transaction under way. As with several instances, two events of one key may
-    /// then be taken in (and applied) in either order. Default: 1.
+    /// Takeover loops per stream (1–16), consumers `instance`, `instance-2`, …; above 1, one key's
+    /// events may be taken in either order. Default: 1.
     #[serde(default = "defaults::concurrency")]
     pub concurrency: u32,
-    /// Bytes of entries one read may bring in (estimated from the largest entry of recent
-    /// reads): a stream of large entries is read a few at a time, so the bridge's memory is
-    /// bounded by its configuration rather than by the stream. Default: 8388608 (8 MiB).
+    /// Bytes one read may bring in, so memory is bounded by the configuration, not the stream.
+    /// Default: 8388608 (8 MiB).
+    ///
+    /// Estimated from the largest entry of recent reads: a stream of large entries is read a few at
+    /// a time.
     #[serde(default = "defaults::batch_bytes")]
     pub batch_bytes: usize,
     /// How long a read waits for new entries. Default: "2s".
@@ -50,9 +52,10 @@ pub struct BridgeConfig {
     /// Entries pending this long on any consumer (a dead instance) are claimed. Default: "60s".
     #[serde(default = "defaults::claim_idle", with = "humantime_serde")]
     pub claim_idle: Duration,
-    /// An entry redelivered this many times after reaching the inbox database without a verdict
-    /// (the bridge died handling it) goes to the poison path. Deliveries that never reached the
-    /// database (an inbox outage, a restart before it) do not count. Default: 5.
+    /// Redeliveries that reached the inbox without a verdict before an entry is poison. Default: 5.
+    ///
+    /// The bridge died handling it. Deliveries that never reached the database (an inbox outage, a
+    /// restart before it) do not count.
     #[serde(default = "defaults::max_deliveries")]
     pub max_deliveries: u32,
     /// Consumers of the group idle this long with nothing pending are deleted. Default: "24h".
@@ -64,8 +67,7 @@ pub struct BridgeConfig {
     /// Poison table (invalid entries and payload conflicts). Default: "consumer_inbox_poison".
     #[serde(default = "defaults::poison_table")]
     pub poison_table: String,
-    /// handoff's own table of redeliveries that reached the inbox database without a verdict
-    /// (what `max_deliveries` counts; see docs/explanation/consumer.md). Default: "consumer_inbox_deliveries".
+    /// handoff's own table of what `max_deliveries` counts. Default: "consumer_inbox_deliveries".
     #[serde(default = "defaults::deliveries_table")]
     pub deliveries_table: String,
     /// Also append poison entries to this stream (with `reason`, `detail`, `source_stream`,
@@ -80,12 +82,12 @@ pub struct BridgeConfig {
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: TakeoverOverrides,
-    /// Apply at take-over: the name of a worker of this file (same consumer and inbox table)
-    /// whose SQL handlers the bridge runs in the take-over transaction, inserting the events
-    /// they serve as PROCESSED; the worker then only sees retries and events served otherwise.
-    /// Postgres with the reference inbox statements. `"off"`: the worker applies everything.
-    /// Default: the one worker of this inbox in the file, where every condition holds (else
-    /// off).
+    /// A worker of this file (same consumer and inbox) whose SQL handlers the bridge runs in the
+    /// take-over transaction; `"off"`: none. Default: the one such worker, where every condition
+    /// holds.
+    ///
+    /// Postgres with the reference inbox statements. Events the handlers serve are inserted
+    /// PROCESSED; the worker then only sees retries and events served otherwise.
     // After loading: the worker applied, or `None`.
     pub apply: Option<String>,
     /// Why `apply` is what it is (set when the configuration is loaded).
@@ -157,9 +159,8 @@ pub struct StreamSource {
     pub key: String,
     /// The `owner` field every entry must carry; unset accepts any owner.
     pub owner: Option<String>,
-    /// Sharded streams: the number of shards the relay's `{shard(column, N)}` writes; the key
-    /// then carries `{shard}` where the shard number goes. Expanded by the loader into one
-    /// stream per shard (unset afterwards).
+    /// Sharded streams: the relay's `{shard(column, N)}` N; the key carries `{shard}`. Expanded
+    /// into one stream per shard.
     #[serde(default)]
     pub shard_count: Option<u32>,
     /// The shards this bridge reads: "all" (default), or "0-7", "0,4,8-11".

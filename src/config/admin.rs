@@ -25,9 +25,9 @@ pub struct AdminConfig {
     /// Default: "5s".
     #[serde(default = "five_seconds", with = "humantime_serde")]
     pub header_read_timeout: Duration,
-    /// Connections open at once. A new one beyond it closes the connection that has been open
-    /// longest without a request in progress, so a flood of idle or slow connections can
-    /// neither shut the operators out nor grow the process. Default: 32.
+    /// As `telemetry.max_connections`. Default: 32.
+    ///
+    /// A flood of idle or slow connections can neither shut the operators out nor grow the process.
     #[serde(default = "thirty_two")]
     pub max_connections: usize,
 }

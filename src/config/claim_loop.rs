@@ -21,16 +21,18 @@ pub struct ClaimLoopConfig<D: LoopDefaults> {
     /// 500 for a relay, 50 for a worker.
     #[serde(default = "D::batch_size")]
     pub batch_size: u32,
-    /// Claim loops: a relay's batches in flight at once (with 2, one batch is appended while the
-    /// next is claimed and settled). Default: 2 for a relay, 1 for a worker.
+    /// Claim loops: batches in flight at once. Default: 2 for a relay, 1 for a worker.
+    ///
+    /// With 2, a relay appends one batch while the next is claimed and settled.
     #[serde(default = "D::concurrency")]
     pub concurrency: u32,
     /// Sleep after a claim that was not full. Default: "250ms".
     #[serde(default = "poll_interval", with = "humantime_serde")]
     pub poll_interval: Duration,
-    /// How long a claim is owned before another claimant may take it over; renewed every third
-    /// of it while the batch is in flight (with claim = "locked": the batch's
-    /// idle-in-transaction timeout). Default: "30s".
+    /// How long a claim is owned before another claimant may take it over; renewed every third of
+    /// it. Default: "30s".
+    ///
+    /// With claim = "locked" it is the batch's idle-in-transaction timeout.
     #[serde(default = "lease", with = "humantime_serde")]
     pub lease: Duration,
     /// Failures attributable to the row (an append the broker refused, a handler error) before
@@ -45,10 +47,11 @@ pub struct ClaimLoopConfig<D: LoopDefaults> {
     /// Default: `{ initial = "200ms", max = "30s", multiplier = 2.0, jitter = 0.2 }`.
     #[serde(default = "BackoffConfig::outage_default")]
     pub outage_backoff: BackoffConfig,
-    /// `leased`: a claim marks rows in flight under a lease, the settle marks them again.
-    /// `locked` (Postgres, reference statements): a transaction locks the batch, works it and
-    /// settles it before committing, so a row is written once. Default: "auto", which loading
-    /// resolves to `locked` wherever that is allowed and to `leased` elsewhere.
+    /// `locked`: one transaction locks, works and settles the batch (Postgres, reference
+    /// statements). `leased`: rows are marked in flight under a lease. Default: "auto" (`locked`
+    /// wherever allowed, else `leased`).
+    ///
+    /// `locked` writes each row once; `leased` writes it at the claim and again at the settle.
     #[serde(default)]
     pub claim: ClaimMode,
     /// With claim = "auto": why loading chose what it chose (said at start and by `check`).

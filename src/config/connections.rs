@@ -12,8 +12,9 @@ use super::tls::{TlsConfig, TlsMode};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
-    /// Connection URL, e.g. `postgres://user:pass@host:5432/db`. Secret: prefer the environment
-    /// (`HANDOFF_DATABASE__URL`) or `url_file`. Exactly one of `url` / `url_file` is required.
+    /// Connection URL, e.g. `postgres://user:pass@host:5432/db`; this or `url_file` is required.
+    ///
+    /// A secret: prefer the environment (`HANDOFF_DATABASE__URL`) or `url_file`.
     pub url: Option<Secret>,
     /// File holding the URL (a mounted Kubernetes secret); surrounding whitespace is ignored.
     pub url_file: Option<PathBuf>,
@@ -23,20 +24,21 @@ pub struct DatabaseConfig {
     /// Timeout for opening a connection and for waiting on the pool. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// The longest a statement may run: the server ends it there (`statement_timeout`,
-    /// MariaDB's `max_statement_time`), and a connection that leaves a request unanswered a
-    /// little longer counts as dead and is closed — a silent network failure (a partition, a
-    /// lost NAT entry, a proxy that lost its upstream) sends no error, and without this a
-    /// statement would wait on it for ever. Either way the statement fails as an outage and
-    /// the next one opens a new connection. Keep it above your slowest statement (a handler's);
-    /// operator commands (`migrate`, `dead`, `replay`, …) allow an hour at least.
-    /// Default: "30s".
+    /// The longest a statement may run; a connection silent longer is closed (an outage). Keep it
+    /// above your slowest handler statement. Default: "30s".
+    ///
+    /// The server ends the statement there (`statement_timeout`, MariaDB's `max_statement_time`),
+    /// and a connection that leaves a request unanswered a little longer counts as dead: a silent
+    /// network failure (a partition, a lost NAT entry, a proxy that lost its upstream) sends no
+    /// error, and without this a statement would wait on it for ever. The next statement opens a
+    /// new connection. Operator commands (`migrate`, `dead`, `replay`, …) allow an hour at least.
     #[serde(default = "defaults::thirty_seconds", with = "humantime_serde")]
     pub reply_timeout: Duration,
-    /// TLS. The URL's own words (`sslmode`, `sslrootcert`, `sslcert`, `sslkey` for Postgres;
-    /// `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` for MySQL) are read into this table; where both
-    /// say something they must agree. Default mode: `verify-full` when a CA is given, else
-    /// `prefer` on Postgres (libpq's default) and `disable` on MySQL.
+    /// TLS; the URL's own TLS words (`sslmode`, `ssl-mode`, …) are read into it and must agree with
+    /// it. Default mode: `verify-full` with a CA, else `prefer` (Postgres) or `disable` (MySQL).
+    ///
+    /// Postgres's words are `sslmode`, `sslrootcert`, `sslcert`, `sslkey`; MySQL's `ssl-mode`,
+    /// `ssl-ca`, `ssl-cert`, `ssl-key`. `prefer` is libpq's default.
     #[serde(default)]
     pub tls: TlsConfig,
 }
@@ -72,17 +74,21 @@ impl DatabaseConfig {
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://`, `redis-cluster://host:port?node=…` or
-    /// `redis-sentinel://host:port/db?sentinelServiceName=…`. Secret like the database URL
-    /// (`HANDOFF_REDIS__URL`, `url_file`). Default: `redis://127.0.0.1:6379`.
+    /// `redis-sentinel://host:port/db?sentinelServiceName=…` (`rediss…` for TLS). Default:
+    /// `redis://127.0.0.1:6379`.
+    ///
+    /// A secret like the database URL (`HANDOFF_REDIS__URL`, `url_file`).
     pub url: Option<Secret>,
     /// File holding the URL.
     pub url_file: Option<PathBuf>,
     /// A command that gets no reply within this time fails and is treated as an outage. Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub command_timeout: Duration,
-    /// TLS for `rediss://`, `rediss-cluster://`, `rediss-sentinel://` URLs. Default mode:
-    /// `verify-full` against the system roots (or `ca_file`); cluster nodes and a sentinel's
-    /// primary, found by IP address, are verified against the host name of the URL.
+    /// TLS, with a `rediss…` URL. Default mode: `verify-full` against the system roots (or
+    /// `ca_file`).
+    ///
+    /// Cluster nodes and a sentinel's primary, found by IP address, are verified against the URL's
+    /// host name.
     #[serde(default)]
     pub tls: TlsConfig,
     /// Whether the URL was given (file, environment or its file) rather than defaulted (set

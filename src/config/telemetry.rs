@@ -29,14 +29,14 @@ pub struct TelemetryConfig {
     /// connection (a slow client cannot hold it). Default: "5s".
     #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
     pub header_read_timeout: Duration,
-    /// Connections open at once. A new one beyond it closes the connection that has been
-    /// open longest without a request in progress (an idle scraper, a client still sending
-    /// its headers), so the kubelet's probes are answered whatever else is connected.
+    /// Connections open at once; beyond it, the one open longest without a request is closed.
     /// Default: 32.
+    ///
+    /// So the kubelet's probes are answered whatever else is connected (an idle scraper, a client
+    /// still sending its headers).
     #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
-    /// Serve the listener over TLS (`[telemetry.tls]`: `cert_file`, `key_file`, optionally
-    /// `client_ca_file` to require client certificates). Default: plain HTTP.
+    /// Serve over TLS; `client_ca_file` requires client certificates. Default: plain HTTP.
     pub tls: Option<ListenerTls>,
     /// Credentials `/metrics` asks for (`[telemetry.auth]`); the probes never do (the kubelet
     /// would need them). Default: none.

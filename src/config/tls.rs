@@ -68,10 +68,8 @@ impl TlsMode {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// How much of the server's certificate is checked: `verify-full` checks the chain and the
-    /// name, `verify-ca` the chain only, `require` and `prefer` nothing (`prefer` falls back to
-    /// plain). Default: the table's (each `tls` row says it); `verify-full` whenever `ca_file`
-    /// is given.
+    /// `verify-full` checks the chain and the name, `verify-ca` the chain, `require` nothing,
+    /// `prefer` may fall back to plain. Default: the table's; `verify-full` with a `ca_file`.
     pub mode: Option<TlsMode>,
     /// PEM file of the CA certificate(s) to trust. Default: the system's roots.
     pub ca_file: Option<PathBuf>,
@@ -79,9 +77,8 @@ pub struct TlsConfig {
     pub cert_file: Option<PathBuf>,
     /// PEM private key of `cert_file` (PKCS#8, PKCS#1 or SEC1).
     pub key_file: Option<PathBuf>,
-    /// The name the server's certificate must carry, where it is not the host the URL connects
-    /// to (an IP address, an internal load balancer's name). Only in `verify-full`. Default: the
-    /// URL's host.
+    /// The name `verify-full` checks, where it is not the URL's host (an IP address, a load
+    /// balancer). Default: the URL's host.
     pub server_name: Option<String>,
 }
 

@@ -18,8 +18,8 @@ pub struct RelayConfig {
     pub table: String,
     /// Written into every entry's `owner` field so consumers can check provenance. Default: the relay name.
     pub owner: Option<String>,
-    /// Where the relay publishes: `redis` (Redis Streams) or `nats` (NATS JetStream, `[nats]`;
-    /// `stream` is then the subject template, e.g. "audit.{aggregate_type}"). Default: "redis".
+    /// Where the relay publishes: `redis`, `nats` (`[nats]`; `stream` is a subject template) or
+    /// `kafka` (`[kafka]`; a topic template). Default: "redis".
     #[serde(default)]
     pub broker: crate::broker::Broker,
     /// Stream key template over claim columns, e.g. "audit:{aggregate_type}". Default: "audit:{aggregate_type}".
@@ -64,13 +64,16 @@ pub struct RelayConfig {
     /// claim columns (`"{tenant_id}"`) or a constant. Default: none.
     #[serde(default, deserialize_with = "crate::config::ordered::map")]
     pub fields: crate::config::ordered::Fields,
-    /// The whole entry, field by field in the order written, instead of the built-in layout:
-    /// name → template. A template that is one column (`"{payload}"`) copies it and leaves the
-    /// field out when it is NULL. Must carry `{event_id}`. Default: the built-in layout.
+    /// The whole entry, field by field: name → template; one field must be `"{event_id}"`. Default:
+    /// the built-in layout.
+    ///
+    /// A template that is one column (`"{payload}"`) copies it and leaves the field out when it is
+    /// NULL.
     #[serde(default, deserialize_with = "crate::config::ordered::map")]
     pub envelope: crate::config::ordered::Fields,
-    /// Entries as CloudEvents 1.0: `source` (required) and `mode` (`binary`, the default, or
-    /// `structured`). Loading turns it into the `envelope` it stands for. Default: off.
+    /// Entries as CloudEvents 1.0: `source` (required) and `mode`. Default: off.
+    ///
+    /// Loading turns it into the `envelope` it stands for.
     pub cloudevents: Option<crate::relay::cloudevents::CloudEventsConfig>,
     /// Largest `payload` column the relay appends, in bytes; a larger row turns DEAD with reason
     /// `too_large` and is never appended. Default: 262144 (the bridge's `payload_max_bytes`, so
@@ -103,8 +106,8 @@ pub struct TrimConfig {
     /// `XADD … MINID ~ <now − age>`: drop entries older than this (by the relay's clock).
     #[serde(default, with = "humantime_serde::option")]
     pub min_age: Option<Duration>,
-    /// Trim each stream the relay writes, every `interval`, only below what every consumer
-    /// group has both delivered and acknowledged; `false` alone keeps every entry.
+    /// Trim, every `interval`, below what every consumer group has delivered and acknowledged;
+    /// `false` alone keeps every entry.
     pub acknowledged: Option<bool>,
     /// How often the `acknowledged` trim runs. Default: "30s".
     #[serde(default = "defaults::trim_interval", with = "humantime_serde")]
@@ -237,9 +240,10 @@ pub struct BrokerLossConfig {
     /// stream gone or with fewer entries ever added than before). Default: "10s".
     #[serde(default = "defaults::loss_interval", with = "humantime_serde")]
     pub check_interval: Duration,
-    /// After a sign, the entries of rows settled from this long before the last clean check
-    /// (or since the oldest entry a consumer group still needed, if longer) are looked up in
-    /// their streams. Default: "30s".
+    /// After a sign of loss, how far before the last clean check the rows' entries are looked up.
+    /// Default: "30s".
+    ///
+    /// Or since the oldest entry a consumer group still needed, if longer.
     #[serde(default = "defaults::loss_lookback", with = "humantime_serde")]
     pub lookback: Duration,
     /// The longest window one verification looks at. Default: "1h".

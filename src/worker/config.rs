@@ -70,10 +70,12 @@ pub struct InboxRetention {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandlerErrors {
-    /// Retried with the worker's `backoff`, counting an attempt (DEAD after `max_attempts`):
-    /// failures about other rows or other transactions, which pass when they settle — a
-    /// foreign key whose parent row has not arrived yet, a serialization failure, a deadlock,
-    /// a lock not available. Default: ["23503", "40001", "40P01", "55P03", "1452", "1213", "1205"].
+    /// Errors retried after `backoff`, counting an attempt: SQLSTATEs (`"22"`: a class) or MySQL
+    /// codes. Default: ["23503", "40001", "40P01", "55P03", "1452", "1213", "1205"].
+    ///
+    /// These are failures about other rows or transactions, which pass when they settle: a foreign
+    /// key whose parent row has not arrived yet, a serialization failure, a deadlock, a lock not
+    /// available.
     pub retry: Vec<String>,
     /// DEAD at once: the row's data can never be applied. Default: ["22", "23", "44", "P0",
     /// "1048", "1062", "1153", "1264", "1265", "1292", "1366", "1406", "1451", "3140", "4025"].
@@ -134,10 +136,11 @@ pub struct HandlerConfig {
     pub name: Option<String>,
     /// Event types this handler serves; `"*"` serves all, `"order.*"` a prefix.
     pub event_types: Vec<String>,
-    /// Statements with named parameters bound from the event: `:event_id`, `:event_type`,
-    /// `:owner`, `:aggregate_type`, `:aggregate_id`, `:payload`, `:headers`, and
-    /// `:payload.<field>[.<field>…]` for a field of the payload (missing → the row goes DEAD),
-    /// `:fields.<name>` for a field the entry carried beyond the mapped ones.
+    /// Statements run per event, with `:event_id`, `:event_type`, `:owner`, `:aggregate_type`,
+    /// `:aggregate_id`, `:payload`, `:headers`, `:payload.<field>…` and `:fields.<name>`.
+    ///
+    /// A missing payload field sends the row to DEAD. `:fields.<name>` is a field the entry carried
+    /// beyond the mapped ones.
     #[serde(default)]
     pub sql: Vec<String>,
     /// POST the event to a URL instead.
@@ -147,9 +150,11 @@ pub struct HandlerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpHandlerConfig {
-    /// `http://host:port/path`, or `https://…` (verified with `tls`, default `verify-full`
-    /// against the system roots). A secret: it may carry credentials, and is shown redacted
-    /// (`https://***@host:port/path?***`) in logs, errors and `check`.
+    /// `http://…` or `https://…` (verified with `tls`); this or `url_file`. Shown redacted
+    /// everywhere.
+    ///
+    /// It may carry credentials: `user:pass@` is sent as Basic authentication. Logs, errors and
+    /// `check` show `https://***@host:port/***?***`.
     pub url: Option<crate::config::secret::Secret>,
     /// A file holding the URL instead (a mounted secret).
     pub url_file: Option<std::path::PathBuf>,
@@ -164,16 +169,18 @@ pub struct HttpHandlerConfig {
     /// Extra request headers (constants). Default: none.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Event headers (from the outbox row's `headers`) forwarded as HTTP headers, by name
-    /// (case-insensitive). Hop-by-hop, credential and framing headers are never forwarded, and a
-    /// name is sent at most once. Default: ["traceparent", "tracestate", "baggage"].
+    /// Event headers sent as HTTP headers, by name. Default: ["traceparent", "tracestate",
+    /// "baggage"].
+    ///
+    /// Case-insensitive; hop-by-hop, credential and framing headers are never forwarded, and a name
+    /// is sent at most once.
     #[serde(default = "defaults::forward_headers")]
     pub forward_headers: Vec<String>,
     /// TLS for an `https://` URL. Default: `verify-full` against the system roots.
     #[serde(default)]
     pub tls: crate::config::tls::TlsConfig,
-    /// Requests this handler has in flight at most, per worker loop: a batch's rows are POSTed
-    /// concurrently up to this bound (1: one after the other, in the batch's order). Default: 8.
+    /// POSTs in flight per worker loop, started in batch order (1: one after the other). Default:
+    /// 8.
     #[serde(default = "defaults::http_concurrency")]
     pub concurrency: u32,
 }

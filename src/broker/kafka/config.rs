@@ -18,9 +18,11 @@ pub struct KafkaConfig {
     /// `host:port`, comma-separated: the brokers the client asks for the cluster's metadata
     /// first (it learns the rest).
     pub bootstrap_servers: String,
-    /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
-    /// Any key set, or `[kafka.sasl]`: TLS, `verify-full` unless `mode` says otherwise.
-    /// `mode = "disable"` is the only way to send SASL in the clear. Default: off.
+    /// TLS; any key, or `[kafka.sasl]`: on, `verify-full` unless `mode` says otherwise. Default:
+    /// off.
+    ///
+    /// `mode = "disable"` is the only way to send SASL in the clear. No `server_name`: the
+    /// advertised host is checked.
     #[serde(default)]
     pub tls: TlsConfig,
     /// SASL: `mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `user`, `password_file`.
@@ -32,26 +34,29 @@ pub struct KafkaConfig {
     /// The header that carries the event id (consumers dedupe on it; `handoff verify` checks
     /// it). Default: "event_id" ("id" with `layout = "debezium"`).
     pub event_id_header: Option<String>,
-    /// How a message is laid out: "handoff" (every entry field but the payload a header) or
-    /// "debezium" (Debezium's outbox event router's defaults: the event id as header `id` and
-    /// no other header; topic and key come from the relay's `stream` and `key_field`, as there
-    /// `outbox.event.{aggregate_type}` and `aggregate_id`). Default: "handoff".
+    /// `handoff`: every entry field but the payload a header. `debezium`: as Debezium's outbox
+    /// event router, the event id as header `id` and no other. Default: "handoff".
+    ///
+    /// With `debezium`, topic and key come from the relay's `stream` and `key_field`, as there
+    /// `outbox.event.{aggregate_type}` and `aggregate_id`.
     #[serde(default)]
     pub layout: Layout,
     /// How long the client waits for a broker's answer to a metadata or offset request.
     /// Default: "10s".
     #[serde(default = "defaults::timeout", with = "humantime_serde")]
     pub timeout: Duration,
-    /// How long a message may wait to be stored (librdkafka retries within it, keeping order):
-    /// past it the row goes back to the outbox untouched, as in any outage. Default: "30s".
+    /// How long a message may wait to be stored; past it the row goes back to the outbox, no
+    /// attempt counted. Default: "30s".
+    ///
+    /// librdkafka retries within it, keeping order.
     #[serde(default = "defaults::delivery_timeout", with = "humantime_serde")]
     pub delivery_timeout: Duration,
-    /// librdkafka properties passed through as they are, tuning only: batching, compression
-    /// (lz4, snappy, zstd), buffers, message size, timeouts, backoffs, client naming (the list is
-    /// `TUNABLE`; any other is refused, and the error lists them). Fixed, whatever is set:
+    /// librdkafka tuning: batching, compression, buffers, message size, timeouts, backoffs, client
+    /// naming; others are refused. Default: `linger.ms = 5`, `client.id = handoff`, keep-alive on.
+    ///
+    /// The list is `TUNABLE` (the error lists it). Fixed whatever is set:
     /// `enable.idempotence=true`, `acks=all`, `max.in.flight.requests.per.connection=5`,
-    /// `message.timeout.ms` = `delivery_timeout`. Default: `linger.ms = 5`, `client.id =
-    /// handoff`, keep-alive on.
+    /// `message.timeout.ms` = `delivery_timeout`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }

@@ -13,8 +13,8 @@ pub struct NatsConfig {
     /// `nats://host:port`, or `tls://host:port` for TLS. No credentials in it (it is logged):
     /// they are read from the files below.
     pub url: String,
-    /// TLS: `mode` (`require`, `verify-ca`, `verify-full`), `ca_file`, `cert_file`, `key_file`.
-    /// Set, or a `tls://` URL: TLS is required, `verify-full` unless `mode` says otherwise. Default: off.
+    /// TLS; set, or a `tls://` URL: required, `verify-full` unless `mode` says otherwise. Default:
+    /// off.
     #[serde(default)]
     pub tls: crate::config::tls::TlsConfig,
     /// A file holding the server's authorization token.

@@ -17,9 +17,11 @@ pub struct PartitionsConfig {
     /// Default: 3.
     #[serde(default = "defaults::ahead")]
     pub ahead: u32,
-    /// A partition is dropped once its span ended this long ago, every row in it is DELIVERED
-    /// (none PENDING, IN_FLIGHT or DEAD: those make the drop wait) and none was delivered
-    /// within this long. Required.
+    /// A partition is dropped this long after its span ended, once every row in it is DELIVERED.
+    /// Required.
+    ///
+    /// PENDING, IN_FLIGHT or DEAD rows make the drop wait, as does a row delivered within this
+    /// long.
     #[serde(with = "humantime_serde")]
     pub drop_after: Duration,
     /// Pause between housekeeping passes. Default: "10m".
