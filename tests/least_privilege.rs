@@ -2,7 +2,8 @@
 //! MariaDB: the relay, the bridge and the worker of one chain deliver and apply every event, and
 //! a user holds nothing of the other side's tables. The operator commands (which the admin API
 //! runs too), `reshard` included, work with `--role operator`'s grants alone (`bridge rewind` on
-//! Redis touches no table).
+//! Redis touches no table; on NATS it reads the pauses: tests/nats_bridge.rs runs it as the
+//! operator's user).
 
 use mysql_async::prelude::Queryable;
 
@@ -15,7 +16,7 @@ use common::{TestEnv, eventually};
 
 /// A login role granted exactly what `handoff grants --role <role>` prints for `config` (and
 /// `extra`), and `config` connecting as it.
-async fn as_granted_user(env: &TestEnv, config: &str, role: &str, extra: &[&str]) -> (String, String) {
+pub(crate) async fn as_granted_user(env: &TestEnv, config: &str, role: &str, extra: &[&str]) -> (String, String) {
     let user = format!("{}_{role}", env.id);
     env.db.batch_execute(&format!("CREATE ROLE {user} LOGIN")).await.unwrap();
     let (ok, out) = run_to_end(config, &["grants", "--role", role, "--user", &user, "--schema", &env.schema]);

@@ -197,7 +197,8 @@ async fn a_replay_to_jetstream_within_the_duplicate_window_publishes_every_event
 /// `handoff bridge rewind` on JetStream: refused while the bridge runs (recreating its durable
 /// consumer would race the bridge's own), and with the bridge paused it recreates the consumer
 /// from the start: every event is delivered again and the inbox keeps each effect once. The
-/// admin API's status then shows the bridge caught up.
+/// operator runs pause, rewind and resume as a database user with `grants --role operator`
+/// alone. The admin API's status then shows the bridge caught up.
 #[tokio::test]
 async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applies_each_once() {
     let env = TestEnv::new().await;
@@ -213,21 +214,22 @@ async fn a_paused_bridge_rewound_on_jetstream_reads_every_event_again_and_applie
     );
     let config = chain_config(&env, &server, "", &format!("\n[pause]\npoll_interval = \"100ms\"\n{admin}"));
     let handoff = run_until_applied(&env, &server, &config, 30).await;
+    let (_, operator) = crate::least_privilege::as_granted_user(&env, &config, "operator", &[]).await;
 
     let rewind = ["bridge", "rewind", "--bridge", "bridge", "--to", "0"];
-    let (ok, out) = common::process::run_to_end(&config, &rewind);
+    let (ok, out) = common::process::run_to_end(&operator, &rewind);
     assert!(!ok && out.contains("pause it first (handoff pause --bridge bridge)"), "{out}");
-    let (ok, out) = common::process::run_to_end(&config, &["pause", "--bridge", "bridge"]);
+    let (ok, out) = common::process::run_to_end(&operator, &["pause", "--bridge", "bridge"]);
     assert!(ok, "{out}");
     let address = handoff.telemetry_address().await;
     eventually("the bridge paused", || async {
         common::http::get(&address, "/readyz").1.contains("bridge bridge audit.user").then_some(())
     })
     .await;
-    let (ok, out) = common::process::run_to_end(&config, &[&rewind[..], &["--json"]].concat());
+    let (ok, out) = common::process::run_to_end(&operator, &[&rewind[..], &["--json"]].concat());
     assert!(ok, "{out}");
     assert_eq!(consumer_state(&server.url()).await, Some((0, 30)), "the consumer starts again before every message");
-    let (ok, out) = common::process::run_to_end(&config, &["resume", "--bridge", "bridge"]);
+    let (ok, out) = common::process::run_to_end(&operator, &["resume", "--bridge", "bridge"]);
     assert!(ok, "{out}");
 
     await_acknowledged(&server.url()).await;
