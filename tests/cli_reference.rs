@@ -65,10 +65,14 @@ fn usage(arg: &clap::Arg) -> String {
     let value = arg.get_value_names().and_then(|names| names.first()).map(|n| n.to_string());
     let value = value.unwrap_or_else(|| arg.get_id().as_str().to_uppercase());
     let takes_value = arg.get_action().takes_values();
-    match arg.get_long() {
+    let long = match arg.get_long() {
         Some(long) if takes_value => format!("--{long} <{value}>"),
         Some(long) => format!("--{long}"),
         None => format!("<{value}>"),
+    };
+    match arg.get_short() {
+        Some(short) => format!("-{short}`, `{long}"),
+        None => long,
     }
 }
 
@@ -93,6 +97,9 @@ fn meaning(arg: &clap::Arg) -> String {
     }
     if matches!(arg.get_action(), clap::ArgAction::Append) {
         text.push_str(" Repeatable.");
+    }
+    if let Some(env) = arg.get_env() {
+        text.push_str(&format!(" Also from `{}`.", env.to_string_lossy()));
     }
     if arg.is_required_set() {
         text.push_str(" Required.");

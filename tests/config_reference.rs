@@ -207,15 +207,19 @@ fn config_items() -> std::collections::HashMap<String, syn::Item> {
             let derives =
                 attrs.iter().any(|a| a.path().is_ident("derive") && quote_of(&a.meta).contains("Deserialize"));
             // Types are found by name: a config type (one that denies unknown keys) keeps its
-            // name against any other, and two of them cannot share one.
+            // name against any other; two others sharing a name make it ambiguous.
             match out.get(&name) {
-                Some(before) if is_config(before) => {
-                    assert!(!is_config(&item), "two config types named {name}: the generator finds types by name")
+                _ if !derives => {}
+                Some(before) if is_config(before) && is_config(&item) => {
+                    panic!("two config types named {name}: the generator finds types by name")
                 }
-                _ if derives => {
+                Some(before) if is_config(before) => {}
+                Some(_) if !is_config(&item) => {
+                    DUPLICATES.lock().unwrap().push(name);
+                }
+                _ => {
                     out.insert(name, item);
                 }
-                _ => {}
             }
         }
     }
@@ -273,7 +277,7 @@ fn doc(attrs: &[syn::Attribute]) -> Vec<String> {
 fn serde_options(attrs: &[syn::Attribute]) -> Vec<(String, Option<String>)> {
     let mut options = Vec::new();
     for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
-        let _ = attr.parse_nested_meta(|meta| {
+        let parsed = attr.parse_nested_meta(|meta| {
             let name = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
             let value = if meta.input.peek(syn::Token![=]) {
                 let lit: syn::LitStr = meta.value()?.parse()?;
@@ -284,6 +288,9 @@ fn serde_options(attrs: &[syn::Attribute]) -> Vec<(String, Option<String>)> {
             options.push((name, value));
             Ok(())
         });
+        if let Err(e) = parsed {
+            PROBLEMS.lock().unwrap().push(format!("a serde attribute the generator cannot read: {e}"));
+        }
     }
     options
 }
@@ -373,6 +380,17 @@ fn meaning_and_default(doc: &[String]) -> (String, Option<String>) {
     (meaning.join(" ").replace('|', "\\|"), default)
 }
 
+/// Names two `Deserialize` types share (neither a config section): a lookup of one is ambiguous.
+static DUPLICATES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The config type named `name`, noting a problem when the name is ambiguous.
+fn lookup<'a>(items: &'a std::collections::HashMap<String, syn::Item>, name: &str) -> Option<&'a syn::Item> {
+    if DUPLICATES.lock().unwrap().iter().any(|d| d == name) {
+        PROBLEMS.lock().unwrap().push(format!("two Deserialize types are named {name}: rename one"));
+    }
+    items.get(name)
+}
+
 /// What the config structs lack for the page (each named), reported together.
 static PROBLEMS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
@@ -396,10 +414,16 @@ fn kind(ty: &syn::Type, items: &std::collections::HashMap<String, syn::Item>) ->
         "f64" => "number".into(),
         "Duration" => "duration".into(),
         "Vec" => format!("list of {}s", kind(&args[0], items)?),
-        "BTreeMap" | "HashMap" | "Fields" | "IndexMap" => "table of strings".into(),
-        other => match items.get(other) {
+        "BTreeMap" | "HashMap" | "IndexMap" => format!("table of {}s", kind(&args[1], items)?),
+        "Fields" => "table of strings".into(),
+        other => match lookup(items, other) {
             Some(syn::Item::Enum(e)) => {
-                let rule = option(&serde_options(&e.attrs), "rename_all").cloned().flatten();
+                let container = serde_options(&e.attrs);
+                let shaped = ["untagged", "tag", "content"].iter().any(|o| option(&container, o).is_some());
+                if shaped || e.variants.iter().any(|v| !matches!(v.fields, syn::Fields::Unit)) {
+                    PROBLEMS.lock().unwrap().push(format!("enum {other}: only unit variants are rendered"));
+                }
+                let rule = option(&container, "rename_all").cloned().flatten();
                 let variants: Vec<String> = e
                     .variants
                     .iter()
@@ -422,14 +446,23 @@ fn kind(ty: &syn::Type, items: &std::collections::HashMap<String, syn::Item>) ->
 
 /// The rows of a config struct's keys under `prefix`, nested tables after their own row.
 fn rows(name: &str, prefix: &str, items: &std::collections::HashMap<String, syn::Item>, out: &mut Vec<Row>) {
-    let Some(syn::Item::Struct(item)) = items.get(name) else { panic!("no config struct {name}") };
+    let Some(syn::Item::Struct(item)) = lookup(items, name) else { panic!("no config struct {name}") };
     let syn::Fields::Named(fields) = &item.fields else { panic!("{name}: named fields expected") };
     // `#[serde(default)]` on the struct: every key may be left out.
-    let all_defaulted = option(&serde_options(&item.attrs), "default").is_some();
+    let container = serde_options(&item.attrs);
+    let all_defaulted = option(&container, "default").is_some();
+    if option(&container, "rename_all").is_some() {
+        PROBLEMS.lock().unwrap().push(format!("{name}: rename_all on a config struct is not rendered"));
+    }
     for field in &fields.named {
         let options = serde_options(&field.attrs);
         if option(&options, "skip").is_some() || option(&options, "skip_deserializing").is_some() {
             continue;
+        }
+        for unread in ["alias", "flatten"] {
+            if option(&options, unread).is_some() {
+                PROBLEMS.lock().unwrap().push(format!("{name}: `{unread}` on a field is not rendered"));
+            }
         }
         let ident = field.ident.as_ref().unwrap().to_string();
         let key = option(&options, "rename").cloned().flatten().unwrap_or(ident);
@@ -447,18 +480,23 @@ fn rows(name: &str, prefix: &str, items: &std::collections::HashMap<String, syn:
         let (inner_name, inner_args) = split_type(&inner);
         // A table's default is its keys'; a value's must be stated.
         let table = items.get(&inner_name).is_some_and(|i| matches!(i, syn::Item::Struct(_)));
-        let default = stated.unwrap_or_else(|| {
-            if optional {
-                "none".into()
-            } else if !defaulted {
-                "required".into()
-            } else if table || inner_name == "Vec" {
-                "—".into()
-            } else {
-                PROBLEMS.lock().unwrap().push(format!("{path}: its doc comment must state its default (`Default: …`)"));
-                "?".into()
-            }
-        });
+        let default = stated
+            .unwrap_or_else(|| {
+                if optional {
+                    "none".into()
+                } else if !defaulted {
+                    "required".into()
+                } else if table || inner_name == "Vec" {
+                    "—".into()
+                } else {
+                    PROBLEMS
+                        .lock()
+                        .unwrap()
+                        .push(format!("{path}: its doc comment must state its default (`Default: …`)"));
+                    "?".into()
+                }
+            })
+            .replace('|', "\\|");
         if meaning.is_empty() {
             PROBLEMS.lock().unwrap().push(format!("{path}: no doc comment"));
         }
@@ -514,7 +552,11 @@ fn generated_reference() -> String {
                 out.push_str(&format!("| `{key}` | {} | {} | {} |\n", row.kind, row.default, row.meaning));
                 continue;
             }
-            let meaning = &row.meaning;
+            // A section's own default (`[admin]`: off) goes with its description.
+            let meaning = match row.default.as_str() {
+                "—" | "required" => row.meaning.clone(),
+                default => format!("{} Default: {default}.", row.meaning),
+            };
             let heading = if row.kind == "list of tables" { format!("[[{top}]]") } else { format!("[{top}]") };
             out.push_str(&format!(
                 "\n## `{heading}`\n\n{meaning}\n\n| key | type | default | meaning |\n|---|---|---|---|\n"

@@ -22,7 +22,8 @@ pub struct BridgeConfig {
     /// subject.
     #[serde(default)]
     pub broker: crate::broker::Broker,
-    /// Consumer group (Redis) or durable consumer's prefix (NATS). Default: the consumer.
+    /// Consumer group (Redis, Kafka's `group.id`) or durable consumer's prefix (NATS). Default: the
+    /// consumer.
     pub group: Option<String>,
     /// This instance's consumer name in the group; must be stable across restarts of the same
     /// instance (a pod name). Default: the host name (the pod name in Kubernetes).
@@ -163,7 +164,7 @@ pub struct StreamSource {
     /// into one stream per shard.
     #[serde(default)]
     pub shard_count: Option<u32>,
-    /// The shards this bridge reads: "all" (default), or "0-7", "0,4,8-11".
+    /// The shards this bridge reads: "all", or "0-7", "0,4,8-11". Default: "all".
     #[serde(default)]
     pub shards: Option<String>,
 }

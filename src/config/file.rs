@@ -21,7 +21,7 @@ pub struct Config {
     pub redis: RedisConfig,
     /// The NATS server for relays and bridges with `broker = "nats"`. Default: none.
     pub nats: Option<crate::broker::nats::config::NatsConfig>,
-    /// The Kafka cluster for relays with `broker = "kafka"`. Default: none.
+    /// The Kafka cluster for relays and bridges with `broker = "kafka"`. Default: none.
     pub kafka: Option<crate::broker::kafka::KafkaConfig>,
     /// Metrics, health endpoints and logs.
     #[serde(default)]

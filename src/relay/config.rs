@@ -35,9 +35,9 @@ pub struct RelayConfig {
     /// `mark_delivered` keeps delivered rows (status DELIVERED); `delete` removes them. Default: "mark_delivered".
     #[serde(default)]
     pub settle: SettleMode,
-    /// Stream trimming. Default on Redis: `acknowledged` every 30 s (entries every consumer
-    /// group has read and acknowledged are trimmed; a stream no group reads yet is kept whole).
-    /// `[relay.trim] acknowledged = false` keeps every entry.
+    /// Stream trimming: one of `maxlen`, `min_age`, `acknowledged`; `[relay.trim] acknowledged =
+    /// false` keeps every entry. Default on Redis: `acknowledged` every 30 s (a stream no group
+    /// reads yet is kept whole).
     pub trim: Option<TrimConfig>,
     /// Wake up on LISTEN/NOTIFY instead of waiting for the next poll. Default: off.
     pub notify: Option<NotifyConfig>,

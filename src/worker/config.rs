@@ -39,7 +39,9 @@ pub struct WorkerConfig {
     /// Handlers, tried in order; the first whose `event_types` matches applies.
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
-    /// What a handler statement's error means, by the server's error code.
+    /// What a handler statement's error means, by the server's code: `retry` is looked at first,
+    /// then `dead`, then the dialect decides (a data or constraint error: DEAD; anything else: an
+    /// outage).
     #[serde(default)]
     pub handler_errors: HandlerErrors,
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
@@ -136,8 +138,9 @@ pub struct HandlerConfig {
     pub name: Option<String>,
     /// Event types this handler serves; `"*"` serves all, `"order.*"` a prefix.
     pub event_types: Vec<String>,
-    /// Statements run per event, with `:event_id`, `:event_type`, `:owner`, `:aggregate_type`,
-    /// `:aggregate_id`, `:payload`, `:headers`, `:payload.<field>…` and `:fields.<name>`.
+    /// Statements run per event (`:event_id`, `:event_type`, `:owner`, `:aggregate_type`,
+    /// `:aggregate_id`, `:payload`, `:headers`, `:payload.<field>…`, `:fields.<name>`) or per batch
+    /// (`:event_ids`, Postgres).
     ///
     /// A missing payload field sends the row to DEAD. `:fields.<name>` is a field the entry carried
     /// beyond the mapped ones.

@@ -18,11 +18,10 @@ pub struct KafkaConfig {
     /// `host:port`, comma-separated: the brokers the client asks for the cluster's metadata
     /// first (it learns the rest).
     pub bootstrap_servers: String,
-    /// TLS; any key, or `[kafka.sasl]`: on, `verify-full` unless `mode` says otherwise. Default:
-    /// off.
+    /// TLS; any key, or `[kafka.sasl]`: on, `verify-full` unless `mode` says otherwise. No
+    /// `server_name` (the advertised host is checked). Default: off.
     ///
-    /// `mode = "disable"` is the only way to send SASL in the clear. No `server_name`: the
-    /// advertised host is checked.
+    /// `mode = "disable"` is the only way to send SASL in the clear.
     #[serde(default)]
     pub tls: TlsConfig,
     /// SASL: `mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `user`, `password_file`.
@@ -52,7 +51,8 @@ pub struct KafkaConfig {
     #[serde(default = "defaults::delivery_timeout", with = "humantime_serde")]
     pub delivery_timeout: Duration,
     /// librdkafka tuning: batching, compression, buffers, message size, timeouts, backoffs, client
-    /// naming; others are refused. Default: `linger.ms = 5`, `client.id = handoff`, keep-alive on.
+    /// naming; others are refused. Default: `linger.ms = 5`, keep-alive on, `client.id` `handoff`
+    /// (a bridge's consumer: its instance name).
     ///
     /// The list is `TUNABLE` (the error lists it). Fixed whatever is set:
     /// `enable.idempotence=true`, `acks=all`, `max.in.flight.requests.per.connection=5`,
