@@ -14,8 +14,8 @@
 //!
 //! `--broker kafka`: through a three-node KRaft cluster of the run's own (every topic on all
 //! three, `min.insync.replicas = 2`) — a node at a time SIGKILLed and started again, the topic
-//! deleted and made again empty. Connection cuts reach Postgres only (a client learns each
-//! node's address from the cluster, past any proxy). Kafka keeps no dedupe window: the relays
+//! deleted and made again empty, every client connection cut (each node advertises a listener
+//! for clients at a proxy of the run's). Kafka keeps no dedupe window: the relays
 //! killed between a produce and its settle produce those rows again, so the topic's duplicates
 //! are counted, not refused; the inbox must still hold each event once.
 
@@ -376,7 +376,7 @@ async fn main() -> anyhow::Result<()> {
     let via = match &broker {
         Broker::Redis(_) => Via::Redis,
         Broker::Nats(_) => Via::Nats(&nats_url),
-        Broker::Kafka(k) => Via::Kafka(&k.bootstrap),
+        Broker::Kafka(k) => Via::Kafka(&k.client_bootstrap),
     };
     let redis_url = if matches!(via, Via::Redis) { redis_url } else { "redis://127.0.0.1:1".to_owned() };
     let configs = configs(&through_proxy, &redis_url, via);
@@ -437,14 +437,13 @@ async fn main() -> anyhow::Result<()> {
                 done.push(broker.crash_and_restart().await?);
             }
             Fault::Cut => {
-                pg_proxy.cut();
-                match &broker_proxy {
-                    Some(proxy) => {
-                        proxy.cut();
-                        done.push("cut every connection".into());
-                    }
-                    None => done.push("cut every connection to Postgres".into()),
-                }
+                let database = pg_proxy.cut();
+                let to_broker = match (&broker_proxy, &broker) {
+                    (Some(proxy), _) => proxy.cut(),
+                    (None, Broker::Kafka(k)) => k.proxies.iter().map(proxy::Proxy::cut).sum(),
+                    (None, _) => 0,
+                };
+                done.push(format!("cut every connection ({database} to Postgres, {to_broker} to the broker)"));
             }
             Fault::LoseBrokerData => {
                 done.push(broker.lose_everything().await?.into());

@@ -2,7 +2,7 @@
 //! installable here): handoff talks to Postgres and Redis only through these.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
@@ -13,6 +13,8 @@ pub struct Proxy {
     /// Bumped to cut: every connection of an older generation is closed.
     generation: Arc<AtomicU64>,
     cut: watch::Sender<u64>,
+    /// Connections open through the proxy now.
+    open: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -21,27 +23,35 @@ impl Proxy {
         let port = listener.local_addr()?.port();
         let generation = Arc::new(AtomicU64::new(0));
         let (cut, watcher) = watch::channel(0u64);
+        let open = Arc::new(AtomicUsize::new(0));
+        let counted = open.clone();
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 let mut watcher = watcher.clone();
                 let born = *watcher.borrow();
+                let open = counted.clone();
                 tokio::spawn(async move {
                     let Ok(mut server) = TcpStream::connect(("127.0.0.1", target_port)).await else { return };
+                    open.fetch_add(1, Ordering::SeqCst);
                     // Without NODELAY, small request/response exchanges stall on delayed ACKs.
                     let _ = (client.set_nodelay(true), server.set_nodelay(true));
                     tokio::select! {
                         _ = copy_bidirectional(&mut client, &mut server) => {}
                         _ = watcher.wait_for(|g| *g != born) => {}
                     }
+                    open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
-        Ok(Self { port, generation, cut })
+        Ok(Self { port, generation, cut, open })
     }
 
-    /// Closes every connection open through the proxy now (new ones are accepted again).
-    pub fn cut(&self) {
+    /// Closes every connection open through the proxy now (new ones are accepted again); says
+    /// how many there were.
+    pub fn cut(&self) -> usize {
+        let open = self.open.load(Ordering::SeqCst);
         let next = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let _ = self.cut.send(next);
+        open
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// A free port below the ephemeral range (32768 and up on Linux): a server restarted on its port
 /// after a crash must find it free, and while it is down any outgoing connection may take a port
-/// of that range. (Kafka's six ports come from the same range: `Kafka::start`.)
+/// of that range. (Kafka's nine ports come from the same range: `Kafka::start`.)
 fn spare_port() -> u16 {
     loop {
         let port = 20000 + rand::random::<u16>() % 12000;
@@ -271,8 +271,16 @@ impl Drop for Nats {
 /// A three-node KRaft cluster of the run's own (`scripts/services kafka-cluster`), every topic on
 /// all three nodes with `min.insync.replicas = 2`: a crash kills one node with SIGKILL and starts
 /// it again on its data, so its partitions' leadership moves while the relays produce.
+///
+/// Each node also has a listener for handoff's clients, advertised at a proxy of the run's
+/// (`proxies`): a client learns every node's address from the cluster, so only addresses the
+/// nodes advertise can put a proxy on its path. The nodes reach each other directly.
 pub struct Kafka {
+    /// The nodes' own listeners (the run's admin calls, which no cut should reach).
     pub bootstrap: String,
+    /// The proxies' addresses, for handoff.
+    pub client_bootstrap: String,
+    pub proxies: Vec<crate::proxy::Proxy>,
     dir: PathBuf,
     services: PathBuf,
     running: bool,
@@ -283,26 +291,27 @@ impl Kafka {
         let dir = dir.join("kafka");
         std::fs::create_dir_all(&dir)?;
         let services = std::fs::canonicalize(services)?;
-        let (cluster, script) = (dir.display().to_string(), services.clone());
-        let bootstrap = tokio::task::spawn_blocking(move || {
-            // Six consecutive spare ports: another base if any is taken.
-            for _ in 0..10 {
-                let base = 20000 + rand::random::<u16>() % 12000;
-                let out = Command::new(&script).args(["kafka-cluster", &cluster, &base.to_string()]).output()?;
-                if out.status.success() {
-                    return Ok(String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .last()
-                        .unwrap_or_default()
-                        .trim()
-                        .to_owned());
-                }
-                eprintln!("chaos: kafka cluster on base port {base}: {}", String::from_utf8_lossy(&out.stderr));
+        // Nine consecutive spare ports (each node's broker, controller and client listener):
+        // another base if any is taken.
+        for _ in 0..10 {
+            let base = 20000 + rand::random::<u16>() % 12000;
+            let mut proxies = Vec::new();
+            for node in 1..=3u16 {
+                proxies.push(crate::proxy::Proxy::start(base + 5 + node).await?);
             }
-            anyhow::bail!("no Kafka cluster could start")
-        })
-        .await??;
-        Ok(Self { bootstrap, dir, services, running: true })
+            let ports: Vec<String> = proxies.iter().map(|p| p.port.to_string()).collect();
+            let args = ["kafka-cluster".to_owned(), dir.display().to_string(), base.to_string(), ports.join(",")];
+            let script = services.clone();
+            let out = tokio::task::spawn_blocking(move || Command::new(&script).args(&args).output()).await??;
+            if out.status.success() {
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let bootstrap = stdout.lines().last().unwrap_or_default().trim().to_owned();
+                let client_bootstrap = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+                return Ok(Self { bootstrap, client_bootstrap, proxies, dir, services, running: true });
+            }
+            eprintln!("chaos: kafka cluster on base port {base}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        anyhow::bail!("no Kafka cluster could start")
     }
 
     fn services(&self, args: &[&str]) -> anyhow::Result<()> {

@@ -79,6 +79,21 @@ pub(super) fn entry_id(partition: i32, offset: i64) -> String {
     format!("{partition}:{offset}")
 }
 
+/// A delivery report's outcome. A report without an offset is no proof the message is stored:
+/// librdkafka's idempotent producer reports a retried message the broker calls a duplicate
+/// (DUPLICATE_SEQUENCE_NUMBER) as delivered at offset -1001, and the copy the broker had may
+/// be gone (its topic deleted in between: a chaos run lost 57 rows so, never re-driven, their
+/// entry id `0:-1001` naming nothing to look up). Such a row goes back to the outbox untouched
+/// and is produced again; the inbox drops the copy if the first one was stored after all.
+pub(super) fn delivered(partition: i32, offset: i64) -> AppendOutcome {
+    if offset < 0 {
+        return AppendOutcome::Unavailable(format!(
+            "kafka: delivered to partition {partition} without an offset ({offset}): produced again"
+        ));
+    }
+    AppendOutcome::Appended(entry_id(partition, offset))
+}
+
 /// `partition:offset` back into its parts.
 pub(crate) fn parse_entry_id(id: &str) -> Option<(i32, i64)> {
     let (partition, offset) = id.split_once(':')?;
@@ -198,6 +213,12 @@ mod tests {
     #[test]
     fn entry_ids_are_partition_and_offset() {
         assert_eq!(entry_id(3, 17), "3:17");
+        assert!(matches!(delivered(3, 17), AppendOutcome::Appended(id) if id == "3:17"));
+        assert!(matches!(delivered(0, 0), AppendOutcome::Appended(id) if id == "0:0"));
+        assert!(
+            matches!(delivered(0, -1001), AppendOutcome::Unavailable(e) if e.contains("without an offset")),
+            "a report without an offset is no delivery"
+        );
         assert_eq!(parse_entry_id("3:17"), Some((3, 17)));
         assert_eq!(parse_entry_id("17"), None);
         assert_eq!(parse_entry_id("1700000000000-0"), None);

@@ -37,7 +37,7 @@ pub(crate) use client::KafkaSetupError;
 use client::Logged;
 pub(crate) use config::KafkaConfig;
 pub(crate) use message::parse_entry_id;
-use message::{Mapping, entry_id, failed};
+use message::{Mapping, delivered, failed};
 use replaceable::Replaceable;
 
 use crate::broker::seam::{
@@ -137,7 +137,7 @@ impl KafkaStream {
         };
         // Waits for room in librdkafka's queue up to the delivery timeout, then for the report.
         let outcome = match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
-            Ok(delivery) => AppendOutcome::Appended(entry_id(delivery.partition, delivery.offset)),
+            Ok(delivery) => delivered(delivery.partition, delivery.offset),
             Err((error, _)) => {
                 slot.after(&self.config, generation, &error);
                 failed(&error)
