@@ -64,11 +64,11 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
         crate::telemetry::traces::install(tracing).map_err(|e| anyhow!(e))?;
     }
     let db = Database::connect(&config.database, "handoff").context("database")?;
-    log_tls("database", config.database.url.as_ref(), config.database.tls_mode());
+    log_tls("database", &url_host(config.database.url.as_ref().map(|u| u.expose())), config.database.tls_mode());
     // Redis only where a relay or a bridge uses it: a deployment on NATS alone opens no client
     // to a Redis that is not there.
     let stream = if config.uses(crate::config::Broker::Redis) {
-        log_tls("redis", config.redis.url.as_ref(), config.redis.tls_mode());
+        log_tls("redis", &url_host(config.redis.url.as_ref().map(|u| u.expose())), config.redis.tls_mode());
         let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
         if let Some(warning) = warning {
             warn!(error = %warning, "redis not reachable yet; components wait for it");
@@ -82,7 +82,7 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
             // Connects in the background (an unreachable server is an outage the relay waits out).
             log_tls(
                 "nats",
-                None,
+                &url_host(Some(nats.url.as_str())),
                 if nats.tls_required() {
                     nats.tls.mode_or(crate::config::TlsMode::VerifyFull)
                 } else {
@@ -108,7 +108,9 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
     let kafka = match &config.kafka {
         Some(kafka) if config.uses(crate::config::Broker::Kafka) => {
             let mode = if kafka.tls_required() { kafka.tls_mode() } else { crate::config::TlsMode::Disable };
-            log_tls("kafka", None, mode);
+            // The first bootstrap server (`host:port`, no scheme) stands for the cluster.
+            let first = kafka.bootstrap_servers.split(',').next().unwrap_or_default().trim();
+            log_tls("kafka", &url_host(Some(format!("kafka://{first}").as_str())), mode);
             Some(crate::broker::kafka::KafkaStream::connect(kafka, "payload").context("kafka")?)
         }
         _ => None,
@@ -165,6 +167,11 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
     result
 }
 
+/// The host a connection URL names (the first of several), for the TLS line.
+fn url_host(url: Option<&str>) -> String {
+    url.and_then(crate::tls::host_port).map(|(host, _)| host).unwrap_or_default()
+}
+
 /// Stops claiming, gives in-flight work `DRAIN_SHARE` of the grace period, then abandons it
 /// (what is left is released), and waits for every task up to the full grace period.
 async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
@@ -188,11 +195,10 @@ async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
     }
 }
 
-/// Says once at startup how a connection is protected; warns when it leaves the machine
-/// unverified.
-fn log_tls(connection: &str, url: Option<&crate::config::Secret>, mode: crate::config::TlsMode) {
-    let host = url.and_then(|u| crate::tls::host_port(u.expose())).map(|(h, _)| h).unwrap_or_default();
-    let (line, unverified) = crate::tls::summary(&host, mode);
+/// Says once at startup how a connection to `host` is protected; warns when it leaves the
+/// machine unverified.
+fn log_tls(connection: &str, host: &str, mode: crate::config::TlsMode) {
+    let (line, unverified) = crate::tls::summary(host, mode);
     if unverified {
         warn!(connection, tls = %line, "connection not verified");
     } else {

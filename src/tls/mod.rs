@@ -199,7 +199,7 @@ pub(crate) fn host_port(url: &str) -> Option<(String, Option<u16>)> {
 pub(crate) fn summary(host: &str, mode: TlsMode) -> (String, bool) {
     let warn = !mode.verifies() && !is_local(host);
     let advice = if warn {
-        " — the connection leaves this machine unverified: anyone on the path can read or change it; set verify-full (sslmode=verify-full in a Postgres URL)"
+        " — the connection leaves this machine unverified: anyone on the path can read or change it; set its tls mode to verify-full (in a Postgres URL: sslmode=verify-full)"
     } else {
         ""
     };
