@@ -4,6 +4,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod errors;
+mod replies;
 pub(crate) mod scan_start;
 pub(crate) mod tx;
 pub(crate) mod values;

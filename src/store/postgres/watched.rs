@@ -5,8 +5,10 @@
 //!
 //! Every pooled connection is opened here, on a socket of our own, so that it can be watched:
 //! once a request is written, some reply must come back within `database.reply_timeout`, or
-//! the connection fails with `TimedOut`. Its client is then closed, the statement fails as an
-//! outage (invariant 6), the pool discards the connection, and the next claim opens a new one.
+//! the connection fails with `TimedOut`; and until each request's last reply has come
+//! (`replies`), the stream must keep making progress within that time. Its client is then
+//! closed, the statement fails as an outage (invariant 6), the pool discards the connection, and
+//! the next claim opens a new one.
 //! A connection that waits for nothing (idle in the pool, a locked batch held open while its
 //! rows are appended) is never timed out: only an unanswered request arms the deadline.
 //!
@@ -21,6 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::store::net::{Watched, tune};
+use crate::store::postgres::replies::{Replies, Tracked, WatchedTls};
 
 use deadpool_postgres::Connect;
 use futures_util::future::BoxFuture;
@@ -35,7 +38,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// A socket of ours, or the reason it could not be opened (which tokio-postgres then reports
 /// through its own error type on the first write: it has no public constructor for one).
 pub(crate) enum Socket {
-    Open(Watched<TcpStream>),
+    Open(Replies<Watched<TcpStream>>),
     Failed(Option<io::Error>),
 }
 
@@ -67,6 +70,14 @@ impl AsyncWrite for Socket {
         match self.get_mut() {
             Socket::Open(s) => Pin::new(s).poll_shutdown(cx),
             Socket::Failed(_) => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl Tracked for Socket {
+    fn stop_tracking(&mut self) {
+        if let Socket::Open(s) = self {
+            s.stop_tracking();
         }
     }
 }
@@ -129,6 +140,7 @@ async fn connect_watched(
         let socket = open(host, port, config.get_connect_timeout().copied(), reply_timeout).await;
         let connector = <MakeRustlsConnect as MakeTlsConnect<Socket>>::make_tls_connect(&mut tls, host)
             .unwrap_or_else(|never| match never {});
+        let connector = WatchedTls { inner: connector, limit: reply_timeout };
         let attempt = async {
             let (client, connection) = config.connect_raw(socket, connector).await?;
             let task = tokio::spawn(drive(connection));
@@ -169,7 +181,7 @@ async fn open(host: &str, port: u16, connect_timeout: Option<Duration>, reply_ti
         Ok(tcp) => tcp,
         Err(e) => return Socket::Failed(Some(io::Error::new(e.kind(), format!("connecting to {host}:{port}: {e}")))),
     };
-    Socket::Open(Watched::new(tcp, reply_timeout))
+    Socket::Open(Replies::new(Watched::new(tcp, reply_timeout), reply_timeout))
 }
 
 async fn drive<C: Future<Output = Result<(), tokio_postgres::Error>>>(connection: C) {
