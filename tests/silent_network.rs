@@ -127,6 +127,54 @@ async fn the_redis_client_gives_up_a_frozen_connection_and_answers_after_the_hea
 /// A bridge's Redis path freezes while it waits in a blocking read, with entries arriving
 /// meanwhile: its reads fail within block + command_timeout, readiness says so, and after the
 /// heal every entry is taken in and acknowledged (nothing waits on the frozen connection).
+/// A reply cut after its first bytes: the first statement's rows reach the client, then the
+/// path freezes while the next statement of the same request runs. The byte-level watch is
+/// satisfied by those first bytes; the connection must still fail within its reply timeout,
+/// waiting for the rest of the reply (its ReadyForQuery) no longer than that, and be replaced.
+/// Plain (`sslmode=disable`): the socket follows the messages; under TLS (`scripts/services`
+/// Postgres has it on) the session above it does.
+async fn a_postgres_reply_cut_after_its_first_bytes_fails_the_statement_instead_of_waiting(sslmode: &str) {
+    let env = TestEnv::empty().await;
+    let port = port_of(&env.database_url);
+    let proxy = Proxy::start(port).await;
+    let url = replaced(&env.database_url, &format!(":{port}/"), &format!(":{}/", proxy.port));
+    let url = format!("{url}&sslmode={sslmode}");
+    let toml = format!("[database]\nurl = \"{url}\"\nconnect_timeout = \"1s\"\nreply_timeout = \"2s\"\n");
+    let pool = handoff::postgres_pool(&handoff::load_str(&toml).unwrap().database, "handoff-test").unwrap();
+    let client = pool.get().await.unwrap();
+    // 256 KiB of rows overflow the server's send buffer, so they are sent before the sleep
+    // (which the session's statement_timeout, the reply timeout, ends: its error is never seen).
+    let request =
+        tokio::spawn(async move { client.simple_query("SELECT repeat('x', 262144); SELECT pg_sleep(30)").await.err() });
+    let sleeping = format!(
+        "SELECT 1 FROM pg_stat_activity WHERE application_name = 'handoff-{}' AND wait_event = 'PgSleep'",
+        env.id
+    );
+    eventually("the server to run the request's second statement", || async {
+        (!env.db.query(&sleeping, &[]).await.unwrap().is_empty()).then_some(())
+    })
+    .await;
+    proxy.freeze();
+    eventually("the cut request to fail", || async { request.is_finished().then_some(()) }).await;
+    // The watch failed the connection (its own error is logged by the connection's task); the
+    // request learns that its connection closed.
+    let error = request.await.unwrap().expect("the request fails: its reply never ends");
+    assert!(error.is_closed(), "{error}");
+    proxy.heal();
+    let fresh = pool.get().await.unwrap();
+    fresh.simple_query("SELECT 1").await.expect("a new connection once the path heals");
+}
+
+#[tokio::test]
+async fn a_postgres_reply_cut_after_its_first_bytes_fails_the_statement_instead_of_waiting_plain() {
+    a_postgres_reply_cut_after_its_first_bytes_fails_the_statement_instead_of_waiting("disable").await;
+}
+
+#[tokio::test]
+async fn a_postgres_reply_cut_after_its_first_bytes_fails_the_statement_instead_of_waiting_tls() {
+    a_postgres_reply_cut_after_its_first_bytes_fails_the_statement_instead_of_waiting("require").await;
+}
+
 #[tokio::test]
 async fn a_bridge_whose_redis_path_freezes_takes_in_again_after_the_heal() {
     let env = TestEnv::new().await;
