@@ -60,13 +60,14 @@ fn options_in(text: &str) -> Vec<String> {
     options
 }
 
-/// An argument as a synopsis writes it: `--since <DURATION>`, `--json`, `<ID>`.
+/// An argument as a synopsis writes it: `--for <EXPIRES_AFTER>`, `--since`, `--json`, `<ID>`.
 fn usage(arg: &clap::Arg) -> String {
     let value = arg.get_value_names().and_then(|names| names.first()).map(|n| n.to_string());
     let value = value.unwrap_or_else(|| arg.get_id().as_str().to_uppercase());
     let takes_value = arg.get_action().takes_values();
     let long = match arg.get_long() {
-        Some(long) if takes_value => format!("--{long} <{value}>"),
+        // `--relay <RELAY>` says no more than `--relay`: only a value named apart is shown.
+        Some(long) if takes_value && value != long.to_uppercase().replace('-', "_") => format!("--{long} <{value}>"),
         Some(long) => format!("--{long}"),
         None => format!("<{value}>"),
     };
@@ -118,7 +119,8 @@ fn generated_reference() -> String {
             .map(|a| (usage(a), meaning(a)))
             .collect()
     }
-    fn walk(command: &clap::Command, prefix: &str, out: &mut String) {
+    /// `seen`: each option row shown so far, with the command that showed it first.
+    fn walk(command: &clap::Command, prefix: &str, out: &mut String, seen: &mut Vec<(String, String, String)>) {
         let subs: Vec<&clap::Command> =
             command.get_subcommands().filter(|s| s.get_name() != "help" && !s.is_hide_set()).collect();
         let mut i = 0;
@@ -126,7 +128,7 @@ fn generated_reference() -> String {
             let sub = subs[i];
             let path = format!("{prefix} {}", sub.get_name());
             if sub.has_subcommands() {
-                walk(sub, &path, out);
+                walk(sub, &path, out, seen);
                 i += 1;
                 continue;
             }
@@ -152,9 +154,26 @@ fn generated_reference() -> String {
             }
             if !shared.is_empty() {
                 out.push_str("\n| option | meaning |\n|---|---|\n");
-                for (usage, meaning) in &shared {
+                let earlier = |row: &(String, String)| {
+                    seen.iter().find(|(u, m, _)| (u, m) == (&row.0, &row.1)).map(|(_, _, c)| c.clone())
+                };
+                let mut j = 0;
+                while j < shared.len() {
+                    // Three or more options in a row shown alike for one earlier command (the
+                    // selection filters) are one row pointing there.
+                    let first = earlier(&shared[j]);
+                    let run = shared[j..].iter().take_while(|r| first.is_some() && earlier(r) == first).count();
+                    if run >= 3 {
+                        let names: Vec<String> = shared[j..j + run].iter().map(|(u, _)| format!("`{u}`")).collect();
+                        out.push_str(&format!("| {} | As for `{}`. |\n", names.join(", "), first.unwrap()));
+                        j += run;
+                        continue;
+                    }
+                    let (usage, meaning) = &shared[j];
                     out.push_str(&format!("| `{usage}` | {meaning} |\n"));
+                    j += 1;
                 }
+                seen.extend(shared.iter().map(|(u, m)| (u.clone(), m.clone(), path.clone())));
             }
             i += group.len();
         }
@@ -163,7 +182,7 @@ fn generated_reference() -> String {
     let mut out = String::new();
     let config = cli.get_arguments().find(|a| a.get_id() == "config").expect("--config");
     out.push_str(&format!("Every command takes `{}`: {}\n", usage(config), meaning(config)));
-    walk(&cli, "handoff", &mut out);
+    walk(&cli, "handoff", &mut out, &mut Vec::new());
     out
 }
 

@@ -90,7 +90,8 @@ fn loader_keys() -> (BTreeSet<String>, BTreeSet<String>) {
 
 /// The keys the reference's tables name in their first column, each below its section's
 /// heading (`## \`[relay]\``: `trim.maxlen` is `relay.trim.maxlen`). The sections of shared
-/// tables (`## tls`) are left out: each use is a row of its own.
+/// tables (`## tls`) are left out: each use is a row of its own; but the claim loop's keys
+/// (`## claim-loop`) are each relay's and worker's own.
 fn documented_keys() -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     let mut section: Option<String> = None;
@@ -98,8 +99,16 @@ fn documented_keys() -> BTreeSet<String> {
         if let Some(heading) = line.strip_prefix("## ") {
             let name = heading.strip_prefix('`').and_then(|h| h.strip_suffix('`'));
             section = name.map(|h| h.trim_matches(['[', ']']).to_owned());
+            if heading == "claim-loop" {
+                section = Some(heading.to_owned());
+            }
         } else if let (Some(section), Some(row)) = (&section, line.strip_prefix("| `")) {
-            keys.insert(format!("{section}.{}", row.split('`').next().unwrap_or_default()));
+            let key = row.split('`').next().unwrap_or_default();
+            if section == "claim-loop" {
+                keys.extend(CLAIM_LOOP_IN.iter().map(|s| format!("{s}.{key}")));
+            } else {
+                keys.insert(format!("{section}.{key}"));
+            }
         }
     }
     keys
@@ -153,7 +162,15 @@ const SHARED: &[(&str, &str, &str)] = &[
     ),
     ("ListenerTls", "listener-tls", "TLS of handoff's own listeners: `telemetry.tls` and `admin.tls`."),
     ("BackoffConfig", "backoff", "A backoff: `backoff` and `outage_backoff` of a relay or a worker."),
+    (
+        "ClaimLoopConfig",
+        "claim-loop",
+        "How a relay or a worker claims rows: keys written in the `[[relay]]` or `[[worker]]` entry itself.",
+    ),
 ];
+
+/// The sections whose entries hold the claim loop's keys themselves (the loader nests them).
+const CLAIM_LOOP_IN: &[&str] = &["relay", "worker"];
 
 /// Where a key is explained at length, added to its meaning.
 const LINKS: &[(&str, &str)] = &[
@@ -162,7 +179,10 @@ const LINKS: &[(&str, &str)] = &[
     ("telemetry.tracing", "[Traces](metrics.md#traces)."),
     ("database.tls", "[TLS](deployment.md#tls-to-every-server)."),
     ("relay.stream", "[Sharded streams](../explanation/scaling.md#sharded-streams)."),
-    ("relay.claim", "[Locked claim](../explanation/delivery.md#locked-claim)."),
+    (
+        "claim-loop.claim",
+        "Locked claim: [relay](../explanation/delivery.md#locked-claim), [worker](../explanation/consumer.md#locked-claim).",
+    ),
     ("relay.envelope", "[The envelope](sql-contract.md#the-envelope)."),
     ("relay.cloudevents", "[CloudEvents](sql-contract.md#cloudevents)."),
     ("relay.trim", "[Trimming](../explanation/delivery.md#consumer-aware-trimming)."),
@@ -184,7 +204,6 @@ const LINKS: &[(&str, &str)] = &[
     ),
     ("bridge.envelope", "[The envelope](sql-contract.md#the-envelope)."),
     ("bridge.apply", "[Apply at take-over](../explanation/consumer.md#apply-at-take-over)."),
-    ("worker.claim", "[Locked claim](../explanation/consumer.md#locked-claim)."),
     ("worker.handler_errors", "[Failures](../explanation/consumer.md#failures)."),
     ("worker.handler", "[Handlers](../explanation/consumer.md#handlers)."),
 ];
@@ -470,7 +489,17 @@ fn rows(name: &str, prefix: &str, items: &std::collections::HashMap<String, syn:
         let (type_name, args) = split_type(&field.ty);
         // The claim-loop keys are written in the entry itself (the loader nests them).
         if type_name == "ClaimLoopConfig" {
-            rows(&type_name, prefix, items, out);
+            let mut keys = Vec::new();
+            rows(&type_name, "", items, &mut keys);
+            let names: Vec<String> =
+                keys.iter().filter(|r| !r.key.contains('.')).map(|r| format!("`{}`", r.key)).collect();
+            // No backticks in the first cell: the keys are documented in their own section.
+            out.push(Row {
+                key: format!("{prefix}.claim loop"),
+                kind: String::new(),
+                default: String::new(),
+                meaning: format!("{}: [the claim loop](#claim-loop).", names.join(", ")),
+            });
             continue;
         }
         let (meaning, stated) = meaning_and_default(&doc(&field.attrs));
@@ -567,6 +596,10 @@ fn generated_reference() -> String {
             }
         }
         let key = row.key.split_once('.').map_or(row.key.as_str(), |(_, k)| k);
+        if key == "claim loop" {
+            out.push_str(&format!("| {key} | | | {} |\n", row.meaning));
+            continue;
+        }
         out.push_str(&format!("| `{key}` | {} | {} | {} |\n", row.kind, row.default, row.meaning));
     }
     out

@@ -13,7 +13,7 @@ use crate::store::takeover::contract::TakeoverStatement;
 pub struct BridgeConfig {
     /// Name in metrics labels and logs. Required, unique among bridges.
     pub name: String,
-    /// The consuming service; the inbox is unique on (consumer, event_id). Required.
+    /// The consuming service; the inbox is unique on (consumer, event_id).
     pub consumer: String,
     /// The broker read: `redis`, `nats` (`[nats]`; a stream is a subject) or `kafka` (`[kafka]`; a
     /// stream is a topic). Default: "redis".

@@ -14,7 +14,7 @@ use super::telemetry::ListenerTls;
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Where the admin API and status page listen. Separate from `telemetry.listen`: the probes
-    /// and `/metrics` never share its credentials. Required.
+    /// and `/metrics` never share its credentials.
     pub listen: SocketAddr,
     /// Who may call it: at least one token.
     #[serde(default, rename = "token")]

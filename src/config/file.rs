@@ -34,7 +34,7 @@ pub struct Config {
     pub pause: crate::pause::config::PauseConfig,
     /// The admin API and status page. Default: off.
     pub admin: Option<super::admin::AdminConfig>,
-    /// Outbox relays: each moves one table's rows to Redis Streams.
+    /// Outbox relays: each moves one table's rows to its broker.
     #[serde(default, rename = "relay")]
     pub relays: Vec<RelayConfig>,
     /// Inbox bridges: each reads streams into a consumer's inbox table.

@@ -49,9 +49,9 @@ pub struct TelemetryConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerTls {
-    /// PEM certificate (chain) the listener presents. Required.
+    /// PEM certificate (chain) the listener presents.
     pub cert_file: std::path::PathBuf,
-    /// PEM private key of `cert_file`. Required.
+    /// PEM private key of `cert_file`.
     pub key_file: std::path::PathBuf,
     /// PEM CA certificate(s): when set, clients must present a certificate it signed.
     pub client_ca_file: Option<std::path::PathBuf>,

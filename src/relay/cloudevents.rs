@@ -21,7 +21,7 @@ use crate::config::ordered::Fields;
 #[serde(deny_unknown_fields)]
 pub struct CloudEventsConfig {
     /// The events' `source`: a URI reference naming the producer, e.g. "/services/orders" or
-    /// "urn:acme:orders". Required.
+    /// "urn:acme:orders".
     pub source: String,
     /// `binary` (attributes as headers, the payload the body) or `structured` (the body one
     /// JSON event). Default: "binary".

@@ -14,7 +14,7 @@ use crate::config::claim_loop::{ClaimLoopConfig, WorkerLoop};
 pub struct WorkerConfig {
     /// Name in metrics labels, logs and the lease owner id. Required, unique among workers.
     pub name: String,
-    /// Whose inbox rows to process (the bridge's `consumer`). Required.
+    /// Whose inbox rows to process (the bridge's `consumer`).
     pub consumer: String,
     /// Inbox table. Default: "consumer_inbox".
     #[serde(default = "defaults::table")]
@@ -53,7 +53,7 @@ pub struct WorkerConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InboxRetention {
-    /// PROCESSED / IGNORED rows older than this (by `processed_at` / `received_at`) are deleted. Required.
+    /// PROCESSED / IGNORED rows older than this (by `processed_at` / `received_at`) are deleted.
     #[serde(with = "humantime_serde")]
     pub processed_after: Duration,
     /// Rows per delete statement. Default: 1000.

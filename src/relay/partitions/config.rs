@@ -18,7 +18,6 @@ pub struct PartitionsConfig {
     #[serde(default = "defaults::ahead")]
     pub ahead: u32,
     /// A partition is dropped this long after its span ended, once every row in it is DELIVERED.
-    /// Required.
     ///
     /// PENDING, IN_FLIGHT or DEAD rows make the drop wait, as does a row delivered within this
     /// long.
