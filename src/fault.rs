@@ -6,7 +6,7 @@
 
 /// Where a relay can be parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Point {
+pub(crate) enum Point {
     /// Rows claimed, nothing appended yet.
     BeforeAppend,
     /// Entries appended (ids returned), nothing settled yet.
@@ -55,7 +55,7 @@ impl Faults {
     /// batches go on once that file exists (without it they stay parked forever).
     /// `HANDOFF_FAULT_PANIC=<point>` panics there instead (a bug in a loop). Without the
     /// `fault-injection` feature this reads nothing.
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         Self {
             #[cfg(feature = "fault-injection")]
             hooks: hooks::Hooks::from_env(),
@@ -64,7 +64,7 @@ impl Faults {
 
     /// Parks if configured for `point`; the caller's cancellation (shutdown drain) still applies
     /// because this is an ordinary pending future.
-    pub async fn reach(&self, _point: Point) {
+    pub(crate) async fn reach(&self, _point: Point) {
         #[cfg(feature = "fault-injection")]
         self.hooks.reach(_point).await;
     }

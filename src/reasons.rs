@@ -32,7 +32,7 @@ pub enum PoisonReason {
 }
 
 impl PoisonReason {
-    pub const ALL: [PoisonReason; 16] = [
+    pub(crate) const ALL: [PoisonReason; 16] = [
         PoisonReason::Deleted,
         PoisonReason::MissingField,
         PoisonReason::NotUtf8,
@@ -52,7 +52,7 @@ impl PoisonReason {
     ];
 
     /// The stable name: the `reason` column and label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PoisonReason::Deleted => "entry_deleted",
             PoisonReason::MissingField => "missing_field",

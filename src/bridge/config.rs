@@ -134,7 +134,7 @@ impl Default for EnvelopeNames {
 
 impl EnvelopeNames {
     /// (key, entry field name) for every part, the required ones first.
-    pub fn all(&self) -> [(&'static str, &str); 7] {
+    pub(crate) fn all(&self) -> [(&'static str, &str); 7] {
         [
             ("event_id", &self.event_id),
             ("event_type", &self.event_type),
@@ -147,7 +147,7 @@ impl EnvelopeNames {
     }
 
     /// Whether `name` is a mapped field (the rest of an entry are its extra fields).
-    pub fn maps(&self, name: &[u8]) -> bool {
+    pub(crate) fn maps(&self, name: &[u8]) -> bool {
         self.all().iter().any(|(_, field)| !field.is_empty() && field.as_bytes() == name)
     }
 }
@@ -228,13 +228,13 @@ impl Default for ValidateConfig {
 }
 
 impl BridgeConfig {
-    pub fn group(&self) -> &str {
+    pub(crate) fn group(&self) -> &str {
         self.group.as_deref().unwrap_or(&self.consumer)
     }
 
     /// The consumer names of this instance's takeover loops (`concurrency` of them): the
     /// instance's own name first, so one loop keeps the name an instance always had.
-    pub fn consumer_names(&self, instance: &str) -> Vec<String> {
+    pub(crate) fn consumer_names(&self, instance: &str) -> Vec<String> {
         (1..=self.concurrency.max(1))
             .map(|k| if k == 1 { instance.to_owned() } else { format!("{instance}-{k}") })
             .collect()
@@ -256,7 +256,7 @@ pub struct TakeoverOverrides {
 }
 
 impl TakeoverOverrides {
-    pub fn get(&self, statement: TakeoverStatement) -> Option<&str> {
+    pub(crate) fn get(&self, statement: TakeoverStatement) -> Option<&str> {
         match statement {
             TakeoverStatement::Insert => self.insert.as_deref(),
             TakeoverStatement::Existing => self.existing.as_deref(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::read::RawEntry;
 
 #[derive(Debug, thiserror::Error)]
-pub enum GroupError {
+pub(crate) enum GroupError {
     /// The group (or the whole stream) does not exist (anymore).
     #[error("consumer group or stream missing: {0}")]
     NoGroup(String),
@@ -22,7 +22,7 @@ pub(crate) type GroupResult<T> = Result<T, GroupError>;
 
 /// Figures for the lag and pending gauges.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GroupInfo {
+pub(crate) struct GroupInfo {
     /// Delivered to the group and not acknowledged.
     pub pending: u64,
     /// Entries not yet delivered to the group; `None` when the broker cannot tell.

@@ -23,7 +23,7 @@ pub enum Broker {
 
 impl Broker {
     /// Its name in configuration and metric labels.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Broker::Redis => "redis",
             Broker::Nats => "nats",

@@ -109,7 +109,7 @@ impl StreamState {
     /// rather than lost. Trimming removes the oldest entries, so an absent entry older than the
     /// first one left was trimmed — if this stream ever removed anything (added > length). A
     /// stream lost and recreated has removed nothing: every absent entry of it was lost.
-    pub fn removed_on_purpose(&self, entry: EntryId) -> bool {
+    pub(crate) fn removed_on_purpose(&self, entry: EntryId) -> bool {
         if !self.exists {
             return false;
         }
@@ -213,13 +213,13 @@ where
 pub struct EntryId(pub u64, pub u64);
 
 impl EntryId {
-    pub fn parse(id: &str) -> Option<Self> {
+    pub(crate) fn parse(id: &str) -> Option<Self> {
         let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
         Some(EntryId(ms.parse().ok()?, seq.parse().ok()?))
     }
 
     /// The id right after this one.
-    pub fn next(self) -> Self {
+    pub(crate) fn next(self) -> Self {
         match self.1.checked_add(1) {
             Some(seq) => EntryId(self.0, seq),
             None => EntryId(self.0 + 1, 0),

@@ -22,12 +22,12 @@ pub struct BackoffConfig {
 
 impl BackoffConfig {
     /// Row failures: 1s, 2s, 4s … capped at 10m, ±20%.
-    pub fn row_default() -> Self {
+    pub(crate) fn row_default() -> Self {
         Self { initial: Duration::from_secs(1), max: Duration::from_secs(600), multiplier: 2.0, jitter: 0.2 }
     }
 
     /// Outages: 200ms, 400ms … capped at 30s, ±20%.
-    pub fn outage_default() -> Self {
+    pub(crate) fn outage_default() -> Self {
         Self { initial: Duration::from_millis(200), max: Duration::from_secs(30), multiplier: 2.0, jitter: 0.2 }
     }
 }

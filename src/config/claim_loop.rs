@@ -63,7 +63,7 @@ pub struct ClaimLoopConfig<D: LoopDefaults> {
 
 impl<D: LoopDefaults> ClaimLoopConfig<D> {
     /// The claim shape the loop runs and why: chosen by `auto` (with the reason) or configured.
-    pub fn claim_choice(&self) -> (&'static str, &str) {
+    pub(crate) fn claim_choice(&self) -> (&'static str, &str) {
         (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
     }
 }
@@ -100,7 +100,7 @@ pub enum ClaimMode {
 }
 
 impl ClaimMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ClaimMode::Auto => "auto",
             ClaimMode::Leased => "leased",

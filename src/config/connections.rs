@@ -50,7 +50,7 @@ impl DatabaseConfig {
     /// sees nothing and would keep the session and its row locks for hours, the rows' next
     /// claimant waiting on them. A transaction idle on purpose (a locked batch held while its
     /// rows are appended) sets its own, longer, limit.
-    pub fn idle_in_transaction(&self) -> Duration {
+    pub(crate) fn idle_in_transaction(&self) -> Duration {
         self.reply_timeout * 2
     }
 
@@ -58,12 +58,12 @@ impl DatabaseConfig {
     /// little longer than `reply_timeout`, which the server is asked to hold every statement
     /// to (`statement_timeout`; MariaDB's `max_statement_time`), so that a slow statement ends
     /// on the server with its own error, first, instead of running on after its client left.
-    pub fn reply_deadline(&self) -> Duration {
+    pub(crate) fn reply_deadline(&self) -> Duration {
         self.reply_timeout + (self.reply_timeout / 4).max(Duration::from_secs(1))
     }
 
     /// The TLS mode in force (after the URL's words were merged in at load).
-    pub fn tls_mode(&self) -> TlsMode {
+    pub(crate) fn tls_mode(&self) -> TlsMode {
         let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);
         self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
     }
@@ -99,7 +99,7 @@ pub struct RedisConfig {
 
 impl RedisConfig {
     /// The TLS mode in force: the scheme decides whether TLS is on.
-    pub fn tls_mode(&self) -> TlsMode {
+    pub(crate) fn tls_mode(&self) -> TlsMode {
         if self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose())) {
             self.tls.mode_or(TlsMode::VerifyFull)
         } else {
@@ -128,13 +128,13 @@ impl Default for RedisConfig {
 
 /// The dialect a `database.url` names, by its scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub(crate) enum Dialect {
     Postgres,
     Mysql,
 }
 
 impl Dialect {
-    pub fn of(url: &str) -> Option<Self> {
+    pub(crate) fn of(url: &str) -> Option<Self> {
         match url.split("://").next().unwrap_or_default() {
             "postgres" | "postgresql" => Some(Dialect::Postgres),
             "mysql" | "mariadb" => Some(Dialect::Mysql),
@@ -142,7 +142,7 @@ impl Dialect {
         }
     }
 
-    pub fn placeholder(self) -> crate::sql::params::Placeholder {
+    pub(crate) fn placeholder(self) -> crate::sql::params::Placeholder {
         match self {
             Dialect::Postgres => crate::sql::params::Placeholder::Numbered,
             Dialect::Mysql => crate::sql::params::Placeholder::Positional,

@@ -47,12 +47,12 @@ pub struct Config {
 
 impl Config {
     /// Whether some relay or bridge uses `broker` (only those get a client of it).
-    pub fn uses(&self, broker: crate::broker::Broker) -> bool {
+    pub(crate) fn uses(&self, broker: crate::broker::Broker) -> bool {
         self.relays.iter().any(|r| r.broker == broker) || self.bridges.iter().any(|b| b.broker == broker)
     }
 
     /// Every configured component, as a pause names it.
-    pub fn pause_targets(&self) -> Vec<crate::pause::target::Target> {
+    pub(crate) fn pause_targets(&self) -> Vec<crate::pause::target::Target> {
         use crate::pause::target::{ComponentKind, Target};
         let target = |component, name: &String| Target { component, name: name.clone() };
         let relays = self.relays.iter().map(|r| target(ComponentKind::Relay, &r.name));

@@ -8,12 +8,12 @@ use std::fmt;
 pub struct Secret(String);
 
 impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
+    pub(crate) fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
 
     /// The secret itself, for the one place that needs it (opening a connection).
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

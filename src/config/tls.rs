@@ -25,7 +25,7 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TlsMode::Disable => "disable",
             TlsMode::Prefer => "prefer",
@@ -36,7 +36,7 @@ impl TlsMode {
     }
 
     /// Whether the server's certificate is checked at all.
-    pub fn verifies(self) -> bool {
+    pub(crate) fn verifies(self) -> bool {
         matches!(self, TlsMode::VerifyCa | TlsMode::VerifyFull)
     }
 
@@ -85,12 +85,12 @@ pub struct TlsConfig {
 impl TlsConfig {
     /// The mode in force: the configured one, else `verify-full` when a CA is given, else
     /// `fallback` (the connection's own default).
-    pub fn mode_or(&self, fallback: TlsMode) -> TlsMode {
+    pub(crate) fn mode_or(&self, fallback: TlsMode) -> TlsMode {
         self.mode.unwrap_or(if self.ca_file.is_some() { TlsMode::VerifyFull } else { fallback })
     }
 
     /// Whether any key is set.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         *self != TlsConfig::default()
     }
 }

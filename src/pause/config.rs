@@ -26,7 +26,7 @@ impl Default for PauseConfig {
 
 impl PauseConfig {
     /// What is wrong with the section, one line each.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.poll_interval.is_zero() {
             problems.push("pause.poll_interval must be > 0".into());

@@ -7,7 +7,7 @@ use serde::Serialize;
 /// What can be paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ComponentKind {
+pub(crate) enum ComponentKind {
     Relay,
     Bridge,
     Worker,
@@ -15,7 +15,7 @@ pub enum ComponentKind {
 
 impl ComponentKind {
     /// The name in the table, the metric label and the API.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ComponentKind::Relay => "relay",
             ComponentKind::Bridge => "bridge",
@@ -23,14 +23,14 @@ impl ComponentKind {
         }
     }
 
-    pub fn parse(label: &str) -> Option<Self> {
+    pub(crate) fn parse(label: &str) -> Option<Self> {
         [ComponentKind::Relay, ComponentKind::Bridge, ComponentKind::Worker].into_iter().find(|k| k.label() == label)
     }
 }
 
 /// A component and its configured name: what a pause names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct Target {
+pub(crate) struct Target {
     pub component: ComponentKind,
     pub name: String,
 }

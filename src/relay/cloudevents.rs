@@ -41,7 +41,7 @@ impl CloudEventsConfig {
     /// The entry field that is a Kafka message's key, as the binding says (the `partitionkey`
     /// extension: the aggregate id), and whether it is also a header (not in structured mode,
     /// where the attributes are in the body).
-    pub fn kafka_key(&self) -> (&'static str, bool) {
+    pub(crate) fn kafka_key(&self) -> (&'static str, bool) {
         match self.mode {
             Mode::Binary => ("ce_partitionkey", true),
             Mode::Structured => ("partitionkey", false),

@@ -119,7 +119,7 @@ pub struct TrimConfig {
 
 impl TrimConfig {
     /// The default on Redis: below what every group acknowledged, every 30 s.
-    pub fn acknowledged_by_default() -> Self {
+    pub(crate) fn acknowledged_by_default() -> Self {
         Self {
             maxlen: None,
             min_age: None,
@@ -130,12 +130,12 @@ impl TrimConfig {
     }
 
     /// Whether the `acknowledged` trim is on.
-    pub fn acknowledged(&self) -> bool {
+    pub(crate) fn acknowledged(&self) -> bool {
         self.acknowledged == Some(true)
     }
 
     /// `acknowledged = false` and nothing else: keep every entry.
-    pub fn off(&self) -> bool {
+    pub(crate) fn off(&self) -> bool {
         self.acknowledged == Some(false) && self.maxlen.is_none() && self.min_age.is_none()
     }
 }
@@ -304,13 +304,13 @@ impl RelayConfig {
 
     /// On Kafka, the entry field that is the message key instead of `[kafka] key_field`, and
     /// whether it is also a header: a CloudEvents relay's `partitionkey` (the aggregate id).
-    pub fn kafka_key(&self) -> Option<(&'static str, bool)> {
+    pub(crate) fn kafka_key(&self) -> Option<(&'static str, bool)> {
         self.cloudevents.as_ref().map(crate::relay::cloudevents::CloudEventsConfig::kafka_key)
     }
 
     /// Whether the reference claims return `created_at` (as RFC 3339 text) for the relay's
     /// templates: only when one names it, as CloudEvents' `time` does; others skip the work.
-    pub fn claims_created_at(&self) -> bool {
+    pub(crate) fn claims_created_at(&self) -> bool {
         let templates = self.envelope.iter().chain(&self.fields).map(|(_, t)| t.as_str());
         templates
             .chain([self.stream.as_str()])
@@ -318,14 +318,14 @@ impl RelayConfig {
     }
 
     /// The `owner` entry field: configured, or the relay name.
-    pub fn owner(&self) -> &str {
+    pub(crate) fn owner(&self) -> &str {
         self.owner.as_deref().unwrap_or(&self.name)
     }
 
     /// The entry field that carries the row's payload, which a broker with a message body (NATS)
     /// sends as the body: `payload` in the built-in layout; with `[relay.envelope]`, the first
     /// field whose template is the `payload` column alone; none when no field is.
-    pub fn payload_field(&self) -> Option<&str> {
+    pub(crate) fn payload_field(&self) -> Option<&str> {
         // CloudEvents: the payload, or in structured mode the whole event, is `payload`.
         if self.envelope.is_empty() || self.cloudevents.is_some() {
             return Some("payload");

@@ -14,7 +14,7 @@ pub(crate) use crate::config::Dialect;
 
 impl Database {
     /// How the dialect's placeholders look (configured statements are rewritten to them).
-    pub fn placeholder(&self) -> crate::sql::params::Placeholder {
+    pub(crate) fn placeholder(&self) -> crate::sql::params::Placeholder {
         match self {
             Database::Postgres(_) => crate::sql::params::Placeholder::Numbered,
             Database::Mysql(_) => crate::sql::params::Placeholder::Positional,
@@ -30,13 +30,6 @@ impl Database {
             }
             Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool::pool(&mysql_url(config))?)),
             None => Err(ConnectError::Scheme),
-        }
-    }
-
-    pub fn dialect(&self) -> Dialect {
-        match self {
-            Database::Postgres(_) => Dialect::Postgres,
-            Database::Mysql(_) => Dialect::Mysql,
         }
     }
 
@@ -60,14 +53,14 @@ impl Database {
 
     /// The TLS state of a connection as the server sees it: `Some((version, cipher))`, or
     /// `None` for a plain connection.
-    pub async fn tls_session(&self) -> Result<Option<(String, String)>, super::error::StoreError> {
+    pub(crate) async fn tls_session(&self) -> Result<Option<(String, String)>, super::error::StoreError> {
         match self {
             Database::Postgres(pool) => super::postgres::connect::tls_session(pool).await,
             Database::Mysql(pool) => super::mysql::pool::tls_session(pool).await,
         }
     }
 
-    pub async fn probe(&self) -> Result<(), super::error::StoreError> {
+    pub(crate) async fn probe(&self) -> Result<(), super::error::StoreError> {
         match self {
             Database::Postgres(pool) => super::postgres::connect::probe(pool).await,
             Database::Mysql(pool) => super::mysql::pool::probe(pool).await,

@@ -20,7 +20,7 @@ pub enum OutageKind {
 }
 
 impl OutageKind {
-    pub const ALL: [OutageKind; 6] = [
+    pub(crate) const ALL: [OutageKind; 6] = [
         OutageKind::Connection,
         OutageKind::Schema,
         OutageKind::Permission,
@@ -30,7 +30,7 @@ impl OutageKind {
     ];
 
     /// The metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             OutageKind::Connection => "connection",
             OutageKind::Schema => "schema",
@@ -56,7 +56,7 @@ impl OutageKind {
 /// Whose fault a failure is: what may be counted against a row or an entry, and what only waited
 /// out or reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// A server unreachable, busy, in a lock conflict: it passes by itself. Back off, count
     /// nothing against any row or entry (invariant 6).
     Outage,
@@ -93,12 +93,12 @@ pub enum StoreError {
 
 impl StoreError {
     /// A store without a locked claim was asked for one (configuration refuses that before).
-    pub fn no_locked_claim() -> Self {
+    pub(crate) fn no_locked_claim() -> Self {
         StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())
     }
 
     /// The one question every component asks of a failure: whose fault it is.
-    pub fn fault(&self) -> Fault {
+    pub(crate) fn fault(&self) -> Fault {
         match self {
             StoreError::Rejected { .. } => Fault::Data,
             StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. } => Fault::Outage,
@@ -108,18 +108,18 @@ impl StoreError {
 
     /// Whether the error is about the data the statement carried (only then may a row go DEAD
     /// or an entry to poison because of it).
-    pub fn is_data_fault(&self) -> bool {
+    pub(crate) fn is_data_fault(&self) -> bool {
         self.fault() == Fault::Data
     }
 
     /// Whether the database could not be reached at all (as opposed to a statement it refused).
-    pub fn is_connection(&self) -> bool {
+    pub(crate) fn is_connection(&self) -> bool {
         matches!(self, StoreError::Unavailable { kind: OutageKind::Connection, .. })
     }
 
     /// The server's error code: the SQLSTATE on Postgres (`23503`), the error number on MySQL
     /// (`1452`); `None` for a client-side failure.
-    pub fn code(&self) -> Option<String> {
+    pub(crate) fn code(&self) -> Option<String> {
         let source = match self {
             StoreError::Unavailable { source, .. } | StoreError::Rejected { source, .. } => source,
             StoreError::Contract(_) => return None,
@@ -134,7 +134,7 @@ impl StoreError {
     }
 
     /// The statement that failed (a fixed name: a metric label).
-    pub fn statement(&self) -> &'static str {
+    pub(crate) fn statement(&self) -> &'static str {
         match self {
             StoreError::Unavailable { statement, .. } | StoreError::Rejected { statement, .. } => statement,
             StoreError::Contract(_) => "contract",
@@ -142,11 +142,11 @@ impl StoreError {
     }
 
     /// Every value of [`kind_label`](Self::kind_label).
-    pub const KIND_LABELS: [&'static str; 8] =
+    pub(crate) const KIND_LABELS: [&'static str; 8] =
         ["connection", "schema", "permission", "read_only", "conflict", "other", "data", "contract"];
 
     /// What kind of failure this is, as a metric label: an outage kind, `data` or `contract`.
-    pub fn kind_label(&self) -> &'static str {
+    pub(crate) fn kind_label(&self) -> &'static str {
         match self {
             StoreError::Unavailable { kind, .. } => kind.label(),
             StoreError::Rejected { .. } => "data",
@@ -157,12 +157,12 @@ impl StoreError {
     /// Whether the failure passes by itself (the server comes back, a lock conflict clears),
     /// as opposed to a statement or row the database refuses until someone changes one: only
     /// the latter is worth an alert of its own when it repeats.
-    pub fn passes_by_itself(&self) -> bool {
+    pub(crate) fn passes_by_itself(&self) -> bool {
         self.fault() == Fault::Outage
     }
 
     /// The outage's kind, for metrics; `None` for a data fault.
-    pub fn outage_kind(&self) -> Option<OutageKind> {
+    pub(crate) fn outage_kind(&self) -> Option<OutageKind> {
         match self {
             StoreError::Unavailable { kind, .. } => Some(*kind),
             StoreError::Contract(_) => Some(OutageKind::Other),
@@ -203,7 +203,7 @@ pub struct StatementError {
 }
 
 impl StatementError {
-    pub fn new(context: impl Into<String>, problem: impl Into<StatementProblem>) -> Self {
+    pub(crate) fn new(context: impl Into<String>, problem: impl Into<StatementProblem>) -> Self {
         Self { context: context.into(), problem: problem.into() }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// A parameter value, converted by the dialect when bound.
 #[derive(Debug, Clone)]
-pub enum Param {
+pub(crate) enum Param {
     Null,
     /// JSON text: bound as json / jsonb where the database expects it, or as text.
     Json(String),

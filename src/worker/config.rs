@@ -99,14 +99,14 @@ impl Default for HandlerErrors {
 
 /// What [`HandlerErrors`] says of an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandlerVerdict {
+pub(crate) enum HandlerVerdict {
     Retry,
     Dead,
 }
 
 impl HandlerErrors {
     /// The verdict for a server error `code`, if either list names it.
-    pub fn verdict(&self, code: &str) -> Option<HandlerVerdict> {
+    pub(crate) fn verdict(&self, code: &str) -> Option<HandlerVerdict> {
         let names = |list: &[String]| {
             list.iter().any(|c| c == code || (c.len() == 2 && code.len() == 5 && code.starts_with(c.as_str())))
         };
@@ -190,12 +190,12 @@ pub struct HttpHandlerConfig {
 
 impl HttpHandlerConfig {
     /// The URL itself (set once the configuration is loaded), for the one place that connects.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         self.url.as_ref().map_or("", |u| u.expose())
     }
 
     /// The URL as logs, errors and `check` show it.
-    pub fn shown_url(&self) -> String {
+    pub(crate) fn shown_url(&self) -> String {
         crate::config::secret::redacted_url(self.url())
     }
 }
@@ -259,7 +259,7 @@ pub struct WorkerOverrides {
 }
 
 impl WorkerOverrides {
-    pub fn get(&self, statement: WorkerStatement) -> Option<&str> {
+    pub(crate) fn get(&self, statement: WorkerStatement) -> Option<&str> {
         match statement {
             WorkerStatement::Claim => self.claim.as_deref(),
             WorkerStatement::Processed => self.processed.as_deref(),
@@ -270,10 +270,6 @@ impl WorkerOverrides {
             WorkerStatement::Stats => self.stats.as_deref(),
             WorkerStatement::Purge => self.purge.as_deref(),
         }
-    }
-
-    pub fn any(&self) -> bool {
-        WorkerStatement::ALL.iter().any(|s| self.get(*s).is_some())
     }
 }
 

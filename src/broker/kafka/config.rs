@@ -95,7 +95,7 @@ pub enum SaslMechanism {
 
 impl SaslMechanism {
     /// Its name in librdkafka's `sasl.mechanism`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
@@ -145,7 +145,7 @@ impl KafkaConfig {
     }
 
     /// The header that carries the event id.
-    pub fn event_id_header(&self) -> &str {
+    pub(crate) fn event_id_header(&self) -> &str {
         match (&self.event_id_header, self.layout) {
             (Some(name), _) => name,
             (None, Layout::Handoff) => "event_id",
@@ -154,7 +154,7 @@ impl KafkaConfig {
     }
 
     /// Whether the connection is TLS: any `[kafka.tls]` key or SASL, unless `mode = "disable"`.
-    pub fn tls_required(&self) -> bool {
+    pub(crate) fn tls_required(&self) -> bool {
         match self.tls.mode {
             Some(TlsMode::Disable) => false,
             Some(_) => true,
@@ -163,12 +163,12 @@ impl KafkaConfig {
     }
 
     /// The TLS mode in force when [`tls_required`](Self::tls_required).
-    pub fn tls_mode(&self) -> TlsMode {
+    pub(crate) fn tls_mode(&self) -> TlsMode {
         self.tls.mode_or(TlsMode::VerifyFull)
     }
 
     /// What is wrong with the section, each naming its key.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let servers: Vec<&str> = self.bootstrap_servers.split(',').map(str::trim).collect();
         for server in &servers {

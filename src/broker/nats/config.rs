@@ -42,12 +42,12 @@ pub struct NatsConfig {
 
 impl NatsConfig {
     /// The servers `url` lists (comma-separated: a cluster's seeds; the client learns the rest).
-    pub fn urls(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn urls(&self) -> impl Iterator<Item = &str> {
         self.url.split(',').map(str::trim)
     }
 
     /// What is wrong with the section, each naming its key.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for url in self.urls() {
             match url.split_once("://") {
@@ -105,7 +105,7 @@ impl NatsConfig {
     }
 
     /// Whether the connection must be TLS: a `tls://` URL or any `[nats.tls]` key.
-    pub fn tls_required(&self) -> bool {
+    pub(crate) fn tls_required(&self) -> bool {
         self.urls().any(|url| url.starts_with("tls://"))
             || self.tls.ca_file.is_some()
             || self.tls.cert_file.is_some()

@@ -29,7 +29,7 @@ use crate::store::takeover::PoisonRecord;
 
 /// What a bridge's durable consumer is made of.
 #[derive(Debug, Clone)]
-pub struct GroupSettings {
+pub(crate) struct GroupSettings {
     /// The durable consumer's name prefix (the bridge's group).
     pub group: String,
     /// The subject read (the bridge's stream key); may hold wildcards.
@@ -48,7 +48,7 @@ pub struct GroupSettings {
 
 impl GroupSettings {
     /// The settings of `bridge`'s durable consumer for `subject`, read by `instance`.
-    pub fn for_bridge(bridge: &crate::config::BridgeConfig, subject: &str, instance: &str) -> Self {
+    pub(crate) fn for_bridge(bridge: &crate::config::BridgeConfig, subject: &str, instance: &str) -> Self {
         Self {
             group: bridge.group().to_owned(),
             subject: subject.to_owned(),
@@ -65,7 +65,7 @@ impl GroupSettings {
     }
 }
 
-pub struct NatsGroup {
+pub(crate) struct NatsGroup {
     client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
     stream: String,
@@ -157,7 +157,7 @@ impl NatsGroup {
 
     /// The durable consumer's position without creating it: the last stream sequence delivered
     /// to it and the messages delivered and not acknowledged; `None` when it does not exist.
-    pub async fn position(&self) -> GroupResult<Option<(u64, u64)>> {
+    pub(crate) async fn position(&self) -> GroupResult<Option<(u64, u64)>> {
         use async_nats::jetstream::context::ConsumerInfoErrorKind;
         let stream = self.jetstream.get_stream(&self.stream).await.map_err(unavailable)?;
         match stream.consumer_info(&self.durable).await {
@@ -174,7 +174,7 @@ impl NatsGroup {
     /// durable consumer and creates it again, with the same settings, delivering from `start`.
     /// Acknowledgements of messages after `start` are forgotten with it: they are delivered
     /// again and the inbox recognises them.
-    pub async fn restart_at(&self, start: DeliverPolicy) -> GroupResult<()> {
+    pub(crate) async fn restart_at(&self, start: DeliverPolicy) -> GroupResult<()> {
         let stream = self.jetstream.get_stream(&self.stream).await.map_err(unavailable)?;
         stream.delete_consumer(&self.durable).await.map_err(unavailable)?;
         stream.create_consumer(self.config(start)).await.map_err(unavailable)?;

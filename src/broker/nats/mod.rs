@@ -159,7 +159,7 @@ impl NatsStream {
     }
 
     /// The settings of the JetStream stream, `None` if it does not exist.
-    pub async fn settings(&self) -> Result<Option<settings::StreamSettings>, Unavailable> {
+    pub(crate) async fn settings(&self) -> Result<Option<settings::StreamSettings>, Unavailable> {
         use async_nats::jetstream::stream::{DiscardPolicy, RetentionPolicy};
         let Some(mut stream) = self.stream_handle().await? else { return Ok(None) };
         let info = stream.info().await.map_err(|e| Unavailable(format!("JetStream stream {}: {e}", self.stream)))?;
@@ -176,13 +176,13 @@ impl NatsStream {
 
     /// The same connection, sending `field` as the message body (a relay's payload field, which
     /// `[relay.envelope]` may rename; `None`: every field a header, the body empty).
-    pub fn with_body_field(&self, field: Option<&str>) -> Self {
+    pub(crate) fn with_body_field(&self, field: Option<&str>) -> Self {
         Self { body_field: Bytes::copy_from_slice(field.unwrap_or_default().as_bytes()), ..self.clone() }
     }
 
     /// Waits up to the configured timeout for the background connection (one-shot commands
     /// `check` and `migrate` want an answer, not an outage to wait out).
-    pub async fn connected(&self) -> bool {
+    pub(crate) async fn connected(&self) -> bool {
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             if self.client.connection_state() == async_nats::connection::State::Connected {
@@ -198,7 +198,7 @@ impl NatsStream {
     /// Creates the JetStream stream if it does not exist: file storage, `replicas` copies,
     /// `subjects`, and `duplicate_window`. An existing stream is left as it is (`check` says
     /// what it lacks). True if it was created.
-    pub async fn create_if_absent(
+    pub(crate) async fn create_if_absent(
         &self,
         subjects: Vec<String>,
         duplicate_window: Duration,
@@ -223,13 +223,13 @@ impl NatsStream {
     }
 
     /// The version the connected server announced (empty before the first connection).
-    pub fn server_version(&self) -> String {
+    pub(crate) fn server_version(&self) -> String {
         self.client.server_info().version
     }
 
     /// Why the connected server is too old for this client (built for the JetStream API of
     /// nats-server 2.9, the one Debian ships), if it is.
-    pub fn version_problem(&self) -> Option<String> {
+    pub(crate) fn version_problem(&self) -> Option<String> {
         let version = self.server_version();
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
@@ -239,13 +239,13 @@ impl NatsStream {
     }
 
     /// A bridge's durable pull consumer of this stream.
-    pub fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
+    pub(crate) fn group(&self, settings: group::GroupSettings) -> group::NatsGroup {
         group::NatsGroup::new(self.client.clone(), self.jetstream.clone(), &self.stream, settings, self.timeout)
     }
 
     /// What the durable consumer of `group` on `subject` holds, read without creating anything:
     /// `None` while the stream or the consumer does not exist (a bridge creates it at start).
-    pub async fn consumer_info(
+    pub(crate) async fn consumer_info(
         &self,
         group: &str,
         subject: &str,
@@ -269,7 +269,7 @@ impl NatsStream {
     }
 
     /// The JetStream stream's name.
-    pub fn stream_name(&self) -> &str {
+    pub(crate) fn stream_name(&self) -> &str {
         &self.stream
     }
 

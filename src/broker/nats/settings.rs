@@ -9,7 +9,7 @@ use crate::config::RelayConfig;
 
 /// The stream's settings that handoff relies on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamSettings {
+pub(crate) struct StreamSettings {
     pub subjects: Vec<String>,
     pub duplicate_window: Duration,
     pub replicas: usize,

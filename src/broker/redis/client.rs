@@ -28,7 +28,7 @@ pub struct RedisStream {
 /// A durability gate the server cannot honour (a configuration error).
 #[derive(Debug, thiserror::Error)]
 #[error("relay `{relay}` durability.aof needs WAITAOF (Redis 7.2 or later); this server reports {major}.{minor}")]
-pub struct GateError {
+pub(crate) struct GateError {
     pub relay: String,
     pub major: u32,
     pub minor: u32,
@@ -97,7 +97,7 @@ impl RedisStream {
 
     /// The server's version (`redis_version` of `INFO server`: Valkey reports the Redis version
     /// it is compatible with), e.g. `(7, 2)`.
-    pub async fn version(&self) -> Result<(u32, u32), Unavailable> {
+    pub(crate) async fn version(&self) -> Result<(u32, u32), Unavailable> {
         let info = CustomCommand::new_static("INFO", ClusterHash::Random, false);
         let reply: String =
             self.client.custom(info, vec!["server"]).await.map_err(|e| Unavailable(e.details().to_owned()))?;
@@ -108,7 +108,10 @@ impl RedisStream {
 
     /// A WAITAOF gate on a server that has no WAITAOF (Redis < 7.2) is refused, naming the key
     /// (the inner error); an unreachable server says nothing either way (the outer one).
-    pub async fn check_gate(&self, relay: &crate::config::RelayConfig) -> Result<Result<(), GateError>, Unavailable> {
+    pub(crate) async fn check_gate(
+        &self,
+        relay: &crate::config::RelayConfig,
+    ) -> Result<Result<(), GateError>, Unavailable> {
         if !relay.durability.as_ref().is_some_and(|d| d.aof) {
             return Ok(Ok(()));
         }
@@ -128,7 +131,7 @@ impl RedisStream {
     /// shared connection. It reconnects by itself like the original. In cluster mode, a
     /// standalone client to the primary serving `key`, so another shard's failure cannot hold
     /// it up; [`RedisStream::reroute`] replaces it when that primary changes.
-    pub fn dedicated(&self, key: &str) -> Client {
+    pub(crate) fn dedicated(&self, key: &str) -> Client {
         if let Some(client) = self.shards.as_ref().and_then(|s| s.dedicated_for(key)) {
             return client;
         }
@@ -139,7 +142,7 @@ impl RedisStream {
 
     /// After a failure on `key`'s dedicated client: in cluster mode, refreshes the slot map
     /// and returns a new client when another node now serves `key`.
-    pub async fn reroute(&self, key: &str, current: &Client) -> Option<Client> {
+    pub(crate) async fn reroute(&self, key: &str, current: &Client) -> Option<Client> {
         let shards = self.shards.as_ref()?;
         shards.refresh(&self.client).await;
         let server = shards.server_of(key)?;

@@ -306,7 +306,11 @@ impl super::client::RedisStream {
     /// Appends poison records to a dead-letter stream, one entry each; true only if every
     /// append succeeded. Through the shared client: the dead-letter stream may live on another
     /// cluster node than the stream the records came from.
-    pub async fn append_dead_letters(&self, key: &str, records: &[crate::store::takeover::PoisonRecord]) -> bool {
+    pub(crate) async fn append_dead_letters(
+        &self,
+        key: &str,
+        records: &[crate::store::takeover::PoisonRecord],
+    ) -> bool {
         let pipeline = self.client().pipeline();
         for p in records {
             let fields: Vec<(&str, String)> = vec![
@@ -325,7 +329,7 @@ impl super::client::RedisStream {
 
     /// Appends one entry of raw fields to `key` again (`handoff poison retry`): its new id, or
     /// what Redis said.
-    pub async fn reappend(&self, key: &str, fields: Vec<(Vec<u8>, Vec<u8>)>) -> Result<String, Error> {
+    pub(crate) async fn reappend(&self, key: &str, fields: Vec<(Vec<u8>, Vec<u8>)>) -> Result<String, Error> {
         let fields: Vec<(fred::types::Key, fred::types::Value)> = fields
             .into_iter()
             .map(|(k, v)| (fred::types::Key::from(bytes::Bytes::from(k)), fred::types::Value::Bytes(v.into())))

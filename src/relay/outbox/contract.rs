@@ -39,7 +39,7 @@ impl StatementKind {
 
     /// The claim and the statements that settle what it claimed: what a locked claim replaces
     /// with its own.
-    pub fn settles_a_claim(self) -> bool {
+    pub(crate) fn settles_a_claim(self) -> bool {
         matches!(self, Self::Claim | Self::MarkDelivered | Self::Delete | Self::Retry | Self::Dead)
     }
 
@@ -62,7 +62,7 @@ impl StatementKind {
 
     /// Parameters offered to the statement. Batch steps get arrays (`ids`, `tokens`, `entry_ids`,
     /// one element per row, in the same order); per-row steps get scalars.
-    pub fn params(self) -> &'static [&'static str] {
+    pub(crate) fn params(self) -> &'static [&'static str] {
         match self {
             // `ids`: in a MySQL claim script, the ids earlier statements returned (JSON array).
             Self::Claim => &["claimant", "batch_size", "lease_ms", "ids"],

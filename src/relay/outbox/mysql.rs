@@ -31,7 +31,7 @@ pub struct MyOutbox {
 impl MyOutbox {
     /// Prepares every statement (each statement of the claim script) and checks the claim's
     /// and the stats' result columns; returns every problem found.
-    pub async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
+    pub(crate) async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
         let prefix = format!("relay `{}`", relay.name);
         let mut conn = pool
             .get_conn()

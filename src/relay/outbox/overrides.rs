@@ -29,12 +29,12 @@ pub struct SqlOverrides {
 
 impl SqlOverrides {
     /// No statement replaced: the reference outbox.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         StatementKind::ALL.iter().all(|kind| self.get(*kind).is_none())
     }
 
     /// The configured replacement for `kind`, if any.
-    pub fn get(&self, kind: StatementKind) -> Option<&str> {
+    pub(crate) fn get(&self, kind: StatementKind) -> Option<&str> {
         use StatementKind as K;
         let sql = match kind {
             K::Claim => &self.claim,

@@ -44,7 +44,7 @@ impl PgOutbox {
     /// Prepares every statement the relay will run and checks parameter and column types, so a
     /// broken override fails at startup (and in `handoff check`) instead of on the first batch.
     /// Returns every problem found, each naming its statement.
-    pub async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
+    pub(crate) async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
         let prefix = format!("relay `{}`", relay.name);
         let client = pool
             .get()

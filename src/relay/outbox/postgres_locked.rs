@@ -107,7 +107,7 @@ impl LockedSql {
     }
 
     /// Each statement with its name (for the startup check).
-    pub fn statements(&self) -> [(&'static str, &str); 5] {
+    pub(crate) fn statements(&self) -> [(&'static str, &str); 5] {
         [
             ("lock", &self.lock),
             ("locked delivered", &self.delivered),

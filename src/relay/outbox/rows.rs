@@ -35,7 +35,7 @@ pub struct ClaimedRow {
 impl ClaimedRow {
     /// A row as first claimed: no failures, no expired leases, readable. For rows that are
     /// not claimed from an outbox (replay builds entries from history) and for fakes.
-    pub fn first_claim(id: String, token: i64, event_id: String, values: Vec<Option<String>>) -> Self {
+    pub(crate) fn first_claim(id: String, token: i64, event_id: String, values: Vec<Option<String>>) -> Self {
         Self {
             id,
             token,

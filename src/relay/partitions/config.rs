@@ -30,7 +30,7 @@ pub struct PartitionsConfig {
 
 impl PartitionsConfig {
     /// Problems with the values, each naming its key under `path`.
-    pub fn problems(&self, path: &str) -> Vec<String> {
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
         let mut errors = Vec::new();
         let hour = Duration::from_secs(3600);
         if self.every < hour

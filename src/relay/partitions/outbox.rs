@@ -34,7 +34,7 @@ impl PartitionedOutbox {
         }
     }
 
-    pub fn table(&self) -> &str {
+    pub(crate) fn table(&self) -> &str {
         &self.table
     }
 
@@ -44,17 +44,26 @@ impl PartitionedOutbox {
     }
 
     /// See [`postgres::existing`].
-    pub async fn existing(&self) -> StoreResult<Vec<Existing>> {
+    pub(crate) async fn existing(&self) -> StoreResult<Vec<Existing>> {
         postgres::existing(&self.pool, &self.table).await
     }
 
     /// See [`postgres::drop_if_settled`].
-    pub async fn drop_if_settled(&self, partition: &str, drop_after: std::time::Duration) -> StoreResult<Outcome> {
+    pub(crate) async fn drop_if_settled(
+        &self,
+        partition: &str,
+        drop_after: std::time::Duration,
+    ) -> StoreResult<Outcome> {
         postgres::drop_if_settled(&self.pool, &self.table, partition, drop_after).await
     }
 
     /// See [`postgres::purge_default`].
-    pub async fn purge_default(&self, default: &str, drop_after: std::time::Duration, batch: u32) -> StoreResult<u64> {
+    pub(crate) async fn purge_default(
+        &self,
+        default: &str,
+        drop_after: std::time::Duration,
+        batch: u32,
+    ) -> StoreResult<u64> {
         postgres::purge_default(&self.pool, default, drop_after, batch).await
     }
 }

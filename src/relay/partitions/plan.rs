@@ -38,7 +38,7 @@ impl Span {
     }
 
     /// The bounds as SQL timestamp literals in UTC.
-    pub fn bounds(self) -> (String, String) {
+    pub(crate) fn bounds(self) -> (String, String) {
         let literal =
             |secs: u64| format!("'{}'", humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)));
         (literal(self.from), literal(self.to))

@@ -27,7 +27,7 @@ const VACUUM: &str = "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_thre
 
 /// One partition of the outbox as the catalog describes it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Existing {
+pub(crate) struct Existing {
     /// As Postgres names it in SQL (schema-qualified when outside the search path).
     pub name: String,
     /// The default partition, which holds rows no other partition covers.
@@ -39,7 +39,7 @@ pub struct Existing {
 /// Why a partition past `drop_after` is kept: rows in it that are not settled, or were
 /// delivered too recently.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Held {
+pub(crate) struct Held {
     pub pending: i64,
     pub in_flight: i64,
     pub dead: i64,
@@ -47,7 +47,7 @@ pub struct Held {
 }
 
 impl Held {
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.pending + self.in_flight + self.dead + self.recently_delivered > 0
     }
 }
@@ -64,7 +64,7 @@ impl std::fmt::Display for Held {
 
 /// What became of a partition past `drop_after`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Dropped,
     Held(Held),
 }

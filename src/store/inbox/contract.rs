@@ -35,7 +35,7 @@ impl WorkerStatement {
 
     /// Parameters offered. Batch steps get arrays (`ids`, `tokens`, one element per row, in the
     /// same order); per-row steps get scalars.
-    pub fn params(self) -> &'static [&'static str] {
+    pub(crate) fn params(self) -> &'static [&'static str] {
         match self {
             // `ids`: in a MySQL claim script, the ids earlier statements returned (JSON array).
             Self::Claim => &["consumer", "claimant", "batch_size", "lease_ms", "ids"],
@@ -49,7 +49,7 @@ impl WorkerStatement {
     }
 
     /// Result columns the statement must return (`claim`: besides the optional ones).
-    pub fn columns(self) -> &'static [&'static str] {
+    pub(crate) fn columns(self) -> &'static [&'static str] {
         match self {
             Self::Claim => CLAIM_COLUMNS,
             Self::Stats => STATS_COLUMNS,

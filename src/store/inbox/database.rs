@@ -35,7 +35,7 @@ impl Inbox {
     }
 
     /// How the dialect's placeholders look (the handlers' statements are rewritten to them).
-    pub fn placeholder(&self) -> Placeholder {
+    pub(crate) fn placeholder(&self) -> Placeholder {
         match self {
             Inbox::Postgres(_) => Placeholder::Numbered,
             Inbox::Mysql(_) => Placeholder::Positional,

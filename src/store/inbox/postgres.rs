@@ -120,7 +120,7 @@ fn reference(statement: WorkerStatement, t: &str) -> String {
 
 impl PgInbox {
     /// The worker's statements: its `[worker.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, StatementError> {
+    pub(crate) fn new(pool: Pool, worker: &WorkerConfig, faults: Faults) -> Result<Self, StatementError> {
         let mut statements = HashMap::new();
         for (statement, text) in
             statement_texts(&worker.sql, worker.retention.is_some(), |s| reference(s, &worker.table))

@@ -29,7 +29,7 @@ pub struct InboxRow {
 
 impl InboxRow {
     /// A claim result row, read by column name (the claim's result contract).
-    pub fn from_text(row: &TextRow) -> StoreResult<Self> {
+    pub(crate) fn from_text(row: &TextRow) -> StoreResult<Self> {
         let get = |name: &str| row.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.clone());
         let required = |name: &str| {
             get(name).ok_or_else(|| StoreError::Contract(format!("worker sql.claim returned NULL or no {name}")))
@@ -72,7 +72,7 @@ impl InboxRow {
     }
 
     /// The row as (id, token), the way renew and release take it.
-    pub fn held(&self) -> (String, i64) {
+    pub(crate) fn held(&self) -> (String, i64) {
         (self.id.clone(), self.token)
     }
 }
@@ -125,7 +125,7 @@ pub struct BoundStatement<'a> {
 
 impl BoundStatement<'_> {
     /// Appends `other`'s array elements (the same batch statement bound for the next event).
-    pub fn merge(&mut self, other: BoundStatement<'_>) {
+    pub(crate) fn merge(&mut self, other: BoundStatement<'_>) {
         for (mine, theirs) in self.values.iter_mut().zip(other.values) {
             match (mine, theirs) {
                 (BindValue::Texts(a), BindValue::Texts(b)) => a.extend(b),
@@ -188,7 +188,7 @@ pub enum ApplyError {
 impl ApplyError {
     /// A handler statement's error: `errors` names codes to retry or to make DEAD; for the
     /// rest, the dialect's judgement (a refusal of the data: DEAD; anything else: an outage).
-    pub fn from_handler(index: usize, error: StoreError, errors: &HandlerErrors) -> Self {
+    pub(crate) fn from_handler(index: usize, error: StoreError, errors: &HandlerErrors) -> Self {
         let verdict = error.code().and_then(|code| errors.verdict(&code));
         let handler =
             |e: &StoreError, retry| ApplyError::Handler { index, message: crate::error::error_chain(e), retry };

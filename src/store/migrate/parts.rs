@@ -41,7 +41,7 @@ impl Part {
         Part::Demo,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Part::Outbox => "outbox",
             Part::Inbox => "inbox",

@@ -24,7 +24,7 @@ impl Pool {
         self.within(self.inner.get_conn()).await
     }
 
-    pub async fn start_transaction(
+    pub(crate) async fn start_transaction(
         &self,
         options: TxOpts,
     ) -> Result<mysql_async::Transaction<'static>, mysql_async::Error> {

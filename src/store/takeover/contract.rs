@@ -5,16 +5,16 @@ use crate::sql::params::{self, Placeholder};
 
 /// `[bridge.sql]`: the takeover's statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TakeoverStatement {
+pub(crate) enum TakeoverStatement {
     Insert,
     Existing,
     Poison,
 }
 
 impl TakeoverStatement {
-    pub const ALL: [Self; 3] = [Self::Insert, Self::Existing, Self::Poison];
+    pub(crate) const ALL: [Self; 3] = [Self::Insert, Self::Existing, Self::Poison];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Insert => "insert",
             Self::Existing => "existing",
@@ -24,7 +24,7 @@ impl TakeoverStatement {
 
     /// Parameters offered, one event (or poison record) at a time. `insert` is also offered
     /// `:fields.<name>`, an entry field beyond the mapped ones (NULL when the entry lacks it).
-    pub fn params(self) -> &'static [&'static str] {
+    pub(crate) fn params(self) -> &'static [&'static str] {
         match self {
             Self::Insert => INSERT_PARAMS,
             // The content and its hash too: an inbox without a hash column can compare the
@@ -34,7 +34,7 @@ impl TakeoverStatement {
         }
     }
 
-    pub fn dotted(self) -> &'static [&'static str] {
+    pub(crate) fn dotted(self) -> &'static [&'static str] {
         match self {
             Self::Insert => &["fields"],
             _ => &[],

@@ -30,7 +30,7 @@ impl Takeover {
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
-    pub async fn check(&self) -> Result<(), PrepareError> {
+    pub(crate) async fn check(&self) -> Result<(), PrepareError> {
         match self {
             Takeover::Postgres(s) => s.check().await,
             Takeover::Mysql(s) => s.check().await,

@@ -38,7 +38,7 @@ struct Statements {
 
 impl MyTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
+    pub(crate) fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let takeover = TakeoverStatements::new(bridge, Placeholder::Positional, statements)?;
         // Every statement here has named parameters, the reference ones too.
         let named = |sql: &Sql| match sql {
@@ -52,7 +52,7 @@ impl MyTakeover {
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
-    pub async fn check(&self) -> Result<(), PrepareError> {
+    pub(crate) async fn check(&self) -> Result<(), PrepareError> {
         let mut conn = self
             .pool
             .get_conn()

@@ -86,7 +86,7 @@ impl DeliveriesSql {
 
 impl PgTakeover {
     /// The bridge's statements: its `[bridge.sql]` overrides, the reference schema's otherwise.
-    pub fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
+    pub(crate) fn new(pool: Pool, bridge: &BridgeConfig) -> Result<Self, StatementError> {
         let deliveries = DeliveriesSql::new(&bridge.deliveries_table);
         let takeover = TakeoverStatements::new(bridge, Placeholder::Numbered, statements)?;
         let columns = inbox_columns().join(", ");
@@ -95,7 +95,7 @@ impl PgTakeover {
     }
 
     /// Checks the tables' columns and prepares the takeover statements.
-    pub async fn check(&self) -> Result<(), PrepareError> {
+    pub(crate) async fn check(&self) -> Result<(), PrepareError> {
         let client = self
             .pool
             .get()

@@ -25,12 +25,12 @@ impl Text {
         Self(bytes::Bytes::from_static(text.as_bytes()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         // Checked once in `new`; checking again is cheaper than a copy and needs no `unsafe`.
         std::str::from_utf8(&self.0).unwrap_or_default()
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 }
@@ -58,7 +58,7 @@ pub struct InboxEvent {
 
 impl InboxEvent {
     /// The inbox status the event starts in (`:status`).
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         if self.ignored { "IGNORED" } else { "PENDING" }
     }
 }
@@ -76,7 +76,7 @@ pub struct PoisonRecord {
 
 impl PoisonRecord {
     /// `event`'s id was already taken over with other content (`existing_hash`, if still there).
-    pub fn taken_over_with_other_content(event: &InboxEvent, existing_hash: Option<&str>) -> Self {
+    pub(crate) fn taken_over_with_other_content(event: &InboxEvent, existing_hash: Option<&str>) -> Self {
         let detail = format!(
             "event id already taken over with content hash {}, this entry hashes to {}",
             existing_hash.unwrap_or("(unknown)"),
@@ -86,7 +86,7 @@ impl PoisonRecord {
     }
 
     /// `event`'s id appears earlier in the same batch with other content (`first_hash`).
-    pub fn earlier_in_batch_with_other_content(event: &InboxEvent, first_hash: &str) -> Self {
+    pub(crate) fn earlier_in_batch_with_other_content(event: &InboxEvent, first_hash: &str) -> Self {
         let detail = format!(
             "event id appears earlier in the batch with content hash {first_hash}; this entry hashes to {}",
             event.content_hash
@@ -130,7 +130,7 @@ impl TakenOver {
     /// The one decision of a takeover, for every dialect: the insert took the event
     /// (`inserted`), or the inbox already holds it with `existing_hash` — the same content (a
     /// redelivery, a republish) or other content, which is recorded in `poison` as a conflict.
-    pub fn judge(
+    pub(crate) fn judge(
         event: &InboxEvent,
         inserted: bool,
         existing_hash: Option<&str>,
