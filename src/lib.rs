@@ -16,8 +16,8 @@
 //! - appending to a broker ([`EventStream`], [`RedisStream`], [`NatsStream`]);
 //! - TLS's crypto provider, fault injection's switches, and the fuzz targets' entry points.
 //!
-//! Anything else is `pub(crate)`, and `unreachable_pub` keeps it so; so are the methods and
-//! fields of those types that no binary, benchmark or test calls (`scripts/lib/surface.py`
+//! Anything else is `pub(crate)`, and `unreachable_pub` keeps it so; so are the methods of
+//! those types that no binary, benchmark or test calls (`scripts/lib/surface.py`
 //! holds the count of `pub` items under 300).
 // `deny`, not `forbid`: one module may allow it, `broker/kafka/topic_id.rs`, which calls a
 // function of librdkafka's C API the Rust client does not wrap.
