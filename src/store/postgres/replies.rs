@@ -220,6 +220,9 @@ impl Track {
             match self.received.next(&mut data) {
                 Err(()) => self.off = true,
                 Ok(Some(head)) if head.kind == b'Z' => self.owed = self.owed.saturating_sub(1),
+                // COPY FROM STDIN: tokio-postgres sends a Sync before the data, which the
+                // server ignores while it reads COPY data, so that Sync gets no ReadyForQuery.
+                Ok(Some(head)) if head.kind == b'G' => self.owed = self.owed.saturating_sub(1),
                 Ok(_) => {}
             }
         }
@@ -416,6 +419,23 @@ mod tests {
         stream.write_all(b"\x16\x03\x01\x02\x00 a client hello").await.unwrap();
         assert!(stream.track.off, "ciphertext is not followed");
         assert!(idles(&mut stream).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copy_from_stdin_leaves_nothing_owed_once_it_ends() {
+        let (mut stream, mut far) = connected().await;
+        // As tokio-postgres's copy_in: Bind, Execute, Sync; the data; CopyDone, Sync.
+        let request = [message(b'B', b"\0\0\0\0\0\0\0"), message(b'E', b"\0\0\0\0\0"), message(b'S', b"")].concat();
+        stream.write_all(&request).await.unwrap();
+        far.write_all(&message(b'G', b"\0\0\0")).await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(stream.read(&mut buf).await.unwrap() > 0);
+        stream.write_all(&[message(b'd', b"1\n"), message(b'c', b""), message(b'S', b"")].concat()).await.unwrap();
+        far.write_all(&[message(b'C', b"COPY 1\0"), ready()].concat()).await.unwrap();
+        while stream.track.owed > 0 {
+            assert!(stream.read(&mut buf).await.unwrap() > 0);
+        }
+        assert!(idles(&mut stream).await, "the Sync the server ignored is not waited for");
     }
 
     #[test]
