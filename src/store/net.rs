@@ -42,17 +42,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let limit = self.limit;
-                match self.due.as_mut().map(|due| due.as_mut().poll(cx)) {
-                    Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the database sent no reply within {limit:?} (database.reply_timeout and a margin); connection closed"
-                        ),
-                    ))),
-                    _ => Poll::Pending,
-                }
+                overdue(&mut self.due, cx, || format!("the database sent no reply within {limit:?}"))
             }
         }
+    }
+}
+
+/// What a watched stream's read answers while its inner stream has nothing: `TimedOut` once
+/// `due` has passed (`what` says what was missed), else `Pending` with the timer registered.
+pub(crate) fn overdue(
+    due: &mut Option<Pin<Box<Sleep>>>,
+    cx: &mut Context<'_>,
+    what: impl FnOnce() -> String,
+) -> Poll<io::Result<()>> {
+    match due.as_mut().map(|due| due.as_mut().poll(cx)) {
+        Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{} (database.reply_timeout and a margin); connection closed", what()),
+        ))),
+        _ => Poll::Pending,
     }
 }
 

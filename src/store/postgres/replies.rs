@@ -22,6 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 
+use crate::store::net::overdue;
+
 /// The first four body bytes of the SSL and GSSAPI encryption requests (a startup-phase message
 /// whose answer is one byte, not a message).
 const SSL_REQUEST: u32 = 80_877_103;
@@ -84,15 +86,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Replies<S> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let limit = self.limit;
-                match self.due.as_mut().map(|due| due.as_mut().poll(cx)) {
-                    Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "the database's reply stopped or never came: nothing within {limit:?} (database.reply_timeout and a margin); connection closed"
-                        ),
-                    ))),
-                    _ => Poll::Pending,
-                }
+                overdue(&mut self.due, cx, || {
+                    format!("the database's reply stopped or never came: nothing within {limit:?}")
+                })
             }
         }
     }
