@@ -15,8 +15,10 @@ use common::process::{Handoff, run_to_end};
 
 /// One relay on the reference outbox producing to `<id>.audit.<type>` on the test broker.
 fn kafka_relay_config(env: &common::TestEnv, extra: &str, bootstrap: &str) -> String {
+    // The look-back covers the whole test: which delivered rows a sign of loss looks up must not
+    // depend on how long the cluster took to elect or resync.
     let relay = env.config(&format!(
-        "broker = \"kafka\"\nstream = \"{}.audit.{{aggregate_type}}\"\nbatch_size = 25\n{extra}\n[relay.broker_loss]\ncheck_interval = \"200ms\"",
+        "broker = \"kafka\"\nstream = \"{}.audit.{{aggregate_type}}\"\nbatch_size = 25\n{extra}\n[relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"10m\"",
         env.id
     ));
     format!("{relay}\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ntimeout = \"5s\"\ndelivery_timeout = \"5s\"\n")

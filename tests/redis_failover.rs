@@ -46,7 +46,7 @@ fn chain(env: &TestEnv, lanes: &[Lane], sharded: bool) -> String {
     };
     format!(
         "{}\n[[relay]]\nname = \"relay\"\n{template}{}outage_backoff = {{ initial = \"50ms\", max = \"200ms\", multiplier = 2.0, jitter = 0.0 }}\n\
-         [relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"20s\"\n\n\
+         [relay.broker_loss]\ncheck_interval = \"200ms\"\nlookback = \"10m\"\n\n\
          [[bridge]]\nname = \"bridge\"\nconsumer = \"admin\"\ninstance = \"b1\"\nblock = \"200ms\"\nclaim_idle = \"2s\"\n\
          streams = [{streams}]\n{}",
         env.base_config(),

@@ -177,10 +177,17 @@ impl Handoff {
 
 impl Drop for Handoff {
     fn drop(&mut self) {
-        // A failing test shows what the process said (the last lines; the test's own output
-        // is kept by the runner only for failures).
+        // A failing test shows what the process said: what it said above debug level (what led
+        // there), then its last lines (the test's own output is kept by the runner only for
+        // failures).
         if std::thread::panicking() {
             let logs = self.logs();
+            let said: Vec<&str> = logs.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+            let said = &said[said.len().saturating_sub(150)..];
+            eprintln!("--- handoff {} (last {} lines above debug) ---", self.pid(), said.len());
+            for line in said {
+                eprintln!("{line}");
+            }
             let tail: Vec<&str> = logs.lines().rev().take(40).collect();
             eprintln!("--- handoff {} (last {} lines) ---", self.pid(), tail.len());
             for line in tail.into_iter().rev() {
