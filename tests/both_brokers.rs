@@ -460,6 +460,9 @@ async fn cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_
         )
         .await
         .unwrap();
+    // CloudEvents' optional `subject` (and `partitionkey`) left out when empty; its required
+    // `type` empty: the row is refused.
+    insert_cloudevents_edge_rows(env).await;
     // The source is what the bridge checks as the stream's owner (`relay`).
     let relay = chain.relay_config("[relay.cloudevents]\nsource = \"relay\"\n", "");
     let p = if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "ce-" } else { "ce_" };
@@ -473,9 +476,13 @@ async fn cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_
     );
     let _relay = Handoff::run(&relay);
     let _bridge = Handoff::run(&bridge);
-    env.await_delivered(6).await;
+    env.await_delivered(7).await;
+    await_no_type_refused(env).await;
     chain.await_acknowledged().await;
     assert!(env.poison().await.is_empty(), "{:?}", env.poison().await);
+    let sql = "SELECT aggregate_id FROM consumer_inbox WHERE event_id = 'e-nosubject'";
+    let taken: Option<String> = env.db.query_one(sql, &[]).await.unwrap().get(0);
+    assert_eq!(taken, None, "no subject: no aggregate id");
     let sql = "SELECT aggregate_id FROM consumer_inbox WHERE event_id = 'e-odd'";
     let taken: String = env.db.query_one(sql, &[]).await.unwrap().get(0);
     assert_eq!(taken, odd, "the aggregate id as the row had it");
@@ -491,7 +498,11 @@ async fn cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_
     assert_eq!(got, ("user.changed".into(), "agg-3".into(), "e-3".into()), "taken in by the bridge");
 
     let messages = chain.messages().await;
-    assert_eq!(messages.len(), 6);
+    assert_eq!(messages.len(), 7);
+    let (key, headers, _) =
+        messages.iter().find(|(_, h, _)| h.get(&format!("{p}id")).is_some_and(|id| id == "e-nosubject")).unwrap();
+    let left_out = [format!("{p}subject"), format!("{p}partitionkey")];
+    assert!(left_out.iter().all(|name| !headers.contains_key(name)) && key.is_none(), "{key:?} {headers:?}");
     let (_, odd_headers, _) =
         messages.iter().find(|(_, h, _)| h.get(&format!("{p}id")).is_some_and(|id| id == "e-odd")).unwrap();
     let sent = if p == "ce-" { "Z%C3%BCrich%20%227%22%20100%25" } else { odd };
@@ -520,14 +531,39 @@ async fn cloudevents_in_binary_mode_name_each_attribute_and_a_bridge_takes_them_
     }
 }
 
+/// Two rows at CloudEvents' edges: `e-nosubject` with an empty aggregate id (its optional
+/// `subject` is left out), `e-notype` with an empty event type (required: the row is refused).
+async fn insert_cloudevents_edge_rows(env: &TestEnv) {
+    let sql = "INSERT INTO audit_outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES \
+               ('e-nosubject', 'user', '', 'user.changed', '{}'), ('e-notype', 'user', 'agg-x', '', '{}')";
+    env.db.execute(sql, &[]).await.unwrap();
+}
+
+/// Waits until `e-notype` is DEAD, and checks why.
+async fn await_no_type_refused(env: &TestEnv) {
+    let sql = "SELECT last_error FROM audit_outbox WHERE event_id = 'e-notype' AND status = 'DEAD'";
+    let error: Option<String> = common::eventually("the row without a type refused", || async {
+        env.db.query_opt(sql, &[]).await.unwrap().map(|row| row.get(0))
+    })
+    .await;
+    let error = error.unwrap_or_default();
+    assert!(error.contains("CloudEvents `type` is required"), "{error}");
+}
+
 async fn cloudevents_in_structured_mode_are_one_json_event_per_message(chain: Chain) {
     let env = &chain.env;
     env.insert_events("s", "user", 3).await;
+    insert_cloudevents_edge_rows(env).await;
     let relay = chain.relay_config("[relay.cloudevents]\nsource = \"/services/auth\"\nmode = \"structured\"\n", "");
     let _relay = Handoff::run(&relay);
-    env.await_delivered(3).await;
-    let messages = chain.messages().await;
-    assert_eq!(messages.len(), 3);
+    env.await_delivered(4).await;
+    await_no_type_refused(env).await;
+    let mut messages = chain.messages().await;
+    assert_eq!(messages.len(), 4);
+    let at = messages.iter().position(|(_, _, body)| body.contains("\"e-nosubject\"")).unwrap();
+    let (key, _, body) = messages.remove(at);
+    let event: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(event.get("subject").is_none() && key.is_none(), "no subject, no key: {event}");
     let content_type =
         if matches!(chain.broker, common::brokers::Broker::Nats(_)) { "Content-Type" } else { "content-type" };
     for (key, headers, body) in &messages {

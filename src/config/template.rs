@@ -272,7 +272,7 @@ fn encoded_call(inside: &str) -> Option<(String, Encoding)> {
 }
 
 /// `value` as a JSON string literal: quoted, with `"`, `\\` and control characters escaped.
-fn json_string(value: &str, out: &mut String) {
+pub(crate) fn json_string(value: &str, out: &mut String) {
     use std::fmt::Write;
     out.push('"');
     for c in value.chars() {

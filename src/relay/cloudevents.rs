@@ -11,11 +11,17 @@
 //!
 //! `id` is the event id, `type` the event type, `subject` the aggregate id, `time` the row's
 //! `created_at` (the claim returns it as RFC 3339 text for such a relay), `source` configured.
+//!
+//! CloudEvents requires a non-empty `id` and `type`: a row whose column is NULL or empty is
+//! refused (it goes DEAD as an invalid row), in both modes. `subject`, `partitionkey` and `time`
+//! are optional and, when present, non-empty: they are left out when their column is NULL or
+//! empty, in both modes.
 
 use serde::Deserialize;
 
 use crate::broker::Broker;
 use crate::config::ordered::Fields;
+use crate::config::template::{TemplateError, json_string};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +52,94 @@ impl CloudEventsConfig {
             Mode::Binary => ("ce_partitionkey", true),
             Mode::Structured => ("partitionkey", false),
         }
+    }
+}
+
+/// How a field of the preset treats a row whose column is NULL or empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Presence {
+    /// No rule of its own: a constant, the body, the `event_id` beside a structured event.
+    AsIs,
+    /// The row is refused without it.
+    Required { attribute: &'static str, column: &'static str },
+    /// Left out when its column is NULL or empty.
+    Optional,
+}
+
+/// The rule for the preset's field `name` (`ce_type`, `ce-subject`, `partitionkey`, …).
+pub(crate) fn presence(name: &str) -> Presence {
+    let attribute = name.strip_prefix("ce_").or_else(|| name.strip_prefix("ce-")).unwrap_or(name);
+    match attribute {
+        "id" => Presence::Required { attribute: "id", column: "event_id" },
+        "type" => Presence::Required { attribute: "type", column: "event_type" },
+        "subject" | "partitionkey" | "time" => Presence::Optional,
+        _ => Presence::AsIs,
+    }
+}
+
+/// Why a row without a required attribute is refused.
+pub(crate) fn missing(attribute: &str, column: &str) -> String {
+    format!("CloudEvents `{attribute}` is required, and column `{column}` is null or empty")
+}
+
+/// Structured mode's body, written from the row's columns: a template cannot leave out a JSON
+/// member, and an optional attribute whose column is NULL or empty must be left out. It writes
+/// what the envelope's `payload` template says for a row that has every value (a test holds
+/// the two together).
+#[derive(Debug, Clone)]
+pub(crate) struct StructuredBody {
+    /// The source as a JSON string.
+    source: String,
+    id: usize,
+    event_type: usize,
+    subject: usize,
+    time: usize,
+    data: usize,
+}
+
+impl StructuredBody {
+    /// The body over a claim returning `columns`; names a column it lacks.
+    pub(crate) fn bind(events: &CloudEventsConfig, columns: &[String]) -> Result<Self, TemplateError> {
+        let at = |name: &str| {
+            columns.iter().position(|c| c == name).ok_or_else(|| TemplateError::NotReturned(name.to_owned()))
+        };
+        let mut source = String::new();
+        json_string(&events.source, &mut source);
+        Ok(Self {
+            source,
+            id: at("event_id")?,
+            event_type: at("event_type")?,
+            subject: at("aggregate_id")?,
+            time: at("created_at")?,
+            data: at("payload")?,
+        })
+    }
+
+    /// The event for `row`, or why the row cannot be one.
+    pub(crate) fn render(&self, row: &[Option<String>]) -> Result<String, String> {
+        let value = |index: usize| row.get(index).and_then(Option::as_deref).filter(|v| !v.is_empty());
+        let id = value(self.id).ok_or_else(|| missing("id", "event_id"))?;
+        let event_type = value(self.event_type).ok_or_else(|| missing("type", "event_type"))?;
+        let data = value(self.data).ok_or_else(|| "column `payload` is null or empty".to_owned())?;
+        let mut out = String::with_capacity(160 + self.source.len() + data.len());
+        out.push_str("{\"specversion\":\"1.0\",\"id\":");
+        json_string(id, &mut out);
+        out.push_str(",\"source\":");
+        out.push_str(&self.source);
+        out.push_str(",\"type\":");
+        json_string(event_type, &mut out);
+        for (name, index) in [("subject", self.subject), ("time", self.time)] {
+            if let Some(v) = value(index) {
+                out.push_str(",\"");
+                out.push_str(name);
+                out.push_str("\":");
+                json_string(v, &mut out);
+            }
+        }
+        out.push_str(",\"datacontenttype\":\"application/json\",\"data\":");
+        out.push_str(data);
+        out.push('}');
+        Ok(out)
     }
 }
 
@@ -183,6 +277,55 @@ mod tests {
                 "datacontenttype": "application/json", "data": {"total": 3}
             })
         );
+    }
+
+    const COLUMNS: [&str; 5] = ["event_id", "event_type", "aggregate_id", "payload", "created_at"];
+
+    fn body(values: [Option<&str>; 5]) -> Result<String, String> {
+        let columns: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+        let body = StructuredBody::bind(&events(Mode::Structured), &columns).unwrap();
+        body.render(&values.map(|v| v.map(str::to_owned)))
+    }
+
+    #[test]
+    fn the_structured_body_is_what_the_envelope_template_says_for_a_full_row() {
+        let fields = render(&envelope(&events(Mode::Structured), Broker::Kafka));
+        let full = [
+            Some("e-1"),
+            Some("order.placed"),
+            Some("o-\"7\""),
+            Some("{\"total\":3}"),
+            Some("2026-12-06T10:00:00.000001Z"),
+        ];
+        assert_eq!(body(full).unwrap(), fields[2].1, "byte for byte");
+    }
+
+    #[test]
+    fn the_structured_body_leaves_out_an_empty_subject_or_time_and_refuses_an_empty_id_or_type() {
+        let event = |values| serde_json::from_str::<serde_json::Value>(&body(values).unwrap()).unwrap();
+        let no_subject = event([Some("e-1"), Some("t"), Some(""), Some("{}"), None]);
+        assert_eq!(
+            no_subject,
+            serde_json::json!({"specversion": "1.0", "id": "e-1", "source": "/services/{orders}", "type": "t",
+                "datacontenttype": "application/json", "data": {}})
+        );
+        let err = body([Some("e-1"), Some(""), Some("o"), Some("{}"), None]).unwrap_err();
+        assert_eq!(err, "CloudEvents `type` is required, and column `event_type` is null or empty");
+        let err = body([None, Some("t"), Some("o"), Some("{}"), None]).unwrap_err();
+        assert!(err.contains("`id`") && err.contains("`event_id`"), "{err}");
+    }
+
+    #[test]
+    fn the_attributes_rules_name_the_same_attribute_in_every_binding() {
+        for name in ["ce_id", "ce-id"] {
+            assert_eq!(presence(name), Presence::Required { attribute: "id", column: "event_id" });
+        }
+        for name in ["ce_subject", "ce-partitionkey", "partitionkey", "ce_time"] {
+            assert_eq!(presence(name), Presence::Optional, "{name}");
+        }
+        for name in ["event_id", "payload", "content-type", "ce_source", "ce_specversion"] {
+            assert_eq!(presence(name), Presence::AsIs, "{name}");
+        }
     }
 
     #[test]

@@ -253,8 +253,8 @@ pub struct BrokerLossConfig {
     /// Default: true.
     #[serde(default = "defaults::yes")]
     pub repair: bool,
-    /// Delivered rows read from the database, and looked up, at a time: what a check holds in
-    /// memory (about 600 bytes a row), whatever the window. Default: 10000.
+    /// Delivered rows read and looked up at a time, whatever the window (about 600 bytes of
+    /// memory each). Default: 10000.
     #[serde(default = "defaults::loss_page_rows")]
     pub page_rows: usize,
 }

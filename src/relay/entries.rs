@@ -10,6 +10,7 @@ use crate::broker::Entry;
 use crate::config::RelayConfig;
 use crate::config::template::{BoundTemplate, Template};
 use crate::reasons::DeadReason;
+use crate::relay::cloudevents::{self, Mode, Presence, StructuredBody};
 use crate::relay::outbox::ClaimedRow;
 use crate::relay::outbox::contract::ENTRY_COLUMNS;
 
@@ -49,8 +50,13 @@ impl Refusal {
 
 #[derive(Debug, Clone)]
 enum Layout {
-    BuiltIn { columns: Vec<(Bytes, usize)>, owner: Bytes, extras: Vec<(Bytes, BoundTemplate)> },
-    Envelope(Vec<(Bytes, EnvelopeField)>),
+    BuiltIn {
+        columns: Vec<(Bytes, usize)>,
+        owner: Bytes,
+        extras: Vec<(Bytes, BoundTemplate)>,
+    },
+    /// Each field with its rule for a NULL or empty value (CloudEvents' attributes have one).
+    Envelope(Vec<(Bytes, EnvelopeField, Presence)>),
 }
 
 /// A relay template that does not fit its claim statement, naming the relay and the key.
@@ -69,6 +75,8 @@ enum EnvelopeField {
     /// One column, percent-encoded (`"{percent(column)}"`); left out when NULL, as `Column`.
     PercentColumn(usize),
     Template(BoundTemplate),
+    /// A CloudEvent in structured mode: the whole body.
+    StructuredEvent(StructuredBody),
 }
 
 impl EntryBuilder {
@@ -83,10 +91,20 @@ impl EntryBuilder {
         };
         let stream = bind("stream", &relay.stream)?;
         if !relay.envelope.is_empty() {
+            let events = relay.cloudevents.as_ref();
             let fields = relay
                 .envelope
                 .iter()
                 .map(|(name, text)| {
+                    let presence = events.map_or(Presence::AsIs, |_| cloudevents::presence(name));
+                    if let Some(events) = events.filter(|e| e.mode == Mode::Structured && name == "payload") {
+                        let body = StructuredBody::bind(events, columns).map_err(|error| TemplateKeyError {
+                            relay: relay.name.clone(),
+                            key: format!("envelope.{name}"),
+                            error,
+                        })?;
+                        return Ok((Bytes::from(name.clone()), EnvelopeField::StructuredEvent(body), presence));
+                    }
                     let parsed = Template::parse(text).ok();
                     let carried = parsed.as_ref().and_then(Template::carried_column);
                     let field =
@@ -95,7 +113,7 @@ impl EntryBuilder {
                             Some((index, true)) => EnvelopeField::PercentColumn(index),
                             None => EnvelopeField::Template(bind(&format!("envelope.{name}"), text)?),
                         };
-                    Ok((Bytes::from(name.clone()), field))
+                    Ok((Bytes::from(name.clone()), field, presence))
                 })
                 .collect::<Result<_, TemplateKeyError>>()?;
             let (headers, payload) = (headers_column(columns), payload_column(relay, columns));
@@ -157,8 +175,11 @@ impl EntryBuilder {
                 fields
             }
             Layout::Envelope(layout) => {
+                let invalid = |name: &Bytes, e: &dyn std::fmt::Display| {
+                    Refusal::Invalid(format!("field {}: {e}", String::from_utf8_lossy(name)))
+                };
                 let mut rendered = Vec::with_capacity(layout.len());
-                for (name, field) in layout {
+                for (name, field, presence) in layout {
                     rendered.push(match field {
                         EnvelopeField::Column(_) => None,
                         EnvelopeField::PercentColumn(index) => {
@@ -168,7 +189,14 @@ impl EntryBuilder {
                                 Bytes::from(encoded)
                             })
                         }
-                        EnvelopeField::Template(template) => Some(Bytes::from(render(name, template)?)),
+                        EnvelopeField::Template(template) => match template.render(&row.values) {
+                            Ok(value) => Some(Bytes::from(value)),
+                            Err(_) if *presence == Presence::Optional => None,
+                            Err(e) => return Err(invalid(name, &e)),
+                        },
+                        EnvelopeField::StructuredEvent(body) => {
+                            Some(Bytes::from(body.render(&row.values).map_err(|e| invalid(name, &e))?))
+                        }
                     });
                 }
                 // An envelope may name a column twice: values become shared bytes, each used
@@ -176,13 +204,19 @@ impl EntryBuilder {
                 let cells: Vec<Option<Bytes>> =
                     std::mem::take(&mut row.values).into_iter().map(|v| v.map(Bytes::from)).collect();
                 let mut fields = Vec::with_capacity(layout.len());
-                for ((name, field), rendered) in layout.iter().zip(rendered) {
+                for ((name, field, presence), rendered) in layout.iter().zip(rendered) {
                     let value = match field {
                         EnvelopeField::Column(index) => cells.get(*index).cloned().flatten(),
-                        EnvelopeField::PercentColumn(_) | EnvelopeField::Template(_) => rendered,
+                        _ => rendered,
                     };
-                    if let Some(value) = value {
-                        fields.push((name.clone(), value));
+                    // Without a rule a value is kept, empty or not; with one, empty is absent.
+                    match (value, presence) {
+                        (Some(value), Presence::AsIs) => fields.push((name.clone(), value)),
+                        (Some(value), _) if !value.is_empty() => fields.push((name.clone(), value)),
+                        (_, Presence::Required { attribute, column }) => {
+                            return Err(Refusal::Invalid(cloudevents::missing(attribute, column)));
+                        }
+                        _ => {}
                     }
                 }
                 fields
@@ -306,6 +340,29 @@ mod tests {
         assert_eq!(pairs(&entry), [("id", "e-1"), ("subject", "a%20b")]);
         let entry = builder.build(&mut row(&[Some("1"), Some("e-1"), Some("")])).unwrap();
         assert_eq!(pairs(&entry), [("id", "e-1"), ("subject", "")], "empty: kept, as a copied column keeps it");
+    }
+
+    #[test]
+    fn cloudevents_leave_out_an_empty_optional_attribute_and_refuse_an_empty_id_or_type() {
+        let columns = names(&["id", "event_id", "event_type", "aggregate_id", "payload", "created_at"]);
+        let preset = |mode: &str| format!("stream = \"s\"\n[relay.cloudevents]\nsource = \"/s\"\nmode = \"{mode}\"\n");
+        let binary = EntryBuilder::new(&relay(&preset("binary")), &columns).unwrap();
+        let entry = binary.build(&mut row(&[Some("1"), Some("e-1"), Some("t"), Some(""), Some("{}"), None])).unwrap();
+        let names: Vec<&str> = pairs(&entry).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["ce_specversion", "ce_id", "ce_source", "ce_type", "content-type", "payload"]);
+
+        let structured = EntryBuilder::new(&relay(&preset("structured")), &columns).unwrap();
+        let entry =
+            structured.build(&mut row(&[Some("1"), Some("e-1"), Some("t"), None, Some("{}"), Some("")])).unwrap();
+        let event: serde_json::Value = serde_json::from_str(pairs(&entry)[2].1).unwrap();
+        assert!(event.get("subject").is_none() && event.get("time").is_none(), "{event}");
+
+        for builder in [&binary, &structured] {
+            let no_type = [Some("1"), Some("e-1"), Some(""), Some("o"), Some("{}"), Some("2026-12-07T00:00:00Z")];
+            let err = builder.build(&mut row(&no_type)).unwrap_err();
+            assert_eq!(err.reason(), DeadReason::InvalidRow);
+            assert!(err.to_string().contains("CloudEvents `type` is required"), "{err}");
+        }
     }
 
     #[test]

@@ -39,9 +39,8 @@ pub struct WorkerConfig {
     /// Handlers, tried in order; the first whose `event_types` matches applies.
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
-    /// What a handler statement's error means, by the server's code: `retry` is looked at first,
-    /// then `dead`, then the dialect decides (a data or constraint error: DEAD; anything else: an
-    /// outage).
+    /// What a handler statement's error means, by the server's code: `retry` first, then `dead`,
+    /// then the dialect (a data or constraint error: DEAD; anything else: an outage).
     #[serde(default)]
     pub handler_errors: HandlerErrors,
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
