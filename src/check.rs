@@ -61,6 +61,7 @@ pub(crate) async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             return Err(problems);
         }
     }
+    ok.extend(crate::checklist::notify_triggers(config, &db).await);
     for (path, url, tls) in https_handlers(config) {
         match https_tls(&path, &url, &tls).await {
             Ok(line) => ok.push(format!("{path}: {line}")),

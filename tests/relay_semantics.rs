@@ -34,6 +34,35 @@ async fn notify_wakes_the_relay_without_waiting_for_the_poll_interval() {
     env.await_delivered(10).await;
 }
 
+/// The reference outbox's NOTIFY trigger exists only for a relay with `[relay.notify]`: a
+/// transaction that notifies holds a cluster-wide lock through its commit, which makes the
+/// owner's inserts commit one at a time. `migrate` without it leaves none (0004 made one, 0014
+/// drops it); with it, makes it, and the relay is woken by it.
+#[tokio::test]
+async fn migrate_makes_the_notify_trigger_only_for_a_relay_that_listens() {
+    let env = TestEnv::empty().await;
+    let trigger = "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass('audit_outbox') \
+                   AND tgname = 'audit_outbox_notify'";
+    let (ok, out) = common::process::run_to_end(&env.config(""), &["migrate"]);
+    assert!(ok, "{out}");
+    assert_eq!(env.scalar_i64(trigger).await, 0, "no relay listens: no trigger");
+
+    let config = env.config("poll_interval = \"10m\"\n[relay.notify]\n");
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    let warning = "warn: relay `relay`.notify: no trigger on audit_outbox calls handoff_notify('handoff_outbox')";
+    assert!(ok && out.contains(warning), "check says the relay would only poll: {out}");
+    let (ok, out) = common::process::run_to_end(&config, &["migrate"]);
+    assert!(ok && out.contains("0014_outbox_notify#notify"), "{out}");
+    assert_eq!(env.scalar_i64(trigger).await, 1);
+    let (ok, out) = common::process::run_to_end(&config, &["check"]);
+    assert!(ok && !out.contains(".notify:"), "{out}");
+    // With a ten-minute poll, only the wake-up path delivers within the test's wait.
+    let relay = Handoff::run(&config);
+    relay.await_log("listening for outbox inserts").await;
+    env.insert_events("n", "user", 3).await;
+    env.await_delivered(3).await;
+}
+
 #[tokio::test]
 async fn retention_purges_old_delivered_rows_in_batches_and_keeps_the_rest() {
     let env = TestEnv::new().await;

@@ -144,7 +144,7 @@ impl TrimConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyConfig {
-    /// Channel the outbox trigger notifies (`migrations/postgres/0004`). Default: "handoff_outbox".
+    /// Channel the outbox trigger notifies (`migrations/postgres/0014`). Default: "handoff_outbox".
     #[serde(default = "defaults::channel")]
     pub channel: String,
 }

@@ -60,6 +60,21 @@ impl Database {
         }
     }
 
+    /// Whether a trigger on `table` notifies `channel` for `[relay.notify]`; `None` on MySQL,
+    /// which has no LISTEN/NOTIFY.
+    pub(crate) async fn has_notify_trigger(
+        &self,
+        table: &str,
+        channel: &str,
+    ) -> Result<Option<bool>, super::error::StoreError> {
+        match self {
+            Database::Postgres(pool) => {
+                super::postgres::connect::has_notify_trigger(pool, table, channel).await.map(Some)
+            }
+            Database::Mysql(_) => Ok(None),
+        }
+    }
+
     pub(crate) async fn probe(&self) -> Result<(), super::error::StoreError> {
         match self {
             Database::Postgres(pool) => super::postgres::connect::probe(pool).await,

@@ -30,6 +30,7 @@ pub(crate) const POSTGRES: &[(&str, &str)] = &[
     ("0011_pauses", include_str!("../../../migrations/postgres/0011_pauses.sql")),
     ("0012_replays", include_str!("../../../migrations/postgres/0012_replays.sql")),
     ("0013_stream_shards", include_str!("../../../migrations/postgres/0013_stream_shards.sql")),
+    ("0014_outbox_notify", include_str!("../../../migrations/postgres/0014_outbox_notify.sql")),
 ];
 
 /// `migrate --partitioned`: the versions whose text differs for an outbox partitioned by range

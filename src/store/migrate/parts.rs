@@ -27,10 +27,14 @@ pub enum Part {
     Shards,
     /// `audit_logs`: the demo's and the tests' handler target; only with `--role all`.
     Demo,
+    /// The reference outbox's NOTIFY trigger: only for a relay with `[relay.notify]` on it. A
+    /// transaction that notifies holds a lock for the whole cluster through its commit, so
+    /// with the trigger the owner's inserting transactions commit one at a time.
+    Notify,
 }
 
 impl Part {
-    pub const ALL: [Part; 8] = [
+    pub const ALL: [Part; 9] = [
         Part::Outbox,
         Part::Inbox,
         Part::Poison,
@@ -39,6 +43,7 @@ impl Part {
         Part::Replays,
         Part::Shards,
         Part::Demo,
+        Part::Notify,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -51,6 +56,7 @@ impl Part {
             Part::Replays => "replays",
             Part::Shards => "shards",
             Part::Demo => "demo",
+            Part::Notify => "notify",
         }
     }
 
@@ -106,8 +112,13 @@ pub(crate) fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
         ];
         roles = present.into_iter().filter(|(on, _)| *on).map(|(_, role)| role).collect();
     }
+    let notify = config.relays.iter().any(|r| {
+        r.sql.is_empty()
+            && r.table == "audit_outbox"
+            && r.notify.as_ref().is_some_and(|n| n.channel == "handoff_outbox")
+    });
     if roles.is_empty() || roles.contains(&Role::All) {
-        return Part::ALL.into_iter().collect();
+        return Part::ALL.into_iter().filter(|p| *p != Part::Notify || notify).collect();
     }
     let mut parts = BTreeSet::from([Part::Pauses]);
     for role in roles {
@@ -138,6 +149,9 @@ pub(crate) fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
             Role::Operator => {}
             Role::All => unreachable!("handled above"),
         }
+    }
+    if notify && parts.contains(&Part::Outbox) {
+        parts.insert(Part::Notify);
     }
     parts
 }
@@ -181,7 +195,18 @@ mod tests {
         let adopted =
             config("[[bridge]]\nname = \"b\"\nconsumer = \"c\"\nstreams = [{ key = \"s\" }]\ntable = \"app_inbox\"\n");
         assert_eq!(names(needed(&adopted, &[])), ["poison", "deliveries", "pauses", "shards"]);
-        assert_eq!(needed(&owner, &[Role::All]).len(), Part::ALL.len());
-        assert_eq!(needed(&config(""), &[]).len(), Part::ALL.len(), "no sections: everything, as the demo needs");
+        assert_eq!(needed(&owner, &[Role::All]).len(), Part::ALL.len() - 1, "all but the NOTIFY trigger");
+        assert_eq!(needed(&config(""), &[]).len(), Part::ALL.len() - 1, "no sections: every table, as the demo needs");
+    }
+
+    #[test]
+    fn the_notify_trigger_is_made_only_for_a_relay_that_listens_on_the_reference_outbox() {
+        let listening = config("[[relay]]\nname = \"a\"\n[relay.notify]\n");
+        assert!(needed(&listening, &[]).contains(&Part::Notify));
+        assert!(needed(&listening, &[Role::All]).contains(&Part::Notify));
+        assert!(!needed(&listening, &[Role::Bridge]).contains(&Part::Notify), "not without the outbox");
+        let own_channel = config("[[relay]]\nname = \"a\"\n[relay.notify]\nchannel = \"mine\"\n");
+        assert!(!needed(&own_channel, &[]).contains(&Part::Notify), "another channel needs its own trigger");
+        assert!(!needed(&config("[[relay]]\nname = \"a\"\n"), &[]).contains(&Part::Notify));
     }
 }

@@ -73,6 +73,22 @@ pub(crate) async fn probe(pool: &Pool) -> Result<(), StoreError> {
 }
 
 /// TLS version and cipher of a pooled connection, from the server's own view (`pg_stat_ssl`).
+/// Whether a trigger on `table` calls `handoff_notify('<channel>')` (what the reference schema
+/// makes for `[relay.notify]`); `false` also when the table does not exist.
+pub(crate) async fn has_notify_trigger(pool: &Pool, table: &str, channel: &str) -> Result<bool, StoreError> {
+    let client = pool.get().await.map_err(|e| pool_error("notify trigger", e))?;
+    let call = format!("%handoff_notify('{}')%", channel.replace('\'', "''"));
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
+                              AND t.tgenabled <> 'D' AND pg_get_triggerdef(t.oid) LIKE $2)",
+            &[&table, &call],
+        )
+        .await
+        .map_err(|e| query_error("notify trigger", e))?;
+    Ok(row.get(0))
+}
+
 pub(crate) async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
     let client = pool.get().await.map_err(|e| pool_error("tls state", e))?;
     let row = client
