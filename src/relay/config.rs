@@ -243,7 +243,9 @@ pub struct BrokerLossConfig {
     /// After a sign of loss, how far before the last clean check the rows' entries are looked up.
     /// Default: "30s".
     ///
-    /// Or since the oldest entry a consumer group still needed, if longer.
+    /// Or since the oldest entry a consumer group still needed, if longer; all of `max_window`
+    /// when a Kafka topic or NATS stream is gone, made again or cut below what the relay
+    /// appended (no group's floor bounds what matters there).
     #[serde(default = "defaults::loss_lookback", with = "humantime_serde")]
     pub lookback: Duration,
     /// The longest window one verification looks at. Default: "1h".

@@ -125,7 +125,8 @@ impl LossWatch {
     /// [`appended_so_far`](Self::appended_so_far) said before `state` was read); notes a
     /// `reason` when a counter went backwards, the stream vanished or ends before what the relay
     /// appended. Returns when the oldest entry some group still needed was appended (ms), as it
-    /// was before this look.
+    /// was before this look; `Some(0)` (look back as far as `max_window` allows) when the stream
+    /// lost what it held and no group's floor bounds what matters (Kafka, NATS).
     pub(crate) fn observe(
         &self,
         stream: &str,
@@ -137,6 +138,9 @@ impl LossWatch {
         let mut map = self.streams.lock().expect("loss watch lock");
         let mark = map.get_mut(stream)?;
         let needed = mark.needed_since_ms;
+        // Gone, made again or cut below what this relay appended: old entries are lost as well
+        // as recent ones, however long ago the last clean look was.
+        let mut whole = !state.exists;
         // Marked only by entries it stored, and not there: flushed or deleted, even if no look
         // saw it before (it may have gone between the append and the first look).
         if !state.exists {
@@ -156,6 +160,7 @@ impl LossWatch {
         let gone = (!state.partition_ends.is_empty())
             .then(|| before.in_partition.keys().find(|p| !state.partition_ends.iter().any(|(q, _)| q == *p)))
             .flatten();
+        whole |= gone.is_some();
         if let Some(partition) = gone {
             reason.get_or_insert_with(|| {
                 format!("stream {stream} has no partition {partition}, which this relay appended to")
@@ -165,6 +170,7 @@ impl LossWatch {
             .partition_ends
             .iter()
             .find(|(partition, end)| before.in_partition.get(partition).is_some_and(|&ours| *end <= ours));
+        whole |= short.is_some();
         if let Some(&(partition, end)) = short {
             reason.get_or_insert_with(|| {
                 let ours = before.in_partition[&partition];
@@ -179,6 +185,7 @@ impl LossWatch {
         if let (Some(before), Some(now)) = (mark.incarnation, state.incarnation)
             && now != before
         {
+            whole = true;
             reason.get_or_insert_with(|| format!("stream {stream} was deleted and made again (a new topic id)"));
         }
         if state.exists {
@@ -188,7 +195,8 @@ impl LossWatch {
         if let Some(EntryId(ms, _)) = floor {
             mark.needed_since_ms = Some(ms);
         }
-        needed
+        // A wider window costs only look-ups: a row is re-driven only if its entry is missing.
+        if whole && needed.is_none() { Some(0) } else { needed }
     }
 
     /// Streams appended to within `within`, for checks and acknowledged trimming.
@@ -382,6 +390,40 @@ mod tests {
         watch.appended([("s", "0:3"), ("s", "2:7")].into_iter());
         let fewer = StreamState { partition_ends: vec![(0, 10)], ..there(10) };
         assert!(look(&watch, fewer).is_some_and(|r| r.contains("no partition 2")));
+    }
+
+    #[test]
+    fn a_stream_that_lost_what_it_held_is_looked_back_on_as_far_as_max_window_without_a_group_floor() {
+        let since = |watch: &LossWatch, state: StreamState| {
+            let before = watch.appended_so_far("s");
+            watch.observe("s", &before, &state, None, &mut None)
+        };
+        let remade = LossWatch::default();
+        remade.appended([("s", "0:900")].into_iter());
+        assert_eq!(
+            since(&remade, StreamState { incarnation: Some(1), partition_ends: vec![(0, 901)], ..there(901) }),
+            None
+        );
+        let again = StreamState { incarnation: Some(2), partition_ends: vec![(0, 901)], ..there(901) };
+        assert_eq!(since(&remade, again), Some(0), "a new topic id: everything it held is gone");
+        let cut = LossWatch::default();
+        cut.appended([("s", "0:900")].into_iter());
+        assert_eq!(since(&cut, StreamState { partition_ends: vec![(0, 30)], ..there(30) }), Some(0));
+        let vanished = LossWatch::default();
+        vanished.appended([("s", "7-0")].into_iter());
+        assert_eq!(since(&vanished, StreamState::default()), Some(0));
+
+        // A consumer group's floor bounds it (Redis): what no group still needs is not looked up.
+        let floored = LossWatch::default();
+        floored.appended([("s", "7-0")].into_iter());
+        let before = floored.appended_so_far("s");
+        floored.observe("s", &before, &there(1), Some(EntryId(5, 0)), &mut None);
+        assert_eq!(since(&floored, StreamState::default()), Some(5));
+        // Fewer entries ever added (a failover to a lagging replica) is a recent loss: no widening.
+        let lagging = LossWatch::default();
+        lagging.appended([("s", "7-0")].into_iter());
+        since(&lagging, StreamState { last_entry: Some(EntryId(7, 0)), ..there(10) });
+        assert_eq!(since(&lagging, StreamState { last_entry: Some(EntryId(7, 0)), ..there(9) }), None);
     }
 
     #[test]
