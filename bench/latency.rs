@@ -19,6 +19,17 @@ pub struct Dwell {
 /// dwell = the stream entry id's millisecond (Redis clock) − the row's commit time.
 pub async fn dwell(env: &BenchEnv, rate: usize, seconds: u64, notify: bool) -> anyhow::Result<Dwell> {
     env.reset().await?;
+    // The reference trigger as `handoff migrate` leaves it: made only for a relay that listens
+    // (a notifying commit holds a cluster-wide lock, which the inserts below would pay for).
+    env.db.batch_execute("DROP TRIGGER IF EXISTS audit_outbox_notify ON audit_outbox").await?;
+    if notify {
+        env.db
+            .batch_execute(
+                "CREATE TRIGGER audit_outbox_notify AFTER INSERT ON audit_outbox
+                 FOR EACH STATEMENT EXECUTE FUNCTION handoff_notify('handoff_outbox')",
+            )
+            .await?;
+    }
     let extra = if notify { "[relay.notify]\n" } else { "" };
     // Polling at the default interval is what a relay without NOTIFY does.
     let config = relay_config(env, 500, extra).replace("poll_interval = \"50ms\"", "poll_interval = \"250ms\"");

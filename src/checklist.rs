@@ -85,7 +85,6 @@ async fn config_get(client: &Client, name: &str) -> Option<String> {
     }
 }
 
-/// The database: a connection that leaves the machine unverified.
 /// Each relay with `[relay.notify]`: a trigger on its table must notify its channel, or the
 /// relay only polls (`migrate` makes the reference one only for such a relay).
 pub(crate) async fn notify_triggers(config: &Config, db: &crate::store::Database) -> Vec<String> {
@@ -96,8 +95,8 @@ pub(crate) async fn notify_triggers(config: &Config, db: &crate::store::Database
             Ok(Some(true)) | Ok(None) => {}
             Ok(Some(false)) => lines.push(warn(format!(
                 "relay `{}`.notify: no trigger on {} calls handoff_notify('{}'); unless one of your own notifies \
-                 that channel, the relay only polls: run handoff migrate with this config \
-                 (docs/explanation/delivery.md, low-latency wake-up)",
+                 that channel, the relay only polls: make it (handoff migrate with this config makes the reference \
+                 one; docs/explanation/delivery.md, low-latency wake-up)",
                 relay.name, relay.table, notify.channel
             ))),
             Err(e) => lines.push(warn(format!("relay `{}`.notify: the table's triggers unreadable: {e}", relay.name))),
@@ -106,6 +105,7 @@ pub(crate) async fn notify_triggers(config: &Config, db: &crate::store::Database
     lines
 }
 
+/// The database: a connection that leaves the machine unverified.
 pub(crate) fn database(config: &Config) -> Vec<String> {
     let mode = config.database.tls_mode();
     let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();

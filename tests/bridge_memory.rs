@@ -20,7 +20,7 @@ const ENTRIES: usize = 200;
 const BATCH_BYTES: usize = 8 << 20;
 const MIB: usize = 1 << 20;
 
-/// The release build when there is one (scripts/test builds it: a debug build parses a 4 MiB
+/// The release build when there is one (scripts/test passes the image's: a debug build parses a 4 MiB
 /// payload many times slower, which changes nothing about memory but the test's time), its
 /// allocator returning freed memory at once (see above).
 fn launch() -> Launch<'static> {

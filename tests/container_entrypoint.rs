@@ -2,7 +2,7 @@
 //! CMD, the image's config file, secrets and the listen address from the environment. SIGTERM
 //! (what Kubernetes sends PID 1) drains and exits 0 within the configured grace period.
 //!
-//! Uses the release binary when `HANDOFF_RELEASE_BIN` names it (scripts/test builds it), else
+//! Uses the release binary when `HANDOFF_RELEASE_BIN` names it (scripts/test passes the image's), else
 //! the test build of the same source.
 
 use crate::common;
@@ -81,7 +81,7 @@ async fn the_image_entrypoint_runs_relays_and_drains_on_sigterm() {
 #[tokio::test]
 async fn the_release_binary_ignores_fault_injection_variables() {
     let binary = std::env::var("HANDOFF_RELEASE_BIN")
-        .expect("HANDOFF_RELEASE_BIN must name the release binary (scripts/test builds it and sets it)");
+        .expect("HANDOFF_RELEASE_BIN must name the release binary (scripts/test sets it to the image's)");
     let bytes = std::fs::read(&binary).unwrap();
     assert!(
         !bytes.windows(b"HANDOFF_FAULT".len()).any(|w| w == b"HANDOFF_FAULT"),

@@ -14,6 +14,9 @@ async fn notify_wakes_the_relay_without_waiting_for_the_poll_interval() {
     let env = TestEnv::new().await;
     // With a ten-minute poll, only the wake-up path can deliver within the test's wait.
     let config = env.config("poll_interval = \"10m\"\n[relay.notify]\nchannel = \"handoff_outbox\"");
+    // The environment's schema has no NOTIFY trigger: `migrate` with this config makes it.
+    let (ok, out) = common::process::run_to_end(&config, &["migrate"]);
+    assert!(ok && out.contains("0014_outbox_notify#notify"), "{out}");
     let relay = Handoff::run(&config);
     relay.await_log("listening for outbox inserts").await;
     env.insert_events("n", "user", 5).await;

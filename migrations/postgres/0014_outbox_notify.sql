@@ -8,5 +8,8 @@
 -- [relay.notify] on this table and channel.
 DROP TRIGGER IF EXISTS audit_outbox_notify ON audit_outbox;
 -- part: notify
+-- Made again, not kept: a trigger of this name made by hand (after `handoff check` warned) is
+-- replaced rather than failing the migration.
+DROP TRIGGER IF EXISTS audit_outbox_notify ON audit_outbox;
 CREATE TRIGGER audit_outbox_notify AFTER INSERT ON audit_outbox
     FOR EACH STATEMENT EXECUTE FUNCTION handoff_notify('handoff_outbox');

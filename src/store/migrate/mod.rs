@@ -145,14 +145,16 @@ fn to_apply(version: &str, sql: &str, wanted: &BTreeSet<Part>, done: &HashSet<St
 /// Arbitrary constant identifying handoff's migration lock.
 const LOCK_KEY: i64 = 0x68616e646f6666;
 
-/// Applies every part not yet recorded; returns what was applied now.
+/// Applies every part not yet recorded but the NOTIFY trigger, as `migrate --role all` does;
+/// returns what was applied now.
 pub async fn postgres(pool: &Pool) -> Result<Vec<String>, MigrateError> {
     postgres_with(pool, OutboxLayout::Plain).await
 }
 
-/// Like [`postgres_parts`], every part.
+/// Like [`postgres_parts`], every part but the NOTIFY trigger (`Part::Notify`: only
+/// `handoff migrate` with a relay that listens makes it).
 pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<String>, MigrateError> {
-    postgres_parts(pool, layout, &Part::ALL.into_iter().collect()).await
+    postgres_parts(pool, layout, &Part::ALL.into_iter().filter(|p| *p != Part::Notify).collect()).await
 }
 
 /// Applies the versions of `layout` not yet recorded; returns the ones applied now. A table

@@ -72,7 +72,6 @@ pub(crate) async fn probe(pool: &Pool) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// TLS version and cipher of a pooled connection, from the server's own view (`pg_stat_ssl`).
 /// Whether a trigger on `table` calls `handoff_notify('<channel>')` (what the reference schema
 /// makes for `[relay.notify]`); `false` also when the table does not exist.
 pub(crate) async fn has_notify_trigger(pool: &Pool, table: &str, channel: &str) -> Result<bool, StoreError> {
@@ -89,6 +88,7 @@ pub(crate) async fn has_notify_trigger(pool: &Pool, table: &str, channel: &str) 
     Ok(row.get(0))
 }
 
+/// TLS version and cipher of a pooled connection, from the server's own view (`pg_stat_ssl`).
 pub(crate) async fn tls_session(pool: &Pool) -> Result<Option<(String, String)>, StoreError> {
     let client = pool.get().await.map_err(|e| pool_error("tls state", e))?;
     let row = client
