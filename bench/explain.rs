@@ -41,7 +41,7 @@ async fn plans(base_url: &str, layout: OutboxLayout, rows: usize) -> anyhow::Res
     tokio::spawn(conn);
     let config = handoff::load_str(&format!("[database]\nurl = \"{url}\"\n"))?;
     let database = Database::connect(&config.database, "handoff-explain")?;
-    database.migrate(layout, &handoff::Part::ALL.into_iter().collect()).await?;
+    handoff::migrate(&database, layout, &handoff::Part::ALL.into_iter().collect()).await?;
     if let Some(outbox) =
         PartitionedOutbox::new(&database, "audit_outbox").filter(|_| layout == OutboxLayout::Partitioned)
     {

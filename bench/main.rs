@@ -957,8 +957,11 @@ async fn nats_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> any
     let (n, b, r) = (args.events, args.bridge_events, args.repeat);
     let (mut relays, mut redis_relays, mut publish, mut bridges, mut redis_bridges, mut pull) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut publish_cpu = Vec::new();
     for turn in 1..=r {
-        publish.push(nats::publish_limit(&server, n, 500).await?);
+        let (rate, cpu) = nats::publish_limit(&server, n, 500).await?;
+        publish.push(rate);
+        publish_cpu.push(cpu / n as f64 * 100_000.0);
         relays.push(nats::relay(env, &server, n, 500).await?);
         redis_relays.push(relay::throughput(env, n, 500, 1, "concurrency = 2\nclaim = \"locked\"").await?);
         pull.push(nats::pull_limit(&server, b, 500).await?);
@@ -984,6 +987,7 @@ async fn nats_part(env: &env::BenchEnv, args: &Args, report: &mut Report) -> any
     report.add("nats", "relay to Redis, same config, same sitting", redis_relay, "rows/s");
     report.add("ratio", "relay to JetStream / JetStream publish limit", nats_relay / publish * 100.0, "%");
     report.add("ratio", "relay to JetStream / relay to Redis", nats_relay / redis_relay * 100.0, "%");
+    report.add("nats", "publisher CPU per 100k messages, the limit's client", median(publish_cpu), "s");
     report.add("nats", "relay CPU per 100k events, JetStream", per_100k(&relays, |x| x.cpu_seconds, n), "s");
     report.add("nats", "relay CPU per 100k events, Redis", per_100k(&redis_relays, |x| x.cpu_seconds, n), "s");
     report.add("nats", "nats-server CPU per 100k events, relay", per_100k(&relays, |x| x.redis_cpu_seconds, n), "s");

@@ -157,10 +157,12 @@ fn message(i: usize) -> (HeaderMap, Bytes) {
 }
 
 /// JetStream's own limit for what the relay does per batch: publish `batch` messages with ids
-/// (all in flight), await every PubAck, next batch; no database.
-pub async fn publish_limit(server: &NatsServer, n: usize, batch: usize) -> anyhow::Result<f64> {
+/// (all in flight), await every PubAck, next batch; no database. Returns messages/s and this
+/// process's CPU seconds for them (the client's cost alone).
+pub async fn publish_limit(server: &NatsServer, n: usize, batch: usize) -> anyhow::Result<(f64, f64)> {
     server.fresh_stream().await?;
     let js = server.jetstream().await?;
+    let cpu = resources(std::process::id()).1;
     let started = Instant::now();
     for start in (0..n).step_by(batch) {
         let mut acks = Vec::with_capacity(batch);
@@ -172,7 +174,8 @@ pub async fn publish_limit(server: &NatsServer, n: usize, batch: usize) -> anyho
             ack.await?;
         }
     }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    Ok((rate, resources(std::process::id()).1 - cpu))
 }
 
 /// Publishes `n` messages of valid events for the bridge (as the relay would).

@@ -23,7 +23,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{self, Config};
+use crate::config;
+use crate::config::Config;
 use crate::fault::Faults;
 use crate::{app, check, ops, runtime, store, telemetry};
 
@@ -59,7 +60,7 @@ pub enum Command {
         /// all (everything, the demo's table too); repeat for several. Default: the roles of the
         /// config's [[relay]], [[bridge]] and [[worker]] sections, or all when it has none.
         #[arg(long, value_enum)]
-        role: Vec<store::migrate::parts::Role>,
+        role: Vec<crate::migrate::parts::Role>,
         /// Create the outbox partitioned by range of `created_at` (Postgres), for retention by
         /// dropping partitions (`[relay.partitions]`). Only where no outbox exists yet.
         #[arg(long)]
@@ -119,7 +120,7 @@ pub enum Command {
     Grants {
         /// Whose: relay, bridge, worker; repeat for several. Default: the config's sections.
         #[arg(long, value_enum)]
-        role: Vec<store::migrate::parts::Role>,
+        role: Vec<crate::migrate::parts::Role>,
         /// The database user to grant to.
         #[arg(long)]
         user: String,
@@ -169,17 +170,15 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let mysql = config
-            .database
-            .url
-            .as_ref()
-            .is_some_and(|u| crate::config::Dialect::of(u.expose()) == Some(crate::config::Dialect::Mysql));
+        let mysql = config.database.url.as_ref().is_some_and(|u| {
+            crate::store::config::Dialect::of(u.expose()) == Some(crate::store::config::Dialect::Mysql)
+        });
         let layout =
-            if *partitioned { store::migrate::OutboxLayout::Partitioned } else { store::migrate::OutboxLayout::Plain };
-        let versions = if mysql { store::migrate::MYSQL.to_vec() } else { store::migrate::postgres_versions(layout) };
-        let wanted = store::migrate::parts::needed(&config, role);
+            if *partitioned { crate::migrate::OutboxLayout::Partitioned } else { crate::migrate::OutboxLayout::Plain };
+        let versions = if mysql { crate::migrate::MYSQL.to_vec() } else { crate::migrate::postgres_versions(layout) };
+        let wanted = crate::migrate::parts::needed(&config, role);
         for (version, sql) in versions {
-            for (part, text) in store::migrate::parts::split(sql).into_iter().filter(|(p, _)| wanted.contains(p)) {
+            for (part, text) in crate::migrate::parts::split(sql).into_iter().filter(|(p, _)| wanted.contains(p)) {
                 say!("-- {version} ({})\n{text}", part.name());
             }
         }
@@ -246,7 +245,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Reshard { relay } => reshard(&config, &relay).await,
         Command::Grants { role, user, schema } => {
             let url = config.database.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            let dialect = crate::config::Dialect::of(url).unwrap_or(crate::config::Dialect::Postgres);
+            let dialect = crate::store::config::Dialect::of(url).unwrap_or(crate::store::config::Dialect::Postgres);
             for line in crate::ops::grants::statements(&config, &role, &user, &schema, dialect) {
                 say!("{line}");
             }
@@ -255,14 +254,14 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { partitioned, role, .. } => {
             let layout = if partitioned {
-                store::migrate::OutboxLayout::Partitioned
+                crate::migrate::OutboxLayout::Partitioned
             } else {
-                store::migrate::OutboxLayout::Plain
+                crate::migrate::OutboxLayout::Plain
             };
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
-                let wanted = store::migrate::parts::needed(&config, &role);
-                let mut applied = db.migrate(layout, &wanted).await?;
+                let wanted = crate::migrate::parts::needed(&config, &role);
+                let mut applied = crate::migrate::apply(&db, layout, &wanted).await?;
                 applied.extend(create_partitions(&config, &db).await?);
                 applied.extend(create_nats_stream(&config).await?);
                 anyhow::Ok(applied)
@@ -311,11 +310,11 @@ async fn create_partitions(config: &Config, db: &store::Database) -> anyhow::Res
 /// `migrate` for relays with `broker = "nats"`: the JetStream stream they publish to, created if
 /// absent (an existing one is never changed).
 async fn create_nats_stream(config: &Config) -> anyhow::Result<Option<String>> {
-    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::broker::Broker::Nats).collect();
     let (Some(nats), false) = (&config.nats, relays.is_empty()) else { return Ok(None) };
     let stream = crate::broker::nats::NatsStream::connect(nats, "payload").await?;
     anyhow::ensure!(stream.connected().await, "nats: {} does not answer within {:?}", nats.url, nats.timeout);
-    let (subjects, window) = crate::broker::nats::settings::to_create(relays);
+    let (subjects, window) = crate::check::nats::to_create(relays);
     let created = stream.create_if_absent(subjects.clone(), window, nats.replicas).await?;
     Ok(created.then(|| {
         format!(
@@ -338,7 +337,7 @@ async fn status(config: &Config, json: bool) -> ExitCode {
     let stream = crate::broker::redis::RedisStream::connect(&config.redis).await.ok().map(|(s, _)| s);
     // NATS only where a bridge reads from it: the group figures status shows are the bridges'.
     let nats = match &config.nats {
-        Some(nats) if config.bridges.iter().any(|b| b.broker == crate::config::Broker::Nats) => {
+        Some(nats) if config.bridges.iter().any(|b| b.broker == crate::broker::Broker::Nats) => {
             crate::broker::nats::NatsStream::connect(nats, "payload").await.ok()
         }
         _ => None,

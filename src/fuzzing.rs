@@ -31,7 +31,7 @@ pub fn config_file(data: &[u8]) {
 pub fn template(data: &[u8]) {
     let Ok(text) = from_utf8(data) else { return };
     let mut lines = text.split('\n');
-    let Ok(template) = crate::config::template::Template::parse(lines.next().unwrap_or_default()) else { return };
+    let Ok(template) = crate::template::Template::parse(lines.next().unwrap_or_default()) else { return };
     let columns: Vec<String> =
         ["aggregate_type", "aggregate_id", "event_type", "tenant", "region"].map(String::from).to_vec();
     let row: Vec<Option<String>> = lines.map(|v| (!v.is_empty()).then(|| v.to_owned())).collect();

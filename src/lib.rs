@@ -32,14 +32,16 @@ mod base64;
 mod bridge;
 mod broker;
 mod check;
-mod checklist;
 mod cli;
 mod config;
 mod dead;
 mod error;
+mod event;
+mod event_types;
 mod fault;
 #[cfg(fuzzing)]
 pub mod fuzzing;
+mod migrate;
 mod ops;
 mod pause;
 mod percent;
@@ -50,10 +52,12 @@ mod replay;
 mod reprocess;
 mod rewind;
 mod runtime;
+mod secret;
 mod shards;
 mod sql;
 mod store;
 mod telemetry;
+mod template;
 mod tls;
 mod worker;
 
@@ -62,19 +66,21 @@ pub use cli::{Cli, main};
 
 // Configuration.
 pub use broker::nats::config::NatsConfig;
-pub use config::connections::DatabaseConfig;
 pub use config::file::Config;
 pub use config::load::{load, load_str};
 pub use relay::config::SettleMode;
+pub use store::config::DatabaseConfig;
 pub use worker::config::HandlerErrors;
 
 // Metrics.
 pub use app::register_metrics;
 
 // Databases and the reference schema.
+pub use migrate::parts::Part;
+pub use migrate::{
+    OutboxLayout, apply as migrate, postgres as migrate_postgres, postgres_with as migrate_postgres_with,
+};
 pub use store::database::Database;
-pub use store::migrate::parts::Part;
-pub use store::migrate::{OutboxLayout, postgres as migrate_postgres, postgres_with as migrate_postgres_with};
 pub use store::postgres::connect::pool as postgres_pool;
 
 // The relay's outbox: its seam and its reference statements.
@@ -89,15 +95,16 @@ pub use relay::partitions::outbox::PartitionedOutbox;
 pub use relay::partitions::plan::Span;
 
 // The inbox and takeover statements, and the handler SQL the worker binds.
+pub use bridge::takeover::database::Takeover;
+pub use bridge::takeover::seam::{Effects, TakeoverStore};
+pub use event::{InboxEvent, Text};
 pub use sql::params::{Placeholder, rewrite as rewrite_placeholders};
-pub use store::inbox::contract::WorkerStatement;
-pub use store::inbox::database::Inbox;
-pub use store::inbox::handler_sql::{EventInput, HandlerSql};
-pub use store::inbox::mysql::reference as mysql_worker_sql;
-pub use store::inbox::rows::{BindValue, BoundStatement, InboxRow};
-pub use store::inbox::seam::InboxStore;
-pub use store::takeover::database::Takeover;
-pub use store::takeover::seam::{Effects, InboxEvent, TakeoverStore, Text};
+pub use worker::inbox::contract::WorkerStatement;
+pub use worker::inbox::database::Inbox;
+pub use worker::inbox::handler_sql::{EventInput, HandlerSql};
+pub use worker::inbox::mysql::reference as mysql_worker_sql;
+pub use worker::inbox::rows::{BindValue, BoundStatement, InboxRow};
+pub use worker::inbox::seam::InboxStore;
 
 // Brokers: appending, and Kafka's committed offsets.
 pub use broker::kafka::config::KafkaConfig;

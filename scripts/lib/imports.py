@@ -5,13 +5,15 @@
   imports.py --edges [SRC_DIR]    prints every edge (file -> file it imports from)
   imports.py --modules [SRC_DIR]  the same for the top-level modules (crate::relay, crate::store,
                                   ...): each cycle, then the edges inside it with a count and an
-                                  example file each; not yet run by scripts/test (issue 56)
+                                  example file each
 
 An edge runs from a file to the file that defines a module it names in a `use` or a path
 (`crate::…`, `super::…`, `self::…`). Declaring a child module (`mod x;`) is not an edge, so a
 parent that only declares and re-exports its children, and children that import from their
 siblings rather than from the parent, form no cycle. A path naming an item of a module points
-at that module's file; a re-export is an edge like any other `use`.
+at that module's file; a re-export is an edge like any other `use`. Unit tests are left out:
+an inline `mod tests { … }` at a file's end, and a file declared under `#[cfg(test)]` (a test
+may load a whole configuration from inside the module it tests).
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ def resolve(here: tuple[str, ...], files, path: str) -> list[str] | None:
 
 def graph(src: Path) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
     files = {module_of(p, src): p for p in src.rglob("*.rs") if p.name != "main.rs"}
+    test_only = set()
+    for module, path in files.items():
+        for child in re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;", path.read_text()):
+            test_only.add(module + (child,))
+    files = {m: p for m, p in files.items() if m not in test_only}
     edges: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in files}
     for module, path in files.items():
         text = STRING.sub('""', COMMENT.sub("", path.read_text()))

@@ -56,7 +56,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
+    use crate::secret::Secret;
 
     fn token(name: &str, scope: Scope, secret: &str) -> AdminToken {
         AdminToken { name: name.into(), scope, token_file: "/dev/null".into(), token: Some(Secret::new(secret)) }

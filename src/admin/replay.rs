@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::bodies::ReplayBody;
 use super::state::AdminState;
+use crate::broker::Broker;
 use crate::broker::kafka::KafkaStream;
-use crate::config::Broker;
 use crate::replay::{self, Request};
 
 pub(super) async fn start(state: &Arc<AdminState>, body: ReplayBody) -> (StatusCode, Value) {

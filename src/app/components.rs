@@ -9,28 +9,32 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::shared::{Shared, host_name};
+use crate::bridge::config::{BridgeConfig, StreamSource};
+use crate::bridge::takeover::Takeover;
 use crate::bridge::validate::Validator;
 use crate::bridge::{Apply, BridgeDeps, StreamBridge};
+use crate::broker::Broker;
 use crate::broker::EventStream;
 use crate::broker::group::ConsumerGroup;
 use crate::broker::kafka::KafkaStream;
-use crate::broker::kafka::group::{GroupSettings as KafkaGroupSettings, KafkaGroup};
+use crate::broker::kafka::group::KafkaGroup;
 use crate::broker::nats::NatsStream;
-use crate::broker::nats::group::GroupSettings;
 use crate::broker::redis::{RedisGroup, RedisStream};
-use crate::config::{BackoffConfig, BridgeConfig, Broker, Config, RelayConfig, StreamSource, WorkerConfig};
+use crate::config::Config;
 use crate::pause::{ComponentKind, PauseMetrics, Target};
+use crate::relay::config::RelayConfig;
 use crate::relay::outbox::Outbox;
 use crate::relay::partitions::PartitionKeeper;
 use crate::relay::wake::{self, Wake};
 use crate::relay::{Relay, RelayDeps};
+use crate::runtime::backoff::BackoffConfig;
 use crate::runtime::backoff::Retrier;
 use crate::shards::Agreement;
 use crate::sql::params::Placeholder;
-use crate::store::inbox::Inbox;
-use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError, StatementError};
 use crate::telemetry::metrics::{BridgeMetrics, RelayMetrics, WorkerMetrics};
+use crate::worker::config::WorkerConfig;
+use crate::worker::inbox::Inbox;
 use crate::worker::{Worker, WorkerDeps};
 
 /// Spawns every relay, bridge and worker on `shared.tasks`. `Ok(false)` if shutdown came
@@ -64,9 +68,8 @@ pub(super) async fn spawn_all(
                 spawn_bridge(config, (bridge, &instance), shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, Some(nats)) => {
-                let group = |source: &StreamSource, consumer: &str| {
-                    nats.group(GroupSettings::for_bridge(bridge, &source.key, consumer))
-                };
+                let group =
+                    |source: &StreamSource, consumer: &str| nats.group(bridge.nats_group(&source.key, consumer));
                 spawn_bridge(config, (bridge, &instance), shared, store, (group, style), &bridge_metrics)?
             }
             (Broker::Nats, _, None) => {
@@ -83,7 +86,7 @@ pub(super) async fn spawn_all(
                 let mut members = HashMap::new();
                 for source in &bridge.streams {
                     for consumer in bridge.consumer_names(&instance) {
-                        let settings = KafkaGroupSettings::for_bridge(bridge, &source.key, &consumer);
+                        let settings = bridge.kafka_group(&source.key, &consumer);
                         let member = KafkaGroup::new(kafka, settings)
                             .map_err(|e| anyhow!("bridge `{}` {}: {e}", bridge.name, source.key))?;
                         members.insert((source.key.clone(), consumer), member);
@@ -132,7 +135,7 @@ async fn spawn_relay(
     let (backoff, shutdown) = (&relay.claim_loop.outage_backoff, &shared.shutdown);
     // A gate the server cannot honour is a configuration error (an unreachable server is not).
     if let (Broker::Redis, Some(stream)) = (relay.broker, stream)
-        && let Ok(Err(e)) = stream.check_gate(relay).await
+        && let Ok(Err(e)) = stream.check_gate(&relay.name, relay.durability.as_ref().is_some_and(|d| d.aof)).await
     {
         return Err(anyhow!(e));
     }

@@ -67,7 +67,7 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
     log_tls("database", &url_host(config.database.url.as_ref().map(|u| u.expose())), config.database.tls_mode());
     // Redis only where a relay or a bridge uses it: a deployment on NATS alone opens no client
     // to a Redis that is not there.
-    let stream = if config.uses(crate::config::Broker::Redis) {
+    let stream = if config.uses(crate::broker::Broker::Redis) {
         log_tls("redis", &url_host(config.redis.url.as_ref().map(|u| u.expose())), config.redis.tls_mode());
         let (stream, warning) = RedisStream::connect(&config.redis).await.context("redis")?;
         if let Some(warning) = warning {
@@ -78,15 +78,15 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
         None
     };
     let nats = match &config.nats {
-        Some(nats) if config.uses(crate::config::Broker::Nats) => {
+        Some(nats) if config.uses(crate::broker::Broker::Nats) => {
             // Connects in the background (an unreachable server is an outage the relay waits out).
             log_tls(
                 "nats",
                 &url_host(Some(nats.url.as_str())),
                 if nats.tls_required() {
-                    nats.tls.mode_or(crate::config::TlsMode::VerifyFull)
+                    nats.tls.mode_or(crate::tls::TlsMode::VerifyFull)
                 } else {
-                    crate::config::TlsMode::Disable
+                    crate::tls::TlsMode::Disable
                 },
             );
             let stream = NatsStream::connect(nats, "payload").await.map_err(|e| anyhow!(e))?;
@@ -106,8 +106,8 @@ pub(crate) async fn run(config: Config, faults: Faults, stop: impl Future<Output
     };
     // Kafka only where a relay uses it; librdkafka connects in the background.
     let kafka = match &config.kafka {
-        Some(kafka) if config.uses(crate::config::Broker::Kafka) => {
-            let mode = if kafka.tls_required() { kafka.tls_mode() } else { crate::config::TlsMode::Disable };
+        Some(kafka) if config.uses(crate::broker::Broker::Kafka) => {
+            let mode = if kafka.tls_required() { kafka.tls_mode() } else { crate::tls::TlsMode::Disable };
             // The first bootstrap server (`host:port`, no scheme) stands for the cluster.
             let first = kafka.bootstrap_servers.split(',').next().unwrap_or_default().trim();
             log_tls("kafka", &url_host(Some(format!("kafka://{first}").as_str())), mode);
@@ -197,7 +197,7 @@ async fn drain(shared: &Shared, grace: Duration) -> anyhow::Result<()> {
 
 /// Says once at startup how a connection to `host` is protected; warns when it leaves the
 /// machine unverified.
-fn log_tls(connection: &str, host: &str, mode: crate::config::TlsMode) {
+fn log_tls(connection: &str, host: &str, mode: crate::tls::TlsMode) {
     let (line, unverified) = crate::tls::summary(host, mode);
     if unverified {
         warn!(connection, tls = %line, "connection not verified");

@@ -5,11 +5,12 @@
 //! handler, by none, or whose statements cannot be bound (a payload field missing) is inserted
 //! PENDING and left to the worker, which applies its own rules to it.
 
-use crate::config::{HandlerErrors, WorkerConfig, type_matches};
+use crate::bridge::takeover::{Effects, InboxEvent};
+use crate::event_types::type_matches;
 use crate::pause::PauseSwitch;
 use crate::sql::params::Placeholder;
-use crate::store::inbox::{BoundStatement, EventInput, HandlerSql, HandlerSqlError};
-use crate::store::takeover::{Effects, InboxEvent};
+use crate::worker::config::{HandlerErrors, WorkerConfig};
+use crate::worker::inbox::{BoundStatement, EventInput, HandlerSql, HandlerSqlError};
 
 pub(crate) struct Apply {
     /// Every handler of the worker in order: its event type patterns and, for a SQL handler,

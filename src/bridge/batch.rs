@@ -9,21 +9,21 @@ use tracing::{error, trace, warn};
 
 use super::validate::Verdict;
 use super::{Committed, Sorted, StreamBridge};
+use crate::bridge::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::broker::group::ConsumerGroup;
 use crate::broker::read::RawEntry;
 use crate::error::error_chain;
 use crate::fault::Point;
 use crate::reasons::PoisonReason;
 use crate::runtime::outage::{Failed, retry_through};
-use crate::store::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
 use crate::store::{OutageKind, StoreError};
 use crate::telemetry::throttle::Throttle;
 use crate::telemetry::traces::{self, EventSpan};
 use opentelemetry::trace::SpanKind;
 
 /// How the bridge backs off while the inbox is down (the backoff grows to 30 s).
-static OUTAGE: std::sync::LazyLock<crate::config::BackoffConfig> =
-    std::sync::LazyLock::new(crate::config::BackoffConfig::outage_default);
+static OUTAGE: std::sync::LazyLock<crate::runtime::backoff::BackoffConfig> =
+    std::sync::LazyLock::new(crate::runtime::backoff::BackoffConfig::outage_default);
 
 impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
     /// Entries delivered before and never acknowledged: this consumer's own pending entries

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::store::takeover::contract::TakeoverStatement;
+use crate::bridge::takeover::contract::TakeoverStatement;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -242,7 +242,7 @@ impl BridgeConfig {
 }
 
 /// `[bridge.sql]`: statement overrides for an inbox of your own; absent ones use the reference
-/// schema's. What each is offered and must return: `store/takeover/contract.rs`.
+/// schema's. What each is offered and must return: `bridge/takeover/contract.rs`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TakeoverOverrides {
@@ -306,6 +306,40 @@ mod defaults {
     }
     pub(super) fn payload_max_bytes() -> usize {
         256 * 1024
+    }
+}
+
+/// The broker-side settings a bridge's section gives its consumer group.
+impl BridgeConfig {
+    /// The settings of `bridge`'s durable consumer for `subject`, read by `instance`.
+    pub(crate) fn nats_group(&self, subject: &str, instance: &str) -> crate::broker::nats::group::GroupSettings {
+        let bridge = self;
+        crate::broker::nats::group::GroupSettings {
+            group: bridge.group().to_owned(),
+            subject: subject.to_owned(),
+            instance: instance.to_owned(),
+            start: bridge.start.clone(),
+            body_field: bridge.envelope.payload.clone(),
+            ack_wait: bridge.claim_idle,
+            // Each takeover loop holds a batch being taken in and one read ahead.
+            max_ack_pending: i64::from(bridge.batch_size)
+                .saturating_mul(4)
+                .saturating_mul(i64::from(bridge.concurrency.max(1)))
+                .max(1000),
+        }
+    }
+
+    /// The settings of `bridge`'s member `instance` reading `topic`.
+    pub(crate) fn kafka_group(&self, topic: &str, instance: &str) -> crate::broker::kafka::group::GroupSettings {
+        let bridge = self;
+        crate::broker::kafka::group::GroupSettings {
+            group: bridge.group().to_owned(),
+            topic: topic.to_owned(),
+            instance: instance.to_owned(),
+            start: bridge.start.clone(),
+            body_field: bridge.envelope.payload.clone(),
+            claim_idle: bridge.claim_idle,
+        }
     }
 }
 

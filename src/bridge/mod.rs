@@ -9,6 +9,7 @@ mod apply;
 mod batch;
 pub(crate) mod config;
 mod recover;
+pub(crate) mod takeover;
 pub(crate) mod validate;
 
 use std::collections::HashMap;
@@ -18,13 +19,13 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
+use crate::bridge::config::{BridgeConfig, StreamSource};
+use crate::bridge::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
 use crate::broker::group::{ConsumerGroup, GroupError, GroupResult, Read};
 use crate::broker::read::RawEntry;
-use crate::config::{BridgeConfig, StreamSource};
 use crate::fault::Faults;
 use crate::pause::PauseSwitch;
 use crate::runtime::backoff::Retrier;
-use crate::store::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::BridgeHandles;
 use crate::telemetry::throttle::Throttle;
@@ -82,7 +83,7 @@ impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
         let mut budget = ReadBudget::new(&self.config);
         let mut own_backlog = true;
         let mut last_recovery: Option<Instant> = None;
-        let mut outage = Retrier::new(crate::config::BackoffConfig::outage_default());
+        let mut outage = Retrier::new(crate::runtime::backoff::BackoffConfig::outage_default());
         let mut errors = Throttle::new(Duration::from_secs(30));
         // New entries read, and validated, while the previous batch was being taken over.
         let mut ahead: Option<GroupResult<(Read, Sorted)>> = None;

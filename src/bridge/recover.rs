@@ -7,8 +7,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::StreamBridge;
+use crate::bridge::takeover::TakeoverStore;
 use crate::broker::group::{ConsumerGroup, GroupError};
-use crate::store::takeover::TakeoverStore;
 
 impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::bridge::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig};
+use crate::bridge::takeover::{InboxEvent, PoisonRecord, Text};
 use crate::broker::read::RawEntry;
-use crate::config::{EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig, type_matches};
+use crate::event_types::type_matches;
 use crate::reasons::PoisonReason;
-use crate::store::takeover::{InboxEvent, PoisonRecord, Text};
 
 /// What becomes of one entry.
 #[derive(Debug)]

@@ -76,11 +76,7 @@ pub(crate) trait ConsumerGroup: Send + Sync + 'static {
     fn oldest_pending_idle(&self) -> impl Future<Output = GroupResult<Option<Duration>>> + Send;
 
     /// Appends poison records to a dead-letter stream `key`; true only if all were appended.
-    fn dead_letters(
-        &self,
-        key: &str,
-        records: &[crate::store::takeover::PoisonRecord],
-    ) -> impl Future<Output = bool> + Send;
+    fn dead_letters(&self, key: &str, records: &[crate::event::PoisonRecord]) -> impl Future<Output = bool> + Send;
 
     /// A read failed as unavailable: follow the stream if it moved (a cluster failover).
     fn after_outage(&self) -> impl Future<Output = ()> + Send {

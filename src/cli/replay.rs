@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::selection::SelectionArgs;
+use crate::broker::Broker;
 use crate::broker::nats::NatsStream;
-use crate::config::{Broker, Config};
+use crate::config::Config;
 use crate::replay::{self, OutboxTime, Progress, Request};
 
 #[derive(Debug, clap::Args)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::secret::Secret;
-use super::telemetry::ListenerTls;
+use crate::secret::Secret;
+use crate::tls::config::ListenerTls;
 
 /// `[admin]`
 #[derive(Debug, Clone, Deserialize)]

@@ -2,12 +2,12 @@
 //! applies where it can (one worker of the same inbox in the file, every condition met), as
 //! `claim = "auto"` chooses; `"off"` never; a worker's name, that worker or a configuration error.
 
-use super::connections::Dialect;
-use super::file::Config;
 use crate::bridge::config::BridgeConfig;
+use crate::config::file::Config;
 use crate::sql::params::Placeholder;
-use crate::store::inbox::contract::WorkerStatement;
+use crate::store::config::Dialect;
 use crate::worker::config::WorkerConfig;
+use crate::worker::inbox::contract::WorkerStatement;
 
 /// `apply = "off"`: the worker applies everything.
 pub(crate) const OFF: &str = "off";

@@ -5,13 +5,14 @@
 
 use std::time::Duration;
 
-use super::claim_loop::ClaimMode;
-use super::connections::{Dialect, RedisConfig};
-use super::file::Config;
+use crate::broker::redis::config::RedisConfig;
+use crate::config::file::Config;
 use crate::relay::config::RelayConfig;
 use crate::relay::outbox::contract::StatementKind;
-use crate::store::inbox::contract::WorkerStatement;
+use crate::runtime::loop_config::ClaimMode;
+use crate::store::config::Dialect;
 use crate::worker::config::WorkerConfig;
+use crate::worker::inbox::contract::WorkerStatement;
 
 /// One reason the locked claim cannot be used.
 #[derive(Clone)]
@@ -199,7 +200,8 @@ pub(super) fn resolve(config: &mut Config) {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{ClaimMode, load_str};
+    use crate::config::load_str;
+    use crate::runtime::loop_config::ClaimMode;
 
     const BASE: &str = "[database]\nurl = \"postgres://u@h/db\"\n";
 

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::connections::{DatabaseConfig, RedisConfig};
-use super::telemetry::TelemetryConfig;
 use crate::bridge::config::BridgeConfig;
+use crate::broker::redis::config::RedisConfig;
 use crate::relay::config::RelayConfig;
+use crate::store::config::DatabaseConfig;
+use crate::telemetry::config::TelemetryConfig;
 use crate::worker::config::WorkerConfig;
 
 /// The whole configuration file.

@@ -6,8 +6,8 @@
 //! their own ways. `[relay.trim] acknowledged = false` and `[relay.retention] enabled = false`
 //! keep everything.
 
-use super::file::Config;
 use crate::broker::Broker;
+use crate::config::file::Config;
 use crate::relay::config::{RetentionConfig, SettleMode, TrimConfig};
 
 /// Fills in the defaults after validation (which saw only what the file says).

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 
-use super::claim_loop;
-use super::file::Config;
-use super::secret::Secret;
-use super::validate;
+use crate::config::file::Config;
+use crate::config::validate;
+use crate::runtime::loop_config as claim_loop;
+use crate::secret::Secret;
 
 /// Environment overrides use this prefix and `__` between key parts:
 /// `HANDOFF_DATABASE__URL` sets `database.url`.
@@ -98,7 +98,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
             }
         }
     }
-    super::ordered::restore(config.relays.iter_mut().map(|r| (&mut r.fields, &mut r.envelope)), text);
+    crate::relay::ordered::restore(config.relays.iter_mut().map(|r| (&mut r.fields, &mut r.envelope)), text);
     let debezium_layout =
         config.kafka.as_ref().is_some_and(|k| k.layout == crate::broker::kafka::config::Layout::Debezium);
     for relay in &mut config.relays {
@@ -299,15 +299,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Reads the database URL's TLS words into `database.tls` and takes them out of the URL (the
 /// drivers are given the settings, not the words).
-fn database_tls(database: &mut super::connections::DatabaseConfig, errors: &mut Vec<String>) {
+fn database_tls(database: &mut crate::store::config::DatabaseConfig, errors: &mut Vec<String>) {
     let Some(url) = &database.url else { return };
-    let Some(dialect) = crate::config::Dialect::of(url.expose()) else { return };
-    let mysql = dialect == crate::config::Dialect::Mysql;
-    let parsed = match super::tls::from_url(url.expose(), mysql) {
+    let Some(dialect) = crate::store::config::Dialect::of(url.expose()) else { return };
+    let mysql = dialect == crate::store::config::Dialect::Mysql;
+    let parsed = match crate::tls::config::from_url(url.expose(), mysql) {
         Ok(parsed) => parsed,
         Err(found) => return errors.extend(found),
     };
-    match super::tls::merge("database", &database.tls, &parsed.tls) {
+    match crate::tls::config::merge("database", &database.tls, &parsed.tls) {
         Ok(tls) => {
             database.tls = tls;
             database.url = Some(Secret::new(parsed.url));
@@ -319,7 +319,7 @@ fn database_tls(database: &mut super::connections::DatabaseConfig, errors: &mut 
 /// Reads `[telemetry.auth]`'s secret files: exactly one of a bearer token or a basic user with
 /// its password, each as long as an admin token must be (one rule for every credential handoff
 /// checks).
-fn metrics_auth(auth: &mut super::telemetry::MetricsAuth, errors: &mut Vec<String>) {
+fn metrics_auth(auth: &mut crate::telemetry::config::MetricsAuth, errors: &mut Vec<String>) {
     use super::admin::MIN_TOKEN_LEN;
     let read = |key: &str, path: &PathBuf, errors: &mut Vec<String>| match std::fs::read_to_string(path) {
         Ok(text) if text.trim().len() >= MIN_TOKEN_LEN => Some(Secret::new(text.trim())),

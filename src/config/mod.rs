@@ -1,52 +1,27 @@
-//! The one TOML file that configures handoff, as typed structs.
+//! The one TOML file that configures handoff: its root, loading and the checks across sections.
 //!
 //! Every struct rejects unknown keys, every duration carries its unit (`"250ms"`, `"30s"`), and
-//! every field documents its default. Each component's section is its own: `relay/config.rs`,
-//! `bridge/config.rs`, `worker/config.rs`, `pause/config.rs`, `relay/partitions/config.rs`,
-//! `broker/kafka/config.rs`, `broker/nats/config.rs`; they are re-exported here. This module
-//! holds the root (`file`), what several share (connections, TLS, secrets, the claim loop,
-//! templates), loading (file + environment + `*_file` secrets) in `load`, cross-field checks in
-//! `validate`, and the choices `claim = "auto"` and an absent `apply` make (`claim`, `apply`).
+//! every field documents its default. Each section lives beside what it configures and knows
+//! nothing of the root: `relay/config.rs`, `bridge/config.rs`, `worker/config.rs`,
+//! `pause/config.rs`, `relay/partitions/config.rs`, `store/config.rs` (`[database]`),
+//! `broker/{redis,nats,kafka}/config.rs`, `telemetry/config.rs`, `tls/config.rs`; what several
+//! share sits in leaves (`secret.rs`, `template.rs`, `runtime/loop_config.rs`). This module holds
+//! the root (`file`), loading (file + environment + `*_file` secrets) in `load`, the checks that
+//! read more than one section (`validate`, and `nats`/`kafka` for what a relay or bridge may ask of
+//! its broker), and the choices `claim = "auto"` and an absent `apply` make (`claim`, `apply`).
+//! Only the application, the CLI and the operator commands import it.
 
 pub(crate) mod admin;
 pub(crate) mod apply;
-mod backoff;
 mod claim;
-pub(crate) mod claim_loop;
-pub(crate) mod connections;
-mod event_types;
 pub(crate) mod file;
+mod kafka;
 pub(crate) mod keep;
 pub(crate) mod load;
-pub(crate) mod ordered;
-pub(crate) mod secret;
+mod nats;
 mod shards;
-mod telemetry;
-pub(crate) mod template;
-pub(crate) mod tls;
 mod validate;
 
-pub(crate) use crate::bridge::config::{
-    BridgeConfig, EnvelopeNames, EventIdFormat, StreamSource, UnknownTypes, ValidateConfig,
-};
-pub(crate) use crate::broker::Broker;
-pub(crate) use crate::relay::config::{OnFailure, RelayConfig};
-pub(crate) use crate::worker::config::never_forwarded;
-pub(crate) use crate::worker::config::{
-    HandlerConfig, HandlerVerdict, HttpHandlerConfig, Unhandled, WorkerConfig, WorkerOverrides,
-};
-pub(crate) use backoff::BackoffConfig;
-pub(crate) use claim_loop::{ClaimLoopConfig, ClaimMode, LoopDefaults};
-pub(crate) use connections::{Dialect, RedisConfig};
-pub(crate) use event_types::type_matches;
-pub(crate) use secret::Secret;
-pub(crate) use telemetry::{ListenerTls, LogFormat, MetricsAuth, TelemetryConfig, TracingConfig};
-pub(crate) use tls::{TlsConfig, TlsMode};
-
-pub(crate) use crate::broker::nats::config::NatsConfig;
-pub(crate) use crate::relay::config::SettleMode;
-pub(crate) use crate::worker::config::HandlerErrors;
-pub(crate) use connections::DatabaseConfig;
 pub(crate) use file::Config;
 pub(crate) use load::load;
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub(super) fn expand(bridges: &mut [crate::bridge::config::BridgeConfig], errors
 pub(super) enum ShardsError {
     #[error("shards needs shard_count (how many shards the relay's template spreads keys over)")]
     NoCount,
-    #[error("shard_count must be between 1 and {}", super::template::MAX_SHARDS)]
+    #[error("shard_count must be between 1 and {}", crate::template::MAX_SHARDS)]
     Count,
     #[error("with shard_count, the key must carry {PLACEHOLDER} once, where the shard number goes")]
     Placeholder,
@@ -46,7 +46,7 @@ fn expand_one(source: StreamSource) -> Result<Vec<StreamSource>, ShardsError> {
         }
         return Ok(vec![source]);
     };
-    if !(1..=super::template::MAX_SHARDS).contains(&count) {
+    if !(1..=crate::template::MAX_SHARDS).contains(&count) {
         return Err(ShardsError::Count);
     }
     if placeholders != 1 {

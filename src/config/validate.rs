@@ -3,16 +3,17 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::backoff::BackoffConfig;
-use super::connections::Dialect;
-use super::file::Config;
-use super::template::Template;
-use super::tls::{self, TlsMode};
+use crate::bridge::takeover::contract::{self as takeover_contract, TakeoverStatement};
+use crate::config::file::Config;
 use crate::relay::config::RelayConfig;
 use crate::relay::outbox::contract::{self as outbox_contract, StatementKind};
+use crate::runtime::backoff::BackoffConfig;
 use crate::sql::params::{ParamError, Placeholder};
-use crate::store::inbox::contract::WorkerStatement;
-use crate::store::takeover::contract::{self as takeover_contract, TakeoverStatement};
+use crate::store::config::Dialect;
+use crate::template::Template;
+use crate::tls::config as tls;
+use crate::tls::config::TlsMode;
+use crate::worker::inbox::contract::WorkerStatement;
 
 /// Entry fields handoff writes itself; `fields` may not redefine them.
 const RESERVED_FIELDS: &[&str] =
@@ -39,7 +40,7 @@ fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
         );
     }
     let redis = &config.redis;
-    let tls_scheme = redis.url.as_ref().is_some_and(|u| super::connections::redis_scheme_is_tls(u.expose()));
+    let tls_scheme = redis.url.as_ref().is_some_and(|u| crate::broker::redis::config::redis_scheme_is_tls(u.expose()));
     if !tls_scheme && redis.tls.is_set() {
         errors.push(
             "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
@@ -130,22 +131,28 @@ pub(super) fn validate(config: &Config) -> Vec<String> {
         errors.push("database.pool_size must be > 0".into());
     }
     // Where an explicit locked claim cannot keep its promises (the rules `auto` follows too).
-    for (i, relay) in
-        config.relays.iter().enumerate().filter(|(_, r)| r.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+    for (i, relay) in config
+        .relays
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.claim_loop.claim == crate::runtime::loop_config::ClaimMode::Locked)
     {
         errors.extend(
             super::claim::blockers(relay, dialect, &config.redis).iter().map(|b| b.error(&format!("relay[{i}]"))),
         );
     }
-    for (i, worker) in
-        config.workers.iter().enumerate().filter(|(_, w)| w.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+    for (i, worker) in config
+        .workers
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.claim_loop.claim == crate::runtime::loop_config::ClaimMode::Locked)
     {
         errors.extend(super::claim::worker_blockers(worker, dialect).iter().map(|b| b.error(&format!("worker[{i}]"))));
     }
     let locked: u32 = config
         .relays
         .iter()
-        .filter(|r| r.claim_loop.claim == super::claim_loop::ClaimMode::Locked)
+        .filter(|r| r.claim_loop.claim == crate::runtime::loop_config::ClaimMode::Locked)
         .map(|r| r.claim_loop.concurrency)
         .sum();
     errors.extend(super::claim::pool_blocker(config.database.pool_size, locked).map(|b| b.error("database")));
@@ -170,8 +177,8 @@ pub(super) fn validate(config: &Config) -> Vec<String> {
             errors.push("telemetry.tracing.timeout must be > 0".into());
         }
     }
-    errors.extend(crate::broker::nats::validate::problems(config));
-    errors.extend(crate::broker::kafka::validate::problems(config));
+    errors.extend(super::nats::problems(config));
+    errors.extend(super::kafka::problems(config));
     validate_bridges(config, style, &mut errors);
     validate_workers(config, style, &mut errors);
     let mut names = HashSet::new();

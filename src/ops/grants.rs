@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{Config, Dialect};
-use crate::store::migrate::parts::Role;
+use crate::config::Config;
+use crate::migrate::parts::Role;
+use crate::store::config::Dialect;
 
 /// The GRANTs for `user` in `dialect`, for `roles` (none: the config's sections'); on Postgres
 /// the tables are in `schema`.

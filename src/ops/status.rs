@@ -2,14 +2,15 @@
 
 use serde::Serialize;
 
+use crate::broker::Broker;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::broker::redis::group::Group;
-use crate::config::{Broker, Config};
+use crate::config::Config;
 use crate::pause::Pause;
 use crate::relay::outbox::{Outbox, OutboxStats, OutboxStore};
-use crate::store::inbox;
 use crate::store::{Database, PrepareError, StoreResult};
+use crate::worker::inbox;
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Line {

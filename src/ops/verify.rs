@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::broker::Broker;
 use crate::broker::EventStream;
 use crate::broker::kafka::KafkaStream;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
-use crate::config::{Broker, Config, RelayConfig};
+use crate::config::Config;
+use crate::relay::config::RelayConfig;
 use crate::relay::loss::{self, StreamReport};
 use crate::relay::outbox::Outbox;
 use crate::store::Database;

@@ -14,12 +14,14 @@ use bytes::Bytes;
 
 use super::records::{PoisonFilter, StoredPoison};
 use super::{mysql, postgres};
+use crate::bridge::config::BridgeConfig;
+use crate::broker::Broker;
 use crate::broker::kafka::KafkaStream;
 use crate::broker::kafka::resend::RESEND_KEY_FIELD;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
 use crate::broker::{AppendOptions, AppendOutcome, Entry, EventStream};
-use crate::config::{BridgeConfig, Broker, Config};
+use crate::config::Config;
 use crate::error::error_chain;
 use crate::store::Database;
 use crate::store::StoreResult;

@@ -3,7 +3,7 @@
 //!
 //! - `commands.rs`: list and retry, for the CLI, the admin API and the status page;
 //! - `records.rs`: what a poison table holds and which records a command reads;
-//! - `postgres.rs`, `mysql.rs`: their SQL (the bridge writes the records: `store::takeover`).
+//! - `postgres.rs`, `mysql.rs`: their SQL (the bridge writes the records: `bridge::takeover`).
 
 mod commands;
 mod mysql;

@@ -13,9 +13,9 @@ use tracing::{trace, warn};
 
 use super::Relay;
 use crate::broker::{AppendOutcome, Entry, EventStream};
-use crate::config::OnFailure;
 use crate::fault::Point;
 use crate::reasons::DeadReason;
+use crate::relay::config::OnFailure;
 use crate::relay::outbox::{ClaimedRow, Deferred, Delivered, Failure, OutboxStore, RowRef, Verdict};
 use crate::runtime::backoff::delay;
 use crate::telemetry::metrics::FailureReason;

@@ -20,8 +20,8 @@
 use serde::Deserialize;
 
 use crate::broker::Broker;
-use crate::config::ordered::Fields;
-use crate::config::template::{TemplateError, json_string};
+use crate::relay::ordered::Fields;
+use crate::template::{TemplateError, json_string};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -208,7 +208,7 @@ pub(crate) fn envelope(events: &CloudEventsConfig, broker: Broker) -> Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::template::Template;
+    use crate::template::Template;
 
     fn events(mode: Mode) -> CloudEventsConfig {
         CloudEventsConfig { source: "/services/{orders}".into(), mode }

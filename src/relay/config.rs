@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::claim_loop::{ClaimLoopConfig, RelayLoop};
 use crate::relay::outbox::overrides::SqlOverrides;
+use crate::runtime::loop_config::{ClaimLoopConfig, RelayLoop};
 
 /// `[[relay]]`: one outbox table relayed to a broker.
 #[derive(Debug, Clone, Deserialize)]
@@ -62,15 +62,15 @@ pub struct RelayConfig {
     pub broker_loss: BrokerLossConfig,
     /// Extra entry fields after the built-in ones, in the order written: name → template over
     /// claim columns (`"{tenant_id}"`) or a constant. Default: none.
-    #[serde(default, deserialize_with = "crate::config::ordered::map")]
-    pub fields: crate::config::ordered::Fields,
+    #[serde(default, deserialize_with = "crate::relay::ordered::map")]
+    pub fields: crate::relay::ordered::Fields,
     /// The whole entry, field by field: name → template; one field must be `"{event_id}"`. Default:
     /// the built-in layout.
     ///
     /// A template that is one column (`"{payload}"`) copies it and leaves the field out when it is
     /// NULL.
-    #[serde(default, deserialize_with = "crate::config::ordered::map")]
-    pub envelope: crate::config::ordered::Fields,
+    #[serde(default, deserialize_with = "crate::relay::ordered::map")]
+    pub envelope: crate::relay::ordered::Fields,
     /// Entries as CloudEvents 1.0: `source` (required) and `mode`. Default: off.
     ///
     /// Loading turns it into the `envelope` it stands for.
@@ -316,7 +316,7 @@ impl RelayConfig {
         let templates = self.envelope.iter().chain(&self.fields).map(|(_, t)| t.as_str());
         templates
             .chain([self.stream.as_str()])
-            .any(|text| crate::config::template::Template::parse(text).is_ok_and(|t| t.mentions("created_at")))
+            .any(|text| crate::template::Template::parse(text).is_ok_and(|t| t.mentions("created_at")))
     }
 
     /// The `owner` entry field: configured, or the relay name.

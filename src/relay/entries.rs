@@ -7,12 +7,12 @@
 use bytes::Bytes;
 
 use crate::broker::Entry;
-use crate::config::RelayConfig;
-use crate::config::template::{BoundTemplate, Template};
 use crate::reasons::DeadReason;
 use crate::relay::cloudevents::{self, Mode, Presence, StructuredBody};
+use crate::relay::config::RelayConfig;
 use crate::relay::outbox::ClaimedRow;
 use crate::relay::outbox::contract::ENTRY_COLUMNS;
+use crate::template::{BoundTemplate, Template};
 
 #[derive(Debug, Clone)]
 pub(crate) struct EntryBuilder {
@@ -65,7 +65,7 @@ enum Layout {
 pub(crate) struct TemplateKeyError {
     pub relay: String,
     pub key: String,
-    pub error: crate::config::template::TemplateError,
+    pub error: crate::template::TemplateError,
 }
 
 #[derive(Debug, Clone)]

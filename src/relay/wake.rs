@@ -8,9 +8,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{BackoffConfig, DatabaseConfig};
 use crate::relay::outbox::notifications;
+use crate::runtime::backoff::BackoffConfig;
 use crate::runtime::backoff::Retrier;
+use crate::store::config::DatabaseConfig;
 use crate::telemetry::throttle::Throttle;
 
 /// Wakes one idle claim loop per ring: one claim picks up what the inserts brought (a full

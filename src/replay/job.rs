@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::database as replay;
 use super::rows::{COLUMNS, Checkpoint, ReplayRow, Source};
 use crate::broker::{AppendOptions, AppendOutcome, EventStream};
-use crate::config::{Config, RelayConfig, SettleMode};
+use crate::config::Config;
 use crate::error::error_chain;
+use crate::relay::config::{RelayConfig, SettleMode};
 use crate::relay::entries::EntryBuilder;
 use crate::relay::outbox::ClaimedRow;
 use crate::store::selection::{Moment, Selection};
@@ -229,7 +230,7 @@ pub(crate) async fn run<P: EventStream>(
         done,
         interrupted,
     };
-    let mut outage = crate::runtime::backoff::Retrier::new(crate::config::BackoffConfig::outage_default());
+    let mut outage = crate::runtime::backoff::Retrier::new(crate::runtime::backoff::BackoffConfig::outage_default());
     loop {
         if stop.is_cancelled() {
             return Ok(report(&checkpoint, false, true));

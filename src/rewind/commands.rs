@@ -5,9 +5,10 @@
 //! whoever reads them again. On NATS JetStream, see `nats.rs`; on Kafka, `kafka.rs`.
 
 use super::position::{Moved, RewindError, RewindTo, parse_id};
+use crate::broker::Broker;
 use crate::broker::redis::RedisStream;
 use crate::broker::redis::group::Group;
-use crate::config::{Broker, Config};
+use crate::config::Config;
 use crate::store::selection::Moment;
 
 /// Rewinds `bridge`'s group on each of its streams (or `stream` alone).

@@ -6,8 +6,9 @@
 //! offset names one partition only.
 
 use super::position::{Moved, RewindError, RewindTo};
+use crate::bridge::config::{BridgeConfig, StreamSource};
 use crate::broker::kafka::offsets::rewind_to_time;
-use crate::config::{BridgeConfig, Config, StreamSource};
+use crate::config::Config;
 use crate::store::selection::Moment;
 
 pub(super) async fn rewind(

@@ -8,9 +8,9 @@
 use async_nats::jetstream::consumer::DeliverPolicy;
 
 use super::position::{Moved, RewindError, RewindTo, parse_id};
+use crate::bridge::config::{BridgeConfig, StreamSource};
 use crate::broker::nats::NatsStream;
-use crate::broker::nats::group::GroupSettings;
-use crate::config::{BridgeConfig, Config, StreamSource};
+use crate::config::Config;
 use crate::pause::{ComponentKind, Target};
 use crate::store::selection::Moment;
 
@@ -33,7 +33,7 @@ pub(super) async fn rewind(
         NatsStream::connect(nats, &bridge.envelope.payload).await.map_err(|e| RewindError::Nats(e.to_string()))?;
     let mut moved = Vec::new();
     for source in sources {
-        let group = client.group(GroupSettings::for_bridge(bridge, &source.key, "rewind"));
+        let group = client.group(bridge.nats_group(&source.key, "rewind"));
         let failed = |error| RewindError::Group { stream: source.key.clone(), error };
         let Some((position, pending)) = group.position().await.map_err(failed)? else {
             return Err(RewindError::NoConsumer(source.key.clone()));

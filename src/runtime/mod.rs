@@ -5,6 +5,7 @@
 pub(crate) mod backoff;
 pub(crate) mod claim_loop;
 pub(crate) mod lease;
+pub(crate) mod loop_config;
 pub(crate) mod outage;
 pub(crate) mod periodic;
 pub(crate) mod signal;

@@ -8,7 +8,7 @@ use std::future::Future;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Retrier;
-use crate::config::BackoffConfig;
+use crate::runtime::backoff::BackoffConfig;
 use crate::telemetry::health::Component;
 
 /// What to do after a failed attempt.

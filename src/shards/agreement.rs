@@ -2,11 +2,12 @@
 //! relay start and by `check`), and changed on purpose by `handoff reshard`.
 
 use super::{mysql, postgres};
-use crate::config::template::Template;
-use crate::config::{Config, RelayConfig};
+use crate::config::Config;
+use crate::relay::config::RelayConfig;
 use crate::relay::outbox::{Outbox, OutboxStore};
 use crate::store::database::Database;
 use crate::store::error::{OutageKind, StoreError, StoreResult};
+use crate::template::Template;
 
 /// A family's recorded count, and who recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]

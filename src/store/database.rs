@@ -1,7 +1,7 @@
 //! Which database the config names, and its pool: the one place that picks the dialect.
 
-use super::error::{ConnectError, MigrateError};
-use crate::config::DatabaseConfig;
+use super::error::ConnectError;
+use crate::store::config::DatabaseConfig;
 
 /// A connection pool of one dialect.
 #[derive(Clone)]
@@ -10,7 +10,7 @@ pub enum Database {
     Mysql(super::mysql::pool::Pool),
 }
 
-pub(crate) use crate::config::Dialect;
+pub(crate) use crate::store::config::Dialect;
 
 impl Database {
     /// How the dialect's placeholders look (configured statements are rewritten to them).
@@ -30,24 +30,6 @@ impl Database {
             }
             Some(Dialect::Mysql) => Ok(Database::Mysql(super::mysql::pool::pool(&mysql_url(config))?)),
             None => Err(ConnectError::Scheme),
-        }
-    }
-
-    /// Applies the reference schema's `parts` (see `migrate::parts`); returns what was applied
-    /// now.
-    pub async fn migrate(
-        &self,
-        layout: super::migrate::OutboxLayout,
-        parts: &std::collections::BTreeSet<super::migrate::parts::Part>,
-    ) -> Result<Vec<String>, MigrateError> {
-        match (self, layout) {
-            (Database::Postgres(pool), _) => super::migrate::postgres_parts(pool, layout, parts).await,
-            (Database::Mysql(pool), super::migrate::OutboxLayout::Plain) => {
-                super::migrate::mysql_parts(pool, parts).await
-            }
-            (Database::Mysql(_), super::migrate::OutboxLayout::Partitioned) => Err(MigrateError::Layout(
-                "--partitioned: a partitioned outbox needs Postgres (on MariaDB, relay.retention deletes delivered rows)".into(),
-            )),
         }
     }
 
@@ -89,7 +71,7 @@ fn mysql_url(config: &DatabaseConfig) -> DatabaseConfig {
     if let Some(url) = &config.url
         && let Some(rest) = url.expose().strip_prefix("mariadb://")
     {
-        config.url = Some(crate::config::Secret::new(format!("mysql://{rest}")));
+        config.url = Some(crate::secret::Secret::new(format!("mysql://{rest}")));
     }
     config
 }

@@ -5,17 +5,15 @@
 //! parameter values and result rows.
 
 pub(crate) mod columns;
+pub(crate) mod config;
 pub(crate) mod database;
 pub(crate) mod error;
-pub(crate) mod inbox;
-pub(crate) mod migrate;
 pub(crate) mod mysql;
 pub(crate) mod net;
 pub(crate) mod param;
 pub(crate) mod postgres;
 pub(crate) mod rows;
 pub(crate) mod selection;
-pub(crate) mod takeover;
 
 pub(crate) use error::{OutageKind, PrepareError, StatementError, StoreError, StoreResult};
 

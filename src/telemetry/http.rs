@@ -19,7 +19,7 @@ use tracing::info;
 
 use super::health::Health;
 use super::listener::{self, Settings};
-use crate::config::{MetricsAuth, TelemetryConfig};
+use crate::telemetry::config::{MetricsAuth, TelemetryConfig};
 
 #[derive(Clone)]
 pub(crate) struct Endpoints {
@@ -165,7 +165,7 @@ mod tests {
             bearer_token_file: None,
             basic_user: None,
             basic_password_file: None,
-            bearer_token: Some(crate::config::Secret::new("t0ken")),
+            bearer_token: Some(crate::secret::Secret::new("t0ken")),
             basic_password: None,
         };
         assert!(authorized(&bearer, Some(&header("Bearer t0ken"))));
@@ -174,7 +174,7 @@ mod tests {
         let basic = MetricsAuth {
             basic_user: Some("prometheus".into()),
             bearer_token: None,
-            basic_password: Some(crate::config::Secret::new("s3cret")),
+            basic_password: Some(crate::secret::Secret::new("s3cret")),
             ..bearer
         };
         assert!(authorized(&basic, Some(&header("Basic cHJvbWV0aGV1czpzM2NyZXQ="))));

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+use crate::telemetry::config::LogFormat;
 
 /// Installs the global subscriber. `RUST_LOG`, when set, wins over the configured level so an
 /// operator can raise verbosity without editing the mounted config.

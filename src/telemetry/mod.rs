@@ -1,5 +1,6 @@
 //! Metrics, health, logs and the HTTP listener that serves them.
 
+pub(crate) mod config;
 mod connections;
 pub(crate) mod health;
 pub(crate) mod http;

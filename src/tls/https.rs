@@ -11,7 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::{TlsError, client_config};
-use crate::config::{TlsConfig, TlsMode};
+use crate::tls::{TlsConfig, TlsMode};
 
 pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 

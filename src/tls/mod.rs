@@ -2,6 +2,7 @@
 //! client configuration built from a `tls` table and a mode in libpq's words, with the ring
 //! provider. Errors name the config key at fault and never a file's contents.
 
+pub(crate) mod config;
 pub(crate) mod https;
 mod verify;
 
@@ -13,7 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::config::{TlsConfig, TlsMode};
+pub(crate) use config::{TlsConfig, TlsMode};
 
 /// Why a TLS configuration could not be built: each names the key at fault (and the file), never
 /// a file's contents.
@@ -91,7 +92,7 @@ pub(crate) fn client_config(path: &str, mode: TlsMode, tls: &TlsConfig) -> Resul
 
 /// The telemetry listener's server configuration (`[telemetry.tls]`): its certificate, and the
 /// CA its clients' certificates must be signed by, when one is given.
-pub(crate) fn server_config(tls: &crate::config::ListenerTls) -> Result<rustls::ServerConfig, TlsError> {
+pub(crate) fn server_config(tls: &crate::tls::config::ListenerTls) -> Result<rustls::ServerConfig, TlsError> {
     let path = "telemetry.tls";
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

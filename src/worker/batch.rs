@@ -11,12 +11,12 @@ use tracing::{debug, warn};
 use super::Worker;
 use super::handler::Effect;
 use super::http::Delivery;
-use crate::config::Unhandled;
 use crate::error::error_chain;
 use crate::runtime::backoff::delay;
 use crate::runtime::claim_loop::Next;
-use crate::store::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore, MissingField};
 use crate::telemetry::traces::{self, EventSpan};
+use crate::worker::config::Unhandled;
+use crate::worker::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore, MissingField};
 use opentelemetry::trace::SpanKind;
 
 /// A row's fate when it is not (or no longer) part of the transaction.

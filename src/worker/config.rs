@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::store::inbox::contract::WorkerStatement;
+use crate::worker::inbox::contract::WorkerStatement;
 
-use crate::config::claim_loop::{ClaimLoopConfig, WorkerLoop};
+use crate::runtime::loop_config::{ClaimLoopConfig, WorkerLoop};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,7 +157,7 @@ pub struct HttpHandlerConfig {
     ///
     /// It may carry credentials: `user:pass@` is sent as Basic authentication. Logs, errors and
     /// `check` show `https://***@host:port/***?***`.
-    pub url: Option<crate::config::secret::Secret>,
+    pub url: Option<crate::secret::Secret>,
     /// A file holding the URL instead (a mounted secret).
     pub url_file: Option<std::path::PathBuf>,
     /// Per-request timeout; no answer within it is an outage of the endpoint (the row goes back
@@ -180,7 +180,7 @@ pub struct HttpHandlerConfig {
     pub forward_headers: Vec<String>,
     /// TLS for an `https://` URL. Default: `verify-full` against the system roots.
     #[serde(default)]
-    pub tls: crate::config::tls::TlsConfig,
+    pub tls: crate::tls::config::TlsConfig,
     /// POSTs in flight per worker loop, started in batch order (1: one after the other). Default:
     /// 8.
     #[serde(default = "defaults::http_concurrency")]
@@ -195,7 +195,7 @@ impl HttpHandlerConfig {
 
     /// The URL as logs, errors and `check` show it.
     pub(crate) fn shown_url(&self) -> String {
-        crate::config::secret::redacted_url(self.url())
+        crate::secret::redacted_url(self.url())
     }
 }
 
@@ -243,7 +243,7 @@ pub(crate) fn never_forwarded(name: &str) -> bool {
 }
 
 /// `[worker.sql]`: statement overrides for an inbox of your own; absent ones use the reference
-/// schema's. What each is offered and must return: `store/inbox/contract.rs`.
+/// schema's. What each is offered and must return: `worker/inbox/contract.rs`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerOverrides {

@@ -1,10 +1,10 @@
 //! Handlers as configured: which one serves an event type, and its effect (SQL statements,
 //! bound by the inbox seam's [`HandlerSql`], or an HTTP POST).
 
-use crate::config::type_matches;
-use crate::config::{HandlerConfig, WorkerConfig};
+use crate::event_types::type_matches;
 use crate::sql::params::Placeholder;
-use crate::store::inbox::{HandlerSql, HandlerSqlError};
+use crate::worker::config::{HandlerConfig, WorkerConfig};
+use crate::worker::inbox::{HandlerSql, HandlerSqlError};
 
 use super::http::HttpHandler;
 

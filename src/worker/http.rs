@@ -15,9 +15,9 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Uri};
 
-use crate::config::{HttpHandlerConfig, never_forwarded};
-use crate::store::inbox::InboxRow;
 use crate::tls::https::{self, EndpointError, HttpsClient};
+use crate::worker::config::{HttpHandlerConfig, never_forwarded};
+use crate::worker::inbox::InboxRow;
 
 /// How much of an error response's body is read back into the row's last error.
 const ERROR_BODY_MAX: usize = 4096;

@@ -12,8 +12,8 @@ use tracing::{debug, warn};
 
 use super::{LockedOutcome as Outcome, Worker};
 use crate::error::error_chain;
-use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::traces::{self, EventSpan};
+use crate::worker::inbox::{InboxRow, InboxStore, LockedInbox};
 
 impl<S: InboxStore> Worker<S> {
     pub(super) async fn process_locked(

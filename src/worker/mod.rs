@@ -7,6 +7,7 @@ mod batch;
 pub(crate) mod config;
 mod handler;
 mod http;
+pub(crate) mod inbox;
 mod locked;
 
 use std::sync::Arc;
@@ -15,16 +16,16 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span, warn};
 
-use crate::config::WorkerConfig;
 use crate::error::error_chain;
 use crate::pause::PauseSwitch;
 use crate::runtime::claim_loop::{self, Batch, ClaimLoop, ClaimLoops, ClaimTurns, LoopId, Next};
 use crate::runtime::outage::{Failed, retry_through};
 use crate::sql::params::Placeholder;
 use crate::store::StoreError;
-use crate::store::inbox::{InboxRow, InboxStore, LockedInbox};
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
+use crate::worker::config::WorkerConfig;
+use crate::worker::inbox::{InboxRow, InboxStore, LockedInbox};
 pub(crate) use handler::{Handler, HandlerError};
 
 /// Times a settle the database refuses for its data is tried again before it is reported.

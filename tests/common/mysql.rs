@@ -40,7 +40,9 @@ impl MyEnv {
         let env = Self { id, database_url, redis_url: redis_url.to_owned(), db, redis };
         let config = handoff::load_str(&format!("[database]\nurl = \"{}\"\n", env.database_url)).unwrap();
         let database = handoff::Database::connect(&config.database, "handoff-test").unwrap();
-        database.migrate(Default::default(), &handoff::Part::ALL.into_iter().collect()).await.expect("migrate MariaDB");
+        handoff::migrate(&database, Default::default(), &handoff::Part::ALL.into_iter().collect())
+            .await
+            .expect("migrate MariaDB");
         env
     }
 

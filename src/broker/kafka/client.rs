@@ -8,7 +8,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
 use super::config::KafkaConfig;
-use crate::config::tls::TlsMode;
+use crate::tls::config::TlsMode;
 
 /// Why the client could not be set up: the configuration's fault (an unreachable cluster is
 /// not: the client keeps trying). Names the key, never a secret.
@@ -41,7 +41,7 @@ pub(super) fn producer_config(config: &KafkaConfig) -> Result<ClientConfig, Kafk
 }
 
 /// A client for metadata and the admin API (`handoff check`).
-pub(super) fn admin_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
+pub(crate) fn admin_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
     common(config)
 }
 
@@ -116,7 +116,7 @@ fn millis(duration: std::time::Duration) -> String {
 /// Sends librdkafka's log lines and client errors to handoff's log (they name brokers, never
 /// credentials).
 #[derive(Clone, Default)]
-pub(super) struct Logged;
+pub(crate) struct Logged;
 
 impl ClientContext for Logged {
     /// A broker that cannot be reached is an outage the relay waits out (warn, as on the other

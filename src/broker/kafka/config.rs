@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::tls::{TlsConfig, TlsMode, check_shape};
+use crate::tls::config::{TlsConfig, TlsMode, check_shape};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -11,8 +11,7 @@
 //! the row again on restart, a second message with the same event id header, which the inbox's
 //! insert-if-absent on `(consumer, event_id)` collapses (docs/explanation/delivery-guarantees.md).
 
-pub(crate) mod check;
-mod client;
+pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod group;
 mod message;
@@ -21,7 +20,6 @@ mod replaceable;
 pub(crate) mod resend;
 #[allow(unsafe_code)]
 mod topic_id;
-pub(crate) mod validate;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -16,7 +16,7 @@ pub struct NatsConfig {
     /// TLS; set, or a `tls://` URL: required, `verify-full` unless `mode` says otherwise. Default:
     /// off.
     #[serde(default)]
-    pub tls: crate::config::tls::TlsConfig,
+    pub tls: crate::tls::config::TlsConfig,
     /// A file holding the server's authorization token.
     pub token_file: Option<PathBuf>,
     /// A user name, with its password in `password_file`.
@@ -70,7 +70,7 @@ impl NatsConfig {
         if self.user.is_some() != self.password_file.is_some() {
             problems.push("nats.user and nats.password_file go together".into());
         }
-        if self.tls.mode == Some(crate::config::tls::TlsMode::Disable) && self.tls_required() {
+        if self.tls.mode == Some(crate::tls::config::TlsMode::Disable) && self.tls_required() {
             problems.push("nats.tls.mode: disable, but a tls:// URL or other [nats.tls] keys ask for TLS".into());
         }
         let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
@@ -109,7 +109,7 @@ impl NatsConfig {
         self.urls().any(|url| url.starts_with("tls://"))
             || self.tls.ca_file.is_some()
             || self.tls.cert_file.is_some()
-            || matches!(self.tls.mode, Some(m) if m != crate::config::tls::TlsMode::Disable && m != crate::config::tls::TlsMode::Prefer)
+            || matches!(self.tls.mode, Some(m) if m != crate::tls::config::TlsMode::Disable && m != crate::tls::config::TlsMode::Prefer)
             || self.tls.server_name.is_some()
     }
 }

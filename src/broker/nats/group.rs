@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use super::unreadable;
 use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
-use crate::store::takeover::PoisonRecord;
+use crate::event::PoisonRecord;
 
 /// What a bridge's durable consumer is made of.
 #[derive(Debug, Clone)]
@@ -44,25 +44,6 @@ pub(crate) struct GroupSettings {
     pub ack_wait: Duration,
     /// Messages delivered and not acknowledged, at most (a few batches).
     pub max_ack_pending: i64,
-}
-
-impl GroupSettings {
-    /// The settings of `bridge`'s durable consumer for `subject`, read by `instance`.
-    pub(crate) fn for_bridge(bridge: &crate::config::BridgeConfig, subject: &str, instance: &str) -> Self {
-        Self {
-            group: bridge.group().to_owned(),
-            subject: subject.to_owned(),
-            instance: instance.to_owned(),
-            start: bridge.start.clone(),
-            body_field: bridge.envelope.payload.clone(),
-            ack_wait: bridge.claim_idle,
-            // Each takeover loop holds a batch being taken in and one read ahead.
-            max_ack_pending: i64::from(bridge.batch_size)
-                .saturating_mul(4)
-                .saturating_mul(i64::from(bridge.concurrency.max(1)))
-                .max(1000),
-        }
-    }
 }
 
 pub(crate) struct NatsGroup {

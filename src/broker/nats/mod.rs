@@ -12,7 +12,6 @@
 pub(crate) mod config;
 pub(crate) mod group;
 mod message;
-pub(crate) mod settings;
 mod unreadable;
 
 /// A header block checked and split as the bridge does after a reconnect (the fuzz target).
@@ -20,7 +19,6 @@ mod unreadable;
 pub(crate) fn check_headers(raw: &[u8]) {
     let _ = (unreadable::header_problem(raw), unreadable::lenient_fields(raw));
 }
-pub(crate) mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,10 +29,23 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use crate::broker::nats::config::NatsConfig;
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
-use crate::config::{NatsConfig, TlsMode};
+use crate::tls::TlsMode;
+
+/// The settings of a JetStream stream that handoff relies on (`handoff check` reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StreamSettings {
+    pub subjects: Vec<String>,
+    pub duplicate_window: Duration,
+    pub replicas: usize,
+    /// Messages are removed by limits (age, count, size) whether or not anyone read them.
+    pub limits_drop_unread: bool,
+    /// The largest message the stream stores (`max_msg_size`), if it sets one.
+    pub max_message_bytes: Option<usize>,
+}
 
 /// A JetStream stream the relay publishes into.
 #[derive(Clone)]
@@ -159,13 +170,13 @@ impl NatsStream {
     }
 
     /// The settings of the JetStream stream, `None` if it does not exist.
-    pub(crate) async fn settings(&self) -> Result<Option<settings::StreamSettings>, Unavailable> {
+    pub(crate) async fn settings(&self) -> Result<Option<StreamSettings>, Unavailable> {
         use async_nats::jetstream::stream::{DiscardPolicy, RetentionPolicy};
         let Some(mut stream) = self.stream_handle().await? else { return Ok(None) };
         let info = stream.info().await.map_err(|e| Unavailable(format!("JetStream stream {}: {e}", self.stream)))?;
         let c = &info.config;
         let limited = c.max_messages > 0 || c.max_bytes > 0 || !c.max_age.is_zero() || c.max_messages_per_subject > 0;
-        Ok(Some(settings::StreamSettings {
+        Ok(Some(StreamSettings {
             subjects: c.subjects.clone(),
             duplicate_window: c.duplicate_window,
             replicas: c.num_replicas.max(1),

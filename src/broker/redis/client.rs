@@ -8,10 +8,11 @@ use fred::types::{ClusterHash, CustomCommand};
 
 use super::build::build;
 use super::{link, shards};
+use crate::broker::redis::config::RedisConfig;
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
-use crate::config::{RedisConfig, TlsMode};
+use crate::tls::TlsMode;
 
 #[derive(Clone)]
 pub struct RedisStream {
@@ -106,18 +107,16 @@ impl RedisStream {
         Ok((parts.next().unwrap_or(0), parts.next().unwrap_or(0)))
     }
 
-    /// A WAITAOF gate on a server that has no WAITAOF (Redis < 7.2) is refused, naming the key
-    /// (the inner error); an unreachable server says nothing either way (the outer one).
-    pub(crate) async fn check_gate(
-        &self,
-        relay: &crate::config::RelayConfig,
-    ) -> Result<Result<(), GateError>, Unavailable> {
-        if !relay.durability.as_ref().is_some_and(|d| d.aof) {
+    /// Relay `relay`'s WAITAOF gate (`aof`) on a server that has no WAITAOF (Redis < 7.2) is
+    /// refused, naming the key (the inner error); an unreachable server says nothing either way
+    /// (the outer one).
+    pub(crate) async fn check_gate(&self, relay: &str, aof: bool) -> Result<Result<(), GateError>, Unavailable> {
+        if !aof {
             return Ok(Ok(()));
         }
         let (major, minor) = self.version().await?;
         if (major, minor) < (7, 2) {
-            return Ok(Err(GateError { relay: relay.name.clone(), major, minor }));
+            return Ok(Err(GateError { relay: relay.to_owned(), major, minor }));
         }
         Ok(Ok(()))
     }

@@ -10,7 +10,7 @@ use super::client::RedisStream;
 use super::group::Group;
 use crate::broker::group::{ConsumerGroup, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
-use crate::store::takeover::PoisonRecord;
+use crate::event::PoisonRecord;
 
 pub(crate) struct RedisGroup {
     group: Group,

@@ -306,11 +306,7 @@ impl super::client::RedisStream {
     /// Appends poison records to a dead-letter stream, one entry each; true only if every
     /// append succeeded. Through the shared client: the dead-letter stream may live on another
     /// cluster node than the stream the records came from.
-    pub(crate) async fn append_dead_letters(
-        &self,
-        key: &str,
-        records: &[crate::store::takeover::PoisonRecord],
-    ) -> bool {
+    pub(crate) async fn append_dead_letters(&self, key: &str, records: &[crate::event::PoisonRecord]) -> bool {
         let pipeline = self.client().pipeline();
         for p in records {
             let fields: Vec<(&str, String)> = vec![

@@ -2,6 +2,7 @@
 
 mod build;
 pub(crate) mod client;
+pub(crate) mod config;
 mod consumer;
 mod durable;
 pub(crate) mod group;

@@ -14,7 +14,7 @@ use super::postgres_locked::Locked;
 use super::prepared::{Prepared, settle_statement};
 use super::rows::{ClaimedRow, Delivered, DeliveredPages, DeliveredRow, Failure, OutboxStats, RowRef};
 use super::seam::OutboxStore;
-use crate::config::RelayConfig;
+use crate::relay::config::RelayConfig;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::rows::{TextPages, TextRow, column};

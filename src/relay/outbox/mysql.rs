@@ -12,7 +12,7 @@ use super::mysql_sql as defaults;
 use super::prepared::{Prepared, needed};
 use super::rows::ClaimedRow;
 use super::shape::ClaimShape;
-use crate::config::RelayConfig;
+use crate::relay::config::RelayConfig;
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StoreResult};
 use crate::store::mysql::errors::{error, prepare_refusal};

@@ -4,7 +4,7 @@
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::DatabaseConfig;
+use crate::store::config::DatabaseConfig;
 use crate::store::postgres::connect::{ConnectError, connect_config};
 
 /// Why a LISTEN connection ended.

@@ -15,7 +15,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{ClaimedRow, Deferred, Delivered, Failure, Verdict};
-use crate::config::SettleMode;
+use crate::relay::config::SettleMode;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::param::millis;
 use crate::store::postgres::errors::query_error;

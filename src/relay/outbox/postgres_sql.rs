@@ -7,7 +7,7 @@
 //! times growing from 8 ms to 150 ms per 500 rows within seconds under load).
 
 use super::contract::StatementKind;
-use crate::config::OnFailure;
+use crate::relay::config::OnFailure;
 
 /// The end of every claim: the rows in `picked` become IN_FLIGHT under a fresh token and a lease
 /// from the database clock (a lease-expired row counts one more expired claim), and come back

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use super::contract::StatementKind;
 use super::shape::ClaimShape;
-use crate::config::{RelayConfig, SettleMode};
+use crate::relay::config::{RelayConfig, SettleMode};
 
 /// What every dialect's outbox knows once its statements are prepared.
 pub(crate) struct Prepared {

@@ -8,7 +8,7 @@ use crate::store::error::StoreResult;
 
 /// Why the relay's table cannot be kept as a partitioned outbox, if it cannot; `None` too for
 /// a relay without `[relay.partitions]`.
-pub(crate) async fn unfit(db: &Database, relay: &crate::config::RelayConfig) -> StoreResult<Option<String>> {
+pub(crate) async fn unfit(db: &Database, relay: &crate::relay::config::RelayConfig) -> StoreResult<Option<String>> {
     if relay.partitions.is_none() {
         return Ok(None);
     }

@@ -6,8 +6,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{ClientIdentity, Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, SslOpts, TxOpts};
 
 use super::errors::error;
-use crate::config::{DatabaseConfig, TlsMode};
+use crate::store::config::DatabaseConfig;
 use crate::store::error::{ConnectError, StoreError};
+use crate::tls::TlsMode;
 
 /// A mysql_async pool whose connections honour `database.connect_timeout` (the driver has no
 /// such setting: a server that never answers would hold a claim loop forever).

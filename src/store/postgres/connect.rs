@@ -8,9 +8,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::errors::{pool_error, query_error};
 use super::watched::WatchedConnect;
-use crate::config::{DatabaseConfig, TlsMode};
+use crate::store::config::DatabaseConfig;
 pub(crate) use crate::store::error::ConnectError;
 use crate::store::error::StoreError;
+use crate::tls::TlsMode;
 
 /// Builds the pool. Connections open lazily; `probe` tells whether the database answers.
 pub fn pool(config: &DatabaseConfig, application_name: &str) -> Result<Pool, ConnectError> {

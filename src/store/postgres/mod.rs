@@ -1,6 +1,6 @@
 //! How handoff talks to Postgres, whatever the seam: connections, error classification, values
 //! between configured SQL and the wire, and where a locked claim starts reading. The seams'
-//! statements are in `relay/outbox`, `store/takeover` and `store/inbox`.
+//! statements are in `relay/outbox`, `bridge/takeover` and `worker/inbox`.
 
 pub(crate) mod connect;
 pub(crate) mod errors;

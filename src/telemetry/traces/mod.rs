@@ -21,7 +21,7 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
-use crate::config::TracingConfig;
+use crate::telemetry::config::TracingConfig;
 
 struct Installed {
     tracer: SdkTracer,

@@ -17,7 +17,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use serde_json::json;
 
-use crate::config::TracingConfig;
+use crate::telemetry::config::TracingConfig;
 use crate::tls::https::{self, HttpsClient};
 
 const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/traces";

@@ -35,7 +35,7 @@ use super::config::KafkaConfig;
 use super::message::{entry_id, parse_entry_id, readable_headers};
 use crate::broker::group::{ConsumerGroup, GroupError, GroupInfo, GroupResult, Read};
 use crate::broker::read::RawEntry;
-use crate::store::takeover::PoisonRecord;
+use crate::event::PoisonRecord;
 use owned::{Owned, Partition};
 
 /// What one member reads, and where.
@@ -54,20 +54,6 @@ pub(crate) struct GroupSettings {
     /// How long an entry read and not acknowledged waits before it is read again, and how long a
     /// silent member keeps its partitions (`session.timeout.ms`, at least the broker's 6 s).
     pub claim_idle: Duration,
-}
-
-impl GroupSettings {
-    /// The settings of `bridge`'s member `instance` reading `topic`.
-    pub(crate) fn for_bridge(bridge: &crate::config::BridgeConfig, topic: &str, instance: &str) -> Self {
-        Self {
-            group: bridge.group().to_owned(),
-            topic: topic.to_owned(),
-            instance: instance.to_owned(),
-            start: bridge.start.clone(),
-            body_field: bridge.envelope.payload.clone(),
-            claim_idle: bridge.claim_idle,
-        }
-    }
 }
 
 /// The topic as this member knows it (`recreated`).

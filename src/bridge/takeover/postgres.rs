@@ -14,17 +14,17 @@ use super::contract::DETAIL_MAX_CHARS;
 use super::contract::inbox_columns;
 use super::seam::{InboxEvent, PoisonRecord};
 use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param, runs_by_payload};
-use crate::config::BridgeConfig;
-use crate::config::HandlerErrors;
+use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
-use crate::store::inbox::postgres_handlers::run_statements;
-use crate::store::inbox::rows::{ApplyError, Merged};
 use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::tx::{OpenTx, with_begin};
 use crate::store::postgres::values::{Cell, Param};
+use crate::worker::config::HandlerErrors;
+use crate::worker::inbox::postgres_handlers::run_statements;
+use crate::worker::inbox::rows::{ApplyError, Merged};
 
 /// Above this many payload bytes, a takeover's connection is closed after it, not pooled; and
 /// the insert is sent in runs of at most this many payload bytes.

@@ -215,6 +215,18 @@ pub(crate) fn check_shape(path: &str, tls: &TlsConfig, mode: TlsMode) -> Vec<Str
     errors
 }
 
+/// `[telemetry.tls]`, `[admin.tls]`: a listener's own certificate, as Prometheus exporters take it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTls {
+    /// PEM certificate (chain) the listener presents.
+    pub cert_file: std::path::PathBuf,
+    /// PEM private key of `cert_file`.
+    pub key_file: std::path::PathBuf,
+    /// PEM CA certificate(s): when set, clients must present a certificate it signed.
+    pub client_ca_file: Option<std::path::PathBuf>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

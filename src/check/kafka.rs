@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::consumer::BaseConsumer;
 
-use super::client::{self, Logged};
-use super::config::KafkaConfig;
-use crate::checklist::warn;
-use crate::config::{BridgeConfig, RelayConfig};
+use super::servers::warn;
+use crate::bridge::config::BridgeConfig;
+use crate::broker::kafka::client::{self, Logged};
+use crate::broker::kafka::config::KafkaConfig;
+use crate::relay::config::RelayConfig;
 
 /// A topic as check reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,26 +1,32 @@
 //! `handoff check`: everything `run` would verify at startup, against the live database and
 //! broker, reported all at once and without starting any work.
 
+mod kafka;
+pub(crate) mod nats;
+mod servers;
+
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use crate::bridge::takeover::Takeover;
 use crate::bridge::validate::Validator;
 use crate::broker::EventStream;
 use crate::broker::nats::NatsStream;
 use crate::broker::redis::RedisStream;
-use crate::config::{Config, TlsMode, WorkerConfig};
+use crate::config::Config;
 use crate::fault::Faults;
 use crate::relay::entries::EntryBuilder;
 use crate::relay::outbox::{Outbox, OutboxStore};
 use crate::shards::Agreement;
-use crate::store::inbox::Inbox;
-use crate::store::takeover::Takeover;
 use crate::store::{Database, PrepareError};
 use crate::telemetry::health::Health;
 use crate::telemetry::metrics::WorkerMetrics;
 use crate::tls;
+use crate::tls::TlsMode;
+use crate::worker::config::WorkerConfig;
+use crate::worker::inbox::Inbox;
 use crate::worker::{Worker, WorkerDeps};
 
 /// Returns the lines to print: `Ok` when everything checked out, `Err` with every problem.
@@ -38,12 +44,12 @@ pub(crate) async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
     }
     // Redis where a relay or a bridge uses it, or where `[redis] url` names one (workers alone,
     // or NATS alone, need none).
-    if config.uses(crate::config::Broker::Redis) || config.redis.named {
+    if config.uses(crate::broker::Broker::Redis) || config.redis.named {
         check_redis(config, &mut ok, &mut problems).await;
     }
     check_nats(config, &mut ok, &mut problems).await;
     check_kafka(config, &mut ok, &mut problems).await;
-    ok.extend(crate::checklist::database(config));
+    ok.extend(crate::check::servers::database(config));
     let db = match Database::connect(&config.database, "handoff-check") {
         Ok(db) => db,
         Err(e) => {
@@ -61,12 +67,12 @@ pub(crate) async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
             return Err(problems);
         }
     }
-    ok.extend(crate::checklist::notify_triggers(config, &db).await);
+    ok.extend(crate::check::servers::notify_triggers(config, &db).await);
     for (path, url, tls) in https_handlers(config) {
         match https_tls(&path, &url, &tls).await {
             Ok(line) => ok.push(format!("{path}: {line}")),
             Err(e) => {
-                let shown = crate::config::secret::redacted_url(&url);
+                let shown = crate::secret::redacted_url(&url);
                 problems.push(format!("{path}: {shown}: {}", tls::explain(&format!("{path}.tls"), &format!("{e:#}"))))
             }
         }
@@ -180,9 +186,9 @@ async fn check_redis(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<S
         Ok((stream, _)) => match stream.ping().await {
             Ok(()) => {
                 ok.push(format!("redis: reachable, {}", redis_tls(config).await));
-                ok.extend(crate::checklist::redis(&stream, config).await);
+                ok.extend(crate::check::servers::redis(&stream, config).await);
                 for relay in &config.relays {
-                    match stream.check_gate(relay).await {
+                    match stream.check_gate(&relay.name, relay.durability.as_ref().is_some_and(|d| d.aof)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => problems.push(e.to_string()),
                         Err(e) => problems.push(format!("redis: {e}")),
@@ -219,7 +225,7 @@ async fn redis_tls(config: &Config) -> String {
 }
 
 /// Every HTTP handler with an https URL: (key path, url, tls table).
-fn https_handlers(config: &Config) -> Vec<(String, String, crate::config::TlsConfig)> {
+fn https_handlers(config: &Config) -> Vec<(String, String, crate::tls::TlsConfig)> {
     let mut found = Vec::new();
     for (i, worker) in config.workers.iter().enumerate() {
         for (h, handler) in worker.handlers.iter().enumerate() {
@@ -232,7 +238,7 @@ fn https_handlers(config: &Config) -> Vec<(String, String, crate::config::TlsCon
 }
 
 /// A TLS handshake with an HTTPS handler's host, as the handler makes it.
-async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig) -> anyhow::Result<String> {
+async fn https_tls(path: &str, url: &str, tls_config: &crate::tls::TlsConfig) -> anyhow::Result<String> {
     let mode = tls_config.mode_or(TlsMode::VerifyFull);
     let (host, port) = tls::host_port(url).ok_or_else(|| anyhow::anyhow!("no host in the url"))?;
     let client = tls::client_config(&format!("{path}.tls"), mode, tls_config)?;
@@ -242,8 +248,8 @@ async fn https_tls(path: &str, url: &str, tls_config: &crate::config::TlsConfig)
 
 /// The NATS server and its JetStream stream, for relays and bridges with `broker = "nats"`.
 async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
-    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Nats).collect();
-    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::config::Broker::Nats).collect();
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::broker::Broker::Nats).collect();
+    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::broker::Broker::Nats).collect();
     let (Some(nats), false) = (&config.nats, relays.is_empty() && bridges.is_empty()) else { return };
     let stream = match NatsStream::connect(nats, "payload").await {
         Ok(stream) => stream,
@@ -263,7 +269,7 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
             ok.push(format!("nats: reachable at {} (nats-server {})", nats.url, stream.server_version()));
             problems.extend(stream.version_problem());
             for relay in relays {
-                let (fine, wrong) = crate::broker::nats::settings::review(stream.stream_name(), &settings, relay);
+                let (fine, wrong) = crate::check::nats::review(stream.stream_name(), &settings, relay);
                 ok.extend(fine);
                 problems.extend(wrong);
             }
@@ -271,7 +277,7 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
                 for (i, source) in bridge.streams.iter().enumerate() {
                     let name = stream.stream_name();
                     let subject = (bridge.name.as_str(), i, source.key.as_str());
-                    let (fine, wrong) = crate::broker::nats::settings::review_bridge(name, &settings, subject);
+                    let (fine, wrong) = crate::check::nats::review_bridge(name, &settings, subject);
                     ok.extend(fine);
                     problems.extend(wrong);
                 }
@@ -282,10 +288,10 @@ async fn check_nats(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<St
 
 /// The Kafka cluster and the topics the relays and bridges with `broker = "kafka"` name.
 async fn check_kafka(config: &Config, ok: &mut Vec<String>, problems: &mut Vec<String>) {
-    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::config::Broker::Kafka).collect();
-    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::config::Broker::Kafka).collect();
+    let relays: Vec<_> = config.relays.iter().filter(|r| r.broker == crate::broker::Broker::Kafka).collect();
+    let bridges: Vec<_> = config.bridges.iter().filter(|b| b.broker == crate::broker::Broker::Kafka).collect();
     let (Some(kafka), false) = (&config.kafka, relays.is_empty() && bridges.is_empty()) else { return };
-    let (fine, wrong) = crate::broker::kafka::check::check(kafka, &relays, &bridges).await;
+    let (fine, wrong) = crate::check::kafka::check(kafka, &relays, &bridges).await;
     ok.extend(fine);
     problems.extend(wrong);
 }

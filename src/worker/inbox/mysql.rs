@@ -15,7 +15,6 @@ use super::bindings as binding;
 use super::contract::{WorkerStatement, missing_result_columns};
 use super::rows::{Applied, ApplyError, BindValue, BoundStatement, InboxCounts, InboxRow};
 use super::statements::statement_texts;
-use crate::config::{HandlerErrors, WorkerConfig};
 use crate::fault::Faults;
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreResult};
@@ -23,6 +22,7 @@ use crate::store::mysql::errors::{error, prepare_refusal};
 use crate::store::mysql::pool::{Pool, claim_tx};
 use crate::store::mysql::values::{Param, bind, row_columns, row_texts};
 use crate::store::rows::TextRow;
+use crate::worker::config::{HandlerErrors, WorkerConfig};
 
 pub struct MyInbox {
     pool: Pool,

@@ -1,8 +1,8 @@
 //! What the configuration may not ask of NATS JetStream: `[nats]` itself, and the relays and
 //! bridges with `broker = "nats"` (keys JetStream has no use for, or offers in its own way).
 
-use super::config::is_subject;
 use crate::broker::Broker;
+use crate::broker::nats::config::is_subject;
 use crate::config::file::Config;
 
 /// Every problem, each naming its key.
@@ -11,8 +11,8 @@ pub(crate) fn problems(config: &Config) -> Vec<String> {
     if let Some(nats) = &config.nats {
         errors.extend(nats.problems());
         if nats.tls_required() {
-            let mode = nats.tls.mode_or(crate::config::tls::TlsMode::VerifyFull);
-            errors.extend(crate::config::tls::check_shape("nats.tls", &nats.tls, mode));
+            let mode = nats.tls.mode_or(crate::tls::config::TlsMode::VerifyFull);
+            errors.extend(crate::tls::config::check_shape("nats.tls", &nats.tls, mode));
         }
     }
     for (i, relay) in config.relays.iter().enumerate().filter(|(_, r)| r.broker == Broker::Nats) {

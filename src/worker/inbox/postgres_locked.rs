@@ -15,12 +15,12 @@ use deadpool_postgres::Pool;
 use super::apply::commit_failed;
 use super::postgres_handlers::{run_handlers, text_rows};
 use super::rows::{BoundStatement, InboxRow};
-use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::postgres::errors::query_error;
 use crate::store::postgres::scan_start::{SCAN_DUE, ScanStart};
 use crate::store::postgres::tx::OpenTx;
+use crate::worker::config::HandlerErrors;
 
 /// The locked claim's statements for one inbox table, and where its next claim starts reading
 /// (shared by the worker's loops).

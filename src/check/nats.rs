@@ -5,19 +5,9 @@
 
 use std::time::Duration;
 
-use crate::config::RelayConfig;
+use crate::relay::config::RelayConfig;
 
-/// The stream's settings that handoff relies on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StreamSettings {
-    pub subjects: Vec<String>,
-    pub duplicate_window: Duration,
-    pub replicas: usize,
-    /// Messages are removed by limits (age, count, size) whether or not anyone read them.
-    pub limits_drop_unread: bool,
-    /// The largest message the stream stores (`max_msg_size`), if it sets one.
-    pub max_message_bytes: Option<usize>,
-}
+pub(crate) use crate::broker::nats::StreamSettings;
 
 /// The subject pattern a relay's template can render: each `{column}` is one token (`*`).
 pub(crate) fn subject_pattern(template: &str) -> String {

@@ -9,11 +9,11 @@ use std::time::Duration;
 use super::mysql::{MyTakeover, MyTakeoverTx};
 use super::postgres::{PgTakeover, PgTakeoverTx};
 use super::seam::{Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
-use crate::config::BridgeConfig;
-use crate::config::HandlerErrors;
+use crate::bridge::config::BridgeConfig;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
-use crate::store::inbox::rows::{Merged, merged};
+use crate::worker::config::HandlerErrors;
+use crate::worker::inbox::rows::{Merged, merged};
 
 pub enum Takeover {
     Postgres(PgTakeover),

@@ -13,8 +13,7 @@ pub(crate) fn problems(config: &Config) -> Vec<String> {
         }
         // The template's own text is in every topic it renders: a character Kafka refuses
         // there (the default template's `:`) would turn every row DEAD.
-        let text =
-            crate::config::template::Template::parse(&relay.stream).map(|t| t.literal_text()).unwrap_or_default();
+        let text = crate::template::Template::parse(&relay.stream).map(|t| t.literal_text()).unwrap_or_default();
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if let Some(bad) = text.chars().find(|c| !legal(*c)) {
             errors.push(format!(

@@ -2,9 +2,9 @@
 //! statements, what applying them came to, the inbox's gauges and counts.
 
 use super::contract::{CLAIM_COLUMNS, OPTIONAL_CLAIM_COLUMNS};
-use crate::config::{HandlerErrors, HandlerVerdict};
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::rows::TextRow;
+use crate::worker::config::{HandlerErrors, HandlerVerdict};
 
 /// A claimed inbox row for the worker.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::backoff::BackoffConfig;
+use crate::runtime::backoff::BackoffConfig;
 
 /// How a relay's or a worker's claim loop runs.
 #[derive(Debug, Clone, Deserialize)]

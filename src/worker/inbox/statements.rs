@@ -2,7 +2,7 @@
 //! otherwise.
 
 use super::contract::WorkerStatement;
-use crate::config::WorkerOverrides;
+use crate::worker::config::WorkerOverrides;
 
 /// The texts of the statements a worker runs: each `[worker.sql]` override, else
 /// `reference(statement)`; `purge` only with retention.

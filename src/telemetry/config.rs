@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::secret::Secret;
-use super::tls::TlsConfig;
+use crate::secret::Secret;
+use crate::tls::config::{ListenerTls, TlsConfig};
 
 /// `[telemetry]`
 #[derive(Debug, Clone, Deserialize)]
@@ -43,18 +43,6 @@ pub struct TelemetryConfig {
     pub auth: Option<MetricsAuth>,
     /// OpenTelemetry traces over OTLP/HTTP (`[telemetry.tracing]`). Default: off.
     pub tracing: Option<TracingConfig>,
-}
-
-/// `[telemetry.tls]`: the listener's own certificate, as Prometheus exporters take it.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ListenerTls {
-    /// PEM certificate (chain) the listener presents.
-    pub cert_file: std::path::PathBuf,
-    /// PEM private key of `cert_file`.
-    pub key_file: std::path::PathBuf,
-    /// PEM CA certificate(s): when set, clients must present a certificate it signed.
-    pub client_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `[telemetry.auth]`: what a scrape of `/metrics` must carry, from mounted secret files.

@@ -17,14 +17,15 @@ use super::postgres_locked::LockedRows;
 use super::postgres_locked::{self, LockedInboxSql};
 use super::rows::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow};
 use super::statements::statement_texts;
-use crate::config::HandlerErrors;
-use crate::config::{ClaimMode, WorkerConfig};
 use crate::fault::{Faults, Point};
+use crate::runtime::loop_config::ClaimMode;
 use crate::sql::params::{self, NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::values::{Param, param_type_supported, type_problems};
 use crate::store::rows::TextRow;
+use crate::worker::config::HandlerErrors;
+use crate::worker::config::WorkerConfig;
 
 pub struct PgInbox {
     pool: Pool,

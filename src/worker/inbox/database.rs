@@ -12,13 +12,13 @@ use super::postgres::{self, PgInbox};
 use super::postgres_locked::LockedRows;
 use super::rows::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow, InboxStats};
 use super::seam::InboxStore;
-use crate::config::WorkerConfig;
 use crate::fault::Faults;
 use crate::sql::params::Placeholder;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
 use crate::store::param::Param;
 use crate::store::rows::TextRow;
+use crate::worker::config::WorkerConfig;
 
 pub enum Inbox {
     Postgres(PgInbox),

@@ -6,7 +6,8 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, InfoKind, Value};
 
 use crate::broker::redis::RedisStream;
-use crate::config::{Config, TlsMode};
+use crate::config::Config;
+use crate::tls::TlsMode;
 
 /// A warning line, as `check` prints it.
 pub(crate) fn warn(text: impl std::fmt::Display) -> String {
@@ -61,7 +62,7 @@ pub(crate) async fn redis(stream: &RedisStream, config: &Config) -> Vec<String> 
     let ungated: Vec<&str> = config
         .relays
         .iter()
-        .filter(|r| r.broker == crate::config::Broker::Redis && r.durability.is_none())
+        .filter(|r| r.broker == crate::broker::Broker::Redis && r.durability.is_none())
         .map(|r| r.name.as_str())
         .collect();
     if replicas.is_some_and(|n: u32| n > 0) && !ungated.is_empty() {

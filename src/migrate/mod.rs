@@ -11,33 +11,51 @@ use parts::Part;
 use deadpool_postgres::Pool;
 use tracing::info;
 
+use crate::store::Database;
 use crate::store::error::MigrateError;
 use crate::store::mysql::errors::error;
 use crate::store::postgres::errors::{pool_error, query_error};
 
 /// The Postgres reference schema, in order. Each file is idempotent on its own as well.
+/// Applies the reference schema's `parts` (see `parts`) to `database`; returns what was
+/// applied now.
+pub async fn apply(
+    database: &Database,
+    layout: OutboxLayout,
+    parts: &BTreeSet<Part>,
+) -> Result<Vec<String>, MigrateError> {
+    match (database, layout) {
+        (Database::Postgres(pool), _) => postgres_parts(pool, layout, parts).await,
+        (Database::Mysql(pool), OutboxLayout::Plain) => mysql_parts(pool, parts).await,
+        (Database::Mysql(_), OutboxLayout::Partitioned) => Err(MigrateError::Layout(
+            "--partitioned: a partitioned outbox needs Postgres (on MariaDB, relay.retention deletes delivered rows)"
+                .into(),
+        )),
+    }
+}
+
 pub(crate) const POSTGRES: &[(&str, &str)] = &[
-    ("0001_audit_outbox", include_str!("../../../migrations/postgres/0001_audit_outbox.sql")),
-    ("0002_consumer_inbox", include_str!("../../../migrations/postgres/0002_consumer_inbox.sql")),
-    ("0003_audit_logs", include_str!("../../../migrations/postgres/0003_audit_logs.sql")),
-    ("0004_outbox_extras", include_str!("../../../migrations/postgres/0004_outbox_extras.sql")),
-    ("0005_queue_vacuum", include_str!("../../../migrations/postgres/0005_queue_vacuum.sql")),
-    ("0006_settled_guard", include_str!("../../../migrations/postgres/0006_settled_guard.sql")),
-    ("0007_poison_redrive", include_str!("../../../migrations/postgres/0007_poison_redrive.sql")),
-    ("0008_outbox_stream_key", include_str!("../../../migrations/postgres/0008_outbox_stream_key.sql")),
-    ("0009_inbox_fields", include_str!("../../../migrations/postgres/0009_inbox_fields.sql")),
-    ("0010_inbox_deliveries", include_str!("../../../migrations/postgres/0010_inbox_deliveries.sql")),
-    ("0011_pauses", include_str!("../../../migrations/postgres/0011_pauses.sql")),
-    ("0012_replays", include_str!("../../../migrations/postgres/0012_replays.sql")),
-    ("0013_stream_shards", include_str!("../../../migrations/postgres/0013_stream_shards.sql")),
-    ("0014_outbox_notify", include_str!("../../../migrations/postgres/0014_outbox_notify.sql")),
+    ("0001_audit_outbox", include_str!("../../migrations/postgres/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../../migrations/postgres/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../../migrations/postgres/0003_audit_logs.sql")),
+    ("0004_outbox_extras", include_str!("../../migrations/postgres/0004_outbox_extras.sql")),
+    ("0005_queue_vacuum", include_str!("../../migrations/postgres/0005_queue_vacuum.sql")),
+    ("0006_settled_guard", include_str!("../../migrations/postgres/0006_settled_guard.sql")),
+    ("0007_poison_redrive", include_str!("../../migrations/postgres/0007_poison_redrive.sql")),
+    ("0008_outbox_stream_key", include_str!("../../migrations/postgres/0008_outbox_stream_key.sql")),
+    ("0009_inbox_fields", include_str!("../../migrations/postgres/0009_inbox_fields.sql")),
+    ("0010_inbox_deliveries", include_str!("../../migrations/postgres/0010_inbox_deliveries.sql")),
+    ("0011_pauses", include_str!("../../migrations/postgres/0011_pauses.sql")),
+    ("0012_replays", include_str!("../../migrations/postgres/0012_replays.sql")),
+    ("0013_stream_shards", include_str!("../../migrations/postgres/0013_stream_shards.sql")),
+    ("0014_outbox_notify", include_str!("../../migrations/postgres/0014_outbox_notify.sql")),
 ];
 
 /// `migrate --partitioned`: the versions whose text differs for an outbox partitioned by range
 /// of `created_at` (the others are the same for both layouts).
 pub(crate) const POSTGRES_PARTITIONED: &[(&str, &str)] = &[
-    ("0001_audit_outbox", include_str!("../../../migrations/postgres/partitioned/0001_audit_outbox.sql")),
-    ("0005_queue_vacuum", include_str!("../../../migrations/postgres/partitioned/0005_queue_vacuum.sql")),
+    ("0001_audit_outbox", include_str!("../../migrations/postgres/partitioned/0001_audit_outbox.sql")),
+    ("0005_queue_vacuum", include_str!("../../migrations/postgres/partitioned/0005_queue_vacuum.sql")),
 ];
 
 /// The outbox a migration creates: one table, or one partitioned by time (Postgres).
@@ -63,16 +81,16 @@ pub(crate) fn postgres_versions(layout: OutboxLayout) -> Vec<(&'static str, &'st
 
 /// The MySQL / MariaDB reference schema, in order; each file is idempotent.
 pub(crate) const MYSQL: &[(&str, &str)] = &[
-    ("0001_audit_outbox", include_str!("../../../migrations/mysql/0001_audit_outbox.sql")),
-    ("0002_consumer_inbox", include_str!("../../../migrations/mysql/0002_consumer_inbox.sql")),
-    ("0003_audit_logs", include_str!("../../../migrations/mysql/0003_audit_logs.sql")),
-    ("0004_poison_redrive", include_str!("../../../migrations/mysql/0004_poison_redrive.sql")),
-    ("0005_outbox_stream_key", include_str!("../../../migrations/mysql/0005_outbox_stream_key.sql")),
-    ("0006_inbox_fields", include_str!("../../../migrations/mysql/0006_inbox_fields.sql")),
-    ("0007_inbox_deliveries", include_str!("../../../migrations/mysql/0007_inbox_deliveries.sql")),
-    ("0008_pauses", include_str!("../../../migrations/mysql/0008_pauses.sql")),
-    ("0009_replays", include_str!("../../../migrations/mysql/0009_replays.sql")),
-    ("0010_stream_shards", include_str!("../../../migrations/mysql/0010_stream_shards.sql")),
+    ("0001_audit_outbox", include_str!("../../migrations/mysql/0001_audit_outbox.sql")),
+    ("0002_consumer_inbox", include_str!("../../migrations/mysql/0002_consumer_inbox.sql")),
+    ("0003_audit_logs", include_str!("../../migrations/mysql/0003_audit_logs.sql")),
+    ("0004_poison_redrive", include_str!("../../migrations/mysql/0004_poison_redrive.sql")),
+    ("0005_outbox_stream_key", include_str!("../../migrations/mysql/0005_outbox_stream_key.sql")),
+    ("0006_inbox_fields", include_str!("../../migrations/mysql/0006_inbox_fields.sql")),
+    ("0007_inbox_deliveries", include_str!("../../migrations/mysql/0007_inbox_deliveries.sql")),
+    ("0008_pauses", include_str!("../../migrations/mysql/0008_pauses.sql")),
+    ("0009_replays", include_str!("../../migrations/mysql/0009_replays.sql")),
+    ("0010_stream_shards", include_str!("../../migrations/mysql/0010_stream_shards.sql")),
 ];
 
 /// Applies the MySQL versions' `parts` not yet recorded. DDL commits implicitly in MySQL, so

@@ -1,12 +1,12 @@
-//! `[database]` and `[redis]`: where handoff connects, and how securely.
+//! `[database]`: where handoff connects, and how securely.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::secret::Secret;
-use super::tls::{TlsConfig, TlsMode};
+use crate::secret::Secret;
+use crate::tls::{TlsConfig, TlsMode};
 
 /// `[database]`
 #[derive(Debug, Clone, Deserialize)]
@@ -66,63 +66,6 @@ impl DatabaseConfig {
     pub(crate) fn tls_mode(&self) -> TlsMode {
         let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);
         self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
-    }
-}
-
-/// `[redis]`
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisConfig {
-    /// `redis://`, `redis-cluster://host:port?node=…` or
-    /// `redis-sentinel://host:port/db?sentinelServiceName=…` (`rediss…` for TLS). Default:
-    /// `redis://127.0.0.1:6379`.
-    ///
-    /// A secret like the database URL (`HANDOFF_REDIS__URL`, `url_file`).
-    pub url: Option<Secret>,
-    /// File holding the URL.
-    pub url_file: Option<PathBuf>,
-    /// A command that gets no reply within this time fails and is treated as an outage. Default: "5s".
-    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
-    pub command_timeout: Duration,
-    /// TLS, with a `rediss…` URL. Default mode: `verify-full` against the system roots (or
-    /// `ca_file`).
-    ///
-    /// Cluster nodes and a sentinel's primary, found by IP address, are verified against the URL's
-    /// host name.
-    #[serde(default)]
-    pub tls: TlsConfig,
-    /// Whether the URL was given (file, environment or its file) rather than defaulted (set
-    /// when the configuration is loaded): `check` then looks at it even if nothing uses it.
-    #[serde(skip)]
-    pub named: bool,
-}
-
-impl RedisConfig {
-    /// The TLS mode in force: the scheme decides whether TLS is on.
-    pub(crate) fn tls_mode(&self) -> TlsMode {
-        if self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose())) {
-            self.tls.mode_or(TlsMode::VerifyFull)
-        } else {
-            TlsMode::Disable
-        }
-    }
-}
-
-/// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (and fred's `valkeys` spellings).
-pub(crate) fn redis_scheme_is_tls(url: &str) -> bool {
-    let scheme = url.trim_start().split("://").next().unwrap_or_default().to_ascii_lowercase();
-    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        Self {
-            url: None,
-            url_file: None,
-            command_timeout: defaults::five_seconds(),
-            tls: TlsConfig::default(),
-            named: false,
-        }
     }
 }
 

@@ -4,9 +4,9 @@
 use std::future::Future;
 
 use super::rows::{Applied, ApplyError, BoundStatement, InboxRow};
-use crate::config::HandlerErrors;
 use crate::fault::{Faults, Point};
 use crate::store::error::{StoreError, StoreResult};
+use crate::worker::config::HandlerErrors;
 
 /// A dialect's open transaction for applying a batch row by row.
 pub(crate) trait RowTransaction: Send {

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{ApplyError, BindValue, BoundStatement, InboxRow, merged};
-use crate::config::HandlerErrors;
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::postgres::errors::query_error;
 use crate::store::postgres::values::{Cell, Param};
 use crate::store::rows::TextRow;
+use crate::worker::config::HandlerErrors;
 
 /// Runs every handler statement of `items` in the transaction on `client` — each batch
 /// statement once for all its rows ([`merged`]), all sent at once: tokio-postgres pipelines

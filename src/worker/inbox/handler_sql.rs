@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 
 use super::rows::{BindValue, BoundStatement, InboxRow};
+use crate::event::InboxEvent;
 use crate::sql::params::{self, Placeholder};
-use crate::store::takeover::seam::InboxEvent;
 
 /// Event fields a per-row statement may name besides `payload.<path>`, `headers.<path>` and
 /// `fields.<name>`.
@@ -245,7 +245,7 @@ fn value(name: &str, input: &impl HandlerInput) -> Result<BindValue, MissingFiel
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::takeover::Text;
+    use crate::event::Text;
 
     fn row() -> InboxRow {
         InboxRow {

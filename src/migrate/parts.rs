@@ -125,22 +125,23 @@ pub(crate) fn needed(config: &Config, roles: &[Role]) -> BTreeSet<Part> {
         match role {
             Role::Relay => {
                 parts.extend([Part::Replays, Part::Shards]);
-                let adopted = |r: &crate::config::RelayConfig| !r.sql.is_empty() || r.table != "audit_outbox";
+                let adopted = |r: &crate::relay::config::RelayConfig| !r.sql.is_empty() || r.table != "audit_outbox";
                 if config.relays.is_empty() || config.relays.iter().any(|r| !adopted(r)) {
                     parts.insert(Part::Outbox);
                 }
             }
             Role::Bridge => {
                 parts.extend([Part::Poison, Part::Deliveries, Part::Shards]);
-                let adopted = |b: &crate::config::BridgeConfig| b.sql.insert.is_some() || b.table != "consumer_inbox";
+                let adopted =
+                    |b: &crate::bridge::config::BridgeConfig| b.sql.insert.is_some() || b.table != "consumer_inbox";
                 if config.bridges.is_empty() || config.bridges.iter().any(|b| !adopted(b)) {
                     parts.insert(Part::Inbox);
                 }
             }
             Role::Worker => {
-                let adopted = |w: &crate::config::WorkerConfig| {
+                let adopted = |w: &crate::worker::config::WorkerConfig| {
                     w.table != "consumer_inbox"
-                        || crate::store::inbox::contract::WorkerStatement::ALL.iter().any(|s| w.sql.get(*s).is_some())
+                        || crate::worker::inbox::contract::WorkerStatement::ALL.iter().any(|s| w.sql.get(*s).is_some())
                 };
                 if config.workers.is_empty() || config.workers.iter().any(|w| !adopted(w)) {
                     parts.insert(Part::Inbox);
@@ -165,7 +166,7 @@ pub(crate) fn recorded(version: &str, part: Part) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::migrate::{MYSQL, POSTGRES, POSTGRES_PARTITIONED};
+    use crate::migrate::{MYSQL, POSTGRES, POSTGRES_PARTITIONED};
 
     #[test]
     fn every_version_of_every_dialect_is_cut_into_known_parts_losing_nothing() {

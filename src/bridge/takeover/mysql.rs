@@ -12,14 +12,15 @@ use mysql_async::{Row, Transaction, TxOpts};
 
 use super::seam::{InboxEvent, PoisonRecord};
 use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param};
-use crate::config::{BridgeConfig, HandlerErrors};
+use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};
 use crate::store::error::{PrepareError, StatementError, StatementProblem, StoreError, StoreResult};
-use crate::store::inbox::rows::Merged;
 use crate::store::mysql::errors::error;
 use crate::store::mysql::pool::{Pool, probe};
 use crate::store::mysql::values::{bind, text};
 use crate::store::param::millis;
+use crate::worker::config::HandlerErrors;
+use crate::worker::inbox::rows::Merged;
 
 pub struct MyTakeover {
     pool: Pool,

@@ -5,7 +5,7 @@ use mysql_async::prelude::Queryable;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, TakeoverStatement, inbox_columns, poison_columns};
 use super::seam::{InboxEvent, PoisonRecord};
-use crate::config::BridgeConfig;
+use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
 use crate::store::error::{PrepareError, StatementError};
 use crate::store::mysql::errors as my;
@@ -259,7 +259,7 @@ pub(crate) fn missing_columns(table: &str, required: &[&str], present: Option<&[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::takeover::seam::Text;
+    use crate::event::Text;
 
     fn event(size: usize) -> InboxEvent {
         InboxEvent {
