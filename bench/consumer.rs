@@ -15,8 +15,8 @@ use handoff::RedisStream;
 use handoff::load_str;
 use handoff::postgres_pool as pool;
 use handoff::{AppendOptions, Entry, EventStream};
-use handoff::{BindValue, BoundStatement, EventInput, HandlerSql, InboxStore};
-use handoff::{Effects, InboxEvent, Takeover, TakeoverStore, Text};
+use handoff::{BindValue, BoundStatement, EventInput, HandlerSql};
+use handoff::{Effects, InboxEvent, Takeover, Text};
 
 /// The seed's handler, per event.
 const HANDLER: &str = "INSERT INTO audit_logs (audit_id, source, action, actor, detail) VALUES (:event_id, :owner, :event_type, :payload.actor, :payload) ON CONFLICT (audit_id) DO NOTHING";

@@ -96,7 +96,7 @@ pub use relay::partitions::plan::Span;
 
 // The inbox and takeover statements, and the handler SQL the worker binds.
 pub use bridge::takeover::database::Takeover;
-pub use bridge::takeover::seam::{Effects, TakeoverStore};
+pub use bridge::takeover::outcome::Effects;
 pub use event::{InboxEvent, Text};
 pub use sql::params::{Placeholder, rewrite as rewrite_placeholders};
 pub use worker::inbox::contract::WorkerStatement;
@@ -104,7 +104,6 @@ pub use worker::inbox::database::Inbox;
 pub use worker::inbox::handler_sql::{EventInput, HandlerSql};
 pub use worker::inbox::mysql::reference as mysql_worker_sql;
 pub use worker::inbox::rows::{BindValue, BoundStatement, InboxRow};
-pub use worker::inbox::seam::InboxStore;
 
 // Brokers: appending, and Kafka's committed offsets.
 pub use broker::kafka::config::KafkaConfig;

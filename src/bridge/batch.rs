@@ -9,7 +9,7 @@ use tracing::{error, trace, warn};
 
 use super::validate::Verdict;
 use super::{Committed, Sorted, StreamBridge};
-use crate::bridge::takeover::{InboxEvent, PoisonRecord, TakenOver, TakeoverStore};
+use crate::bridge::takeover::{InboxEvent, PoisonRecord, TakenOver};
 use crate::broker::group::ConsumerGroup;
 use crate::broker::read::RawEntry;
 use crate::error::error_chain;
@@ -25,7 +25,7 @@ use opentelemetry::trace::SpanKind;
 static OUTAGE: std::sync::LazyLock<crate::runtime::backoff::BackoffConfig> =
     std::sync::LazyLock::new(crate::runtime::backoff::BackoffConfig::outage_default);
 
-impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
+impl<G: ConsumerGroup> StreamBridge<G> {
     /// Entries delivered before and never acknowledged: this consumer's own pending entries
     /// after a restart, or entries claimed from a dead consumer. Each delivery is counted in
     /// the inbox database before the entry is handled, in a transaction of its own, so only

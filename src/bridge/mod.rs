@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, trace, warn};
 
 use crate::bridge::config::{BridgeConfig, StreamSource};
-use crate::bridge::takeover::{InboxEvent, PoisonRecord, TakeoverStore};
+use crate::bridge::takeover::{InboxEvent, PoisonRecord, Takeover};
 use crate::broker::group::{ConsumerGroup, GroupError, GroupResult, Read};
 use crate::broker::read::RawEntry;
 use crate::fault::Faults;
@@ -39,8 +39,8 @@ pub(crate) use apply::Apply;
 const LARGE_READ_BYTES: usize = 1 << 20;
 const QUIET: Duration = Duration::from_secs(5);
 
-pub(crate) struct BridgeDeps<S> {
-    pub store: S,
+pub(crate) struct BridgeDeps {
+    pub store: Takeover,
     pub metrics: BridgeHandles,
     pub health: Arc<Component>,
     pub faults: Faults,
@@ -51,26 +51,26 @@ pub(crate) struct BridgeDeps<S> {
 }
 
 /// One stream of one bridge.
-pub(crate) struct StreamBridge<S, G> {
+pub(crate) struct StreamBridge<G> {
     config: BridgeConfig,
     source: StreamSource,
     validator: Arc<Validator>,
     /// The stream's consumer group, on whichever broker.
     group: G,
-    deps: BridgeDeps<S>,
+    deps: BridgeDeps,
     /// When old delivery counts were last forgotten (see `recover`).
     counts_forgotten_at: std::sync::Mutex<Option<Instant>>,
     /// How often a failed apply at take-over is logged.
     apply_errors: std::sync::Mutex<Throttle>,
 }
 
-impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
+impl<G: ConsumerGroup> StreamBridge<G> {
     pub(crate) fn new(
         config: BridgeConfig,
         source: StreamSource,
         validator: Arc<Validator>,
         group: G,
-        deps: BridgeDeps<S>,
+        deps: BridgeDeps,
     ) -> Self {
         let apply_errors = std::sync::Mutex::new(Throttle::new(Duration::from_secs(30)));
         Self { config, source, validator, group, deps, counts_forgotten_at: Default::default(), apply_errors }

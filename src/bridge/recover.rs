@@ -7,10 +7,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 use super::StreamBridge;
-use crate::bridge::takeover::TakeoverStore;
 use crate::broker::group::{ConsumerGroup, GroupError};
 
-impl<S: TakeoverStore, G: ConsumerGroup> StreamBridge<S, G> {
+impl<G: ConsumerGroup> StreamBridge<G> {
     /// Claims entries idle longer than `claim_idle` on any consumer and handles them; deletes
     /// consumers idle for `delete_idle_consumers_after` with nothing pending.
     /// At most `count` entries are claimed at a time (the read budget: claimed entries come

@@ -16,7 +16,7 @@ use crate::runtime::backoff::delay;
 use crate::runtime::claim_loop::Next;
 use crate::telemetry::traces::{self, EventSpan};
 use crate::worker::config::Unhandled;
-use crate::worker::inbox::{Applied, ApplyError, BoundStatement, InboxRow, InboxStore, MissingField};
+use crate::worker::inbox::{Applied, ApplyError, BoundStatement, InboxRow, MissingField};
 use opentelemetry::trace::SpanKind;
 
 /// A row's fate when it is not (or no longer) part of the transaction.
@@ -40,7 +40,7 @@ impl Failure {
     }
 }
 
-impl<S: InboxStore> Worker<S> {
+impl Worker {
     /// Applies a leased batch: `Next::Backoff` when an HTTP endpoint gave no verdict (its rows
     /// went back untouched), else `Next::Continue`.
     pub(super) async fn process_batch(&self, owner: &str, rows: Vec<InboxRow>, shutdown: &CancellationToken) -> Next {

@@ -13,9 +13,9 @@ use tracing::{debug, warn};
 use super::{LockedOutcome as Outcome, Worker};
 use crate::error::error_chain;
 use crate::telemetry::traces::{self, EventSpan};
-use crate::worker::inbox::{InboxRow, InboxStore, LockedInbox};
+use crate::worker::inbox::{InboxRow, LockedInbox};
 
-impl<S: InboxStore> Worker<S> {
+impl Worker {
     pub(super) async fn process_locked(
         &self,
         owner: &str,

@@ -25,14 +25,14 @@ use crate::store::StoreError;
 use crate::telemetry::health::Component;
 use crate::telemetry::metrics::WorkerHandles;
 use crate::worker::config::WorkerConfig;
-use crate::worker::inbox::{InboxRow, InboxStore, LockedInbox};
+use crate::worker::inbox::{Inbox, InboxRow, LockedInbox};
 pub(crate) use handler::{Handler, HandlerError};
 
 /// Times a settle the database refuses for its data is tried again before it is reported.
 const SETTLE_REFUSALS: u32 = 3;
 
-pub(crate) struct WorkerDeps<S> {
-    pub store: S,
+pub(crate) struct WorkerDeps {
+    pub store: Inbox,
     pub metrics: WorkerHandles,
     pub health: Arc<Component>,
     /// Identifies this process in `lease_owner`; each loop appends `#<n>`.
@@ -40,17 +40,17 @@ pub(crate) struct WorkerDeps<S> {
     pub abandon: CancellationToken,
 }
 
-pub(crate) struct Worker<S> {
+pub(crate) struct Worker {
     config: WorkerConfig,
     handlers: Vec<Handler>,
-    deps: WorkerDeps<S>,
+    deps: WorkerDeps,
     /// Per loop, since when its locked batch has been open: such rows hold no lease the `stats`
     /// statement could see, so the oldest-lease gauge takes their age from here.
     locked_since: std::sync::Mutex<Vec<Option<std::time::Instant>>>,
 }
 
-impl<S: InboxStore> Worker<S> {
-    pub(crate) fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps<S>) -> Result<Self, HandlerError> {
+impl Worker {
+    pub(crate) fn new(config: WorkerConfig, style: Placeholder, deps: WorkerDeps) -> Result<Self, HandlerError> {
         let handlers = config
             .handlers
             .iter()
@@ -237,7 +237,7 @@ pub(super) enum LockedOutcome {
     Abandoned,
 }
 
-impl<S: InboxStore> ClaimTurns for Worker<S> {
+impl ClaimTurns for Worker {
     type Row = InboxRow;
     type Held = LockedInbox;
 

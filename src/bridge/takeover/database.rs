@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::mysql::{MyTakeover, MyTakeoverTx};
+use super::outcome::{Effects, InboxEvent, PoisonRecord, Taken, TakenOver};
 use super::postgres::{PgTakeover, PgTakeoverTx};
-use super::seam::{Effects, InboxEvent, PoisonRecord, Taken, TakenOver, TakeoverStore};
 use crate::bridge::config::BridgeConfig;
 use crate::store::database::Database;
 use crate::store::error::{PrepareError, StatementError, StoreError, StoreResult};
@@ -121,8 +121,11 @@ impl Tx {
     }
 }
 
-impl TakeoverStore for Takeover {
-    async fn count_deliveries(
+impl Takeover {
+    /// Counts one more delivery that reached the database for each of `entry_ids` of `stream`,
+    /// in a transaction of its own that commits before the entries are handled (so a bridge
+    /// that dies handling them has still counted it): each entry's count so far.
+    pub async fn count_deliveries(
         &self,
         consumer: &str,
         stream: &str,
@@ -134,28 +137,35 @@ impl TakeoverStore for Takeover {
         }
     }
 
-    async fn deliveries(&self, consumer: &str, stream: &str, ids: &[String]) -> StoreResult<HashMap<String, u32>> {
+    /// The delivery counts of those of `entry_ids` counted before (the others are absent).
+    pub async fn deliveries(&self, consumer: &str, stream: &str, ids: &[String]) -> StoreResult<HashMap<String, u32>> {
         match self {
             Takeover::Postgres(s) => s.deliveries(consumer, stream, ids).await,
             Takeover::Mysql(s) => s.deliveries(consumer, stream, ids).await,
         }
     }
 
-    async fn forget_deliveries(&self, consumer: &str, age: Duration) -> StoreResult<u64> {
+    /// Forgets counts not raised for `age` (their entries were acknowledged some other way).
+    pub async fn forget_deliveries(&self, consumer: &str, age: Duration) -> StoreResult<u64> {
         match self {
             Takeover::Postgres(s) => s.forget_deliveries(consumer, age).await,
             Takeover::Mysql(s) => s.forget_deliveries(consumer, age).await,
         }
     }
 
-    async fn ping(&self) -> StoreResult<()> {
+    /// Whether the database answers.
+    pub async fn ping(&self) -> StoreResult<()> {
         match self {
             Takeover::Postgres(s) => s.ping().await,
             Takeover::Mysql(s) => s.ping().await,
         }
     }
 
-    async fn take_over(
+    /// In one transaction: inserts the events that are new for `consumer`, records `poison` and
+    /// any payload conflicts, and — when the entries' deliveries were `counted` — forgets their
+    /// counts (they have a verdict now). Returns one outcome per event, in order. Nothing is
+    /// recorded if it fails, so the caller must not acknowledge anything then.
+    pub async fn take_over(
         &self,
         consumer: &str,
         events: &[InboxEvent],
@@ -180,7 +190,13 @@ impl TakeoverStore for Takeover {
         }
     }
 
-    async fn take_over_applying(
+    /// [`take_over`](Self::take_over), and in the same transaction each new event's `effects`,
+    /// the event inserted as PROCESSED ([`TakenOver::Applied`]). If a handler statement (or the
+    /// commit) fails — refuses the batch's data, or names a table or grant that is missing —
+    /// nothing of it is applied: the batch is taken over as by `take_over`, its events PENDING
+    /// for the worker (which finds the row at fault, or waits out the broken handler), and
+    /// [`Taken::left_to_worker`] says why. `Err` only when that takeover fails too.
+    pub async fn take_over_applying(
         &self,
         consumer: &str,
         events: &[InboxEvent],

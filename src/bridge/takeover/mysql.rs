@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Row, Transaction, TxOpts};
 
-use super::seam::{InboxEvent, PoisonRecord};
+use super::outcome::{InboxEvent, PoisonRecord};
 use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param};
 use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};

@@ -12,7 +12,7 @@ use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
 use super::contract::inbox_columns;
-use super::seam::{InboxEvent, PoisonRecord};
+use super::outcome::{InboxEvent, PoisonRecord};
 use super::statements::{Catalog, Columns, Sql, TakeoverStatements, event_param, poison_param, runs_by_payload};
 use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{NamedSql, Placeholder};

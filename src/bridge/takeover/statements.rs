@@ -4,7 +4,7 @@
 use mysql_async::prelude::Queryable;
 
 use super::contract::{DELIVERIES_COLUMNS, EXISTING_COLUMNS, TakeoverStatement, inbox_columns, poison_columns};
-use super::seam::{InboxEvent, PoisonRecord};
+use super::outcome::{InboxEvent, PoisonRecord};
 use crate::bridge::config::BridgeConfig;
 use crate::sql::params::{self, NamedSql, ParseError, Placeholder};
 use crate::store::error::{PrepareError, StatementError};

@@ -11,7 +11,6 @@ use super::mysql::{self, MyInbox};
 use super::postgres::{self, PgInbox};
 use super::postgres_locked::LockedRows;
 use super::rows::{Applied, ApplyError, BoundStatement, InboxCounts, InboxRow, InboxStats};
-use super::seam::InboxStore;
 use crate::fault::Faults;
 use crate::sql::params::Placeholder;
 use crate::store::database::Database;
@@ -64,21 +63,27 @@ impl Inbox {
     }
 }
 
-impl InboxStore for Inbox {
-    async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
+impl Inbox {
+    /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.
+    pub async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         match self {
             Inbox::Postgres(s) => s.check(handler_sql).await,
             Inbox::Mysql(s) => s.check(handler_sql).await,
         }
     }
 
-    async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
+    pub async fn claim(&self, owner: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<InboxRow>> {
         let (rows, _) =
             self.run(WorkerStatement::Claim, binding::claim(self.consumer(), owner, batch_size, lease)).await?;
         rows.iter().map(InboxRow::from_text).collect()
     }
 
-    async fn apply_batch(
+    /// In one transaction: each item's statements and its fenced mark to PROCESSED. An item
+    /// whose statements refuse its data or whose fence refuses is not applied (rolled back to
+    /// its savepoint); the others commit together (one commit for the batch). A dialect may
+    /// first try the batch without savepoints and isolate rows only when one fails. `Err` when
+    /// the transaction as a whole failed: nothing committed.
+    pub async fn apply_batch(
         &self,
         owner: &str,
         items: &[(&InboxRow, Vec<BoundStatement<'_>>)],
@@ -89,7 +94,14 @@ impl InboxStore for Inbox {
         }
     }
 
-    async fn fail(&self, owner: &str, row: &InboxRow, error: &str, retry_in: Option<Duration>) -> StoreResult<bool> {
+    /// Records a failure: back to PENDING after `retry_in`, or DEAD when `None`. False if fenced.
+    pub async fn fail(
+        &self,
+        owner: &str,
+        row: &InboxRow,
+        error: &str,
+        retry_in: Option<Duration>,
+    ) -> StoreResult<bool> {
         let (statement, delay) = match retry_in {
             Some(delay) => (WorkerStatement::Retry, delay),
             None => (WorkerStatement::Dead, Duration::ZERO),
@@ -98,15 +110,18 @@ impl InboxStore for Inbox {
         Ok(changed == 1)
     }
 
-    async fn renew(&self, owner: &str, rows: &[(String, i64)], lease: Duration) -> StoreResult<u64> {
+    pub async fn renew(&self, owner: &str, rows: &[(String, i64)], lease: Duration) -> StoreResult<u64> {
         Ok(self.run(WorkerStatement::Renew, binding::held(owner, rows, lease)).await?.1)
     }
 
-    async fn release(&self, owner: &str, rows: &[(String, i64)]) -> StoreResult<u64> {
+    /// Hands rows (id, token) back to PENDING without counting an attempt (shutdown).
+    pub async fn release(&self, owner: &str, rows: &[(String, i64)]) -> StoreResult<u64> {
         Ok(self.run(WorkerStatement::Release, binding::held(owner, rows, Duration::ZERO)).await?.1)
     }
 
-    async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
+    /// `claim = "locked"`: locks up to `batch_size` PENDING due rows in a transaction the server
+    /// ends if it sits idle longer than `lease`, and changes none of them.
+    pub async fn lock(&self, batch_size: u32, lease: Duration) -> StoreResult<LockedRows> {
         match self {
             Inbox::Postgres(s) => s.lock(batch_size, lease).await,
             // The configuration never asks MySQL for a locked claim.
@@ -114,7 +129,7 @@ impl InboxStore for Inbox {
         }
     }
 
-    async fn stats(&self) -> StoreResult<InboxStats> {
+    pub async fn stats(&self) -> StoreResult<InboxStats> {
         let (rows, _) = self.run(WorkerStatement::Stats, binding::consumer(self.consumer(), Duration::ZERO, 0)).await?;
         let row = rows.first().ok_or_else(|| StoreError::Contract("worker sql.stats returned no row".into()))?;
         let number = |name: &str| -> f64 {
@@ -129,7 +144,8 @@ impl InboxStore for Inbox {
         })
     }
 
-    async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
+    /// Retention: deletes up to `batch` PROCESSED / IGNORED rows older than `age`; returns how many.
+    pub async fn purge(&self, age: Duration, batch: u32) -> StoreResult<u64> {
         Ok(self.run(WorkerStatement::Purge, binding::consumer(self.consumer(), age, batch)).await?.1)
     }
 }

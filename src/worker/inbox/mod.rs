@@ -1,8 +1,8 @@
 //! The inbox state machine's store: PENDING rows claimed, their handlers' effects and PROCESSED
 //! committed together, failures recorded.
 //!
-//! - `seam.rs`: what the worker asks ([`InboxStore`]); `rows.rs`: the rows and outcomes;
-//! - `database.rs`: [`Inbox`], that seam on either database, written once;
+//! - `database.rs`: [`Inbox`], what the worker asks of its inbox, on either database, written
+//!   once (one `match` per statement run); `rows.rs`: the rows and outcomes;
 //! - `statements.rs`, `bindings.rs`, `contract.rs`: the statements' texts, their parameters,
 //!   what each is offered and must return; `handler_sql.rs`, `apply.rs`: handler statements and
 //!   applying them row by row; `postgres*.rs`, `mysql.rs`: running them.
@@ -17,7 +17,6 @@ pub(crate) mod postgres;
 pub(crate) mod postgres_handlers;
 mod postgres_locked;
 pub(crate) mod rows;
-pub(crate) mod seam;
 pub(crate) mod statements;
 
 pub(crate) use database::{Inbox, counts};
@@ -26,4 +25,3 @@ pub(crate) use handler_sql::{HandlerSqlError, MissingField};
 pub(crate) use postgres_locked::LockedInbox;
 pub(crate) use rows::{Applied, ApplyError};
 pub(crate) use rows::{BoundStatement, InboxRow};
-pub(crate) use seam::InboxStore;

@@ -65,7 +65,7 @@ impl LockedInboxSql {
     }
 }
 
-/// Locks a batch; see [`InboxStore::lock`](super::rows::InboxStore::lock).
+/// Locks a batch; see [`Inbox::lock`](super::Inbox::lock).
 pub(super) async fn lock(
     pool: &Pool,
     sql: &LockedInboxSql,
