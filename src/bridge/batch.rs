@@ -224,7 +224,7 @@ impl<G: ConsumerGroup> StreamBridge<G> {
             };
             match taken {
                 Ok(outcomes) => Ok((events.iter().map(|e| e.entry_id.clone()).zip(outcomes).collect(), poison.clone())),
-                Err(e) if e.is_data_fault() => self.one_by_one(&events, &poison, entries, &e, counted).await,
+                Err(e) if e.is_about_the_data() => self.one_by_one(&events, &poison, entries, &e, counted).await,
                 Err(e) => Err(e),
             }
         };
@@ -260,7 +260,7 @@ impl<G: ConsumerGroup> StreamBridge<G> {
         for event in events {
             match store.take_over(consumer, std::slice::from_ref(event), &[], counted).await {
                 Ok(mut o) => outcomes.push((event.entry_id.clone(), o.remove(0))),
-                Err(e) if e.is_data_fault() => refused.push(PoisonRecord {
+                Err(e) if e.is_about_the_data() => refused.push(PoisonRecord {
                     stream: event.stream.clone(),
                     entry_id: event.entry_id.clone(),
                     event_id: Some(event.event_id.clone()),
@@ -281,11 +281,11 @@ impl<G: ConsumerGroup> StreamBridge<G> {
                 Ok(_) => recorded.push(record),
                 // The poison table refuses even the record (its fields?): keep the record
                 // without them rather than lose the entry's trace.
-                Err(e) if e.is_data_fault() => {
+                Err(e) if e.is_about_the_data() => {
                     let bare = PoisonRecord { fields: serde_json::json!({}), ..record };
                     match store.take_over(consumer, &[], std::slice::from_ref(&bare), counted).await {
                         Ok(_) => recorded.push(bare),
-                        Err(e) if e.is_data_fault() => {
+                        Err(e) if e.is_about_the_data() => {
                             error!(stream = %self.source.key, entry = %bare.entry_id, "the poison table refuses this entry's record; it stays pending")
                         }
                         Err(e) => return Err(e),

@@ -150,9 +150,14 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
                 broken.push((row.order_key.clone(), position(&row)));
                 continue;
             }
-            if let Some(fault) = row.fault.take() {
+            if let Some(unreadable) = row.unreadable.take() {
                 metrics.failed(FailureReason::InvalidRow, 1);
-                settlement.dead(row.key(), format!("the row cannot be read: {fault}"), DeadReason::InvalidRow, metrics);
+                settlement.dead(
+                    row.key(),
+                    format!("the row cannot be read: {unreadable}"),
+                    DeadReason::InvalidRow,
+                    metrics,
+                );
                 broken.push((row.order_key.clone(), position(&row)));
                 continue;
             }

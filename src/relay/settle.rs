@@ -105,7 +105,7 @@ impl<S: OutboxStore, P: EventStream> Relay<S, P> {
             let settled = || async { op().await.map(Persisted::Done) };
             let failed = |error: StoreError| {
                 self.source_down(&error, errors.allow());
-                refusals += u32::from(error.is_data_fault());
+                refusals += u32::from(error.is_about_the_data());
                 if refusals >= SETTLE_REFUSALS { Failed::GiveUp(Persisted::Refused(error)) } else { Failed::Retry }
             };
             let (health, abandon) = (&self.deps.health, &self.deps.abandon);

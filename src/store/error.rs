@@ -53,14 +53,14 @@ impl OutageKind {
     }
 }
 
-/// Whose fault a failure is: what may be counted against a row or an entry, and what only waited
-/// out or reported.
+/// The class of a failure, by whose doing it is: what may be counted against a row or an entry,
+/// and what only waited out or reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub(crate) enum ErrorClass {
     /// A server unreachable, busy, in a lock conflict: it passes by itself. Back off, count
     /// nothing against any row or entry (invariant 6).
     Outage,
-    /// This row's or entry's own data: the only fault that may make a row DEAD or an entry
+    /// This row's or entry's own data: the only class that may make a row DEAD or an entry
     /// poison (invariant 10).
     Data,
     /// The setup does not fit the work — a statement the schema or the privileges refuse, a
@@ -97,19 +97,19 @@ impl StoreError {
         StoreError::Contract("this store has no locked claim (claim = \"locked\")".into())
     }
 
-    /// The one question every component asks of a failure: whose fault it is.
-    pub(crate) fn fault(&self) -> Fault {
+    /// The one question every component asks of a failure: whose doing it is.
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
-            StoreError::Rejected { .. } => Fault::Data,
-            StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. } => Fault::Outage,
-            StoreError::Unavailable { .. } | StoreError::Contract(_) => Fault::Setup,
+            StoreError::Rejected { .. } => ErrorClass::Data,
+            StoreError::Unavailable { kind: OutageKind::Connection | OutageKind::Conflict, .. } => ErrorClass::Outage,
+            StoreError::Unavailable { .. } | StoreError::Contract(_) => ErrorClass::Setup,
         }
     }
 
     /// Whether the error is about the data the statement carried (only then may a row go DEAD
     /// or an entry to poison because of it).
-    pub(crate) fn is_data_fault(&self) -> bool {
-        self.fault() == Fault::Data
+    pub(crate) fn is_about_the_data(&self) -> bool {
+        self.class() == ErrorClass::Data
     }
 
     /// Whether the database could not be reached at all (as opposed to a statement it refused).
@@ -158,7 +158,7 @@ impl StoreError {
     /// as opposed to a statement or row the database refuses until someone changes one: only
     /// the latter is worth an alert of its own when it repeats.
     pub(crate) fn passes_by_itself(&self) -> bool {
-        self.fault() == Fault::Outage
+        self.class() == ErrorClass::Outage
     }
 
     /// The outage's kind, for metrics; `None` for a data fault.

@@ -216,7 +216,7 @@ impl Worker {
             return Ok(Vec::new());
         }
         match self.deps.store.apply_batch(owner, items).await {
-            Err(e) if e.is_data_fault() && items.len() > 1 => {
+            Err(e) if e.is_about_the_data() && items.len() > 1 => {
                 debug!(error = %error_chain(&e), "batch refused; applying row by row");
                 let mut results = Vec::with_capacity(items.len());
                 for item in items {

@@ -131,12 +131,12 @@ impl Worker {
             self.deps.store.fail(owner, row, text, retry_in)
         };
         let failed = |e: StoreError| {
-            if e.is_data_fault() && refusals.load(Relaxed) >= SETTLE_REFUSALS {
+            if e.is_about_the_data() && refusals.load(Relaxed) >= SETTLE_REFUSALS {
                 self.deps.metrics.settle_refused.inc();
                 tracing::error!(event_id = %row.event_id, error = %error_chain(&e), "the database refuses to record this row's failure; its lease will lapse");
                 return Failed::GiveUp(true);
             }
-            refusals.fetch_add(u32::from(e.is_data_fault()), Relaxed);
+            refusals.fetch_add(u32::from(e.is_about_the_data()), Relaxed);
             debug!(event_id = %row.event_id, error = %error_chain(&e), "could not record a failure yet");
             Failed::Retry
         };

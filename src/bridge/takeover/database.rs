@@ -213,7 +213,7 @@ impl Takeover {
             Ok(Decided::Done(outcomes, carried)) => match tx.commit(carried).await {
                 Ok(()) => return Ok(Taken { outcomes, left_to_worker: None }),
                 // A deferred constraint refused a handler's data at commit.
-                Err(e) if e.is_data_fault() => e,
+                Err(e) if e.is_about_the_data() => e,
                 Err(e) => return Err(e),
             },
             Ok(Decided::HandlerFailed(e)) => {

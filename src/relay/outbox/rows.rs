@@ -27,7 +27,7 @@ pub struct ClaimedRow {
     /// Why the row cannot be relayed, naming the column (a value the relay cannot read: an
     /// infinite or zero `created_at`, bytes that are not text, a count that is not a number).
     /// Such a row is made DEAD with this as its error; its batch goes on.
-    pub fault: Option<String>,
+    pub unreadable: Option<String>,
     /// All claim columns as text, in the order of [`OutboxStore::columns`].
     pub values: Vec<Option<String>>,
 }
@@ -45,7 +45,7 @@ impl ClaimedRow {
             age: Duration::ZERO,
             reclaimed: false,
             order_key: None,
-            fault: None,
+            unreadable: None,
             values,
         }
     }

@@ -50,8 +50,8 @@ impl ClaimShape {
     /// for the claim to succeed; without it the statement breaks the contract and no row of the
     /// batch can be settled. Any other value the relay cannot use (an `age_ms` that is NULL or
     /// not finite because `created_at` is `infinity` or a zero date, a `created_at` outside
-    /// years 1–9999, an `attempts` that is not a number) is that row's own fault: the row comes
-    /// back with [`ClaimedRow::fault`] naming the column, and the relay makes it DEAD while its
+    /// years 1–9999, an `attempts` that is not a number) is that row's own data's: the row comes
+    /// back with [`ClaimedRow::unreadable`] naming the column, and the relay makes it DEAD while its
     /// batch goes on (invariant 13).
     pub(crate) fn row(&self, values: Vec<Option<String>>, unreadable: &[usize]) -> StoreResult<ClaimedRow> {
         let name = |i: usize| self.columns[i].as_str();
@@ -69,14 +69,15 @@ impl ClaimShape {
         let token = parse_number(token).filter(|t| t.fract() == 0.0 && t.abs() < 2f64.powi(63)).ok_or_else(|| {
             StoreError::Contract(format!("column `{}` is `{token}`, not an integer", name(self.token)))
         })? as i64;
-        let mut faults: Vec<String> = unreadable.iter().map(|i| format!("column `{}` is not text", name(*i))).collect();
+        let mut problems: Vec<String> =
+            unreadable.iter().map(|i| format!("column `{}` is not text", name(*i))).collect();
         let mut text = |i: usize| -> Option<&str> {
             if unreadable.contains(&i) {
                 return None;
             }
             let value = values.get(i).and_then(Option::as_deref);
             if value.is_none() {
-                faults.push(format!("column `{}` is NULL", name(i)));
+                problems.push(format!("column `{}` is NULL", name(i)));
             }
             value
         };
@@ -87,7 +88,7 @@ impl ClaimShape {
         let mut count = |column: usize, value: Option<(&str, Option<u32>)>| match value {
             Some((_, Some(n))) => n,
             Some((v, None)) => {
-                faults.push(format!("column `{}` is `{}`, not a count", name(column), excerpt(v)));
+                problems.push(format!("column `{}` is `{}`, not a count", name(column), excerpt(v)));
                 0
             }
             None => 0,
@@ -98,18 +99,18 @@ impl ClaimShape {
             Some((v, Some(ms))) => match age_of(ms) {
                 Ok(age) => age,
                 Err(why) => {
-                    faults.push(format!("column `{}` is `{}`: {why}", name(self.age_ms), excerpt(v)));
+                    problems.push(format!("column `{}` is `{}`: {why}", name(self.age_ms), excerpt(v)));
                     Duration::ZERO
                 }
             },
             Some((v, None)) => {
-                faults.push(format!("column `{}` is `{}`, not a number", name(self.age_ms), excerpt(v)));
+                problems.push(format!("column `{}` is `{}`, not a number", name(self.age_ms), excerpt(v)));
                 Duration::ZERO
             }
             None => Duration::ZERO,
         };
         let flag = self.reclaimed.and_then(|i| values[i].as_deref());
-        let fault = (!faults.is_empty()).then(|| faults.join("; "));
+        let unreadable = (!problems.is_empty()).then(|| problems.join("; "));
         Ok(ClaimedRow {
             id,
             token,
@@ -119,7 +120,7 @@ impl ClaimShape {
             age,
             reclaimed: flag.is_some_and(|v| matches!(v, "true" | "t" | "1")),
             order_key: self.order_key.and_then(|i| values[i].clone()),
-            fault,
+            unreadable,
             values,
         })
     }
@@ -190,7 +191,7 @@ mod tests {
         let claimed = shape().row(row(Some("1500"), "2"), &[]).unwrap();
         assert_eq!((claimed.id.as_str(), claimed.token, claimed.attempts), ("7", 3, 2));
         assert_eq!(claimed.age, Duration::from_millis(1500));
-        assert_eq!(claimed.fault, None);
+        assert_eq!(claimed.unreadable, None);
         assert_eq!(shape().row(row(Some("-20"), "0"), &[]).unwrap().age, Duration::ZERO, "clock skew reads as 0");
     }
 
@@ -207,14 +208,14 @@ mod tests {
             (Some("soon"), "not a number"),
         ] {
             let claimed = shape().row(row(age, "0"), &[]).unwrap();
-            let fault = claimed.fault.unwrap_or_default();
-            assert!(fault.contains("`age_ms`") && fault.contains(why), "{age:?}: {fault}");
+            let unreadable = claimed.unreadable.unwrap_or_default();
+            assert!(unreadable.contains("`age_ms`") && unreadable.contains(why), "{age:?}: {unreadable}");
             assert_eq!(claimed.age, Duration::ZERO);
         }
-        let fault = shape().row(row(Some("1"), "many"), &[]).unwrap().fault.unwrap();
-        assert!(fault.contains("`attempts`"), "{fault}");
-        let fault = shape().row(row(Some("1"), "0"), &[6]).unwrap().fault.unwrap();
-        assert_eq!(fault, "column `payload` is not text");
+        let unreadable = shape().row(row(Some("1"), "many"), &[]).unwrap().unreadable.unwrap();
+        assert!(unreadable.contains("`attempts`"), "{unreadable}");
+        let unreadable = shape().row(row(Some("1"), "0"), &[6]).unwrap().unreadable.unwrap();
+        assert_eq!(unreadable, "column `payload` is not text");
     }
 
     #[test]

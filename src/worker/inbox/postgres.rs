@@ -173,7 +173,7 @@ impl PgInbox {
             // A deferred constraint may refuse one row's data at commit: isolate it.
             Err(e) => match commit_failed(items.len(), query_error("handler", e), &self.errors) {
                 Ok(results) => Ok(Some(results)),
-                Err(e) if e.is_data_fault() => Ok(None),
+                Err(e) if e.is_about_the_data() => Ok(None),
                 Err(e) => Err(e),
             },
         }

@@ -144,7 +144,7 @@ impl LockedInbox {
             }
             // A deferred constraint may refuse a row's data at commit; the transaction is over.
             Err(e) => match commit_failed(items.len(), query_error("handler", e), &self.errors) {
-                Err(e) if !e.is_data_fault() => Err(e),
+                Err(e) if !e.is_about_the_data() => Err(e),
                 _ => {
                     self.tx.finished();
                     Ok(false)
