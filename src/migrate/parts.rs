@@ -72,7 +72,8 @@ pub enum Role {
     Bridge,
     Worker,
     /// The operator commands and the admin API: pause, resume, dead retry / purge, poison retry,
-    /// replay, inbox reprocess, reshard. Grants only: it owns no table (`migrate` makes none).
+    /// replay, inbox reprocess, reshard. It owns no table: `migrate --role operator` makes only
+    /// `handoff_pauses`, which every role reads, and the grants are the point.
     Operator,
     /// Every table, the demo's included (one database for everything, as the demo runs).
     All,
