@@ -34,7 +34,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends make perl g++ \
  && rm -rf /var/lib/apt/lists/*
 # Only what `cargo build` reads: manifests, the build settings (jemalloc's), sources, and
-# the SQL that src/store/migrate/ embeds. bench/ and chaos/ are members of the workspace, which
+# the SQL that src/migrate/ embeds. bench/ and chaos/ are members of the workspace, which
 # cargo loads whole; only the handoff binary is built.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo

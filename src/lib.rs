@@ -9,7 +9,8 @@
 //! - the command line: [`main`], [`Cli`];
 //! - configuration: [`load`], [`load_str`], [`Config`] and the sections the tests build by hand;
 //! - the metrics registry: [`register_metrics`];
-//! - databases: [`Database`], [`postgres_pool`], the reference schema ([`migrate_postgres`]);
+//! - databases: [`Database`], [`postgres_pool`], the reference schema ([`migrate()`],
+//!   [`migrate_postgres`]);
 //! - the relay's outbox statements and seam ([`Outbox`], [`OutboxStore`], the reference SQL),
 //!   which the benchmark and the claim-plan tests run directly;
 //! - the inbox and takeover statements ([`Inbox`], [`Takeover`]), for the consumer benchmark;

@@ -26,7 +26,7 @@ const MIB: usize = 1 << 20;
 fn launch() -> Launch<'static> {
     Launch {
         binary: std::env::var("HANDOFF_RELEASE_BIN").ok(),
-        env: vec![("_RJEM_MALLOC_CONF", "dirty_decay_ms:0".into())],
+        env: vec![("MALLOC_CONF", "dirty_decay_ms:0".into())],
         ..Launch::default()
     }
 }

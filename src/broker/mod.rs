@@ -1,7 +1,7 @@
 //! The broker: the seam the relay appends through (`seam`), the seam a bridge reads a consumer
 //! group through (`group`), entries as read (`read`), the dedupe / ordered-run script
 //! (`script`), and the brokers behind both seams: Redis Streams (`redis`) and NATS JetStream
-//! (`nats`), and Apache Kafka (`kafka`, owner side only so far).
+//! (`nats`), and Apache Kafka (`kafka`).
 
 pub(crate) mod group;
 pub(crate) mod kafka;

@@ -16,7 +16,6 @@ use crate::store::error::MigrateError;
 use crate::store::mysql::errors::error;
 use crate::store::postgres::errors::{pool_error, query_error};
 
-/// The Postgres reference schema, in order. Each file is idempotent on its own as well.
 /// Applies the reference schema's `parts` (see `parts`) to `database`; returns what was
 /// applied now.
 pub async fn apply(
@@ -34,6 +33,7 @@ pub async fn apply(
     }
 }
 
+/// The Postgres reference schema, in order. Each file is idempotent on its own as well.
 pub(crate) const POSTGRES: &[(&str, &str)] = &[
     ("0001_audit_outbox", include_str!("../../migrations/postgres/0001_audit_outbox.sql")),
     ("0002_consumer_inbox", include_str!("../../migrations/postgres/0002_consumer_inbox.sql")),

@@ -161,7 +161,7 @@ impl StoreError {
         self.class() == ErrorClass::Outage
     }
 
-    /// The outage's kind, for metrics; `None` for a data fault.
+    /// The outage's kind, for metrics; `None` for an error about the data.
     pub(crate) fn outage_kind(&self) -> Option<OutageKind> {
         match self {
             StoreError::Unavailable { kind, .. } => Some(*kind),

@@ -1,8 +1,8 @@
-//! The databases handoff writes: the bridge's takeover into the inbox (`takeover`) and the
-//! worker's inbox state machine (`inbox`), each with one trait, its SQL contract and its Postgres
-//! and MySQL statements inside (the relay's outbox is `relay/outbox`). Below them, what every
-//! seam shares: the connection of each database (`postgres`, `mysql`), error classification,
-//! parameter values and result rows.
+//! What every database statement of handoff shares: `[database]` and its dialect (`config`),
+//! the connection of each database (`database`, `postgres`, `mysql`), error classification
+//! (`error`), parameter values, result rows and the row filters operators use. The statements
+//! themselves are their components': the relay's in `relay/outbox`, the bridge's takeover in
+//! `bridge/takeover`, the worker's inbox in `worker/inbox`.
 
 pub(crate) mod columns;
 pub(crate) mod config;

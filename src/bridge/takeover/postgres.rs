@@ -1,7 +1,7 @@
 //! The bridge's takeover on Postgres: the reference schema's statements take a whole batch each
 //! (`unnest` of one array per column; `ON CONFLICT (consumer, event_id) DO NOTHING`); statements
 //! from `[bridge.sql]` run once per event, all sent at once (pipelined on the connection). The
-//! takeover's decisions are made above, in `statements`.
+//! takeover's decisions are made above, in `database.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
