@@ -3,7 +3,8 @@
 //! value, the key field its key (so one aggregate's events share a partition, in order), every
 //! other field a header and the event id in its own header (`message`). The producer is
 //! idempotent with `acks=all` (`client`); a batch's messages are all handed to librdkafka before
-//! any delivery report is awaited, and each row is settled from its own report. The entry id is
+//! any delivery report is awaited, and each row is settled from its own report, gathered with the
+//! batch's others (`reports`). The entry id is
 //! `partition:offset`. The entries of an ordered run are produced one after the other, each
 //! after the previous one's report, and stop at the first failure (the rest `Skipped`).
 //!
@@ -17,6 +18,7 @@ pub(crate) mod group;
 mod message;
 pub(crate) mod offsets;
 mod replaceable;
+mod reports;
 pub(crate) mod resend;
 #[allow(unsafe_code)]
 mod topic_id;
@@ -26,9 +28,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::util::Timeout;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
 pub(crate) use client::KafkaSetupError;
@@ -37,6 +39,7 @@ pub(crate) use config::KafkaConfig;
 pub(crate) use message::parse_entry_id;
 use message::{Mapping, delivered, failed};
 use replaceable::Replaceable;
+use reports::{Batch, Reports};
 
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
@@ -99,54 +102,91 @@ impl KafkaStream {
         Self { mapping, ..self.clone() }
     }
 
-    /// Produces one entry. The broker judges a record batch's size, not a message's: one
-    /// message too large fails the whole batch librdkafka put it in, with messages of other
-    /// calls too. Each message refused so goes again alone, on a producer that sends one message
-    /// per request, so only a message too large by itself is refused.
-    async fn send(&self, entry: &Entry) -> AppendOutcome {
-        match self.produce(entry, false).await {
-            AppendOutcome::Rejected(e) if message::too_large(&e) => self.produce(entry, true).await,
-            outcome => outcome,
+    /// Produces `entries` and gathers their outcomes. The broker judges a record batch's size,
+    /// not a message's: one message too large fails the whole batch librdkafka put it in, with
+    /// other messages too. Each message refused so goes again alone, on a producer that sends one
+    /// message per request, so only a message too large by itself is refused.
+    async fn send(&self, entries: &[&Entry]) -> Vec<AppendOutcome> {
+        let mut outcomes = self.produce(entries, false).await;
+        let too_large: Vec<usize> = (0..entries.len())
+            .filter(|&i| matches!(&outcomes[i], AppendOutcome::Rejected(e) if message::too_large(e)))
+            .collect();
+        if !too_large.is_empty() {
+            let again: Vec<&Entry> = too_large.iter().map(|&i| entries[i]).collect();
+            for (i, outcome) in too_large.into_iter().zip(self.produce(&again, true).await) {
+                outcomes[i] = outcome;
+            }
         }
+        outcomes
     }
 
     /// The producer in use (its client also answers metadata and offset requests).
-    fn current(&self) -> Result<FutureProducer<Logged>, Unavailable> {
+    fn current(&self) -> Result<Arc<ThreadedProducer<Reports>>, Unavailable> {
         let made = self.producer.get(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
         Ok(made.1)
     }
 
-    /// Produces one entry and awaits its delivery report: its outcome. `alone`: in a request of
-    /// its own.
-    async fn produce(&self, entry: &Entry, alone: bool) -> AppendOutcome {
-        if let Some(problem) = config::topic_problem(&entry.stream) {
-            return AppendOutcome::Rejected(problem);
-        }
-        let message = self.mapping.message(entry);
-        let mut record =
-            FutureRecord::<[u8], [u8]>::to(&entry.stream).payload(message.value.as_ref()).headers(message.headers);
-        if let Some(key) = &message.key {
-            record = record.key(key.as_ref());
-        }
+    /// Hands every one of `entries` to librdkafka, then awaits their delivery reports, woken once
+    /// for the batch: their outcomes, in order. `alone`: each in a request of its own.
+    async fn produce(&self, entries: &[&Entry], alone: bool) -> Vec<AppendOutcome> {
         let slot = if alone { &self.single } else { &self.producer };
         let (generation, producer) = match slot.get(&self.config) {
             Ok(made) => made,
-            Err(e) => return AppendOutcome::Unavailable(format!("kafka: {e}")),
+            Err(e) => return vec![AppendOutcome::Unavailable(format!("kafka: {e}")); entries.len()],
         };
-        // Waits for room in librdkafka's queue up to the delivery timeout, then for the report.
-        let outcome = match producer.send(record, Timeout::After(self.config.delivery_timeout)).await {
-            Ok(delivery) => delivered(delivery.partition, delivery.offset),
-            Err((error, _)) => {
+        let batch = Batch::new(entries.len());
+        // Outcomes known before any report: a topic no row may reach, a message librdkafka
+        // would not take.
+        let mut known: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
+        let queue_until = tokio::time::Instant::now() + self.config.delivery_timeout;
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(problem) = config::topic_problem(&entry.stream) {
+                known[i] = Some(AppendOutcome::Rejected(problem));
+                batch.settle(i, None);
+                continue;
+            }
+            let message = self.mapping.message(entry);
+            let mut record = BaseRecord::with_opaque_to(&entry.stream, batch.place(i))
+                .payload(message.value.as_ref())
+                .headers(message.headers);
+            if let Some(key) = &message.key {
+                record = record.key(key.as_ref());
+            }
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    // librdkafka's queue is full: room comes as reports come in (up to the
+                    // delivery timeout, as rdkafka's own producer waits).
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                        if tokio::time::Instant::now() < queue_until =>
+                    {
+                        record = back;
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                    Err((error, _)) => {
+                        batch.settle(i, Some(Err(error)));
+                        break;
+                    }
+                }
+            }
+        }
+        let reports = batch.reports(self.config.delivery_timeout + self.config.timeout).await;
+        let outcomes = reports.into_iter().zip(known).map(|(report, known)| match (report, known) {
+            (_, Some(outcome)) => outcome,
+            (Some(Ok((partition, offset))), None) => delivered(partition, offset),
+            (Some(Err(error)), None) => {
                 slot.after(&self.config, generation, &error);
                 failed(&error)
             }
-        };
+            (None, None) => AppendOutcome::Unavailable("kafka: no delivery report within the delivery timeout".into()),
+        });
+        let outcomes = outcomes.collect();
         // The last copy of a replaced producer closes it (joining its threads, flushing): off
         // the async threads.
         if slot.retired(generation) {
             tokio::task::spawn_blocking(move || drop(producer));
         }
-        outcome
+        outcomes
     }
 
     /// Runs a blocking librdkafka call (metadata, offsets) off the async threads.
@@ -276,17 +316,14 @@ fn unavailable(e: rdkafka::error::KafkaError) -> Unavailable {
 
 impl EventStream for KafkaStream {
     async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
-        let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
         // Entries outside runs: every message handed over (in order, so one key's messages keep
         // it), then every report awaited.
-        let loose = entries.iter().enumerate().filter(|(_, e)| e.run.is_none());
-        let reports =
-            futures_util::future::join_all(loose.map(|(i, entry)| async move { (i, self.send(entry).await) }));
-        for (i, outcome) in reports.await {
-            outcomes[i] = Some(outcome);
-        }
+        let loose: Vec<&Entry> = entries.iter().filter(|e| e.run.is_none()).collect();
+        let mut sent = self.send(&loose).await.into_iter();
+        let outcomes = entries.iter().map(|e| if e.run.is_none() { sent.next() } else { None }).collect();
         // Ordered runs: each message after the previous one's delivery report.
-        crate::broker::seam::append_runs(entries, outcomes, |entry| self.send(entry)).await
+        let one = |entry| async move { self.send(&[entry]).await.pop().unwrap_or(AppendOutcome::Skipped) };
+        crate::broker::seam::append_runs(entries, outcomes, one).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {

@@ -10,30 +10,34 @@
 //! leaders. A new producer reads the metadata afresh. In a real outage this makes a new producer
 //! once per `delivery_timeout`, which costs a connection.
 
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::ThreadedProducer;
 
-use super::client::{self, KafkaSetupError, Logged};
+use super::client::{self, KafkaSetupError};
 use super::config::KafkaConfig;
+use super::reports::Reports;
+
+/// A producer the relay's batches share; its context gathers delivery reports.
+pub(super) type Producer = Arc<ThreadedProducer<Reports>>;
 
 pub(super) struct Replaceable {
     /// One message per request (`linger.ms = 0`, one message a batch).
     alone: bool,
     /// The producer in use and how many were made before it; `None` until first used.
-    slot: RwLock<Option<(u64, FutureProducer<Logged>)>>,
+    slot: RwLock<Option<(u64, Producer)>>,
 }
 
 impl Replaceable {
     /// `first`: the producer to start with (made at once, so a bad configuration shows at
     /// start); without it one is made on first use.
-    pub(super) fn new(alone: bool, first: Option<FutureProducer<Logged>>) -> Self {
+    pub(super) fn new(alone: bool, first: Option<Producer>) -> Self {
         Self { alone, slot: RwLock::new(first.map(|producer| (0, producer))) }
     }
 
     /// The producer in use, with its generation.
-    pub(super) fn get(&self, config: &KafkaConfig) -> Result<(u64, FutureProducer<Logged>), KafkaSetupError> {
+    pub(super) fn get(&self, config: &KafkaConfig) -> Result<(u64, Producer), KafkaSetupError> {
         if let Some((generation, producer)) = &*self.slot.read().unwrap_or_else(PoisonError::into_inner) {
             return Ok((*generation, producer.clone()));
         }
@@ -75,10 +79,10 @@ impl Replaceable {
 }
 
 /// A producer for `config`; `alone`: one message per request.
-pub(super) fn make(config: &KafkaConfig, alone: bool) -> Result<FutureProducer<Logged>, KafkaSetupError> {
+pub(super) fn make(config: &KafkaConfig, alone: bool) -> Result<Producer, KafkaSetupError> {
     let mut settings = client::producer_config(config)?;
     if alone {
         settings.set("linger.ms", "0").set("batch.num.messages", "1");
     }
-    settings.create_with_context(Logged).map_err(|e| KafkaSetupError::Client(e.to_string()))
+    settings.create_with_context(Reports).map(Arc::new).map_err(|e| KafkaSetupError::Client(e.to_string()))
 }
