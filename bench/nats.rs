@@ -156,22 +156,27 @@ fn message(i: usize) -> (HeaderMap, Bytes) {
     (headers, body.into())
 }
 
-/// JetStream's own limit for what the relay does per batch: publish `batch` messages with ids
-/// (all in flight), await every PubAck, next batch; no database. Returns messages/s and this
-/// process's CPU seconds for them (the client's cost alone).
+/// JetStream's own limit for what the relay does per batch: publish `batch` messages with ids,
+/// all in flight, each with a reply subject under one inbox per batch (as the relay does: one
+/// subscription gathers the batch's PubAcks), await every PubAck, next batch; no database.
+/// Returns messages/s and this process's CPU seconds for them (the client's cost alone).
 pub async fn publish_limit(server: &NatsServer, n: usize, batch: usize) -> anyhow::Result<(f64, f64)> {
     server.fresh_stream().await?;
-    let js = server.jetstream().await?;
+    let client = async_nats::connect(server.url()).await?;
     let cpu = resources(std::process::id()).1;
     let started = Instant::now();
     for start in (0..n).step_by(batch) {
-        let mut acks = Vec::with_capacity(batch);
-        for i in start..(start + batch).min(n) {
+        let end = (start + batch).min(n);
+        let inbox = client.new_inbox();
+        let mut acks = client.subscribe(format!("{inbox}.*")).await?;
+        for i in start..end {
             let (headers, body) = message(i);
-            acks.push(js.publish_with_headers("bench.user", headers, body).await?);
+            client.publish_with_reply_and_headers("bench.user", format!("{inbox}.{i}"), headers, body).await?;
         }
-        for ack in acks {
-            ack.await?;
+        for _ in start..end {
+            let ack = acks.next().await.ok_or_else(|| anyhow::anyhow!("the PubAcks' subscription ended"))?;
+            let ack: serde_json::Value = serde_json::from_slice(&ack.payload)?;
+            anyhow::ensure!(ack["seq"].is_u64(), "not a PubAck: {ack}");
         }
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();

@@ -1,14 +1,12 @@
-//! What an entry becomes on NATS, and what JetStream's answer means for it: the message (the
-//! payload field as the body, every other field a header, `Nats-Msg-Id` the event id), the
-//! subjects a row may not reach, and a PubAck or a failed publish as the entry's outcome.
+//! What an entry becomes on NATS: the message (the payload field as the body, every other field
+//! a header, `Nats-Msg-Id` the event id), and the subjects a row may not reach.
 
 use std::str::FromStr;
 
 use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bytes::Bytes;
 
-use crate::broker::seam::{AppendOutcome, Entry};
+use crate::broker::seam::Entry;
 
 /// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
 #[derive(Debug, thiserror::Error)]
@@ -58,33 +56,4 @@ pub(super) fn subject_problem(subject: &str) -> Option<String> {
             subject.escape_debug()
         )
     })
-}
-
-/// A failed publish: the entry's own fault when it is too large for the server (`max_payload`)
-/// or for the stream (`max_msg_size`, or headers over the stream's limit) — no retry can store
-/// it, so the row is not held as if the broker were down; anything else is an outage.
-pub(super) fn failed(error: &PublishError) -> AppendOutcome {
-    use async_nats::jetstream::ErrorCode;
-    let too_large_for_stream = std::error::Error::source(error)
-        .and_then(|source| source.downcast_ref::<async_nats::jetstream::Error>())
-        .is_some_and(|e| {
-            matches!(
-                e.error_code(),
-                ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM | ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
-            )
-        });
-    match error.kind() {
-        PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(error.to_string()),
-        PublishErrorKind::Other if too_large_for_stream => AppendOutcome::Rejected(error.to_string()),
-        _ => AppendOutcome::Unavailable(error.to_string()),
-    }
-}
-
-/// The outcome a PubAck (or its failure) gives the entry.
-pub(super) fn acknowledged(ack: Result<async_nats::jetstream::publish::PublishAck, PublishError>) -> AppendOutcome {
-    match ack {
-        Ok(ack) if ack.duplicate => AppendOutcome::Duplicate(ack.sequence.to_string()),
-        Ok(ack) => AppendOutcome::Appended(ack.sequence.to_string()),
-        Err(e) => failed(&e),
-    }
 }

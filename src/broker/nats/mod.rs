@@ -5,13 +5,14 @@
 //! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
 //! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
 //! batch's publishes are all sent before any acknowledgement is awaited (many in flight, never a
-//! round trip per entry); the entries of an ordered run are published one after the other, each
+//! round trip per entry), their PubAcks gathered on one subscription (`publish`); the entries of an ordered run are published one after the other, each
 //! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
 //! run lands in order or its tail comes back for the next batch.
 
 pub(crate) mod config;
 pub(crate) mod group;
 mod message;
+mod publish;
 mod unreadable;
 
 /// A header block checked and split as the bridge does after a reconnect (the fuzz target).
@@ -24,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::header::NATS_MESSAGE_ID;
-use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -161,12 +161,9 @@ impl NatsStream {
         })
     }
 
-    /// Sends `entry`'s message: the PubAck to await, or the entry's outcome already.
-    async fn send(&self, entry: &Entry) -> Result<PublishAckFuture, AppendOutcome> {
-        message::subject_problem(&entry.stream).map_or(Ok(()), |p| Err(AppendOutcome::Rejected(p)))?;
-        let (headers, body) =
-            message::message(&self.body_field, entry).map_err(|e| AppendOutcome::Rejected(e.to_string()))?;
-        self.jetstream.publish_with_headers(entry.stream.clone(), headers, body).await.map_err(|e| message::failed(&e))
+    /// Publishes `entries`, all in flight together: their outcomes, in order.
+    async fn publish(&self, entries: &[&Entry]) -> Vec<AppendOutcome> {
+        publish::publish(&self.client, &self.body_field, entries, self.timeout).await
     }
 
     /// The settings of the JetStream stream, `None` if it does not exist.
@@ -299,26 +296,12 @@ impl NatsStream {
 
 impl EventStream for NatsStream {
     async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
-        let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
         // Entries outside runs: every message sent, then every PubAck awaited.
-        let mut pending = Vec::new();
-        for (i, entry) in entries.iter().enumerate().filter(|(_, e)| e.run.is_none()) {
-            match self.send(entry).await {
-                Ok(ack) => pending.push((i, ack)),
-                Err(outcome) => outcomes[i] = Some(outcome),
-            }
-        }
-        let acks = futures_util::future::join_all(pending.into_iter().map(|(i, ack)| async move { (i, ack.await) }));
-        for (i, ack) in acks.await {
-            outcomes[i] = Some(message::acknowledged(ack));
-        }
+        let loose: Vec<&Entry> = entries.iter().filter(|e| e.run.is_none()).collect();
+        let mut sent = self.publish(&loose).await.into_iter();
+        let outcomes = entries.iter().map(|e| if e.run.is_none() { sent.next() } else { None }).collect();
         // Ordered runs: each message after the previous one's PubAck.
-        let one = |entry| async move {
-            match self.send(entry).await {
-                Ok(ack) => message::acknowledged(ack.await),
-                Err(outcome) => outcome,
-            }
-        };
+        let one = |entry| async move { self.publish(&[entry]).await.pop().unwrap_or(AppendOutcome::Skipped) };
         crate::broker::seam::append_runs(entries, outcomes, one).await
     }
 
