@@ -129,19 +129,25 @@ impl KafkaStream {
     /// Hands every one of `entries` to librdkafka, then awaits their delivery reports, woken once
     /// for the batch: their outcomes, in order. `alone`: each in a request of its own.
     async fn produce(&self, entries: &[&Entry], alone: bool) -> Vec<AppendOutcome> {
+        // Outcomes known before any report: a topic no row may reach (whatever the cluster's
+        // state), a message librdkafka would not take.
+        let known: Vec<Option<AppendOutcome>> =
+            entries.iter().map(|e| config::topic_problem(&e.stream).map(AppendOutcome::Rejected)).collect();
+        if known.iter().all(Option::is_some) {
+            return known.into_iter().flatten().collect();
+        }
         let slot = if alone { &self.single } else { &self.producer };
         let (generation, producer) = match slot.get(&self.config) {
             Ok(made) => made,
-            Err(e) => return vec![AppendOutcome::Unavailable(format!("kafka: {e}")); entries.len()],
+            Err(e) => {
+                let outage = AppendOutcome::Unavailable(format!("kafka: {e}"));
+                return known.into_iter().map(|k| k.unwrap_or_else(|| outage.clone())).collect();
+            }
         };
         let batch = Batch::new(entries.len());
-        // Outcomes known before any report: a topic no row may reach, a message librdkafka
-        // would not take.
-        let mut known: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
         let queue_until = tokio::time::Instant::now() + self.config.delivery_timeout;
         for (i, entry) in entries.iter().enumerate() {
-            if let Some(problem) = config::topic_problem(&entry.stream) {
-                known[i] = Some(AppendOutcome::Rejected(problem));
+            if known[i].is_some() {
                 batch.settle(i, None);
                 continue;
             }
@@ -178,7 +184,11 @@ impl KafkaStream {
                 slot.after(&self.config, generation, &error);
                 failed(&error)
             }
-            (None, None) => AppendOutcome::Unavailable("kafka: no delivery report within the delivery timeout".into()),
+            // As a message timed out: the producer is replaced (see `replaceable`).
+            (None, None) => {
+                slot.after(&self.config, generation, &KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut));
+                AppendOutcome::Unavailable("kafka: no delivery report within the delivery timeout".into())
+            }
         });
         let outcomes = outcomes.collect();
         // The last copy of a replaced producer closes it (joining its threads, flushing): off

@@ -63,8 +63,8 @@ impl Batch {
     }
 
     /// Every place's report once all are settled, or what came within `limit` (librdkafka
-    /// reports every message by its delivery timeout; the limit only bounds a wait that would
-    /// otherwise trust that for ever).
+    /// reports every message by its delivery timeout; the limit, longer, only bounds a wait
+    /// that would otherwise trust that for ever).
     pub(super) async fn reports(&self, limit: Duration) -> Vec<Option<Report>> {
         let all_in = async {
             while self.left.load(Ordering::Acquire) != 0 {

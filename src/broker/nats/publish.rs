@@ -24,33 +24,39 @@ pub(super) async fn publish(
     entries: &[&Entry],
     timeout: Duration,
 ) -> Vec<AppendOutcome> {
-    let mut outcomes: Vec<Option<AppendOutcome>> = vec![None; entries.len()];
+    // What cannot travel is the row's own fault, whatever the connection's state.
+    let mut outcomes: Vec<Option<AppendOutcome>> = Vec::with_capacity(entries.len());
+    let mut messages = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let message = match message::subject_problem(&entry.stream) {
+            Some(problem) => Err(problem),
+            None => message::message(body_field, entry).map_err(|e| e.to_string()),
+        };
+        outcomes.push(message.as_ref().err().map(|e| AppendOutcome::Rejected(e.clone())));
+        messages.push(message.ok());
+    }
+    if outcomes.iter().all(Option::is_some) {
+        return outcomes.into_iter().flatten().collect();
+    }
     let inbox = client.new_inbox();
-    let subscribed = tokio::time::timeout(timeout, client.subscribe(format!("{inbox}.*"))).await;
-    let mut acks = match subscribed {
+    let mut acks = match tokio::time::timeout(timeout, client.subscribe(format!("{inbox}.*"))).await {
         Ok(Ok(acks)) => acks,
-        Ok(Err(e)) => return vec![AppendOutcome::Unavailable(format!("nats: {e}")); entries.len()],
-        Err(_) => return vec![no_answer(timeout); entries.len()],
+        Ok(Err(e)) => return fill(outcomes, AppendOutcome::Unavailable(format!("nats: {e}"))),
+        Err(_) => return fill(outcomes, no_answer(timeout)),
     };
     let mut waiting = 0;
-    for (i, entry) in entries.iter().enumerate() {
-        if let Some(problem) = message::subject_problem(&entry.stream) {
-            outcomes[i] = Some(AppendOutcome::Rejected(problem));
-            continue;
-        }
-        let (headers, body) = match message::message(body_field, entry) {
-            Ok(message) => message,
-            Err(e) => {
-                outcomes[i] = Some(AppendOutcome::Rejected(e.to_string()));
-                continue;
-            }
-        };
-        // The client queues while it reconnects; a queue that stays full is an outage.
+    for (i, (entry, message)) in entries.iter().zip(messages).enumerate() {
+        let Some((headers, body)) = message else { continue };
+        // The client queues while it reconnects; a queue that stays full is an outage, and
+        // the rest of the batch waits for the next turn rather than a timeout each.
         let sent = client.publish_with_reply_and_headers(entry.stream.clone(), format!("{inbox}.{i}"), headers, body);
         match tokio::time::timeout(timeout, sent).await {
             Ok(Ok(())) => waiting += 1,
-            Ok(Err(e)) => outcomes[i] = Some(not_sent(&e)),
-            Err(_) => outcomes[i] = Some(no_answer(timeout)),
+            Ok(Err(e)) if !matches!(e.kind(), async_nats::client::PublishErrorKind::Send) => {
+                outcomes[i] = Some(not_sent(&e))
+            }
+            Ok(Err(e)) => return fill(outcomes, not_sent(&e)),
+            Err(_) => return fill(outcomes, no_answer(timeout)),
         }
     }
     let deadline = tokio::time::Instant::now() + timeout;
@@ -64,7 +70,12 @@ pub(super) async fn publish(
     }
     // Dropping the subscription unsubscribes: a PubAck that comes later goes nowhere.
     drop(acks);
-    outcomes.into_iter().map(|o| o.unwrap_or_else(|| no_answer(timeout))).collect()
+    fill(outcomes, no_answer(timeout))
+}
+
+/// The outcomes, `outage` where none is known.
+fn fill(outcomes: Vec<Option<AppendOutcome>>, outage: AppendOutcome) -> Vec<AppendOutcome> {
+    outcomes.into_iter().map(|o| o.unwrap_or_else(|| outage.clone())).collect()
 }
 
 fn no_answer(timeout: Duration) -> AppendOutcome {
