@@ -3,7 +3,7 @@
 //! comes back on the one subscription to that inbox. This is JetStream's publish protocol, on
 //! the core client: async-nats's JetStream publish makes a request per message (an inbox, a
 //! channel, a timer and a boxed future each), which cost more than the rest of the relay
-//! (docs/performance.md).
+//! (docs/dev/performance-method.md).
 
 use std::time::Duration;
 
