@@ -27,10 +27,11 @@ pub(super) async fn publish(
     // What cannot travel is the row's own fault, whatever the connection's state.
     let mut outcomes: Vec<Option<AppendOutcome>> = Vec::with_capacity(entries.len());
     let mut messages = Vec::with_capacity(entries.len());
+    let mut names = message::HeaderNames::default();
     for entry in entries {
         let message = match message::subject_problem(&entry.stream) {
             Some(problem) => Err(problem),
-            None => message::message(body_field, entry).map_err(|e| e.to_string()),
+            None => message::message(body_field, entry, &mut names).map_err(|e| e.to_string()),
         };
         outcomes.push(message.as_ref().err().map(|e| AppendOutcome::Rejected(e.clone())));
         messages.push(message.ok());
