@@ -64,6 +64,10 @@ async fn migrate_makes_the_notify_trigger_only_for_a_relay_that_listens() {
     relay.await_log("listening for outbox inserts").await;
     env.insert_events("n", "user", 3).await;
     env.await_delivered(3).await;
+    // The listening relay gone from the config, the trigger stays: check says what it costs.
+    let (ok, out) = common::process::run_to_end(&env.config(""), &["check"]);
+    let warning = "warn: relay `relay`: a trigger on audit_outbox calls handoff_notify, but no relay of this config";
+    assert!(ok && out.contains(warning), "{out}");
 }
 
 #[tokio::test]

@@ -87,12 +87,26 @@ async fn config_get(client: &Client, name: &str) -> Option<String> {
 }
 
 /// Each relay with `[relay.notify]`: a trigger on its table must notify its channel, or the
-/// relay only polls (`migrate` makes the reference one only for such a relay).
+/// relay only polls (`migrate` makes the reference one only for such a relay). A relay without
+/// it: a trigger left on its table (from a config that had `[relay.notify]`) makes every insert
+/// take Postgres's cluster-wide NOTIFY lock at commit for nobody.
 pub(crate) async fn notify_triggers(config: &Config, db: &crate::store::Database) -> Vec<String> {
     let mut lines = Vec::new();
     for relay in &config.relays {
-        let Some(notify) = &relay.notify else { continue };
-        match db.has_notify_trigger(&relay.table, &notify.channel).await {
+        let Some(notify) = &relay.notify else {
+            let listened = config.relays.iter().any(|r| r.table == relay.table && r.notify.is_some());
+            if !listened && let Ok(Some(true)) = db.has_notify_trigger(&relay.table, None).await {
+                lines.push(warn(format!(
+                    "relay `{}`: a trigger on {} calls handoff_notify, but no relay of this config has \
+                     [relay.notify]: each insert then takes Postgres's cluster-wide NOTIFY lock at commit, so \
+                     concurrent inserts commit one at a time; drop the trigger unless another process listens \
+                     (docs/explanation/delivery.md, low-latency wake-up)",
+                    relay.name, relay.table
+                )));
+            }
+            continue;
+        };
+        match db.has_notify_trigger(&relay.table, Some(&notify.channel)).await {
             Ok(Some(true)) | Ok(None) => {}
             Ok(Some(false)) => lines.push(warn(format!(
                 "relay `{}`.notify: no trigger on {} calls handoff_notify('{}'); unless one of your own notifies \

@@ -42,12 +42,12 @@ impl Database {
         }
     }
 
-    /// Whether a trigger on `table` notifies `channel` for `[relay.notify]`; `None` on MySQL,
-    /// which has no LISTEN/NOTIFY.
+    /// Whether a trigger on `table` notifies `channel` (any channel: `None`) for
+    /// `[relay.notify]`; `None` on MySQL, which has no LISTEN/NOTIFY.
     pub(crate) async fn has_notify_trigger(
         &self,
         table: &str,
-        channel: &str,
+        channel: Option<&str>,
     ) -> Result<Option<bool>, super::error::StoreError> {
         match self {
             Database::Postgres(pool) => {

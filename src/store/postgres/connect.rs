@@ -74,10 +74,14 @@ pub(crate) async fn probe(pool: &Pool) -> Result<(), StoreError> {
 }
 
 /// Whether a trigger on `table` calls `handoff_notify('<channel>')` (what the reference schema
-/// makes for `[relay.notify]`); `false` also when the table does not exist.
-pub(crate) async fn has_notify_trigger(pool: &Pool, table: &str, channel: &str) -> Result<bool, StoreError> {
+/// makes for `[relay.notify]`), or `handoff_notify` on any channel when `channel` is `None`;
+/// `false` also when the table does not exist.
+pub(crate) async fn has_notify_trigger(pool: &Pool, table: &str, channel: Option<&str>) -> Result<bool, StoreError> {
     let client = pool.get().await.map_err(|e| pool_error("notify trigger", e))?;
-    let call = format!("%handoff_notify('{}')%", channel.replace('\'', "''"));
+    let call = match channel {
+        Some(channel) => format!("%handoff_notify('{}')%", channel.replace('\'', "''")),
+        None => "%handoff_notify(%".to_owned(),
+    };
     let row = client
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = to_regclass($1) AND NOT t.tgisinternal
