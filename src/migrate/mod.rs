@@ -169,7 +169,7 @@ pub async fn postgres(pool: &Pool) -> Result<Vec<String>, MigrateError> {
     postgres_with(pool, OutboxLayout::Plain).await
 }
 
-/// Like [`postgres_parts`], every part but the NOTIFY trigger (`Part::Notify`: only
+/// Like `postgres_parts`, every part but the NOTIFY trigger (`Part::Notify`: only
 /// `handoff migrate` with a relay that listens makes it).
 pub async fn postgres_with(pool: &Pool, layout: OutboxLayout) -> Result<Vec<String>, MigrateError> {
     postgres_parts(pool, layout, &Part::ALL.into_iter().filter(|p| *p != Part::Notify).collect()).await

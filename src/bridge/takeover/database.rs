@@ -191,11 +191,11 @@ impl Takeover {
     }
 
     /// [`take_over`](Self::take_over), and in the same transaction each new event's `effects`,
-    /// the event inserted as PROCESSED ([`TakenOver::Applied`]). If a handler statement (or the
+    /// the event inserted as PROCESSED (`TakenOver::Applied`). If a handler statement (or the
     /// commit) fails — refuses the batch's data, or names a table or grant that is missing —
     /// nothing of it is applied: the batch is taken over as by `take_over`, its events PENDING
     /// for the worker (which finds the row at fault, or waits out the broken handler), and
-    /// [`Taken::left_to_worker`] says why. `Err` only when that takeover fails too.
+    /// `Taken::left_to_worker` says why. `Err` only when that takeover fails too.
     pub async fn take_over_applying(
         &self,
         consumer: &str,

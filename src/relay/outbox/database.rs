@@ -25,7 +25,7 @@ pub enum Outbox {
 }
 
 impl Outbox {
-    /// Prepares and checks every statement `relay` runs (see [`PgOutbox::prepare`]).
+    /// Prepares and checks every statement `relay` runs (see `PgOutbox::prepare`).
     pub async fn prepare(db: &Database, relay: &RelayConfig) -> Result<Self, PrepareError> {
         Ok(match db {
             Database::Postgres(pool) => Outbox::Postgres(PgOutbox::prepare(pool.clone(), relay).await?),

@@ -28,7 +28,7 @@ pub struct ClaimedRow {
     /// infinite or zero `created_at`, bytes that are not text, a count that is not a number).
     /// Such a row is made DEAD with this as its error; its batch goes on.
     pub unreadable: Option<String>,
-    /// All claim columns as text, in the order of [`OutboxStore::columns`].
+    /// All claim columns as text, in the order of `OutboxStore::columns`.
     pub values: Vec<Option<String>>,
 }
 

@@ -38,7 +38,7 @@ impl PartitionedOutbox {
         &self.table
     }
 
-    /// See [`postgres::create`].
+    /// See `postgres::create`.
     pub async fn create(&self, span: Span) -> StoreResult<Option<u64>> {
         postgres::create(&self.pool, &self.table, span).await
     }

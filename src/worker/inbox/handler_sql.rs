@@ -86,7 +86,7 @@ impl HandlerSql {
     }
 
     /// The statement bound for one event (a batch statement: arrays of one element, merged
-    /// with its neighbours' by [`BoundStatement::merge`] where the batch runs it once).
+    /// with its neighbours' by `BoundStatement::merge` where the batch runs it once).
     pub fn bind<'a>(&'a self, index: usize, input: &impl HandlerInput) -> Result<BoundStatement<'a>, MissingField> {
         let values = self.names.iter().map(|name| value(name, input)).collect::<Result<_, _>>()?;
         Ok(BoundStatement { index, sql: &self.sql, values, batch: self.form == Form::Batch })
