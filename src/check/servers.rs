@@ -92,10 +92,15 @@ async fn config_get(client: &Client, name: &str) -> Option<String> {
 /// take Postgres's cluster-wide NOTIFY lock at commit for nobody.
 pub(crate) async fn notify_triggers(config: &Config, db: &crate::store::Database) -> Vec<String> {
     let mut lines = Vec::new();
+    let mut looked_at = std::collections::HashSet::new();
     for relay in &config.relays {
         let Some(notify) = &relay.notify else {
+            // Once per table (several relays may share one).
             let listened = config.relays.iter().any(|r| r.table == relay.table && r.notify.is_some());
-            if !listened && let Ok(Some(true)) = db.has_notify_trigger(&relay.table, None).await {
+            if !listened
+                && looked_at.insert(relay.table.as_str())
+                && let Ok(Some(true)) = db.has_notify_trigger(&relay.table, None).await
+            {
                 lines.push(warn(format!(
                     "relay `{}`: a trigger on {} calls handoff_notify, but no relay of this config has \
                      [relay.notify]: each insert then takes Postgres's cluster-wide NOTIFY lock at commit, so \

@@ -119,7 +119,7 @@ pub struct BoundStatement<'a> {
     pub sql: &'a str,
     pub values: Vec<BindValue>,
     /// A batch statement: bound here for one event (arrays of one element), run once for the
-    /// batch with its neighbours' values merged (`merge`) in.
+    /// batch with its neighbours' values merged in (`merge`).
     pub batch: bool,
 }
 
