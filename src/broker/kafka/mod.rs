@@ -15,6 +15,7 @@
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod group;
+mod lookup;
 mod message;
 pub(crate) mod offsets;
 mod replaceable;
@@ -29,9 +30,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message as _;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
 
 pub(crate) use client::KafkaSetupError;
 use client::Logged;
@@ -39,7 +38,7 @@ pub(crate) use config::KafkaConfig;
 pub(crate) use message::parse_entry_id;
 use message::{Mapping, delivered, failed};
 use replaceable::Replaceable;
-use reports::{Batch, Reports};
+use reports::Batch;
 
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
@@ -121,7 +120,7 @@ impl KafkaStream {
     }
 
     /// The producer in use (its client also answers metadata and offset requests).
-    fn current(&self) -> Result<Arc<ThreadedProducer<Reports>>, Unavailable> {
+    fn current(&self) -> Result<Arc<ThreadedProducer<Logged>>, Unavailable> {
         let made = self.producer.get(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
         Ok(made.1)
     }
@@ -209,116 +208,7 @@ impl KafkaStream {
             .await
             .unwrap_or_else(|e| Err(Unavailable(format!("kafka: the lookup task failed: {e}"))))
     }
-
-    /// The partitions of `topic` with their low and high watermarks; `None` if it does not exist.
-    /// Asked of the reader, not the producer: a client can stay wedged on what it cached of a
-    /// topic while the cluster answers (see `replaceable`), and a look that gets no answer
-    /// replaces the reader, so the next one asks with a client that knows nothing yet.
-    fn watermarks(&self, topic: &str) -> Result<Option<Vec<Watermarks>>, Unavailable> {
-        let timeout = self.config.timeout;
-        let reader = self.reader()?;
-        let looked = (|| {
-            let metadata = reader.fetch_metadata(Some(topic), timeout)?;
-            let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
-            if found.error().is_some() || found.partitions().is_empty() {
-                return Ok(None);
-            }
-            let mut marks = Vec::with_capacity(found.partitions().len());
-            for partition in found.partitions() {
-                let (low, high) = reader.fetch_watermarks(topic, partition.id(), timeout)?;
-                marks.push((partition.id(), low, high));
-            }
-            Ok(Some(marks))
-        })();
-        looked.map_err(|e: rdkafka::error::KafkaError| {
-            self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-            unavailable(e)
-        })
-    }
-
-    /// The client that reads single offsets (made on first use: most relays never need it).
-    fn reader(&self) -> Result<Arc<BaseConsumer<Logged>>, Unavailable> {
-        let mut reader = self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(made) = &*reader {
-            return Ok(made.clone());
-        }
-        let config = client::reader_config(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
-        let made: Arc<BaseConsumer<Logged>> =
-            Arc::new(config.create_with_context(Logged).map_err(|e| Unavailable(format!("kafka: {e}")))?);
-        *reader = Some(made.clone());
-        Ok(made)
-    }
-
-    /// The event id header of each message at `offsets` of `topic`'s `partition` that holds one
-    /// (a compacted-away offset holds none). Reads forward from the lowest offset, seeking ahead
-    /// over long gaps: a page of a relay's rows lies close together in a partition.
-    fn event_ids_at(
-        &self,
-        topic: &str,
-        (partition, high): (i32, i64),
-        offsets: &BTreeSet<i64>,
-    ) -> Result<HashMap<i64, String>, Unavailable> {
-        /// Read through a gap this long rather than seek over it.
-        const SEEK_OVER: i64 = 1000;
-        let _reading = self.reading.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let reader = self.reader()?;
-        let seek = |offset: i64| -> Result<(), Unavailable> {
-            let mut assignment = TopicPartitionList::new();
-            assignment.add_partition_offset(topic, partition, Offset::Offset(offset)).map_err(unavailable)?;
-            reader.assign(&assignment).map_err(unavailable)
-        };
-        let mut found = HashMap::new();
-        let mut wanted = offsets.iter().copied().peekable();
-        let Some(&first) = wanted.peek() else { return Ok(found) };
-        seek(first)?;
-        let header = self.config.event_id_header();
-        let mut last_error = String::new();
-        let mut deadline = std::time::Instant::now() + self.config.timeout;
-        while let Some(&next) = wanted.peek() {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                // The next look reads with a new client.
-                self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                return Err(Unavailable(format!(
-                    "kafka: no answer reading {topic} [{partition}] at {next}{last_error}"
-                )));
-            }
-            let message = match reader.poll(left) {
-                Some(Ok(m)) if m.topic() == topic && m.partition() == partition => m,
-                Some(Ok(_)) | None => continue,
-                // A broker of the cluster that is down shows here too (a node restarting, a
-                // leader moving): the partition's new leader may still answer in time.
-                Some(Err(e)) => {
-                    last_error = format!(" ({e})");
-                    continue;
-                }
-            };
-            deadline = std::time::Instant::now() + self.config.timeout;
-            let at = message.offset();
-            // Offsets passed over hold no message (compacted away); none lies past the end.
-            while wanted.next_if(|&o| o < at).is_some() {}
-            if wanted.next_if_eq(&at).is_some() {
-                let headers = message::readable_headers(message.headers()).unwrap_or_default();
-                let id = headers.iter().find(|(name, _)| name == header.as_bytes()).map(|(_, value)| value);
-                found.insert(at, id.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default());
-            }
-            if at + 1 >= high {
-                wanted.by_ref().for_each(drop);
-            }
-            if let Some(&next) = wanted.peek()
-                && next - at > SEEK_OVER
-            {
-                seek(next)?;
-            }
-        }
-        // Nothing more is fetched for this partition while the reader waits for the next look.
-        let _ = reader.unassign();
-        Ok(found)
-    }
 }
-
-/// A partition with its low and high watermarks.
-type Watermarks = (i32, i64, i64);
 
 fn unavailable(e: rdkafka::error::KafkaError) -> Unavailable {
     Unavailable(format!("kafka: {e}"))

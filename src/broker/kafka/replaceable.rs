@@ -15,12 +15,11 @@ use std::sync::{Arc, PoisonError, RwLock};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::ThreadedProducer;
 
-use super::client::{self, KafkaSetupError};
+use super::client::{self, KafkaSetupError, Logged};
 use super::config::KafkaConfig;
-use super::reports::Reports;
 
 /// A producer the relay's batches share; its context gathers delivery reports.
-pub(super) type Producer = Arc<ThreadedProducer<Reports>>;
+pub(super) type Producer = Arc<ThreadedProducer<Logged>>;
 
 pub(super) struct Replaceable {
     /// One message per request (`linger.ms = 0`, one message a batch).
@@ -84,5 +83,5 @@ pub(super) fn make(config: &KafkaConfig, alone: bool) -> Result<Producer, KafkaS
     if alone {
         settings.set("linger.ms", "0").set("batch.num.messages", "1");
     }
-    settings.create_with_context(Reports).map(Arc::new).map_err(|e| KafkaSetupError::Client(e.to_string()))
+    settings.create_with_context(Logged).map(Arc::new).map_err(|e| KafkaSetupError::Client(e.to_string()))
 }

@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
@@ -30,7 +28,7 @@ pub(super) struct Batch {
 }
 
 /// A message's place in its batch: the opaque librdkafka hands back with its report.
-pub(super) struct Place {
+pub(crate) struct Place {
     batch: Arc<Batch>,
     index: usize,
 }
@@ -76,22 +74,9 @@ impl Batch {
     }
 }
 
-/// The relay's producer's context: librdkafka's log as [`Logged`] says it, and each delivery
-/// report written to its message's place.
-#[derive(Clone, Default)]
-pub(super) struct Reports;
-
-impl ClientContext for Reports {
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
-        Logged.log(level, facility, line)
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        Logged.error(error, reason)
-    }
-}
-
-impl ProducerContext for Reports {
+/// The relay's producer's context is [`Logged`] (its log lines as every Kafka client of
+/// handoff says them), which also writes each delivery report to its message's place.
+impl ProducerContext for Logged {
     type DeliveryOpaque = Box<Place>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, place: Box<Place>) {
