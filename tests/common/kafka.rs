@@ -209,30 +209,32 @@ pub async fn read_all_on(bootstrap: &str, topic: &str) -> Vec<Read> {
     .unwrap()
 }
 
-/// The broker id leading `partition` of `topic` on the cluster at `bootstrap`.
-pub async fn leader(bootstrap: &str, topic: &str, partition: i32) -> i32 {
+/// The leader and in-sync replicas of `partition` of `topic` on the cluster at `bootstrap`,
+/// `None` while the metadata does not list them (a node stopping or starting, a leader being
+/// elected): callers wait for what they need.
+async fn partition_state(bootstrap: &str, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
     let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
-        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
-        let found = metadata.topics().iter().find(|t| t.name() == topic).expect("the topic");
-        found.partitions().iter().find(|p| p.id() == partition).expect("the partition").leader()
+        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).ok()?;
+        let found = metadata.topics().iter().find(|t| t.name() == topic)?;
+        let state = found.partitions().iter().find(|p| p.id() == partition)?;
+        (state.leader() >= 0).then(|| (state.leader(), state.isr().to_vec()))
     })
     .await
     .unwrap()
 }
 
-/// The broker ids in sync for `partition` of `topic` on the cluster at `bootstrap`.
+/// The broker id leading `partition` of `topic` on the cluster at `bootstrap`, once one does.
+pub async fn leader(bootstrap: &str, topic: &str, partition: i32) -> i32 {
+    let what = format!("a leader of {topic}-{partition}");
+    super::eventually(&what, || async { partition_state(bootstrap, topic, partition).await.map(|(l, _)| l) }).await
+}
+
+/// The broker ids in sync for `partition` of `topic` on the cluster at `bootstrap` (none while
+/// the metadata does not say).
 pub async fn in_sync(bootstrap: &str, topic: &str, partition: i32) -> Vec<i32> {
-    let (topic, bootstrap) = (topic.to_owned(), bootstrap.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
-        let metadata = consumer.fetch_metadata(Some(&topic), TIMEOUT).expect("metadata");
-        let found = metadata.topics().iter().find(|t| t.name() == topic).expect("the topic");
-        found.partitions().iter().find(|p| p.id() == partition).expect("the partition").isr().to_vec()
-    })
-    .await
-    .unwrap()
+    partition_state(bootstrap, topic, partition).await.map(|(_, isr)| isr).unwrap_or_default()
 }
 
 /// Three KRaft nodes of the test's own (`scripts/services kafka-cluster`): replication factor 3
