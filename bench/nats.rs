@@ -6,7 +6,6 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -136,48 +135,52 @@ pub async fn relay(env: &BenchEnv, server: &NatsServer, n: usize, batch: u32) ->
     Ok(Run { rows_per_sec, peak_rss_kb, cpu_seconds, pg_cpu_seconds, redis_cpu_seconds: broker_cpu, ..Run::default() })
 }
 
-/// A message as the relay publishes a filled row: the payload as the body, the other columns
-/// as headers, the event id as `Nats-Msg-Id`.
-fn message(i: usize) -> (HeaderMap, Bytes) {
+/// An entry as the relay makes one from a filled row: the payload is the body, the other
+/// columns headers, the event id `Nats-Msg-Id`.
+fn entry(i: usize) -> Entry {
     let id = format!("l-{i}");
-    let mut headers = HeaderMap::new();
-    headers.insert("Nats-Msg-Id", id.as_str());
-    headers.insert("event_id", id.as_str());
-    headers.insert("event_type", "auth.mfa_policy_changed");
-    headers.insert("aggregate_type", "user");
-    headers.insert("aggregate_id", format!("user-{}", i % 1000).as_str());
-    headers.insert("owner", "bench");
-    headers.insert("headers", r#"{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#);
     let body = format!(
         r#"{{"auditId":"{id}","actor":"admin@example.com","userId":"user-{}","policy":"mfa_required","reason":"{}"}}"#,
         i % 1000,
         "0123456789abcdef0123456789abcdef".repeat(5)
     );
-    (headers, body.into())
+    let fields: [(&str, String); 7] = [
+        ("event_id", id.clone()),
+        ("event_type", "auth.mfa_policy_changed".into()),
+        ("aggregate_type", "user".into()),
+        ("aggregate_id", format!("user-{}", i % 1000)),
+        ("owner", "bench".into()),
+        ("headers", r#"{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#.into()),
+        ("payload", body),
+    ];
+    Entry {
+        stream: "bench.user".into(),
+        fields: fields.into_iter().map(|(k, v)| (Bytes::from_static(k.as_bytes()), Bytes::from(v))).collect(),
+        event_id: id,
+        run: None,
+        trace: None,
+    }
 }
 
-/// JetStream's own limit for what the relay does per batch: publish `batch` messages with ids,
-/// all in flight, each with a reply subject under one inbox per batch (as the relay does: one
-/// subscription gathers the batch's PubAcks), await every PubAck, next batch; no database.
-/// Returns messages/s and this process's CPU seconds for them (the client's cost alone).
+/// JetStream's own limit for what the relay does per batch, through the relay's own publish
+/// path (the same connection, the same batches, no database): `batch` messages with ids, all in
+/// flight, every PubAck awaited, next batch. Returns messages/s and this process's CPU seconds
+/// for them (the publishing alone).
 pub async fn publish_limit(server: &NatsServer, n: usize, batch: usize) -> anyhow::Result<(f64, f64)> {
     server.fresh_stream().await?;
-    let client = async_nats::connect(server.url()).await?;
+    let config = NatsConfig { timeout: Duration::from_secs(10), ..NatsConfig::new(&server.url(), STREAM) };
+    let stream = NatsStream::connect(&config, "payload").await?;
+    let batches: Vec<Vec<Entry>> =
+        (0..n).step_by(batch).map(|start| (start..(start + batch).min(n)).map(entry).collect()).collect();
     let cpu = resources(std::process::id()).1;
     let started = Instant::now();
-    for start in (0..n).step_by(batch) {
-        let end = (start + batch).min(n);
-        let inbox = client.new_inbox();
-        let mut acks = client.subscribe(format!("{inbox}.*")).await?;
-        for i in start..end {
-            let (headers, body) = message(i);
-            client.publish_with_reply_and_headers("bench.user", format!("{inbox}.{i}"), headers, body).await?;
-        }
-        for _ in start..end {
-            let ack = acks.next().await.ok_or_else(|| anyhow::anyhow!("the PubAcks' subscription ended"))?;
-            let ack: serde_json::Value = serde_json::from_slice(&ack.payload)?;
-            anyhow::ensure!(ack["seq"].is_u64(), "not a PubAck: {ack}");
-        }
+    for entries in &batches {
+        let outcomes = stream.append(entries, &AppendOptions::default()).await;
+        anyhow::ensure!(
+            outcomes.iter().all(|o| matches!(o, handoff::AppendOutcome::Appended(_))),
+            "publishing failed: {:?}",
+            outcomes.iter().find(|o| !matches!(o, handoff::AppendOutcome::Appended(_)))
+        );
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
     Ok((rate, resources(std::process::id()).1 - cpu))

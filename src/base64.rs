@@ -1,16 +1,25 @@
-//! Base64 (RFC 4648, padded): how binary stream fields are kept in JSON poison records, and how
-//! HTTP basic credentials are written.
+//! Base64 (RFC 4648): padded, how binary stream fields are kept in JSON poison records and how
+//! HTTP basic credentials are written; URL-safe without padding, how a NATS NKey signature is
+//! sent.
 
 /// `data` as base64, padded.
 pub(crate) fn encode(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    encode_with(data, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", true)
+}
+
+/// `data` as URL-safe base64 (`-` and `_`), unpadded.
+pub(crate) fn encode_url(data: &[u8]) -> String {
+    encode_with(data, b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", false)
+}
+
+fn encode_with(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
         let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
+                out.push(alphabet[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else if pad {
                 out.push('=');
             }
         }
@@ -56,5 +65,6 @@ mod tests {
             assert_eq!(decode(&encode(data)).as_deref(), Some(data));
         }
         assert_eq!(decode("not base64!"), None);
+        assert_eq!(encode_url(b"\xfb\xff"), "-_8");
     }
 }

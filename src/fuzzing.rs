@@ -19,6 +19,11 @@ pub fn redis_reply(data: &[u8]) {
     while let Ok(Some(_)) = crate::broker::redis::parse_reply(&mut buf) {}
 }
 
+/// What a NATS server sends a relay's publishing connection, operation after operation.
+pub fn nats_server_ops(data: &[u8]) {
+    crate::broker::nats::server_ops(data)
+}
+
 /// A configuration file (and the environment overrides it names are not read).
 pub fn config_file(data: &[u8]) {
     if let Ok(text) = from_utf8(data) {

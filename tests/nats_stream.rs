@@ -335,6 +335,45 @@ async fn the_token_is_read_from_its_file_and_without_it_the_server_is_unavailabl
 }
 
 #[tokio::test]
+async fn an_nkey_seed_and_a_user_password_each_authenticate_and_a_key_the_server_does_not_know_is_unavailable() {
+    let key = nkeys::KeyPair::new_user();
+    let dir = tempfile::tempdir().unwrap();
+    let server_config = dir.path().join("nats.conf");
+    let users = format!(
+        "authorization {{ users = [ {{ nkey: {} }}, {{ user: relay, password: s3cret }} ] }}\n",
+        key.public_key()
+    );
+    std::fs::write(&server_config, users).unwrap();
+    let server = NatsServer::start_with(&["-c", server_config.to_str().unwrap()]).await;
+    let admin = async_nats::ConnectOptions::with_user_and_password("relay".into(), "s3cret".into());
+    common::nats_server::create_audit_stream(admin.connect(server.url()).await.unwrap()).await;
+    let (seed_file, password_file) = (dir.path().join("seed"), dir.path().join("password"));
+    std::fs::write(&seed_file, format!("{}\n", key.seed().unwrap())).unwrap();
+    std::fs::write(&password_file, "s3cret\n").unwrap();
+    let appended = |outcomes: Vec<AppendOutcome>| matches!(outcomes[0], AppendOutcome::Appended(_));
+
+    let base = NatsConfig { timeout: TIMEOUT, ..NatsConfig::new(&server.url(), "AUDIT") };
+    let by_key = NatsConfig { nkey_file: Some(seed_file.clone()), ..base.clone() };
+    let by_key = NatsStream::connect(&by_key, "payload").await.unwrap();
+    let outcomes = by_key.append(&[entry("audit.user", "k-1", None)], &AppendOptions::default()).await;
+    assert!(appended(outcomes.clone()), "{outcomes:?}");
+    let by_password = NatsConfig { user: Some("relay".into()), password_file: Some(password_file), ..base.clone() };
+    let by_password = NatsStream::connect(&by_password, "payload").await.unwrap();
+    let outcomes = by_password.append(&[entry("audit.user", "k-2", None)], &AppendOptions::default()).await;
+    assert!(appended(outcomes.clone()), "{outcomes:?}");
+
+    let stranger = dir.path().join("stranger");
+    std::fs::write(&stranger, nkeys::KeyPair::new_user().seed().unwrap()).unwrap();
+    let unknown = NatsStream::connect(&NatsConfig { nkey_file: Some(stranger), ..base.clone() }, "payload").await;
+    let outcomes = unknown.unwrap().append(&[entry("audit.user", "k-3", None)], &AppendOptions::default()).await;
+    assert!(matches!(&outcomes[0], AppendOutcome::Unavailable(e) if e.contains("Authorization")), "{outcomes:?}");
+
+    std::fs::write(&seed_file, "not a seed").unwrap();
+    let error = NatsStream::connect(&NatsConfig { nkey_file: Some(seed_file), ..base }, "payload").await.err();
+    assert!(error.expect("a file without a seed is an error").to_string().contains("nats.nkey_file"));
+}
+
+#[tokio::test]
 async fn check_names_a_missing_stream_and_a_duplicate_window_shorter_than_the_relays_retry_horizon() {
     let env = common::TestEnv::new().await;
     let server = NatsServer::start().await;

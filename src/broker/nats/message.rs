@@ -1,12 +1,13 @@
 //! What an entry becomes on NATS: the message (the payload field as the body, every other field
-//! a header, `Nats-Msg-Id` the event id), and the subjects a row may not reach.
+//! a header, `Nats-Msg-Id` the event id) written as the protocol's `HPUB`, and the subjects a row
+//! may not reach.
 
-use std::str::FromStr;
-
-use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use crate::broker::seam::Entry;
+
+/// The header JetStream drops a repeat by.
+const MESSAGE_ID: &str = "Nats-Msg-Id";
 
 /// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
 #[derive(Debug, thiserror::Error)]
@@ -15,55 +16,87 @@ pub(super) enum Unsendable {
     FieldName,
     #[error("field {0} is not UTF-8")]
     NotText(String),
-    #[error("field {0} cannot be a NATS header name: {1}")]
-    HeaderName(String, String),
-    #[error("field {0} cannot be a NATS header value: {1}")]
-    HeaderValue(String, String),
-    #[error("the event id cannot be a NATS header value: {0}")]
-    EventId(String),
+    #[error("field {0} cannot be a NATS header name: it must be printable ASCII without `:`")]
+    HeaderName(String),
+    #[error("field {0} cannot be a NATS header value: it holds a line break")]
+    HeaderValue(String),
+    #[error("the event id cannot be a NATS header value: it holds a line break")]
+    EventId,
 }
 
-/// The header names of a batch's messages, each checked and made once: a relay's entries
-/// share their field names (they come from its configuration, not from rows), and a name made
-/// again is cloned, not checked and copied per message.
-#[derive(Default)]
-pub(super) struct HeaderNames(Vec<(Bytes, HeaderName)>);
-
-impl HeaderNames {
-    fn get(&mut self, name: &Bytes) -> Result<HeaderName, Unsendable> {
-        if let Some((_, made)) = self.0.iter().find(|(known, _)| known == name) {
-            return Ok(made.clone());
-        }
-        let text = std::str::from_utf8(name).map_err(|_| Unsendable::FieldName)?;
-        let made = HeaderName::from_str(text).map_err(|e| Unsendable::HeaderName(text.to_owned(), e.to_string()))?;
-        self.0.push((name.clone(), made.clone()));
-        Ok(made)
-    }
+/// The fields `entry` sends as headers: every one but `body_field`, and none named as the
+/// message-id header (the event id is sent under it).
+fn header_fields<'a>(body_field: &'a [u8], entry: &'a Entry) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+    let fields = entry.fields.iter().map(|(name, value)| (&name[..], &value[..]));
+    fields.filter(move |(name, _)| *name != body_field && !name.eq_ignore_ascii_case(MESSAGE_ID.as_bytes()))
 }
 
-/// The message for `entry`: its body and headers, or why its fields cannot travel as NATS
-/// headers (the entry's own data: it is rejected, its neighbours go on).
-pub(super) fn message(
-    body_field: &Bytes,
-    entry: &Entry,
-    names: &mut HeaderNames,
-) -> Result<(HeaderMap, Bytes), Unsendable> {
-    let mut headers = HeaderMap::new();
-    let mut body = Bytes::new();
-    for (name, value) in &entry.fields {
-        if name == body_field {
-            body = value.clone();
-            continue;
+fn has_line_break(text: &[u8]) -> bool {
+    text.iter().any(|&b| b == b'\r' || b == b'\n')
+}
+
+/// Why `entry` cannot travel as a NATS message (its own data: it is rejected, its neighbours go
+/// on), if it cannot. Checked once per entry; encoding trusts it.
+pub(super) fn problem(body_field: &[u8], entry: &Entry) -> Option<Unsendable> {
+    for (name, value) in header_fields(body_field, entry) {
+        if name.is_empty() || !name.iter().all(|&b| b.is_ascii_graphic() && b != b':') {
+            let text = std::str::from_utf8(name).map(str::to_owned);
+            return Some(text.map_or(Unsendable::FieldName, Unsendable::HeaderName));
         }
-        let header = names.get(name)?;
-        let value = std::str::from_utf8(value).map_err(|_| Unsendable::NotText(header.to_string()))?;
-        let value =
-            HeaderValue::from_str(value).map_err(|e| Unsendable::HeaderValue(header.to_string(), e.to_string()))?;
-        headers.insert(header, value);
+        // Printable ASCII: the name is text.
+        let named = || String::from_utf8_lossy(name).into_owned();
+        if std::str::from_utf8(value).is_err() {
+            return Some(Unsendable::NotText(named()));
+        }
+        if has_line_break(value) {
+            return Some(Unsendable::HeaderValue(named()));
+        }
     }
-    let id = HeaderValue::from_str(&entry.event_id).map_err(|e| Unsendable::EventId(e.to_string()))?;
-    headers.insert(NATS_MESSAGE_ID, id);
-    Ok((headers, body))
+    has_line_break(entry.event_id.as_bytes()).then_some(Unsendable::EventId)
+}
+
+/// The size the server counts against its `max_payload`: header block and body.
+pub(super) fn size(body_field: &[u8], entry: &Entry) -> usize {
+    let (header_len, body) = measure(body_field, entry);
+    header_len + body.len()
+}
+
+fn measure<'a>(body_field: &[u8], entry: &'a Entry) -> (usize, &'a [u8]) {
+    let body = entry.fields.iter().find(|(name, _)| name == body_field).map_or(&b""[..], |(_, value)| value);
+    let lines: usize = header_fields(body_field, entry).map(|(name, value)| name.len() + value.len() + 4).sum();
+    let id = MESSAGE_ID.len() + entry.event_id.len() + 4;
+    ("NATS/1.0\r\n".len() + lines + id + 2, body)
+}
+
+/// Appends `entry` (checked by [`problem`]) as `HPUB <subject> <reply> <header size> <size>`,
+/// its header block and its body.
+pub(super) fn encode(out: &mut BytesMut, body_field: &[u8], entry: &Entry, reply: &str, place: usize) {
+    let (header_len, body) = measure(body_field, entry);
+    let mut number = itoa::Buffer::new();
+    out.reserve(entry.stream.len() + reply.len() + header_len + body.len() + 48);
+    out.extend_from_slice(b"HPUB ");
+    out.extend_from_slice(entry.stream.as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(reply.as_bytes());
+    out.extend_from_slice(b".");
+    out.extend_from_slice(number.format(place).as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(number.format(header_len).as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(number.format(header_len + body.len()).as_bytes());
+    out.extend_from_slice(b"\r\nNATS/1.0\r\n");
+    for (name, value) in header_fields(body_field, entry) {
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(MESSAGE_ID.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(entry.event_id.as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Why `subject` (rendered from a row's values) cannot be published to: a row must not reach
@@ -81,6 +114,8 @@ pub(super) fn subject_problem(subject: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn entry(fields: &[(&'static str, &'static str)]) -> Entry {
@@ -89,20 +124,23 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_makes_each_header_name_once_and_a_bad_name_is_still_the_entrys_fault() {
-        let body = Bytes::from_static(b"payload");
-        let mut names = HeaderNames::default();
-        for _ in 0..3 {
-            let good = entry(&[("event_type", "user.changed"), ("payload", "{}"), ("Nats-Msg-Id", "spoofed")]);
-            let (headers, value) = message(&body, &good, &mut names).unwrap();
-            assert_eq!(&value[..], b"{}");
-            assert_eq!(headers.get("event_type").map(|v| v.as_str()), Some("user.changed"));
-            assert_eq!(headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("e-1"), "the event id, not a field");
-        }
-        assert_eq!(names.0.len(), 2, "event_type and Nats-Msg-Id, made once each");
-        let bad = message(&body, &entry(&[("a:b", "x")]), &mut names).unwrap_err();
+    fn an_entry_is_one_hpub_whose_sizes_count_its_headers_and_body_and_the_event_id_is_its_message_id() {
+        let good = entry(&[("event_type", "user.changed"), ("payload", "{}"), ("Nats-Msg-Id", "spoofed")]);
+        assert!(problem(b"payload", &good).is_none());
+        let mut out = BytesMut::new();
+        encode(&mut out, b"payload", &good, "_INBOX.x", 3);
+        let expected = "HPUB audit.user _INBOX.x.3 56 58\r\nNATS/1.0\r\nevent_type: user.changed\r\nNats-Msg-Id: e-1\r\n\r\n{}\r\n";
+        assert_eq!(std::str::from_utf8(&out).unwrap(), expected, "the event id, not a field");
+        assert_eq!(size(b"payload", &good), 58);
+    }
+
+    #[test]
+    fn a_field_that_cannot_be_a_header_is_the_entrys_fault_and_names_the_field() {
+        let bad = problem(b"payload", &entry(&[("a:b", "x")])).unwrap();
         assert!(bad.to_string().contains("a:b"), "{bad}");
-        let bad = message(&body, &entry(&[("note", "line\r\nbreak")]), &mut names).unwrap_err();
+        let bad = problem(b"payload", &entry(&[("note", "line\r\nbreak")])).unwrap();
         assert!(bad.to_string().contains("note"), "{bad}");
+        let bad = problem(b"payload", &Entry { event_id: "e\n1".into(), ..entry(&[]) }).unwrap();
+        assert!(bad.to_string().contains("event id"), "{bad}");
     }
 }

@@ -5,12 +5,14 @@
 //! `Nats-Msg-Id` = event id, so the stream's duplicate window drops a repeat and its PubAck says
 //! so (`duplicate`): handoff's `Duplicate`. The PubAck's stream sequence is the entry id. A
 //! batch's publishes are all sent before any acknowledgement is awaited (many in flight, never a
-//! round trip per entry), their PubAcks gathered on one subscription (`publish`); the entries of an ordered run are published one after the other, each
-//! after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so a
-//! run lands in order or its tail comes back for the next batch.
+//! round trip per entry) on one of the relay's own connections (`link`), their PubAcks gathered
+//! on its inbox (`publish`); the entries of an ordered run are published one after the other,
+//! each after the previous one's PubAck, and stop at the first failure (the rest `Skipped`), so
+//! a run lands in order or its tail comes back for the next batch.
 
 pub(crate) mod config;
 pub(crate) mod group;
+mod link;
 mod message;
 mod publish;
 mod unreadable;
@@ -19,6 +21,13 @@ mod unreadable;
 #[cfg(fuzzing)]
 pub(crate) fn check_headers(raw: &[u8]) {
     let _ = (unreadable::header_problem(raw), unreadable::lenient_fields(raw));
+}
+
+/// Operations from a NATS server (or whoever answers on a plain `nats://` connection), taken as
+/// a publishing link takes them (the fuzz target).
+#[cfg(fuzzing)]
+pub(crate) fn server_ops(data: &[u8]) {
+    link::parse_all(data)
 }
 
 use std::sync::Arc;
@@ -57,6 +66,8 @@ pub struct NatsStream {
     /// The entry field that becomes the message body; every other field is a header.
     body_field: Bytes,
     reconnects: Arc<Notify>,
+    /// The relay's own publishing connections.
+    links: Arc<link::Links>,
     /// How long a call may wait for the server.
     timeout: Duration,
 }
@@ -83,32 +94,57 @@ fn secret(key: &'static str, file: &std::path::Path) -> Result<String, NatsSetup
     Ok(text.trim().to_owned())
 }
 
-/// The connect options `config` asks for: TLS (verified unless its mode says otherwise) and the
-/// one way to authenticate, each secret read from its file.
-async fn options(config: &NatsConfig) -> Result<async_nats::ConnectOptions, NatsSetupError> {
-    let mut options = async_nats::ConnectOptions::new();
-    if config.tls_required() {
-        let mode = config.tls.mode_or(TlsMode::VerifyFull);
-        let tls = crate::tls::client_config("nats.tls", mode, &config.tls)?;
-        options = options.require_tls(true).tls_client_config(tls);
+/// The TLS client configuration `config` asks for, if it asks for TLS (verified unless its mode
+/// says otherwise).
+fn tls(config: &NatsConfig) -> Result<Option<Arc<rustls::ClientConfig>>, NatsSetupError> {
+    if !config.tls_required() {
+        return Ok(None);
     }
+    let mode = config.tls.mode_or(TlsMode::VerifyFull);
+    Ok(Some(Arc::new(crate::tls::client_config("nats.tls", mode, &config.tls)?)))
+}
+
+/// The one way `config` authenticates, each secret read from its file.
+fn auth(config: &NatsConfig) -> Result<link::Auth, NatsSetupError> {
+    let unreadable =
+        |key, file: &std::path::Path, detail: String| NatsSetupError::Unreadable { key, file: file.to_owned(), detail };
     if let Some(file) = &config.token_file {
-        options = options.token(secret("nats.token_file", file)?);
+        return Ok(link::Auth::Token(secret("nats.token_file", file)?));
     }
     if let (Some(user), Some(file)) = (&config.user, &config.password_file) {
-        options = options.user_and_password(user.clone(), secret("nats.password_file", file)?);
+        return Ok(link::Auth::User { user: user.clone(), password: secret("nats.password_file", file)? });
     }
     if let Some(file) = &config.nkey_file {
-        options = options.nkey(secret("nats.nkey_file", file)?);
+        let key = nkeys::KeyPair::from_seed(&secret("nats.nkey_file", file)?)
+            .map_err(|_| unreadable("nats.nkey_file", file, "it holds no NKey seed".into()))?;
+        return Ok(link::Auth::Nkey(Arc::new(key)));
     }
     if let Some(file) = &config.credentials_file {
-        options = options.credentials_file(file).await.map_err(|e| NatsSetupError::Unreadable {
-            key: "nats.credentials_file",
-            file: file.clone(),
-            detail: e.kind().to_string(),
-        })?;
+        let text = secret("nats.credentials_file", file)?;
+        return link::Auth::credentials(&text).map_err(|e| unreadable("nats.credentials_file", file, e));
     }
-    Ok(options)
+    Ok(link::Auth::None)
+}
+
+/// async-nats's connect options for `auth` over `tls`.
+fn options(auth: &link::Auth, tls: Option<&Arc<rustls::ClientConfig>>) -> async_nats::ConnectOptions {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(tls) = tls {
+        options = options.require_tls(true).tls_client_config(rustls::ClientConfig::clone(tls));
+    }
+    match auth {
+        link::Auth::None => options,
+        link::Auth::Token(token) => options.token(token.clone()),
+        link::Auth::User { user, password } => options.user_and_password(user.clone(), password.clone()),
+        link::Auth::Nkey(key) => options.nkey(key.seed().unwrap_or_default()),
+        link::Auth::Credentials { jwt, key } => {
+            let key = key.clone();
+            options.jwt(jwt.clone(), move |nonce| {
+                let key = key.clone();
+                async move { key.sign(&nonce).map_err(async_nats::AuthError::new) }
+            })
+        }
+    }
 }
 
 impl NatsStream {
@@ -122,8 +158,8 @@ impl NatsStream {
             .collect::<Result<Vec<_>, _>>()?;
         let reconnects = Arc::new(Notify::new());
         let notify = reconnects.clone();
-        let client = options(config)
-            .await?
+        let (tls, auth) = (tls(config)?, auth(config)?);
+        let client = options(&auth, tls.as_ref())
             .connection_timeout(timeout)
             .request_timeout(Some(timeout))
             // The client drops a connection once two pings go unanswered: a silent network
@@ -151,7 +187,10 @@ impl NatsStream {
             .map_err(|e| NatsSetupError::Url(e.to_string()))?;
         let mut jetstream = async_nats::jetstream::new(client.clone());
         jetstream.set_timeout(timeout);
+        let links = link::Links::new(config.urls(), tls, auth, client.clone())
+            .map_err(|e| NatsSetupError::Url(e.to_string()))?;
         Ok(Self {
+            links: Arc::new(links),
             client,
             jetstream,
             stream: stream.to_owned(),
@@ -163,7 +202,7 @@ impl NatsStream {
 
     /// Publishes `entries`, all in flight together: their outcomes, in order.
     async fn publish(&self, entries: &[&Entry]) -> Vec<AppendOutcome> {
-        publish::publish(&self.client, &self.body_field, entries, self.timeout).await
+        publish::publish(&self.links, &self.body_field, entries, self.timeout).await
     }
 
     /// The settings of the JetStream stream, `None` if it does not exist.

@@ -1,107 +1,118 @@
-//! A batch published to JetStream with one subscription for its PubAcks: each message goes out
-//! with a reply subject under a fresh inbox (`<inbox>.<place in the batch>`), and every PubAck
-//! comes back on the one subscription to that inbox. This is JetStream's publish protocol, on
-//! the core client: async-nats's JetStream publish makes a request per message (an inbox, a
-//! channel, a timer and a boxed future each), which cost more than the rest of the relay
+//! A batch published to JetStream on one of the relay's own connections (`link`): every
+//! message is written into one buffer as `HPUB` with a reply subject under the connection's
+//! inbox (`<inbox>.<place in the batch>`), and the PubAcks come back on the one subscription to
+//! that inbox. This is JetStream's publish protocol without a client's machinery: async-nats's
+//! JetStream publish makes a request per message (an inbox, a channel, a timer and a boxed
+//! future each), and even its core publish passes each message, as a header map, through a
+//! channel to its connection task — together more CPU than the rest of the relay
 //! (docs/dev/performance-method.md).
 
 use std::time::Duration;
 
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::response::Response;
-use async_nats::{Client, StatusCode};
-use futures_util::StreamExt;
+use bytes::BytesMut;
 
+use super::link::{Failure, LinkError, Links};
 use super::message;
 use crate::broker::seam::{AppendOutcome, Entry};
 
 /// Publishes `entries` and gathers their outcomes, in order: every message sent before any
-/// PubAck is awaited; an entry whose PubAck does not come within `timeout` of the last send is
-/// an outage (published again later, its `Nats-Msg-Id` lets the stream drop the repeat).
+/// PubAck is awaited; an entry whose PubAck does not come within `timeout` is an outage
+/// (published again later, its `Nats-Msg-Id` lets the stream drop the repeat).
 pub(super) async fn publish(
-    client: &Client,
-    body_field: &bytes::Bytes,
+    links: &Links,
+    body_field: &[u8],
     entries: &[&Entry],
     timeout: Duration,
 ) -> Vec<AppendOutcome> {
     // What cannot travel is the row's own fault, whatever the connection's state.
-    let mut outcomes: Vec<Option<AppendOutcome>> = Vec::with_capacity(entries.len());
-    let mut messages = Vec::with_capacity(entries.len());
-    let mut names = message::HeaderNames::default();
-    for entry in entries {
-        let message = match message::subject_problem(&entry.stream) {
-            Some(problem) => Err(problem),
-            None => message::message(body_field, entry, &mut names).map_err(|e| e.to_string()),
-        };
-        outcomes.push(message.as_ref().err().map(|e| AppendOutcome::Rejected(e.clone())));
-        messages.push(message.ok());
-    }
+    let mut outcomes: Vec<Option<AppendOutcome>> = entries
+        .iter()
+        .map(|entry| {
+            let problem = message::subject_problem(&entry.stream)
+                .or_else(|| message::problem(body_field, entry).map(|e| e.to_string()));
+            problem.map(AppendOutcome::Rejected)
+        })
+        .collect();
     if outcomes.iter().all(Option::is_some) {
         return outcomes.into_iter().flatten().collect();
     }
-    let inbox = client.new_inbox();
-    let mut acks = match tokio::time::timeout(timeout, client.subscribe(format!("{inbox}.*"))).await {
-        Ok(Ok(acks)) => acks,
-        Ok(Err(e)) => return fill(outcomes, AppendOutcome::Unavailable(format!("nats: {e}"))),
-        Err(_) => return fill(outcomes, no_answer(timeout)),
+    let outage = match tokio::time::timeout(timeout, exchange(links, body_field, entries, &mut outcomes)).await {
+        Ok(Ok(())) => no_answer(timeout),
+        Ok(Err(e)) => AppendOutcome::Unavailable(e.to_string()),
+        // The link is dropped with the exchange: a PubAck that comes later goes nowhere.
+        Err(_) => no_answer(timeout),
     };
-    let mut waiting = 0;
-    for (i, (entry, message)) in entries.iter().zip(messages).enumerate() {
-        let Some((headers, body)) = message else { continue };
-        // The client queues while it reconnects; a queue that stays full is an outage, and
-        // the rest of the batch waits for the next turn rather than a timeout each.
-        let sent = client.publish_with_reply_and_headers(entry.stream.clone(), format!("{inbox}.{i}"), headers, body);
-        match tokio::time::timeout(timeout, sent).await {
-            Ok(Ok(())) => waiting += 1,
-            Ok(Err(e)) if !matches!(e.kind(), async_nats::client::PublishErrorKind::Send) => {
-                outcomes[i] = Some(not_sent(&e))
-            }
-            Ok(Err(e)) => return fill(outcomes, not_sent(&e)),
-            Err(_) => return fill(outcomes, no_answer(timeout)),
-        }
-    }
-    let deadline = tokio::time::Instant::now() + timeout;
-    while waiting > 0 {
-        let Ok(Some(ack)) = tokio::time::timeout_at(deadline, acks.next()).await else { break };
-        let place = ack.subject.rsplit('.').next().and_then(|p| p.parse::<usize>().ok());
-        if let Some(i) = place.filter(|&i| i < entries.len() && outcomes[i].is_none()) {
-            outcomes[i] = Some(acknowledged(&ack, &entries[i].stream));
-            waiting -= 1;
-        }
-    }
-    // Dropping the subscription unsubscribes: a PubAck that comes later goes nowhere.
-    drop(acks);
-    fill(outcomes, no_answer(timeout))
+    outcomes.into_iter().map(|o| o.unwrap_or_else(|| outage.clone())).collect()
 }
 
-/// The outcomes, `outage` where none is known.
-fn fill(outcomes: Vec<Option<AppendOutcome>>, outage: AppendOutcome) -> Vec<AppendOutcome> {
-    outcomes.into_iter().map(|o| o.unwrap_or_else(|| outage.clone())).collect()
+/// Sends the entries without an outcome on a link and records each PubAck as it comes. A link
+/// that sat idle and fails before any answer (the server dropped it meanwhile) is replaced and
+/// the batch sent once more.
+async fn exchange(
+    links: &Links,
+    body_field: &[u8],
+    entries: &[&Entry],
+    outcomes: &mut [Option<AppendOutcome>],
+) -> Result<(), LinkError> {
+    let (mut link, mut fresh) = match links.take_idle() {
+        Some(link) => (link, false),
+        None => (links.connect().await?, true),
+    };
+    loop {
+        let mut out = BytesMut::new();
+        let mut expected = 0;
+        let unsent: Vec<usize> = (0..entries.len()).filter(|&i| outcomes[i].is_none()).collect();
+        for i in unsent {
+            let entry = entries[i];
+            let size = message::size(body_field, entry);
+            if link.max_payload > 0 && size > link.max_payload {
+                let max = link.max_payload;
+                let said = format!("nats: the message is {size} bytes, over the server's max_payload of {max}");
+                outcomes[i] = Some(AppendOutcome::Rejected(said));
+                continue;
+            }
+            message::encode(&mut out, body_field, entry, &link.inbox, i);
+            expected += 1;
+        }
+        let answered = link
+            .exchange(&out, expected, |place, status, payload| match outcomes.get_mut(place) {
+                Some(outcome @ None) => {
+                    *outcome = Some(acknowledged(status, payload, &entries[place].stream));
+                    true
+                }
+                _ => false,
+            })
+            .await;
+        match answered {
+            Ok(()) => {
+                links.put_idle(link);
+                return Ok(());
+            }
+            Err(Failure { answered: false, .. }) if !fresh => {
+                link = links.connect().await?;
+                fresh = true;
+            }
+            Err(Failure { why, .. }) => return Err(why),
+        }
+    }
 }
 
 fn no_answer(timeout: Duration) -> AppendOutcome {
     AppendOutcome::Unavailable(format!("nats: no PubAck within {timeout:?}"))
 }
 
-/// A publish the client refused: the entry's own fault when it is larger than the server takes
-/// (`max_payload`: no retry can send it); otherwise an outage.
-fn not_sent(error: &async_nats::PublishError) -> AppendOutcome {
-    match error.kind() {
-        async_nats::client::PublishErrorKind::MaxPayloadExceeded => AppendOutcome::Rejected(format!("nats: {error}")),
-        _ => AppendOutcome::Unavailable(format!("nats: {error}")),
-    }
-}
-
 /// The outcome JetStream's answer gives the entry: a PubAck is its sequence (a duplicate's is
 /// the first copy's); a refusal is the entry's own fault when it is too large for the stream
 /// (`max_msg_size`, or headers over the stream's limit), since no retry can store it; anything
 /// else (no stream listening, a stream that cannot store now) is an outage.
-fn acknowledged(answer: &async_nats::Message, subject: &str) -> AppendOutcome {
+fn acknowledged(status: Option<u16>, payload: &[u8], subject: &str) -> AppendOutcome {
     use async_nats::jetstream::ErrorCode;
-    if answer.status == Some(StatusCode::NO_RESPONDERS) {
+    if status == Some(503) {
         return AppendOutcome::Unavailable(format!("nats: no JetStream stream takes subject {subject}"));
     }
-    match serde_json::from_slice::<Response<PublishAck>>(&answer.payload) {
+    match serde_json::from_slice::<Response<PublishAck>>(payload) {
         Ok(Response::Ok(ack)) if ack.duplicate => AppendOutcome::Duplicate(ack.sequence.to_string()),
         Ok(Response::Ok(ack)) => AppendOutcome::Appended(ack.sequence.to_string()),
         Ok(Response::Err { error }) => {
@@ -112,7 +123,10 @@ fn acknowledged(answer: &async_nats::Message, subject: &str) -> AppendOutcome {
             let said = format!("nats: the stream refused the message: {error}");
             if too_large { AppendOutcome::Rejected(said) } else { AppendOutcome::Unavailable(said) }
         }
-        Err(e) => AppendOutcome::Unavailable(format!("nats: an answer that is no PubAck ({e})")),
+        Err(e) => AppendOutcome::Unavailable(format!(
+            "nats: an answer that is no PubAck{} ({e})",
+            status.map(|s| format!(" (status {s})")).unwrap_or_default()
+        )),
     }
 }
 
@@ -120,21 +134,9 @@ fn acknowledged(answer: &async_nats::Message, subject: &str) -> AppendOutcome {
 mod tests {
     use super::*;
 
-    fn answer(payload: &'static str, status: Option<StatusCode>) -> async_nats::Message {
-        async_nats::Message {
-            subject: "_INBOX.x.0".into(),
-            reply: None,
-            payload: bytes::Bytes::from_static(payload.as_bytes()),
-            headers: None,
-            status,
-            description: None,
-            length: payload.len(),
-        }
-    }
-
     #[test]
     fn a_pub_ack_is_the_entrys_sequence_and_only_a_message_too_large_for_the_stream_is_its_own_fault() {
-        let outcome = |payload, status| acknowledged(&answer(payload, status), "audit.user");
+        let outcome = |payload: &str, status| acknowledged(status, payload.as_bytes(), "audit.user");
         assert_eq!(outcome(r#"{"stream":"AUDIT","seq":7}"#, None), AppendOutcome::Appended("7".into()));
         assert_eq!(
             outcome(r#"{"stream":"AUDIT","seq":3,"duplicate":true}"#, None),
@@ -147,7 +149,7 @@ mod tests {
         assert!(matches!(outcome(headers, None), AppendOutcome::Rejected(_)));
         let store = r#"{"error":{"code":503,"err_code":10077,"description":"error saving message"}}"#;
         assert!(matches!(outcome(store, None), AppendOutcome::Unavailable(e) if e.contains("error saving")));
-        let nobody = outcome("", Some(StatusCode::NO_RESPONDERS));
+        let nobody = outcome("", Some(503));
         assert!(matches!(nobody, AppendOutcome::Unavailable(e) if e.contains("audit.user")));
         assert!(matches!(outcome("not json", None), AppendOutcome::Unavailable(_)));
     }
