@@ -335,6 +335,35 @@ async fn the_token_is_read_from_its_file_and_without_it_the_server_is_unavailabl
 }
 
 #[tokio::test]
+async fn a_subject_the_relay_may_not_publish_to_is_an_outage_for_its_rows_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_config = dir.path().join("nats.conf");
+    let users = "authorization { users = [ { user: admin, password: a }, { user: relay, password: r, \
+                 permissions: { publish: [\"audit.user\", \"$JS.API.>\"], subscribe: [\"_INBOX.>\"] } } ] }\n";
+    std::fs::write(&server_config, users).unwrap();
+    let server = NatsServer::start_with(&["-c", server_config.to_str().unwrap()]).await;
+    let admin = async_nats::ConnectOptions::with_user_and_password("admin".into(), "a".into());
+    common::nats_server::create_audit_stream(admin.connect(server.url()).await.unwrap()).await;
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, "r").unwrap();
+    let config = NatsConfig {
+        timeout: TIMEOUT,
+        user: Some("relay".into()),
+        password_file: Some(password_file),
+        ..NatsConfig::new(&server.url(), "AUDIT")
+    };
+    let stream = NatsStream::connect(&config, "payload").await.unwrap();
+    let batch = [entry("audit.user", "p-1", None), entry("audit.order", "p-2", None), entry("audit.user", "p-3", None)];
+    let outcomes = stream.append(&batch, &AppendOptions::default()).await;
+    assert!(matches!(outcomes[0], AppendOutcome::Appended(_)), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], AppendOutcome::Unavailable(e) if e.contains("Permissions Violation")),
+        "{outcomes:?}"
+    );
+    assert!(matches!(outcomes[2], AppendOutcome::Appended(_)), "the connection stays: {outcomes:?}");
+}
+
+#[tokio::test]
 async fn an_nkey_seed_and_a_user_password_each_authenticate_and_a_key_the_server_does_not_know_is_unavailable() {
     let key = nkeys::KeyPair::new_user();
     let dir = tempfile::tempdir().unwrap();

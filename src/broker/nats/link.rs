@@ -4,41 +4,53 @@
 //! header maps cost more than everything else the relay does).
 //!
 //! Connections are made on demand, one per batch in flight, and kept while they work: any
-//! failure closes the connection and the batch's unanswered messages are an outage (published
-//! again later, their `Nats-Msg-Id` lets the stream drop a repeat). A connection that sat idle
-//! and turns out to be closed (the server drops a client that left its pings unanswered) is
-//! replaced and the batch sent once more. Everything else — stream settings, loss checks,
-//! health, reconnect events, the bridge — stays with async-nats; links only publish, with the
-//! same servers, TLS and credentials.
+//! failure closes the connection (and the idle ones to the same server) and the batch's
+//! unanswered messages are an outage (published again later, their `Nats-Msg-Id` lets the
+//! stream drop a repeat). A connection that sat idle and turns out to be closed (the server
+//! drops a client that left its pings unanswered) is replaced and the batch sent once more.
+//! Everything else — stream settings, loss checks, health, reconnect events, the bridge — stays
+//! with async-nats; links only publish, with the same servers, TLS and credentials.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::secret::Secret;
 
 /// Idle links kept (about one per claim loop).
 const MAX_IDLE: usize = 8;
+/// How long an idle link is trusted: a server pings a quiet client every two minutes by default
+/// and drops it after two unanswered pings; a link idle longer is closed rather than tried.
+const MAX_IDLE_FOR: Duration = Duration::from_secs(60);
 /// The longest control line (`INFO` with a cluster's URLs is the longest a server sends).
 const MAX_LINE: usize = 1 << 20;
 /// The most a batch's answers may hold before the exchange is given up as a protocol error.
 const MAX_READ: usize = 64 << 20;
+/// How much of what a server says goes into an error (it is copied into each row's outcome).
+const MAX_SAID: usize = 200;
 
-/// How a link proves who it is, each secret read from its file once. Never printed.
+/// How a link proves who it is, each secret read from its file once.
 pub(super) enum Auth {
     None,
-    Token(String),
+    Token(Secret),
     User {
         user: String,
-        password: String,
+        password: Secret,
     },
     /// An NKey seed: the server's nonce is signed with it.
-    Nkey(std::sync::Arc<nkeys::KeyPair>),
+    Nkey {
+        seed: Secret,
+        key: Arc<nkeys::KeyPair>,
+    },
     /// A `.creds` file: its user JWT, and its seed to sign the nonce.
     Credentials {
         jwt: String,
-        key: std::sync::Arc<nkeys::KeyPair>,
+        key: Arc<nkeys::KeyPair>,
     },
 }
 
@@ -57,7 +69,7 @@ impl Auth {
             return Err("no user JWT and NKey seed blocks".into());
         };
         let key = nkeys::KeyPair::from_seed(seed).map_err(|_| "its NKey seed is not one".to_owned())?;
-        Ok(Auth::Credentials { jwt: (*jwt).to_owned(), key: std::sync::Arc::new(key) })
+        Ok(Auth::Credentials { jwt: (*jwt).to_owned(), key: Arc::new(key) })
     }
 
     /// The CONNECT fields that authenticate, the nonce signed where a key is used.
@@ -69,13 +81,13 @@ impl Auth {
         match self {
             Auth::None => {}
             Auth::Token(token) => {
-                fields.insert("auth_token".into(), token.clone().into());
+                fields.insert("auth_token".into(), token.expose().into());
             }
             Auth::User { user, password } => {
                 fields.insert("user".into(), user.clone().into());
-                fields.insert("pass".into(), password.clone().into());
+                fields.insert("pass".into(), password.expose().into());
             }
-            Auth::Nkey(key) => {
+            Auth::Nkey { key, .. } => {
                 fields.insert("nkey".into(), key.public_key().into());
                 fields.insert("sig".into(), sign(key)?.into());
             }
@@ -90,21 +102,32 @@ impl Auth {
 
 /// A server links may connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Server {
+pub(super) struct Server {
     host: String,
     port: u16,
 }
 
+impl Server {
+    fn parse(url: &str) -> Option<Self> {
+        let (host, port) = crate::tls::host_port(url)?;
+        Some(Self { host, port: port.unwrap_or(4222) })
+    }
+}
+
 pub(super) struct Links {
-    /// The configured servers, then those the cluster announced (`connect_urls`).
-    servers: Mutex<Vec<Server>>,
-    /// Where the next connection starts trying: the last server that worked.
+    configured: Vec<Server>,
+    /// The servers the cluster last announced (`connect_urls`), tried after the configured ones.
+    announced: Mutex<Vec<Server>>,
+    /// Where the next connection starts trying: the last server that worked (at first one
+    /// chosen at random, so that relays spread over a cluster).
     current: Mutex<usize>,
     /// Set when the configuration asks for TLS.
     tls: Option<tokio_rustls::TlsConnector>,
+    /// For a server that requires TLS unasked; made once.
+    system_tls: OnceLock<Result<tokio_rustls::TlsConnector, String>>,
     auth: Auth,
-    /// async-nats's client, only for unique inbox names.
-    client: async_nats::Client,
+    /// How long one server may take to connect, so that a batch's time reaches a second one.
+    attempt: Duration,
     idle: Mutex<Vec<Link>>,
 }
 
@@ -115,16 +138,22 @@ pub(super) struct Link {
     io: Box<dyn Io>,
     /// Bytes read but not yet parsed.
     read: BytesMut,
-    /// The subject this link's PubAcks come back under (`<inbox>.<place>`).
+    pub server: Server,
+    /// The subject this link's PubAcks come back under (`<inbox>.<batch>.<place>`).
     pub inbox: String,
+    /// The batch this link is on: an answer to an earlier one is not taken for this one's.
+    pub batch: u64,
     /// The largest message (headers and body) the server takes.
     pub max_payload: usize,
+    /// The servers an `INFO` sent during an exchange announced, to learn after it.
+    pub announced: Option<Vec<String>>,
+    idle_since: Instant,
 }
 
 /// Why a link could not publish; its batch is an outage, never the rows' fault.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(super) enum LinkError {
-    #[error("nats: `{0}` is not nats://host:port or tls://host:port")]
+    #[error("`{0}` is not nats://host:port or tls://host:port")]
     Url(String),
     #[error("nats: connecting to {at}: {detail}")]
     Connect { at: String, detail: String },
@@ -140,118 +169,173 @@ pub(super) enum LinkError {
     Closed,
     #[error("nats sent what handoff cannot read: {0}")]
     Protocol(String),
+    #[error("nats: no PubAck within {0:?}")]
+    NoAnswer(Duration),
+}
+
+/// At most [`MAX_SAID`] characters of what a server said.
+fn clip(said: &str) -> String {
+    match said.char_indices().nth(MAX_SAID) {
+        Some((end, _)) => format!("{}…", &said[..end]),
+        None => said.to_owned(),
+    }
 }
 
 impl Links {
-    /// Links to `urls` (`nats://` or `tls://`, comma-separated in the config).
+    /// Links to `urls` (`nats://` or `tls://`, comma-separated in the config); `timeout` is
+    /// the time a batch has.
     pub(super) fn new<'a>(
         urls: impl Iterator<Item = &'a str>,
-        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+        tls: Option<Arc<rustls::ClientConfig>>,
         auth: Auth,
-        client: async_nats::Client,
+        timeout: Duration,
     ) -> Result<Self, LinkError> {
-        let servers = urls
-            .map(|url| match crate::tls::host_port(url) {
-                Some((host, port)) => Ok(Server { host, port: port.unwrap_or(4222) }),
-                None => Err(LinkError::Url(url.to_owned())),
-            })
+        let configured: Vec<Server> = urls
+            .map(|url| Server::parse(url).ok_or_else(|| LinkError::Url(url.to_owned())))
             .collect::<Result<_, _>>()?;
+        if configured.is_empty() {
+            return Err(LinkError::Url(String::new()));
+        }
         Ok(Self {
-            servers: Mutex::new(servers),
-            current: Mutex::new(0),
+            current: Mutex::new(rand::random_range(0..configured.len())),
+            configured,
+            announced: Mutex::new(Vec::new()),
             tls: tls.map(tokio_rustls::TlsConnector::from),
+            system_tls: OnceLock::new(),
             auth,
-            client,
+            attempt: timeout / 2,
             idle: Mutex::new(Vec::new()),
         })
     }
 
-    /// An idle link, or `None` when a new one must be made.
+    /// An idle link young enough to trust, or `None` when a new one must be made.
     pub(super) fn take_idle(&self) -> Option<Link> {
-        self.idle.lock().expect("links lock").pop()
+        let mut idle = self.idle.lock().expect("links lock");
+        while let Some(link) = idle.pop() {
+            if link.idle_since.elapsed() < MAX_IDLE_FOR {
+                return Some(link);
+            }
+        }
+        None
     }
 
     /// Keeps `link` for the next batch (it answered everything it was sent).
-    pub(super) fn put_idle(&self, link: Link) {
+    pub(super) fn put_idle(&self, mut link: Link) {
+        if let Some(announced) = link.announced.take() {
+            self.learn(&announced);
+        }
+        link.idle_since = Instant::now();
         let mut idle = self.idle.lock().expect("links lock");
         if idle.len() < MAX_IDLE {
             idle.push(link);
         }
     }
 
-    /// A new link: each server tried once, from the last one that worked. The caller bounds
-    /// the time it may take; a server that was being tried when that time ran out (one that
-    /// swallows packets) is not the first tried the next time.
+    /// After a failure on a link to `server`: its idle links are closed, and the next
+    /// connection starts from another server.
+    pub(super) fn forget(&self, server: &Server) {
+        self.idle.lock().expect("links lock").retain(|link| link.server != *server);
+        let servers = self.servers();
+        let mut current = self.current.lock().expect("links lock");
+        if servers.get(*current) == Some(server) {
+            *current = (*current + 1) % servers.len();
+        }
+    }
+
+    fn servers(&self) -> Vec<Server> {
+        let mut servers = self.configured.clone();
+        for server in self.announced.lock().expect("links lock").iter() {
+            if !servers.contains(server) {
+                servers.push(server.clone());
+            }
+        }
+        servers
+    }
+
+    /// A new link: each server tried once, for at most half the batch's time, from the last one
+    /// that worked; one being tried when the batch's time ran out is not the first next time.
     pub(super) async fn connect(&self) -> Result<Link, LinkError> {
-        let servers = self.servers.lock().expect("links lock").clone();
+        let servers = self.servers();
         let start = *self.current.lock().expect("links lock");
-        let mut last = None;
+        let mut last = LinkError::Closed;
         for i in 0..servers.len() {
             let at = (start + i) % servers.len();
             *self.current.lock().expect("links lock") = (at + 1) % servers.len();
-            match self.connect_to(&servers[at]).await {
-                Ok((link, announced)) => {
+            let server = &servers[at];
+            match tokio::time::timeout(self.attempt, self.connect_to(server)).await {
+                Ok(Ok((link, announced))) => {
                     *self.current.lock().expect("links lock") = at;
                     self.learn(&announced);
                     return Ok(link);
                 }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| LinkError::Url(String::new())))
-    }
-
-    /// Adds the servers a cluster announced (`host:port`) to those tried.
-    fn learn(&self, announced: &[String]) {
-        let mut servers = self.servers.lock().expect("links lock");
-        for url in announced {
-            if let Some((host, Some(port))) = crate::tls::host_port(&format!("nats://{url}")) {
-                let server = Server { host, port };
-                if !servers.contains(&server) {
-                    servers.push(server);
+                Ok(Err(e)) => last = e,
+                Err(_) => {
+                    let detail = format!("no answer within {:?}", self.attempt);
+                    last = LinkError::Connect { at: format!("{}:{}", server.host, server.port), detail };
                 }
             }
         }
+        Err(last)
     }
 
-    /// Connects, upgrades to TLS, authenticates (CONNECT, then PING answered by PONG) and
-    /// subscribes to the link's inbox; with the servers the one reached announced.
+    /// The servers a cluster announced (`host:port`) become those tried after the configured
+    /// ones, in place of those it announced before (a pod that went away is not tried for
+    /// ever).
+    fn learn(&self, announced: &[String]) {
+        let servers = announced.iter().filter_map(|url| Server::parse(&format!("nats://{url}")));
+        *self.announced.lock().expect("links lock") = servers.collect();
+    }
+
+    /// Connects, upgrades to TLS, authenticates and subscribes to the link's inbox (CONNECT,
+    /// SUB, then PING: the PONG says both were taken); with the servers the one reached
+    /// announced.
     async fn connect_to(&self, server: &Server) -> Result<(Link, Vec<String>), LinkError> {
         let at = format!("{}:{}", server.host, server.port);
         let failed = |e: std::io::Error| LinkError::Connect { at: at.clone(), detail: e.to_string() };
         let tcp = TcpStream::connect((server.host.as_str(), server.port)).await.map_err(failed)?;
         tcp.set_nodelay(true).map_err(failed)?;
-        let mut link =
-            Link { io: Box::new(tcp), read: BytesMut::with_capacity(16 * 1024), inbox: String::new(), max_payload: 0 };
+        let mut link = Link {
+            io: Box::new(tcp),
+            read: BytesMut::with_capacity(16 * 1024),
+            server: server.clone(),
+            inbox: String::new(),
+            batch: 0,
+            max_payload: 0,
+            announced: None,
+            idle_since: Instant::now(),
+        };
         let info = match link.next_op().await? {
             Op::Info(info) => info,
             _ => return Err(LinkError::Protocol("the server did not start with INFO".into())),
         };
         let info: async_nats::ServerInfo =
-            serde_json::from_slice(&info).map_err(|e| LinkError::Protocol(format!("its INFO: {e}")))?;
+            serde_json::from_slice(&info).map_err(|e| LinkError::Protocol(clip(&format!("its INFO: {e}"))))?;
         // A server that requires TLS gets it whatever the URL said, verified against the
         // system's roots, as async-nats does.
-        let required = match (&self.tls, info.tls_required) {
+        let tls = match (&self.tls, info.tls_required) {
             (Some(tls), _) => Some(tls.clone()),
-            (None, true) => Some(default_tls().map_err(|detail| LinkError::Tls { at: at.clone(), detail })?),
+            (None, true) => {
+                let system = self.system_tls.get_or_init(system_tls).clone();
+                Some(system.map_err(|detail| LinkError::Tls { at: at.clone(), detail })?)
+            }
             (None, false) => None,
         };
-        if let Some(tls) = &required {
-            let name = ServerName::try_from(server.host.clone())
-                .map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?;
-            let Link { io, read, .. } = link;
-            if !read.is_empty() {
+        if let Some(tls) = &tls {
+            if !link.read.is_empty() {
                 return Err(LinkError::Protocol("bytes before the TLS handshake".into()));
             }
-            let tls =
-                tls.connect(name, io).await.map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?;
-            link = Link { io: Box::new(tls), read, inbox: String::new(), max_payload: 0 };
+            let name = ServerName::try_from(server.host.clone())
+                .map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?;
+            let plain = link.io;
+            let secured =
+                tls.connect(name, plain).await.map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?;
+            link.io = Box::new(secured);
         }
         let mut connect = self.auth.fields(&info.nonce)?;
         for (key, value) in [
             ("verbose", false.into()),
             ("pedantic", false.into()),
-            ("tls_required", required.is_some().into()),
+            ("tls_required", tls.is_some().into()),
             ("lang", "rust".into()),
             ("version", env!("CARGO_PKG_VERSION").into()),
             ("name", "handoff".into()),
@@ -262,15 +346,14 @@ impl Links {
         ] {
             connect.insert(key.into(), value);
         }
-        let inbox = self.client.new_inbox();
-        let hello = format!("CONNECT {}\r\nPING\r\nSUB {inbox}.* 1\r\n", serde_json::Value::Object(connect));
-        link.io.write_all(hello.as_bytes()).await.map_err(|e| LinkError::Io(e.to_string()))?;
-        link.io.flush().await.map_err(|e| LinkError::Io(e.to_string()))?;
+        let inbox = format!("_INBOX.{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+        let hello = format!("CONNECT {}\r\nSUB {inbox}.> 1\r\nPING\r\n", serde_json::Value::Object(connect));
+        link.write(hello.as_bytes()).await?;
         loop {
             match link.next_op().await? {
                 Op::Pong => break,
-                Op::Err(e) => return Err(LinkError::Refused(e)),
-                Op::Ping => link.pong().await?,
+                Op::Err(e) => return Err(LinkError::Refused(clip(&e))),
+                Op::Ping => link.write(b"PONG\r\n").await?,
                 _ => {}
             }
         }
@@ -281,22 +364,22 @@ impl Links {
 }
 
 /// TLS verified against the system's roots, for a server that requires it unasked.
-fn default_tls() -> Result<tokio_rustls::TlsConnector, String> {
+fn system_tls() -> Result<tokio_rustls::TlsConnector, String> {
     let config = crate::tls::client_config(
         "nats.tls",
         crate::tls::TlsMode::VerifyFull,
         &crate::tls::config::TlsConfig::default(),
     );
-    config.map(|c| std::sync::Arc::new(c).into()).map_err(|e| e.to_string())
+    config.map(|c| Arc::new(c).into()).map_err(|e| e.to_string())
 }
 
 /// What the server sent, as far as publishing needs.
 enum Op {
     Info(Bytes),
-    /// A message on the link's inbox: the place its subject names, the status of its header
-    /// block (503: no responders), its payload.
+    /// A message on the link's inbox: the batch and place its subject names, the status of its
+    /// header block (503: no responders), its payload.
     Answer {
-        place: Option<usize>,
+        to: Option<(u64, usize)>,
         status: Option<u16>,
         payload: Bytes,
     },
@@ -304,6 +387,15 @@ enum Op {
     Pong,
     Ok,
     Err(String),
+}
+
+/// What came back for a batch.
+pub(super) enum Reply<'a> {
+    /// The answer to the message at `place`.
+    Answer { place: usize, status: Option<u16>, payload: &'a [u8] },
+    /// The server will not let this connection publish to `subject` (its permissions): no
+    /// PubAck will come for the messages sent there; the connection stays.
+    Forbidden { subject: &'a str, said: String },
 }
 
 /// Why an exchange failed, and whether any answer had come by then (after one, the server
@@ -314,37 +406,40 @@ pub(super) struct Failure {
 }
 
 impl Link {
-    /// Sends `messages` (encoded) and hands each answer to `answer` (place, status, payload)
-    /// until `expected` have come.
+    /// Sends `messages` (encoded for this link's current batch) and hands each reply to
+    /// `settle`, which says how many messages it settled, until `expected` are.
     pub(super) async fn exchange(
         &mut self,
         messages: &[u8],
         expected: usize,
-        mut answer: impl FnMut(usize, Option<u16>, &[u8]) -> bool,
+        mut settle: impl FnMut(Reply<'_>) -> usize,
     ) -> Result<(), Failure> {
-        let io = |answered: bool| move |e: std::io::Error| Failure { answered, why: LinkError::Io(e.to_string()) };
-        self.io.write_all(messages).await.map_err(io(false))?;
-        self.io.flush().await.map_err(io(false))?;
-        let mut answered = 0;
-        while answered < expected {
-            let failed = |why| Failure { answered: answered > 0, why };
+        self.write(messages).await.map_err(|why| Failure { answered: false, why })?;
+        let mut settled = 0;
+        while settled < expected {
+            let failed = |why| Failure { answered: settled > 0, why };
             match self.next_op().await.map_err(failed)? {
-                Op::Answer { place: Some(place), status, payload } => {
-                    if answer(place, status, &payload) {
-                        answered += 1;
-                    }
+                Op::Answer { to: Some((batch, place)), status, payload } if batch == self.batch => {
+                    settled += settle(Reply::Answer { place, status, payload: &payload });
                 }
-                Op::Ping => self.pong().await.map_err(failed)?,
-                // A publish the server refused (a permission it lacks): no PubAck will come.
-                Op::Err(e) => return Err(failed(LinkError::Refused(e))),
-                Op::Answer { place: None, .. } | Op::Info(_) | Op::Pong | Op::Ok => {}
+                Op::Ping => self.write(b"PONG\r\n").await.map_err(failed)?,
+                Op::Err(e) => match forbidden_subject(&e) {
+                    Some(subject) => settled += settle(Reply::Forbidden { subject, said: clip(&e) }),
+                    None => return Err(failed(LinkError::Refused(clip(&e)))),
+                },
+                Op::Info(info) => {
+                    let info = serde_json::from_slice::<async_nats::ServerInfo>(&info);
+                    self.announced = info.ok().map(|i| i.connect_urls).filter(|urls| !urls.is_empty());
+                }
+                Op::Answer { .. } | Op::Pong | Op::Ok => {}
             }
         }
         Ok(())
     }
 
-    async fn pong(&mut self) -> Result<(), LinkError> {
-        self.io.write_all(b"PONG\r\n").await.map_err(|e| LinkError::Io(e.to_string()))
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), LinkError> {
+        self.io.write_all(bytes).await.map_err(|e| LinkError::Io(e.to_string()))?;
+        self.io.flush().await.map_err(|e| LinkError::Io(e.to_string()))
     }
 
     /// The next operation, reading as much as it needs.
@@ -377,41 +472,76 @@ fn parse(read: &mut BytesMut) -> Result<Option<Op>, LinkError> {
         };
     };
     let line = std::str::from_utf8(&read[..end]).map_err(|_| LinkError::Protocol("a line that is not UTF-8".into()))?;
+    let bad_line = || LinkError::Protocol(clip(&format!("the line `{}`", line.escape_debug())));
     let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
-    let simple = match verb.to_ascii_uppercase().as_str() {
-        "PING" => Some(Op::Ping),
-        "PONG" => Some(Op::Pong),
-        "+OK" => Some(Op::Ok),
-        "-ERR" => Some(Op::Err(rest.trim().trim_matches('\'').to_owned())),
-        "INFO" => Some(Op::Info(Bytes::copy_from_slice(rest.as_bytes()))),
-        "MSG" | "HMSG" => None,
-        _ => return Err(LinkError::Protocol(format!("an unknown operation `{}`", line.escape_debug()))),
+    let is = |name: &str| verb.eq_ignore_ascii_case(name);
+    let simple = if is("PING") {
+        Op::Ping
+    } else if is("PONG") {
+        Op::Pong
+    } else if is("+OK") {
+        Op::Ok
+    } else if is("-ERR") {
+        Op::Err(rest.trim().trim_matches('\'').to_owned())
+    } else if is("INFO") {
+        Op::Info(Bytes::copy_from_slice(rest.as_bytes()))
+    } else if is("MSG") || is("HMSG") {
+        return message(read, end, is("HMSG"));
+    } else {
+        return Err(bad_line());
     };
-    if let Some(op) = simple {
-        read.advance(end + 2);
-        return Ok(Some(op));
+    read.advance(end + 2);
+    Ok(Some(simple))
+}
+
+/// `MSG <subject> <sid> [reply] <size>` or `HMSG <subject> <sid> [reply] <header size> <size>`
+/// (its line `end` bytes long), with its payload, once all of it has arrived.
+fn message(read: &mut BytesMut, end: usize, with_headers: bool) -> Result<Option<Op>, LinkError> {
+    let line = std::str::from_utf8(&read[..end]).unwrap_or_default();
+    let bad_line = || LinkError::Protocol(clip(&format!("the message line `{}`", line.escape_debug())));
+    let mut parts = [""; 6];
+    let mut count = 0;
+    for part in line.split_ascii_whitespace().skip(1) {
+        *parts.get_mut(count).ok_or_else(bad_line)? = part;
+        count += 1;
     }
-    // MSG <subject> <sid> [reply] <size> | HMSG <subject> <sid> [reply] <header size> <size>
-    let with_headers = verb.eq_ignore_ascii_case("HMSG");
-    let parts: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let number = |s: Option<&&str>| s.and_then(|s| s.parse::<usize>().ok());
-    let (subject, header_len, total) = match (with_headers, parts.len()) {
-        (false, 3 | 4) => (parts[0], 0, number(parts.last())),
-        (true, 4 | 5) => (parts[0], number(parts.get(parts.len() - 2)).unwrap_or(usize::MAX), number(parts.last())),
-        _ => return Err(LinkError::Protocol(format!("a message line `{}`", line.escape_debug()))),
+    let number = |s: &str| s.parse::<usize>().ok();
+    let (header_len, total) = match (with_headers, count) {
+        (false, 3 | 4) => (Some(0), number(parts[count - 1])),
+        (true, 4 | 5) => (number(parts[count - 2]), number(parts[count - 1])),
+        _ => return Err(bad_line()),
     };
-    let Some(total) = total.filter(|&t| header_len <= t && t <= MAX_READ) else {
-        return Err(LinkError::Protocol(format!("a message line `{}`", line.escape_debug())));
-    };
+    let (Some(header_len), Some(total)) = (header_len, total) else { return Err(bad_line()) };
+    if header_len > total || total > MAX_READ {
+        return Err(bad_line());
+    }
     if read.len() < end + 2 + total + 2 {
         return Ok(None);
     }
-    let place = subject.rsplit('.').next().and_then(|p| p.parse::<usize>().ok());
+    if &read[end + 2 + total..end + 2 + total + 2] != b"\r\n" {
+        return Err(LinkError::Protocol("a message not followed by CRLF".into()));
+    }
+    let to = reply_place(parts[0]);
     read.advance(end + 2);
     let message = read.split_to(total).freeze();
     read.advance(2);
     let status = with_headers.then(|| status(&message[..header_len])).flatten();
-    Ok(Some(Op::Answer { place, status, payload: message.slice(header_len..) }))
+    Ok(Some(Op::Answer { to, status, payload: message.slice(header_len..) }))
+}
+
+/// The batch and place a PubAck's subject (`<inbox>.<batch>.<place>`) names.
+fn reply_place(subject: &str) -> Option<(u64, usize)> {
+    let mut tokens = subject.rsplit('.');
+    let place = tokens.next()?.parse().ok()?;
+    let batch = tokens.next()?.parse().ok()?;
+    Some((batch, place))
+}
+
+/// The subject of a publish the server refused for the connection's permissions
+/// (`Permissions Violation for Publish to "<subject>"`): the server keeps the connection.
+fn forbidden_subject(said: &str) -> Option<&str> {
+    let rest = said.strip_prefix("Permissions Violation for Publish to ")?;
+    rest.trim().strip_prefix('"')?.strip_suffix('"')
 }
 
 /// Operations taken off the front of `data` until the rest is incomplete or refused (the fuzz
@@ -444,25 +574,37 @@ mod tests {
     }
 
     #[test]
-    fn answers_carry_their_place_status_and_payload_and_a_partial_one_waits() {
-        let input = b"PING\r\nMSG _INBOX.a.7 1 10\r\n{\"seq\":42}\r\nHMSG _INBOX.a.2 1 16 16\r\nNATS/1.0 503\r\n\r\n\r\n+OK\r\n";
+    fn answers_carry_their_batch_place_status_and_payload_and_a_partial_one_waits() {
+        let input = b"PING\r\nMSG _INBOX.a.3.7 1 10\r\n{\"seq\":42}\r\nHMSG _INBOX.a.3.2 1 16 16\r\nNATS/1.0 503\r\n\r\n\r\n+OK\r\n";
         let got = ops(input);
         assert!(matches!(got[0], Op::Ping));
+        let first = &got[1];
         assert!(
-            matches!(&got[1], Op::Answer { place: Some(7), status: None, payload } if &payload[..] == b"{\"seq\":42}")
+            matches!(first, Op::Answer { to: Some((3, 7)), status: None, payload } if &payload[..] == b"{\"seq\":42}")
         );
-        assert!(matches!(&got[2], Op::Answer { place: Some(2), status: Some(503), payload } if payload.is_empty()));
+        assert!(matches!(&got[2], Op::Answer { to: Some((3, 2)), status: Some(503), payload } if payload.is_empty()));
         assert!(matches!(got[3], Op::Ok));
-        let mut partial = BytesMut::from(&b"MSG _INBOX.a.7 1 10\r\n{\"seq\":"[..]);
+        let mut partial = BytesMut::from(&b"MSG _INBOX.a.3.7 1 10\r\n{\"seq\":"[..]);
         assert!(parse(&mut partial).unwrap().is_none(), "the payload has not all come");
     }
 
     #[test]
-    fn a_bad_line_is_a_protocol_error_naming_it() {
-        for bad in [&b"WHAT\r\n"[..], b"MSG a 1\r\n", b"HMSG a 1 9 4\r\n"] {
+    fn a_bad_line_is_a_protocol_error_naming_it_in_a_few_words() {
+        let long = format!("WHAT{}\r\n", "x".repeat(10_000));
+        for bad in [&b"WHAT\r\n"[..], b"MSG a 1\r\n", b"HMSG a 1 9 4\r\n", b"MSG a 1 2\r\nabXY", long.as_bytes()] {
             let error = parse(&mut BytesMut::from(bad)).err().expect("refused");
             assert!(matches!(error, LinkError::Protocol(_)), "{error}");
+            assert!(error.to_string().len() < 300, "{error}");
         }
+        let huge = format!("MSG a 1 {}\r\n", usize::MAX);
+        assert!(parse(&mut BytesMut::from(huge.as_bytes())).is_err(), "a size past what is read is refused");
+    }
+
+    #[test]
+    fn only_a_publish_permission_refusal_names_a_subject() {
+        assert_eq!(forbidden_subject("Permissions Violation for Publish to \"audit.user\""), Some("audit.user"));
+        assert_eq!(forbidden_subject("Permissions Violation for Subscription to \"_INBOX.>\""), None);
+        assert_eq!(forbidden_subject("Authorization Violation"), None);
     }
 
     #[test]

@@ -8,6 +8,10 @@ use crate::broker::seam::Entry;
 
 /// The header JetStream drops a repeat by.
 const MESSAGE_ID: &str = "Nats-Msg-Id";
+/// The longest subject a row may render: a server's control line is 4 KiB by default
+/// (`max_control_line`; longer ends the connection), and the `HPUB` line also holds the reply
+/// subject and two sizes.
+const MAX_SUBJECT: usize = 4096 - 128;
 
 /// Why an entry's fields cannot travel as a NATS message: its own data, so it is rejected.
 #[derive(Debug, thiserror::Error)]
@@ -68,16 +72,18 @@ fn measure<'a>(body_field: &[u8], entry: &'a Entry) -> (usize, &'a [u8]) {
     ("NATS/1.0\r\n".len() + lines + id + 2, body)
 }
 
-/// Appends `entry` (checked by [`problem`]) as `HPUB <subject> <reply> <header size> <size>`,
-/// its header block and its body.
-pub(super) fn encode(out: &mut BytesMut, body_field: &[u8], entry: &Entry, reply: &str, place: usize) {
+/// Appends `entry` (checked by [`problem`]) as `HPUB <subject> <inbox>.<batch>.<place> <header
+/// size> <size>`, its header block and its body.
+pub(super) fn encode(out: &mut BytesMut, body_field: &[u8], entry: &Entry, inbox: &str, batch: u64, place: usize) {
     let (header_len, body) = measure(body_field, entry);
     let mut number = itoa::Buffer::new();
-    out.reserve(entry.stream.len() + reply.len() + header_len + body.len() + 48);
+    out.reserve(entry.stream.len() + inbox.len() + header_len + body.len() + 64);
     out.extend_from_slice(b"HPUB ");
     out.extend_from_slice(entry.stream.as_bytes());
     out.extend_from_slice(b" ");
-    out.extend_from_slice(reply.as_bytes());
+    out.extend_from_slice(inbox.as_bytes());
+    out.extend_from_slice(b".");
+    out.extend_from_slice(number.format(batch).as_bytes());
     out.extend_from_slice(b".");
     out.extend_from_slice(number.format(place).as_bytes());
     out.extend_from_slice(b" ");
@@ -102,6 +108,12 @@ pub(super) fn encode(out: &mut BytesMut, body_field: &[u8], entry: &Entry, reply
 /// Why `subject` (rendered from a row's values) cannot be published to: a row must not reach
 /// subjects it was not meant for through a wildcard, nor break the protocol with whitespace.
 pub(super) fn subject_problem(subject: &str) -> Option<String> {
+    if subject.len() > MAX_SUBJECT {
+        return Some(format!(
+            "subject of {} bytes is longer than a NATS control line allows ({MAX_SUBJECT})",
+            subject.len()
+        ));
+    }
     let bad_token = subject.split('.').any(|t| t.is_empty() || t == "*" || t == ">");
     let bad_char = subject.chars().any(|c| c.is_whitespace() || c.is_control());
     (bad_token || bad_char).then(|| {
@@ -128,8 +140,8 @@ mod tests {
         let good = entry(&[("event_type", "user.changed"), ("payload", "{}"), ("Nats-Msg-Id", "spoofed")]);
         assert!(problem(b"payload", &good).is_none());
         let mut out = BytesMut::new();
-        encode(&mut out, b"payload", &good, "_INBOX.x", 3);
-        let expected = "HPUB audit.user _INBOX.x.3 56 58\r\nNATS/1.0\r\nevent_type: user.changed\r\nNats-Msg-Id: e-1\r\n\r\n{}\r\n";
+        encode(&mut out, b"payload", &good, "_INBOX.x", 9, 3);
+        let expected = "HPUB audit.user _INBOX.x.9.3 56 58\r\nNATS/1.0\r\nevent_type: user.changed\r\nNats-Msg-Id: e-1\r\n\r\n{}\r\n";
         assert_eq!(std::str::from_utf8(&out).unwrap(), expected, "the event id, not a field");
         assert_eq!(size(b"payload", &good), 58);
     }

@@ -42,6 +42,7 @@ use crate::broker::nats::config::NatsConfig;
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
+use crate::secret::Secret;
 use crate::tls::TlsMode;
 
 /// The settings of a JetStream stream that handoff relies on (`handoff check` reads them).
@@ -109,15 +110,17 @@ fn auth(config: &NatsConfig) -> Result<link::Auth, NatsSetupError> {
     let unreadable =
         |key, file: &std::path::Path, detail: String| NatsSetupError::Unreadable { key, file: file.to_owned(), detail };
     if let Some(file) = &config.token_file {
-        return Ok(link::Auth::Token(secret("nats.token_file", file)?));
+        return Ok(link::Auth::Token(Secret::new(secret("nats.token_file", file)?)));
     }
     if let (Some(user), Some(file)) = (&config.user, &config.password_file) {
-        return Ok(link::Auth::User { user: user.clone(), password: secret("nats.password_file", file)? });
+        let password = Secret::new(secret("nats.password_file", file)?);
+        return Ok(link::Auth::User { user: user.clone(), password });
     }
     if let Some(file) = &config.nkey_file {
-        let key = nkeys::KeyPair::from_seed(&secret("nats.nkey_file", file)?)
+        let seed = Secret::new(secret("nats.nkey_file", file)?);
+        let key = nkeys::KeyPair::from_seed(seed.expose())
             .map_err(|_| unreadable("nats.nkey_file", file, "it holds no NKey seed".into()))?;
-        return Ok(link::Auth::Nkey(Arc::new(key)));
+        return Ok(link::Auth::Nkey { seed, key: Arc::new(key) });
     }
     if let Some(file) = &config.credentials_file {
         let text = secret("nats.credentials_file", file)?;
@@ -128,15 +131,15 @@ fn auth(config: &NatsConfig) -> Result<link::Auth, NatsSetupError> {
 
 /// async-nats's connect options for `auth` over `tls`.
 fn options(auth: &link::Auth, tls: Option<&Arc<rustls::ClientConfig>>) -> async_nats::ConnectOptions {
-    let mut options = async_nats::ConnectOptions::new();
+    let mut options = async_nats::ConnectOptions::new().name("handoff");
     if let Some(tls) = tls {
         options = options.require_tls(true).tls_client_config(rustls::ClientConfig::clone(tls));
     }
     match auth {
         link::Auth::None => options,
-        link::Auth::Token(token) => options.token(token.clone()),
-        link::Auth::User { user, password } => options.user_and_password(user.clone(), password.clone()),
-        link::Auth::Nkey(key) => options.nkey(key.seed().unwrap_or_default()),
+        link::Auth::Token(token) => options.token(token.expose().to_owned()),
+        link::Auth::User { user, password } => options.user_and_password(user.clone(), password.expose().to_owned()),
+        link::Auth::Nkey { seed, .. } => options.nkey(seed.expose().to_owned()),
         link::Auth::Credentials { jwt, key } => {
             let key = key.clone();
             options.jwt(jwt.clone(), move |nonce| {
@@ -187,8 +190,8 @@ impl NatsStream {
             .map_err(|e| NatsSetupError::Url(e.to_string()))?;
         let mut jetstream = async_nats::jetstream::new(client.clone());
         jetstream.set_timeout(timeout);
-        let links = link::Links::new(config.urls(), tls, auth, client.clone())
-            .map_err(|e| NatsSetupError::Url(e.to_string()))?;
+        let links =
+            link::Links::new(config.urls(), tls, auth, timeout).map_err(|e| NatsSetupError::Url(e.to_string()))?;
         Ok(Self {
             links: Arc::new(links),
             client,

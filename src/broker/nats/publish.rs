@@ -12,8 +12,9 @@ use std::time::Duration;
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::response::Response;
 use bytes::BytesMut;
+use tokio::time::Instant;
 
-use super::link::{Failure, LinkError, Links};
+use super::link::{Failure, LinkError, Links, Reply};
 use super::message;
 use crate::broker::seam::{AppendOutcome, Entry};
 
@@ -38,34 +39,42 @@ pub(super) async fn publish(
     if outcomes.iter().all(Option::is_some) {
         return outcomes.into_iter().flatten().collect();
     }
-    let outage = match tokio::time::timeout(timeout, exchange(links, body_field, entries, &mut outcomes)).await {
-        Ok(Ok(())) => no_answer(timeout),
-        Ok(Err(e)) => AppendOutcome::Unavailable(e.to_string()),
-        // The link is dropped with the exchange: a PubAck that comes later goes nowhere.
-        Err(_) => no_answer(timeout),
+    let deadline = Instant::now() + timeout;
+    let outage = match exchange(links, body_field, entries, &mut outcomes, deadline, timeout).await {
+        Ok(()) => LinkError::NoAnswer(timeout),
+        Err(e) => e,
     };
+    let outage = AppendOutcome::Unavailable(outage.to_string());
     outcomes.into_iter().map(|o| o.unwrap_or_else(|| outage.clone())).collect()
 }
 
-/// Sends the entries without an outcome on a link and records each PubAck as it comes. A link
-/// that sat idle and fails before any answer (the server dropped it meanwhile) is replaced and
-/// the batch sent once more.
+/// Sends the entries without an outcome on a link and records each reply as it comes, until
+/// `deadline`. A link that sat idle and fails before any answer (the server dropped it
+/// meanwhile) is replaced and the batch sent once more; a link that fails or runs out of time
+/// is closed, with the idle ones to its server.
 async fn exchange(
     links: &Links,
     body_field: &[u8],
     entries: &[&Entry],
     outcomes: &mut [Option<AppendOutcome>],
+    deadline: Instant,
+    timeout: Duration,
 ) -> Result<(), LinkError> {
+    let connect = || async {
+        tokio::time::timeout_at(deadline, links.connect()).await.map_err(|_| LinkError::NoAnswer(timeout))?
+    };
     let (mut link, mut fresh) = match links.take_idle() {
         Some(link) => (link, false),
-        None => (links.connect().await?, true),
+        None => (connect().await?, true),
     };
     loop {
+        link.batch += 1;
         let mut out = BytesMut::new();
-        let mut expected = 0;
-        let unsent: Vec<usize> = (0..entries.len()).filter(|&i| outcomes[i].is_none()).collect();
-        for i in unsent {
-            let entry = entries[i];
+        let mut sent = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            if outcomes[i].is_some() {
+                continue;
+            }
             let size = message::size(body_field, entry);
             if link.max_payload > 0 && size > link.max_payload {
                 let max = link.max_payload;
@@ -73,34 +82,50 @@ async fn exchange(
                 outcomes[i] = Some(AppendOutcome::Rejected(said));
                 continue;
             }
-            message::encode(&mut out, body_field, entry, &link.inbox, i);
-            expected += 1;
+            message::encode(&mut out, body_field, entry, &link.inbox, link.batch, i);
+            sent.push(i);
         }
-        let answered = link
-            .exchange(&out, expected, |place, status, payload| match outcomes.get_mut(place) {
-                Some(outcome @ None) => {
+        let settle = |reply: Reply<'_>| match reply {
+            Reply::Answer { place, status, payload } => match outcomes.get_mut(place) {
+                Some(outcome @ None) if sent.contains(&place) => {
                     *outcome = Some(acknowledged(status, payload, &entries[place].stream));
-                    true
+                    1
                 }
-                _ => false,
-            })
-            .await;
+                _ => 0,
+            },
+            // No PubAck comes for these: an outage (a grant to fix), their neighbours go on.
+            Reply::Forbidden { subject, said } => {
+                let mut settled = 0;
+                for &i in sent.iter().filter(|&&i| entries[i].stream == subject) {
+                    if outcomes[i].is_none() {
+                        outcomes[i] = Some(AppendOutcome::Unavailable(format!("nats: {said}")));
+                        settled += 1;
+                    }
+                }
+                settled
+            }
+        };
+        let answered = tokio::time::timeout_at(deadline, link.exchange(&out, sent.len(), settle)).await;
         match answered {
-            Ok(()) => {
+            Ok(Ok(())) => {
                 links.put_idle(link);
                 return Ok(());
             }
-            Err(Failure { answered: false, .. }) if !fresh => {
-                link = links.connect().await?;
+            Ok(Err(Failure { answered: false, .. })) if !fresh => {
+                links.forget(&link.server);
+                link = connect().await?;
                 fresh = true;
             }
-            Err(Failure { why, .. }) => return Err(why),
+            Ok(Err(Failure { why, .. })) => {
+                links.forget(&link.server);
+                return Err(why);
+            }
+            Err(_) => {
+                links.forget(&link.server);
+                return Err(LinkError::NoAnswer(timeout));
+            }
         }
     }
-}
-
-fn no_answer(timeout: Duration) -> AppendOutcome {
-    AppendOutcome::Unavailable(format!("nats: no PubAck within {timeout:?}"))
 }
 
 /// The outcome JetStream's answer gives the entry: a PubAck is its sequence (a duplicate's is
