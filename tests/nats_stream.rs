@@ -361,6 +361,16 @@ async fn a_subject_the_relay_may_not_publish_to_is_an_outage_for_its_rows_alone(
         "{outcomes:?}"
     );
     assert!(matches!(outcomes[2], AppendOutcome::Appended(_)), "the connection stays: {outcomes:?}");
+
+    // Without subscribe on _INBOX.> no PubAck could come back: the connection is refused before
+    // anything is sent.
+    let no_inbox = dir.path().join("no-inbox.conf");
+    std::fs::write(&no_inbox, users.replace("\"_INBOX.>\"", "\"audit.>\"")).unwrap();
+    let server = NatsServer::start_with(&["-c", no_inbox.to_str().unwrap()]).await;
+    let config = NatsConfig { url: server.url(), ..config };
+    let stream = NatsStream::connect(&config, "payload").await.unwrap();
+    let outcomes = stream.append(&[entry("audit.user", "p-4", None)], &AppendOptions::default()).await;
+    assert!(matches!(&outcomes[0], AppendOutcome::Unavailable(e) if e.contains("Subscription")), "{outcomes:?}");
 }
 
 #[tokio::test]

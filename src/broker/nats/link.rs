@@ -119,8 +119,9 @@ pub(super) struct Links {
     /// The servers the cluster last announced (`connect_urls`), tried after the configured ones.
     announced: Mutex<Vec<Server>>,
     /// Where the next connection starts trying: the last server that worked (at first one
-    /// chosen at random, so that relays spread over a cluster).
-    current: Mutex<usize>,
+    /// chosen at random, so that relays spread over a cluster). A server, not a place in the
+    /// list: a cluster announces its servers in no fixed order.
+    preferred: Mutex<Server>,
     /// Set when the configuration asks for TLS.
     tls: Option<tokio_rustls::TlsConnector>,
     /// For a server that requires TLS unasked; made once.
@@ -197,7 +198,7 @@ impl Links {
             return Err(LinkError::Url(String::new()));
         }
         Ok(Self {
-            current: Mutex::new(rand::random_range(0..configured.len())),
+            preferred: Mutex::new(configured[rand::random_range(0..configured.len())].clone()),
             configured,
             announced: Mutex::new(Vec::new()),
             tls: tls.map(tokio_rustls::TlsConnector::from),
@@ -211,12 +212,8 @@ impl Links {
     /// An idle link young enough to trust, or `None` when a new one must be made.
     pub(super) fn take_idle(&self) -> Option<Link> {
         let mut idle = self.idle.lock().expect("links lock");
-        while let Some(link) = idle.pop() {
-            if link.idle_since.elapsed() < MAX_IDLE_FOR {
-                return Some(link);
-            }
-        }
-        None
+        idle.retain(|link| link.idle_since.elapsed() < MAX_IDLE_FOR);
+        idle.pop()
     }
 
     /// Keeps `link` for the next batch (it answered everything it was sent).
@@ -235,11 +232,17 @@ impl Links {
     /// connection starts from another server.
     pub(super) fn forget(&self, server: &Server) {
         self.idle.lock().expect("links lock").retain(|link| link.server != *server);
-        let servers = self.servers();
-        let mut current = self.current.lock().expect("links lock");
-        if servers.get(*current) == Some(server) {
-            *current = (*current + 1) % servers.len();
+        let mut preferred = self.preferred.lock().expect("links lock");
+        if *preferred == *server {
+            *preferred = self.after(server);
         }
+    }
+
+    /// The server tried after `server`.
+    fn after(&self, server: &Server) -> Server {
+        let servers = self.servers();
+        let at = servers.iter().position(|s| s == server).map_or(0, |at| at + 1);
+        servers[at % servers.len()].clone()
     }
 
     fn servers(&self) -> Vec<Server> {
@@ -252,25 +255,27 @@ impl Links {
         servers
     }
 
-    /// A new link: each server tried once, for at most half the batch's time, from the last one
-    /// that worked; one being tried when the batch's time ran out is not the first next time.
+    /// A new link: each server tried once, from the last one that worked, each but the last
+    /// for at most half the batch's time (the caller bounds the whole); one being tried when
+    /// that time ran out is not the first next time.
     pub(super) async fn connect(&self) -> Result<Link, LinkError> {
         let servers = self.servers();
-        let start = *self.current.lock().expect("links lock");
+        let preferred = self.preferred.lock().expect("links lock").clone();
+        let start = servers.iter().position(|s| *s == preferred).unwrap_or(0);
         let mut last = LinkError::Closed;
         for i in 0..servers.len() {
-            let at = (start + i) % servers.len();
-            *self.current.lock().expect("links lock") = (at + 1) % servers.len();
-            let server = &servers[at];
-            match tokio::time::timeout(self.attempt, self.connect_to(server)).await {
+            let server = &servers[(start + i) % servers.len()];
+            *self.preferred.lock().expect("links lock") = servers[(start + i + 1) % servers.len()].clone();
+            let attempt = if i + 1 == servers.len() { Duration::MAX } else { self.attempt };
+            match tokio::time::timeout(attempt, self.connect_to(server)).await {
                 Ok(Ok((link, announced))) => {
-                    *self.current.lock().expect("links lock") = at;
+                    *self.preferred.lock().expect("links lock") = server.clone();
                     self.learn(&announced);
                     return Ok(link);
                 }
                 Ok(Err(e)) => last = e,
                 Err(_) => {
-                    let detail = format!("no answer within {:?}", self.attempt);
+                    let detail = format!("no answer within {attempt:?}");
                     last = LinkError::Connect { at: format!("{}:{}", server.host, server.port), detail };
                 }
             }
@@ -280,8 +285,11 @@ impl Links {
 
     /// The servers a cluster announced (`host:port`) become those tried after the configured
     /// ones, in place of those it announced before (a pod that went away is not tried for
-    /// ever).
+    /// ever). A server alone announces none: nothing changes.
     fn learn(&self, announced: &[String]) {
+        if announced.is_empty() {
+            return;
+        }
         let servers = announced.iter().filter_map(|url| Server::parse(&format!("nats://{url}")));
         *self.announced.lock().expect("links lock") = servers.collect();
     }
@@ -393,8 +401,8 @@ enum Op {
 pub(super) enum Reply<'a> {
     /// The answer to the message at `place`.
     Answer { place: usize, status: Option<u16>, payload: &'a [u8] },
-    /// The server will not let this connection publish to `subject` (its permissions): no
-    /// PubAck will come for the messages sent there; the connection stays.
+    /// The server would not let this connection publish one message to `subject` (its
+    /// permissions): no PubAck will come for it; the connection stays.
     Forbidden { subject: &'a str, said: String },
 }
 
@@ -423,13 +431,19 @@ impl Link {
                     settled += settle(Reply::Answer { place, status, payload: &payload });
                 }
                 Op::Ping => self.write(b"PONG\r\n").await.map_err(failed)?,
-                Op::Err(e) => match forbidden_subject(&e) {
-                    Some(subject) => settled += settle(Reply::Forbidden { subject, said: clip(&e) }),
-                    None => return Err(failed(LinkError::Refused(clip(&e)))),
-                },
+                // One refusal per message refused; one that names no message of the batch (a
+                // subject the server quoted otherwise) cannot be matched: the batch fails.
+                Op::Err(e) => {
+                    match forbidden_subject(&e).map(|subject| settle(Reply::Forbidden { subject, said: clip(&e) })) {
+                        Some(1..) => settled += 1,
+                        _ => return Err(failed(LinkError::Refused(clip(&e)))),
+                    }
+                }
                 Op::Info(info) => {
                     let info = serde_json::from_slice::<async_nats::ServerInfo>(&info);
-                    self.announced = info.ok().map(|i| i.connect_urls).filter(|urls| !urls.is_empty());
+                    if let Some(urls) = info.ok().map(|i| i.connect_urls).filter(|urls| !urls.is_empty()) {
+                        self.announced = Some(urls);
+                    }
                 }
                 Op::Answer { .. } | Op::Pong | Op::Ok => {}
             }
@@ -598,6 +612,47 @@ mod tests {
         }
         let huge = format!("MSG a 1 {}\r\n", usize::MAX);
         assert!(parse(&mut BytesMut::from(huge.as_bytes())).is_err(), "a size past what is read is refused");
+    }
+
+    fn link(io: tokio::io::DuplexStream, batch: u64) -> Link {
+        let server = Server { host: "127.0.0.1".into(), port: 4222 };
+        let (inbox, read, idle_since) = ("_INBOX.t".into(), BytesMut::new(), Instant::now());
+        Link { io: Box::new(io), read, server, inbox, batch, max_payload: 1 << 20, announced: None, idle_since }
+    }
+
+    #[tokio::test]
+    async fn an_answer_to_an_earlier_batch_is_not_taken_for_this_ones() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let mut link = link(ours, 2);
+        theirs.write_all(b"MSG _INBOX.t.1.0 1 5\r\nstale\r\nMSG _INBOX.t.2.0 1 5\r\nfresh\r\n").await.unwrap();
+        let mut seen = Vec::new();
+        let settle = |reply: Reply<'_>| match reply {
+            Reply::Answer { place, payload, .. } => {
+                seen.push((place, payload.to_vec()));
+                1
+            }
+            Reply::Forbidden { .. } => 0,
+        };
+        link.exchange(b"", 1, settle).await.ok().expect("answered");
+        assert_eq!(seen, vec![(0, b"fresh".to_vec())]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_server_is_not_tried_first_and_a_cluster_announcement_replaces_the_last() {
+        let auth = Auth::None;
+        let links =
+            Links::new(["nats://a:4222", "nats://b:4222"].into_iter(), None, auth, Duration::from_secs(2)).unwrap();
+        let (a, b) = (Server::parse("nats://a:4222").unwrap(), Server::parse("nats://b:4222").unwrap());
+        *links.preferred.lock().unwrap() = a.clone();
+        links.forget(&a);
+        assert_eq!(*links.preferred.lock().unwrap(), b);
+        links.learn(&["c:4222".into(), "d:4222".into()]);
+        links.learn(&["d:4222".into()]);
+        links.learn(&[]);
+        let hosts: Vec<String> = links.servers().into_iter().map(|s| s.host).collect();
+        assert_eq!(hosts, ["a", "b", "d"], "configured, then the latest announcement");
+        links.forget(&Server::parse("nats://d:4222").unwrap());
+        assert_eq!(*links.preferred.lock().unwrap(), b, "only the preferred server moves it");
     }
 
     #[test]

@@ -155,4 +155,12 @@ mod tests {
         let bad = problem(b"payload", &Entry { event_id: "e\n1".into(), ..entry(&[]) }).unwrap();
         assert!(bad.to_string().contains("event id"), "{bad}");
     }
+
+    #[test]
+    fn a_subject_too_long_for_a_control_line_is_the_rows_fault() {
+        let at_most = format!("audit.{}", "x".repeat(MAX_SUBJECT - 6));
+        assert_eq!(subject_problem(&at_most), None);
+        let over = format!("{at_most}x");
+        assert!(subject_problem(&over).is_some_and(|p| p.contains("control line")));
+    }
 }

@@ -1,7 +1,7 @@
 //! A batch published to JetStream on one of the relay's own connections (`link`): every
 //! message is written into one buffer as `HPUB` with a reply subject under the connection's
-//! inbox (`<inbox>.<place in the batch>`), and the PubAcks come back on the one subscription to
-//! that inbox. This is JetStream's publish protocol without a client's machinery: async-nats's
+//! inbox (`<inbox>.<batch>.<place in the batch>`), and the PubAcks come back on the one
+//! subscription to that inbox. This is JetStream's publish protocol without a client's machinery: async-nats's
 //! JetStream publish makes a request per message (an inbox, a channel, a timer and a boxed
 //! future each), and even its core publish passes each message, as a header map, through a
 //! channel to its connection task — together more CPU than the rest of the relay
@@ -86,23 +86,25 @@ async fn exchange(
             sent.push(i);
         }
         let settle = |reply: Reply<'_>| match reply {
+            // An entry without an outcome was sent: the others have theirs.
             Reply::Answer { place, status, payload } => match outcomes.get_mut(place) {
-                Some(outcome @ None) if sent.contains(&place) => {
+                Some(outcome @ None) => {
                     *outcome = Some(acknowledged(status, payload, &entries[place].stream));
                     1
                 }
                 _ => 0,
             },
-            // No PubAck comes for these: an outage (a grant to fix), their neighbours go on.
+            // No PubAck comes for it: an outage (a grant to fix), its neighbours go on. The
+            // server refuses in the order it was sent: the first without an outcome.
             Reply::Forbidden { subject, said } => {
-                let mut settled = 0;
-                for &i in sent.iter().filter(|&&i| entries[i].stream == subject) {
-                    if outcomes[i].is_none() {
+                let refused = sent.iter().find(|&&i| outcomes[i].is_none() && entries[i].stream == subject);
+                match refused {
+                    Some(&i) => {
                         outcomes[i] = Some(AppendOutcome::Unavailable(format!("nats: {said}")));
-                        settled += 1;
+                        1
                     }
+                    None => 0,
                 }
-                settled
             }
         };
         let answered = tokio::time::timeout_at(deadline, link.exchange(&out, sent.len(), settle)).await;
