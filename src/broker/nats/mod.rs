@@ -16,6 +16,7 @@ mod link;
 mod message;
 mod publish;
 mod unreadable;
+mod wire;
 
 /// A header block checked and split as the bridge does after a reconnect (the fuzz target).
 #[cfg(fuzzing)]
@@ -27,7 +28,7 @@ pub(crate) fn check_headers(raw: &[u8]) {
 /// a publishing link takes them (the fuzz target).
 #[cfg(fuzzing)]
 pub(crate) fn server_ops(data: &[u8]) {
-    link::parse_all(data)
+    wire::parse_all(data)
 }
 
 use std::sync::Arc;
