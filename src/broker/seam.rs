@@ -143,11 +143,19 @@ pub trait EventStream: Send + Sync + 'static {
     }
 
     /// Trims `stream` below the oldest entry some consumer group has not both received and
-    /// acknowledged; a stream without groups is left alone. Returns the entries removed.
-    fn trim_acknowledged(&self, stream: &str) -> impl Future<Output = Result<u64, Unavailable>> + Send;
+    /// acknowledged; a stream without groups is left alone. Returns the entries removed. A
+    /// broker whose own retention removes what consumers no longer need (JetStream's limits,
+    /// interest or work queue; a Kafka topic's time, size or compaction) leaves nothing for
+    /// handoff to trim: the default.
+    fn trim_acknowledged(&self, _stream: &str) -> impl Future<Output = Result<u64, Unavailable>> + Send {
+        async { Ok(0) }
+    }
 
-    /// The oldest entry some consumer group of `stream` still needs; `None` without groups.
-    fn acknowledged_floor(&self, stream: &str) -> impl Future<Output = Result<Option<EntryId>, Unavailable>> + Send;
+    /// The oldest entry some consumer group of `stream` still needs; `None` without groups (and
+    /// on a broker that trims by its own retention: the default).
+    fn acknowledged_floor(&self, _stream: &str) -> impl Future<Output = Result<Option<EntryId>, Unavailable>> + Send {
+        async { Ok(None) }
+    }
 
     /// The servers the client writes to, with their process ids.
     fn servers(&self) -> impl Future<Output = Result<Vec<ServerId>, Unavailable>> + Send;
@@ -178,20 +186,19 @@ pub trait EventStream: Send + Sync + 'static {
     fn reconnected(&self) -> impl Future<Output = ()> + Send;
 }
 
-/// Completes `outcomes` (those of the entries outside runs already in) with the entries of
-/// ordered runs, appended one after the other by `one`, each after the previous one's outcome:
-/// the first failure of a run skips the rest of it, so a run lands in order or its tail comes
-/// back for the next batch. For brokers that append one entry per call (NATS, Kafka); Redis
-/// appends a run in one script.
-pub(crate) async fn append_runs<'a, F, Fut>(
-    entries: &'a [Entry],
-    mut outcomes: Vec<Option<AppendOutcome>>,
-    one: F,
-) -> Vec<AppendOutcome>
+/// Appends `entries` with `send`, which sends a batch and gathers its outcomes, for brokers
+/// that cannot append a run in one call (NATS, Kafka; Redis appends a run in one script). The
+/// entries outside runs go as one batch (in order, so one key's messages keep it); then each
+/// entry of an ordered run alone, after the previous one's outcome: the first failure of a run
+/// skips the rest of it, so a run lands in order or its tail comes back for the next batch.
+pub(crate) async fn append_in_runs<'a, F, Fut>(entries: &'a [Entry], send: F) -> Vec<AppendOutcome>
 where
-    F: Fn(&'a Entry) -> Fut,
-    Fut: Future<Output = AppendOutcome>,
+    F: Fn(Vec<&'a Entry>) -> Fut,
+    Fut: Future<Output = Vec<AppendOutcome>>,
 {
+    let mut loose = send(entries.iter().filter(|e| e.run.is_none()).collect()).await.into_iter();
+    let mut outcomes: Vec<Option<AppendOutcome>> =
+        entries.iter().map(|e| if e.run.is_none() { loose.next() } else { None }).collect();
     let mut failed_run: Option<u32> = None;
     for (i, entry) in entries.iter().enumerate() {
         let Some(run) = entry.run else { continue };
@@ -199,7 +206,7 @@ where
             outcomes[i] = Some(AppendOutcome::Skipped);
             continue;
         }
-        let outcome = one(entry).await;
+        let outcome = send(vec![entry]).await.pop().unwrap_or(AppendOutcome::Skipped);
         if !matches!(outcome, AppendOutcome::Appended(_) | AppendOutcome::Duplicate(_)) {
             failed_run = Some(run);
         }

@@ -40,9 +40,7 @@ use message::{Mapping, delivered, failed};
 use replaceable::Replaceable;
 use reports::Batch;
 
-use crate::broker::seam::{
-    AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
-};
+use crate::broker::seam::{AppendOptions, AppendOutcome, Entry, EventStream, ServerId, StreamState, Unavailable};
 
 /// A Kafka cluster the relay produces to.
 #[derive(Clone)]
@@ -215,15 +213,10 @@ fn unavailable(e: rdkafka::error::KafkaError) -> Unavailable {
 }
 
 impl EventStream for KafkaStream {
+    /// Every message outside runs handed over, then every report awaited; a run's, each after
+    /// the previous one's delivery report.
     async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
-        // Entries outside runs: every message handed over (in order, so one key's messages keep
-        // it), then every report awaited.
-        let loose: Vec<&Entry> = entries.iter().filter(|e| e.run.is_none()).collect();
-        let mut sent = self.send(&loose).await.into_iter();
-        let outcomes = entries.iter().map(|e| if e.run.is_none() { sent.next() } else { None }).collect();
-        // Ordered runs: each message after the previous one's delivery report.
-        let one = |entry| async move { self.send(&[entry]).await.pop().unwrap_or(AppendOutcome::Skipped) };
-        crate::broker::seam::append_runs(entries, outcomes, one).await
+        crate::broker::seam::append_in_runs(entries, |batch| async move { self.send(&batch).await }).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
@@ -235,16 +228,6 @@ impl EventStream for KafkaStream {
             Ok(())
         })
         .await
-    }
-
-    /// The topic's retention (time, size, compaction) removes what consumers no longer need:
-    /// nothing for handoff to trim.
-    async fn trim_acknowledged(&self, _topic: &str) -> Result<u64, Unavailable> {
-        Ok(0)
-    }
-
-    async fn acknowledged_floor(&self, _topic: &str) -> Result<Option<EntryId>, Unavailable> {
-        Ok(None)
     }
 
     /// The cluster, by its id: a cluster replaced under the same addresses shows as a new id.

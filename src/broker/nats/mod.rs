@@ -338,14 +338,10 @@ impl NatsStream {
 }
 
 impl EventStream for NatsStream {
+    /// Every message outside runs sent, then every PubAck awaited; a run's, each after the
+    /// previous one's PubAck.
     async fn append(&self, entries: &[Entry], _options: &AppendOptions) -> Vec<AppendOutcome> {
-        // Entries outside runs: every message sent, then every PubAck awaited.
-        let loose: Vec<&Entry> = entries.iter().filter(|e| e.run.is_none()).collect();
-        let mut sent = self.publish(&loose).await.into_iter();
-        let outcomes = entries.iter().map(|e| if e.run.is_none() { sent.next() } else { None }).collect();
-        // Ordered runs: each message after the previous one's PubAck.
-        let one = |entry| async move { self.publish(&[entry]).await.pop().unwrap_or(AppendOutcome::Skipped) };
-        crate::broker::seam::append_runs(entries, outcomes, one).await
+        crate::broker::seam::append_in_runs(entries, |batch| async move { self.publish(&batch).await }).await
     }
 
     async fn ping(&self) -> Result<(), Unavailable> {
@@ -357,16 +353,6 @@ impl EventStream for NatsStream {
             Ok(Err(e)) => Err(Unavailable(format!("NATS: {e}"))),
             Err(_) => Err(Unavailable(format!("NATS: no answer within {:?}", self.timeout))),
         }
-    }
-
-    /// JetStream's own retention (limits, interest, work queue) removes what consumers no
-    /// longer need: nothing for handoff to trim.
-    async fn trim_acknowledged(&self, _stream: &str) -> Result<u64, Unavailable> {
-        Ok(0)
-    }
-
-    async fn acknowledged_floor(&self, _stream: &str) -> Result<Option<EntryId>, Unavailable> {
-        Ok(None)
     }
 
     /// The server the client is connected to, with the id it took at start-up: a restart (or
