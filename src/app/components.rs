@@ -181,7 +181,7 @@ fn start_relay<P: EventStream + Clone>(
         store,
         stream: stream.clone(),
         metrics: metrics.for_relay(&relay.name, relay.broker.label()),
-        health: shared.health.register_on(format!("relay {}", relay.name), stall_after, relay.broker.label()),
+        health: shared.health.register(format!("relay {}", relay.name), stall_after, Some(relay.broker.label())),
         faults: shared.faults.clone(),
         claimant: format!("{}/{}", shared.claimant, relay.name),
         abandon: shared.abandon.clone(),
@@ -245,7 +245,7 @@ fn spawn_bridge<G: ConsumerGroup>(
         // the database and broker answer for all of them, and the sampler that probes them
         // runs once.
         let stream_name = format!("bridge {} {}", bridge.name, source.key);
-        let health = shared.health.register_on(stream_name.clone(), stall_after, bridge.broker.label());
+        let health = shared.health.register(stream_name.clone(), stall_after, Some(bridge.broker.label()));
         for (k, consumer) in consumers.iter().enumerate() {
             let name = match k {
                 0 => stream_name.clone(),
@@ -288,7 +288,7 @@ async fn spawn_worker(
     let deps = WorkerDeps {
         store,
         metrics: metrics.for_worker(&worker.name),
-        health: shared.health.register(format!("worker {}", worker.name), stall_after),
+        health: shared.health.register(format!("worker {}", worker.name), stall_after, None),
         owner: format!("{}/{}", shared.claimant, worker.name),
         abandon: shared.abandon.clone(),
     };

@@ -152,7 +152,7 @@ async fn check_worker(worker: &WorkerConfig, store: Inbox) -> anyhow::Result<()>
     let deps = WorkerDeps {
         store,
         metrics: WorkerMetrics::register(&Registry::new()).expect("fresh registry").for_worker(&worker.name),
-        health: Health::default().register("check", std::time::Duration::MAX),
+        health: Health::default().register("check", std::time::Duration::MAX, None),
         owner: "check".into(),
         abandon: CancellationToken::new(),
     };

@@ -231,7 +231,7 @@ mod tests {
         let pauses = Pauses::default();
         pauses.publish(vec![pause("audit")]);
         let health = Health::default();
-        let component = health.register("relay audit", Duration::from_secs(60));
+        let component = health.register("relay audit", Duration::from_secs(60), None);
         let mut switch = pauses.switch(Target { component: ComponentKind::Relay, name: "audit".into() });
         let shutdown = CancellationToken::new();
         let waiting = {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Relay, RelayDeps};
-use crate::broker::{AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable};
+use crate::broker::{AppendOptions, AppendOutcome, Entry, EventStream, ServerId, StreamState, Unavailable};
 use crate::config::load_str;
 use crate::fault::Faults;
 use crate::relay::outbox::{ClaimedRow, Delivered, DeliveredRow, Failure, OutboxStats, OutboxStore, RowRef, Verdict};
@@ -204,14 +204,6 @@ impl EventStream for FakeStream {
         Ok(())
     }
 
-    async fn trim_acknowledged(&self, _: &str) -> Result<u64, Unavailable> {
-        Ok(0)
-    }
-
-    async fn acknowledged_floor(&self, _: &str) -> Result<Option<EntryId>, Unavailable> {
-        Ok(None)
-    }
-
     async fn servers(&self) -> Result<Vec<ServerId>, Unavailable> {
         Ok(Vec::new())
     }
@@ -240,7 +232,7 @@ fn relay(extra: &str, store: FakeOutbox, stream: FakeStream) -> Relay<FakeOutbox
         store,
         stream,
         metrics: RelayMetrics::register(&registry).unwrap().for_relay("t", "redis"),
-        health: Health::default().register("relay t", Duration::from_secs(60)),
+        health: Health::default().register("relay t", Duration::from_secs(60), None),
         faults: Faults::default(),
         claimant: "test".into(),
         abandon: CancellationToken::new(),

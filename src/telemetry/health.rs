@@ -37,23 +37,9 @@ impl Default for Health {
 }
 
 impl Health {
-    /// A loop that uses no broker (a worker) and must beat at least every `stall_after` to
-    /// count as alive.
-    pub(crate) fn register(&self, name: impl Into<String>, stall_after: Duration) -> Arc<Component> {
-        self.register_with(name, stall_after, None)
-    }
-
-    /// Like `register`, for a loop that is ready only while `broker` ("redis", "nats") answers.
-    pub(crate) fn register_on(
-        &self,
-        name: impl Into<String>,
-        stall_after: Duration,
-        broker: &'static str,
-    ) -> Arc<Component> {
-        self.register_with(name, stall_after, Some(broker))
-    }
-
-    fn register_with(
+    /// A loop that must beat at least every `stall_after` to count as alive, and is ready only
+    /// while its `broker` ("redis", "nats", "kafka") answers; `None`: it uses none (a worker).
+    pub(crate) fn register(
         &self,
         name: impl Into<String>,
         stall_after: Duration,
@@ -178,7 +164,7 @@ mod tests {
     #[test]
     fn a_component_is_ready_only_when_both_ends_answer() {
         let health = Health::default();
-        let c = health.register_on("relay audit", Duration::from_secs(60), "redis");
+        let c = health.register("relay audit", Duration::from_secs(60), Some("redis"));
         assert_eq!(health.not_ready().len(), 2);
         c.set_source_ok(true);
         c.set_stream_ok(true);
@@ -190,7 +176,7 @@ mod tests {
     #[test]
     fn the_not_ready_reason_names_the_component_s_broker() {
         let health = Health::default();
-        let c = health.register_on("bridge audit.user", Duration::from_secs(60), "nats");
+        let c = health.register("bridge audit.user", Duration::from_secs(60), Some("nats"));
         c.set_source_ok(true);
         assert_eq!(health.not_ready(), ["bridge audit.user: nats unreachable"]);
     }
@@ -198,7 +184,7 @@ mod tests {
     #[test]
     fn a_database_that_answers_pings_but_refuses_the_work_is_not_ready() {
         let health = Health::default();
-        let c = health.register_on("bridge user", Duration::from_secs(60), "redis");
+        let c = health.register("bridge user", Duration::from_secs(60), Some("redis"));
         c.set_stream_ok(true);
         c.set_work_ok(false);
         c.set_source_ok(true);
@@ -210,7 +196,7 @@ mod tests {
     #[test]
     fn a_worker_uses_no_broker_and_is_ready_when_its_database_answers() {
         let health = Health::default();
-        let c = health.register("worker audit", Duration::from_secs(60));
+        let c = health.register("worker audit", Duration::from_secs(60), None);
         assert_eq!(health.not_ready(), ["worker audit: database unreachable"]);
         c.set_source_ok(true);
         assert!(health.not_ready().is_empty());
@@ -219,7 +205,7 @@ mod tests {
     #[test]
     fn a_loop_that_stops_beating_is_stalled() {
         let health = Health { started: Instant::now() - Duration::from_secs(10), components: Arc::default() };
-        let c = health.register("relay audit", Duration::from_secs(5));
+        let c = health.register("relay audit", Duration::from_secs(5), None);
         assert!(health.stalled().is_empty());
         c.last_beat_ms.store(0, Ordering::Relaxed);
         assert_eq!(health.stalled(), ["relay audit"]);
