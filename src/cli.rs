@@ -151,31 +151,30 @@ async fn reshard(config: &Config, relay: &str) -> ExitCode {
             say!("`{}`: {} shards recorded (was {from})", done.family, done.to);
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(format!("{e:#}")),
     }
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every command reads the config (`migrate --print` too: the dialect comes from it, and a
+    // config that does not load is an error, not a reason to print another dialect's schema).
+    let config = match config::load(&cli.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{}: {e}", cli.config.display());
+            return ExitCode::from(2);
+        }
+    };
     if let Command::Migrate { print: true, partitioned, role } = &cli.command {
-        // The dialect comes from the config: a config that does not load is an error, not a
-        // reason to print another dialect's schema.
-        let config = match config::load(&cli.config) {
-            Ok(config) => config,
-            Err(e) => {
-                eprintln!("{}: {e}", cli.config.display());
-                return ExitCode::from(2);
-            }
-        };
         let mysql = config.database.url.as_ref().is_some_and(|u| {
             crate::store::config::Dialect::of(u.expose()) == Some(crate::store::config::Dialect::Mysql)
         });
-        let layout =
-            if *partitioned { crate::migrate::OutboxLayout::Partitioned } else { crate::migrate::OutboxLayout::Plain };
-        let versions = if mysql { crate::migrate::MYSQL.to_vec() } else { crate::migrate::postgres_versions(layout) };
+        let versions = if mysql {
+            crate::migrate::MYSQL.to_vec()
+        } else {
+            crate::migrate::postgres_versions(layout(*partitioned))
+        };
         let wanted = crate::migrate::parts::needed(&config, role);
         for (version, sql) in versions {
             for (part, text) in crate::migrate::parts::split(sql).into_iter().filter(|(p, _)| wanted.contains(p)) {
@@ -184,13 +183,6 @@ pub fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let config = match config::load(&cli.config) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("{}: {e}", cli.config.display());
-            return ExitCode::from(2);
-        }
-    };
     telemetry::logging::init(config.telemetry.log_format, &config.telemetry.log_level);
     let mut config = config;
     if !matches!(cli.command, Command::Run | Command::Check) {
@@ -207,6 +199,16 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(dispatch(cli.command, config))
+}
+
+/// An operator's command failed: `error: <message>` on stderr, exit 1.
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+fn layout(partitioned: bool) -> crate::migrate::OutboxLayout {
+    if partitioned { crate::migrate::OutboxLayout::Partitioned } else { crate::migrate::OutboxLayout::Plain }
 }
 
 async fn dispatch(command: Command, config: Config) -> ExitCode {
@@ -253,11 +255,7 @@ async fn dispatch(command: Command, config: Config) -> ExitCode {
         }
         Command::Verify { relay, since, repair, json } => verify(&config, relay.as_deref(), since, repair, json).await,
         Command::Migrate { partitioned, role, .. } => {
-            let layout = if partitioned {
-                crate::migrate::OutboxLayout::Partitioned
-            } else {
-                crate::migrate::OutboxLayout::Plain
-            };
+            let layout = layout(partitioned);
             let result = async {
                 let db = crate::store::Database::connect(&config.database, "handoff-migrate")?;
                 let wanted = crate::migrate::parts::needed(&config, &role);
@@ -361,10 +359,7 @@ async fn verify(
 ) -> ExitCode {
     let reports = match ops::verify::run(config, relay, since, repair).await {
         Ok(reports) => reports,
-        Err(e) => {
-            eprintln!("error: {}", crate::error::error_chain(&e));
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(crate::error::error_chain(&e)),
     };
     let unrepaired: usize =
         reports.iter().flat_map(|r| &r.streams).map(|s| s.missing.saturating_sub(s.redriven as usize)).sum();

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use super::fail;
 use crate::config::Config;
 use crate::rewind::{self, RewindTo};
 
@@ -55,9 +56,6 @@ pub(super) async fn run(config: &Config, action: BridgeAction) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(e),
     }
 }

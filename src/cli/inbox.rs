@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use super::fail;
 use super::selection::SelectionArgs;
 use crate::config::Config;
 use crate::reprocess::Settled;
@@ -68,10 +69,7 @@ pub(super) async fn run(config: &Config, action: InboxAction) -> ExitCode {
     };
     let db = match crate::store::Database::connect(&config.database, "handoff-reprocess") {
         Ok(db) => db,
-        Err(e) => {
-            eprintln!("error: database: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("database: {e}")),
     };
     match reprocess::run(config, &db, request).await {
         Ok(report) if args.json => {
@@ -95,9 +93,6 @@ pub(super) async fn run(config: &Config, action: InboxAction) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(e),
     }
 }

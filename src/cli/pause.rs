@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::fail;
 use crate::config::Config;
 use crate::pause::{self as pausing, ComponentKind, Pause};
 
@@ -69,10 +70,7 @@ pub(super) async fn pause(config: &Config, args: PauseArgs) -> ExitCode {
             show(&pause, "paused", args.json, config.pause.poll_interval);
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(e),
     }
 }
 
@@ -99,10 +97,7 @@ pub(super) async fn resume(config: &Config, args: ResumeArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(e),
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::fail;
 use super::selection::SelectionArgs;
 use crate::broker::Broker;
 use crate::broker::nats::NatsStream;
@@ -68,7 +69,7 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
     };
     let plan = match replay::plan(config, &db, &request, !args.dry_run).await {
         Ok(plan) => plan,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e),
     };
     let c = &plan.checkpoint;
     let target = if c.target.is_empty() { "each row's own stream".to_owned() } else { c.target.clone() };
@@ -117,15 +118,15 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
                 Err(e) => return fail(format!("nats: {e}")),
             }
         }
-        (Broker::Nats, None) => return fail("broker = \"nats\" without [nats]".into()),
+        (Broker::Nats, None) => return fail("broker = \"nats\" without [nats]"),
         (Broker::Kafka, _) => match &config.kafka {
             Some(kafka) => match crate::broker::kafka::KafkaStream::connect(kafka, "")
                 .map(|k| k.laying_out(relay.payload_field(), relay.kafka_key()))
             {
                 Ok(stream) => replay::run(config, &db, &stream, &request, plan.checkpoint, printer, stop).await,
-                Err(e) => return fail(e.to_string()),
+                Err(e) => return fail(e),
             },
-            None => return fail("broker = \"kafka\" without [kafka]".into()),
+            None => return fail("broker = \"kafka\" without [kafka]"),
         },
     };
     match result {
@@ -137,13 +138,8 @@ pub(super) async fn run(config: &Config, args: ReplayArgs) -> ExitCode {
             say!("{}", serde_json::json!({ "replayed": p.appended, "total": p.total, "job": p.job, "done": true }));
             ExitCode::SUCCESS
         }
-        Err(e) => fail(e.to_string()),
+        Err(e) => fail(e),
     }
-}
-
-fn fail(message: String) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::FAILURE
 }
 
 /// Prints progress: a bar redrawn in place on a terminal, else a JSON line per interval.

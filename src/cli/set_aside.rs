@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use super::fail;
 use crate::config::Config;
 
 #[derive(Debug, Subcommand)]
@@ -101,10 +102,7 @@ pub(super) async fn dead(config: &Config, action: DeadAction) -> ExitCode {
     };
     let rows = match crate::dead::run(config, &db, &filter, kind, args.output.dry_run).await {
         Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("error: {}", crate::error::error_chain(&e));
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(crate::error::error_chain(&e)),
     };
     let verb = match (kind, args.output.dry_run) {
         (crate::dead::DeadAction::List, _) => "DEAD",
@@ -157,10 +155,7 @@ pub(super) async fn poison(config: &Config, action: PoisonAction) -> ExitCode {
     };
     let rows = match result {
         Ok(rows) => rows,
-        Err(e) => {
-            eprintln!("error: {}", crate::error::error_chain(&e));
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(crate::error::error_chain(&e)),
     };
     let failed = rows.iter().filter(|r| matches!(r.appended, Some(crate::poison::Reappended::Failed(_)))).count();
     let verb = match (retry, args.output.dry_run) {
