@@ -12,6 +12,12 @@ impl Secret {
         Self(value.into())
     }
 
+    /// Whether `given` is the secret, compared in time that does not depend on where they differ.
+    pub(crate) fn matches(&self, given: &str) -> bool {
+        let (a, b) = (given.as_bytes(), self.0.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+    }
+
     /// The secret itself, for the one place that needs it (opening a connection).
     pub(crate) fn expose(&self) -> &str {
         &self.0

@@ -36,7 +36,7 @@ pub(super) fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) 
     if let Some(bearer) = given.strip_prefix("Bearer ") {
         return tokens
             .iter()
-            .find(|t| t.token.as_ref().is_some_and(|secret| same(bearer.trim().as_bytes(), secret.expose().as_bytes())))
+            .find(|t| t.token.as_ref().is_some_and(|secret| secret.matches(bearer.trim())))
             .map(caller(Scheme::Bearer));
     }
     let basic = crate::base64::decode(given.strip_prefix("Basic ")?.trim())?;
@@ -44,13 +44,8 @@ pub(super) fn authenticate(tokens: &[AdminToken], header: Option<&HeaderValue>) 
     tokens
         .iter()
         .filter(|t| t.name == user)
-        .find(|t| t.token.as_ref().is_some_and(|secret| same(password.as_bytes(), secret.expose().as_bytes())))
+        .find(|t| t.token.as_ref().is_some_and(|secret| secret.matches(password)))
         .map(caller(Scheme::Basic))
-}
-
-/// Equal bytes, compared without an early exit.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 #[cfg(test)]

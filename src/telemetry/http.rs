@@ -108,12 +108,13 @@ fn respond(req: Request<Incoming>, endpoints: &Endpoints, auth: Option<&MetricsA
 fn authorized(auth: &MetricsAuth, header: Option<&hyper::header::HeaderValue>) -> bool {
     let Some(given) = header.and_then(|h| h.to_str().ok()) else { return false };
     if let Some(token) = &auth.bearer_token {
-        return given.strip_prefix("Bearer ").is_some_and(|t| same(t.as_bytes(), token.expose().as_bytes()));
+        return given.strip_prefix("Bearer ").is_some_and(|t| token.matches(t));
     }
     match (&auth.basic_user, &auth.basic_password) {
         (Some(user), Some(password)) => {
-            let expected = crate::base64::encode(format!("{user}:{}", password.expose()).as_bytes());
-            given.strip_prefix("Basic ").is_some_and(|b| same(b.as_bytes(), expected.as_bytes()))
+            let expected =
+                crate::secret::Secret::new(crate::base64::encode(format!("{user}:{}", password.expose()).as_bytes()));
+            given.strip_prefix("Basic ").is_some_and(|b| expected.matches(b))
         }
         _ => false,
     }
@@ -124,11 +125,6 @@ fn unauthorized(auth: &MetricsAuth) -> Response<Full<Bytes>> {
     let challenge = if auth.bearer_token.is_some() { "Bearer" } else { "Basic realm=\"handoff\"" };
     response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static(challenge));
     response
-}
-
-/// Equal bytes, compared without an early exit.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 fn metrics(registry: &Registry) -> Response<Full<Bytes>> {
