@@ -4,8 +4,9 @@
 //! exactly once. Entries pending at the time stay pending to their consumers and are handed to
 //! whoever reads them again. On NATS JetStream, see `nats.rs`; on Kafka, `kafka.rs`.
 
-use super::position::{Moved, RewindError, RewindTo, parse_id};
+use super::position::{Moved, RewindError, RewindTo};
 use crate::broker::Broker;
+use crate::broker::EntryId;
 use crate::broker::redis::RedisStream;
 use crate::broker::redis::group::Group;
 use crate::config::Config;
@@ -49,7 +50,7 @@ pub(crate) async fn rewind(
             }
         };
         let position = group.position().await.map_err(failed)?;
-        if parse_id(&target) > parse_id(&position) {
+        if EntryId::parse(&target) > EntryId::parse(&position) {
             return Err(RewindError::Forward { stream: source.key.clone(), to: target, position });
         }
         let pending = group.info().await.map_err(failed)?.pending;

@@ -9,7 +9,6 @@ use super::position::{Moved, RewindError, RewindTo};
 use crate::bridge::config::{BridgeConfig, StreamSource};
 use crate::broker::kafka::offsets::rewind_to_time;
 use crate::config::Config;
-use crate::store::selection::Moment;
 
 pub(super) async fn rewind(
     config: &Config,
@@ -20,11 +19,7 @@ pub(super) async fn rewind(
 ) -> Result<Vec<Moved>, RewindError> {
     let Some(kafka) = &config.kafka else { return Err(RewindError::Kafka("no [kafka] section".into())) };
     let unix_ms = match to {
-        RewindTo::Moment(Moment::UnixMillis(ms)) => *ms,
-        RewindTo::Moment(Moment::Ago(ago)) => {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            i64::try_from(now.saturating_sub(*ago).as_millis()).unwrap_or(i64::MAX)
-        }
+        RewindTo::Moment(moment) => moment.unix_millis(),
         RewindTo::Entry(id) => {
             return Err(RewindError::Kafka(format!(
                 "`{id}` is an entry id; on Kafka, rewind to a time (--to 1h, or an RFC 3339 time)"

@@ -7,12 +7,12 @@
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 
-use super::position::{Moved, RewindError, RewindTo, parse_id};
+use super::position::{Moved, RewindError, RewindTo};
 use crate::bridge::config::{BridgeConfig, StreamSource};
+use crate::broker::EntryId;
 use crate::broker::nats::NatsStream;
 use crate::config::Config;
 use crate::pause::{ComponentKind, Target};
-use crate::store::selection::Moment;
 
 pub(super) async fn rewind(
     config: &Config,
@@ -40,7 +40,7 @@ pub(super) async fn rewind(
         };
         let (start, shown) = match to {
             RewindTo::Entry(id) => {
-                let sequence = parse_id(id).map_or(0, |(sequence, _)| sequence);
+                let sequence = EntryId::parse(id).map_or(0, |id| id.0);
                 if sequence > position {
                     return Err(RewindError::Forward {
                         stream: source.key.clone(),
@@ -51,14 +51,7 @@ pub(super) async fn rewind(
                 (DeliverPolicy::ByStartSequence { start_sequence: sequence + 1 }, sequence.to_string())
             }
             RewindTo::Moment(moment) => {
-                let millis = match moment {
-                    Moment::UnixMillis(ms) => *ms,
-                    Moment::Ago(ago) => {
-                        let now =
-                            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                        i64::try_from(now.saturating_sub(*ago).as_millis()).unwrap_or(i64::MAX)
-                    }
-                };
+                let millis = moment.unix_millis();
                 let start_time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis.max(0)) * 1_000_000)
                     .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
                 (DeliverPolicy::ByStartTime { start_time }, format!("messages from {start_time}"))

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::broker::EntryId;
 use crate::store::selection::{Moment, MomentError};
 
 /// Where to move the group: just before an entry id, or to a time.
@@ -17,7 +18,7 @@ impl RewindTo {
     /// An entry id (`1700000000000-0`, or milliseconds alone), a duration ago (`1h`) or an RFC
     /// 3339 time.
     pub(crate) fn parse(text: &str) -> Result<Self, NotAPosition> {
-        if parse_id(text).is_some() {
+        if EntryId::parse(text).is_some() {
             return Ok(RewindTo::Entry(text.to_owned()));
         }
         Moment::parse(text).map(RewindTo::Moment).map_err(NotAPosition)
@@ -28,12 +29,6 @@ impl RewindTo {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}, nor an entry id (\"1700000000000-0\")")]
 pub(crate) struct NotAPosition(MomentError);
-
-/// `(ms, seq)` of an entry id; `ms` alone means `ms-0` (on NATS: the stream sequence).
-pub(super) fn parse_id(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RewindError {

@@ -25,6 +25,18 @@ pub(crate) enum MomentError {
 }
 
 impl Moment {
+    /// The instant as Unix milliseconds, by this machine's clock for an `Ago` (a broker's
+    /// message times are its clock's, not the database's).
+    pub(crate) fn unix_millis(&self) -> i64 {
+        match self {
+            Moment::UnixMillis(ms) => *ms,
+            Moment::Ago(ago) => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                i64::try_from(now.saturating_sub(*ago).as_millis()).unwrap_or(i64::MAX)
+            }
+        }
+    }
+
     /// `"2h"` (so long ago) or an RFC 3339 time (`2026-12-03T10:00:00Z`).
     pub(crate) fn parse(text: &str) -> Result<Self, MomentError> {
         if let Ok(ago) = humantime::parse_duration(text) {
