@@ -68,6 +68,19 @@ pub struct PoisonRecord {
 }
 
 impl PoisonRecord {
+    /// The record as the one JSON body a dead letter carries on NATS and Kafka (nothing of the
+    /// entry's content goes into a header there: a hostile value cannot break the message).
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "reason": self.reason.as_str(),
+            "detail": self.detail,
+            "source_stream": self.stream,
+            "source_id": self.entry_id,
+            "event_id": self.event_id,
+            "fields": self.fields,
+        })
+    }
+
     /// `event`'s id was already taken over with other content (`existing_hash`, if still there).
     pub(crate) fn taken_over_with_other_content(event: &InboxEvent, existing_hash: Option<&str>) -> Self {
         let detail = format!(

@@ -56,9 +56,24 @@ pub(super) fn consumer_config(config: &KafkaConfig) -> Result<ClientConfig, Kafk
 }
 
 /// A consumer that only reads given offsets (loss checks): it joins no group, commits nothing.
-pub(super) fn reader_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
+fn reader_config(config: &KafkaConfig) -> Result<ClientConfig, KafkaSetupError> {
     let mut client = consumer_config(config)?;
     client.set("group.id", "handoff-verify");
+    Ok(client)
+}
+
+/// A reader of single offsets (it joins no group), shared by what reads through `slot`.
+type Reader = std::sync::Arc<rdkafka::consumer::BaseConsumer<Logged>>;
+
+/// The reader kept in `slot`, made there on first use.
+pub(super) fn reader(slot: &std::sync::Mutex<Option<Reader>>, config: &KafkaConfig) -> Result<Reader, String> {
+    let mut made = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(client) = &*made {
+        return Ok(client.clone());
+    }
+    let client = reader_config(config).map_err(|e| e.to_string())?;
+    let client: Reader = std::sync::Arc::new(client.create_with_context(Logged).map_err(|e| e.to_string())?);
+    *made = Some(client.clone());
     Ok(client)
 }
 

@@ -45,15 +45,7 @@ impl KafkaStream {
 
     /// The client that reads single offsets (made on first use: most relays never need it).
     pub(super) fn reader(&self) -> Result<Arc<BaseConsumer<Logged>>, Unavailable> {
-        let mut reader = self.reader.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(made) = &*reader {
-            return Ok(made.clone());
-        }
-        let config = client::reader_config(&self.config).map_err(|e| Unavailable(format!("kafka: {e}")))?;
-        let made: Arc<BaseConsumer<Logged>> =
-            Arc::new(config.create_with_context(Logged).map_err(|e| Unavailable(format!("kafka: {e}")))?);
-        *reader = Some(made.clone());
-        Ok(made)
+        client::reader(&self.reader, &self.config).map_err(|e| Unavailable(format!("kafka: {e}")))
     }
 
     /// The event id header of each message at `offsets` of `topic`'s `partition` that holds one

@@ -319,14 +319,7 @@ impl ConsumerGroup for NatsGroup {
     async fn dead_letters(&self, key: &str, records: &[PoisonRecord]) -> bool {
         let mut acks = Vec::with_capacity(records.len());
         for p in records {
-            let body = serde_json::json!({
-                "reason": p.reason.as_str(),
-                "detail": p.detail,
-                "source_stream": p.stream,
-                "source_id": p.entry_id,
-                "event_id": p.event_id,
-                "fields": p.fields,
-            });
+            let body = p.json();
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("dead:{}:{}", p.stream, p.entry_id).as_str());
             match self.jetstream.publish_with_headers(key.to_owned(), headers, Bytes::from(body.to_string())).await {

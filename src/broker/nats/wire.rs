@@ -5,14 +5,9 @@
 use bytes::{Buf, Bytes, BytesMut};
 
 /// What the server sent cannot be read as the protocol: the connection can no longer be trusted.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub(super) struct Unreadable(pub String);
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// The longest control line (`INFO` with a cluster's URLs is the longest a server sends).
 const MAX_LINE: usize = 1 << 20;

@@ -218,15 +218,7 @@ impl KafkaGroup {
     }
 
     fn watermarks(&self) -> Result<Arc<BaseConsumer<Logged>>, String> {
-        let mut made = self.watermarks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(client) = &*made {
-            return Ok(client.clone());
-        }
-        let client = client::reader_config(&self.config).map_err(|e| e.to_string())?;
-        let client: Arc<BaseConsumer<Logged>> =
-            Arc::new(client.create_with_context(Logged).map_err(|e| e.to_string())?);
-        *made = Some(client.clone());
-        Ok(client)
+        client::reader(&self.watermarks, &self.config)
     }
 }
 
@@ -393,15 +385,7 @@ impl ConsumerGroup for KafkaGroup {
     async fn dead_letters(&self, key: &str, records: &[PoisonRecord]) -> bool {
         let Ok(producer) = self.producer() else { return false };
         let sends = records.iter().map(|p| {
-            let body = serde_json::json!({
-                "reason": p.reason.as_str(),
-                "detail": p.detail,
-                "source_stream": p.stream,
-                "source_id": p.entry_id,
-                "event_id": p.event_id,
-                "fields": p.fields,
-            })
-            .to_string();
+            let body = p.json().to_string();
             let source = format!("{}:{}", p.stream, p.entry_id);
             async move {
                 let record = FutureRecord::to(key).key(&source).payload(&body);
