@@ -174,24 +174,22 @@ impl StoreError {
 pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// Why statements could not be prepared.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     /// The database did not answer; worth retrying.
+    #[error("{0}")]
     Unreachable(String),
     /// Statements or their results break the contract; every problem, each naming its statement.
+    #[error("{}", .0.join("\n"))]
     Invalid(Vec<String>),
 }
 
-impl std::fmt::Display for PrepareError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PrepareError::Unreachable(e) => f.write_str(e),
-            PrepareError::Invalid(errors) => f.write_str(&errors.join("\n")),
-        }
+impl PrepareError {
+    /// No connection to prepare on, for `what` (`relay \`audit\``).
+    pub(crate) fn cannot_connect(what: &str, error: impl std::fmt::Display) -> Self {
+        PrepareError::Unreachable(format!("{what}: cannot connect to the database: {error}"))
     }
 }
-
-impl std::error::Error for PrepareError {}
 
 /// A configured statement the store cannot use as written, naming it (`context`); found when
 /// the store is built, before anything runs.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use deadpool_postgres::{Object, Pool};
 use futures_util::future::try_join_all;
-use tokio_postgres::types::ToSql;
 
 use super::contract::DETAIL_MAX_CHARS;
 use super::contract::inbox_columns;
@@ -21,7 +20,7 @@ use crate::store::param::millis;
 use crate::store::postgres::connect::probe;
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::tx::{OpenTx, with_begin};
-use crate::store::postgres::values::{Cell, Param};
+use crate::store::postgres::values::{Cell, Param, refs};
 use crate::worker::config::HandlerErrors;
 use crate::worker::inbox::postgres_handlers::run_statements;
 use crate::worker::inbox::rows::{ApplyError, Merged};
@@ -171,10 +170,6 @@ fn insert_batch_sql(table: &str, columns: &str, stamp_processed: bool) -> String
 /// The values of a named statement's placeholders, each name's from `bind`.
 fn bound(named: &NamedSql, bind: impl Fn(&str) -> Param) -> Vec<Param> {
     named.names.iter().map(|n| bind(n)).collect()
-}
-
-fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
-    values.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
 /// Runs a named statement once per set of `values`, all sent at once; the rows each changed.

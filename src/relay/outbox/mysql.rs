@@ -33,10 +33,7 @@ impl MyOutbox {
     /// and the stats' result columns; returns every problem found.
     pub(crate) async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
         let prefix = format!("relay `{}`", relay.name);
-        let mut conn = pool
-            .get_conn()
-            .await
-            .map_err(|e| PrepareError::Unreachable(format!("{prefix}: cannot connect to the database: {e}")))?;
+        let mut conn = pool.get_conn().await.map_err(|e| PrepareError::cannot_connect(&prefix, e))?;
         let mut errors = Vec::new();
         let mut statements = HashMap::new();
         let mut claim = Vec::new();

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
 use super::bindings;
 use super::contract::{self, StatementKind};
@@ -22,7 +21,7 @@ use crate::sql::params::{self, Placeholder};
 use crate::store::error::{PrepareError, StoreError, StoreResult};
 use crate::store::postgres::errors::{pool_error, prepare_refusal, query_error};
 use crate::store::postgres::scan_start::SCAN_DUE;
-use crate::store::postgres::values::{Cell, Param, type_problems};
+use crate::store::postgres::values::{Cell, Param, refs, type_problems};
 use crate::store::rows::{TextPages, TextRow, read_pages};
 
 /// A statement rewritten to `$n` placeholders, with the parameter name behind each.
@@ -47,10 +46,7 @@ impl PgOutbox {
     /// Returns every problem found, each naming its statement.
     pub(crate) async fn prepare(pool: Pool, relay: &RelayConfig) -> Result<Self, PrepareError> {
         let prefix = format!("relay `{}`", relay.name);
-        let client = pool
-            .get()
-            .await
-            .map_err(|e| PrepareError::Unreachable(format!("{prefix}: cannot connect to the database: {e}")))?;
+        let client = pool.get().await.map_err(|e| PrepareError::cannot_connect(&prefix, e))?;
         let mut statements = HashMap::new();
         let mut errors = Vec::new();
         let mut columns = Vec::new();
@@ -267,9 +263,4 @@ fn text_rows(rows: &[Row]) -> StoreResult<Vec<TextRow>> {
                 .collect()
         })
         .collect()
-}
-
-/// Parameters as the driver takes them.
-fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
-    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }

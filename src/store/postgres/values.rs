@@ -56,6 +56,11 @@ pub(crate) struct BindError(BoxError);
 #[error("{0}")]
 pub(crate) struct CellError(BoxError);
 
+/// `values` as tokio-postgres takes a statement's parameters.
+pub(crate) fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
+}
+
 impl ToSql for Param {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
         self.to_wire(ty, out).map_err(|e| Box::new(BindError(e)) as BoxError)

@@ -4,12 +4,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use tokio_postgres::types::ToSql;
-
 use super::rows::{ApplyError, BindValue, BoundStatement, InboxRow, merged};
 use crate::store::error::{StoreError, StoreResult};
 use crate::store::postgres::errors::query_error;
-use crate::store::postgres::values::{Cell, Param};
+use crate::store::postgres::values::{Cell, Param, refs};
 use crate::store::rows::TextRow;
 use crate::worker::config::HandlerErrors;
 
@@ -77,10 +75,6 @@ pub(crate) fn text_rows(
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StoreError::Contract(format!("worker sql.{label}: {e}")))
-}
-
-pub(crate) fn refs(values: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
-    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
 pub(crate) fn to_param(value: &BindValue) -> Param {
