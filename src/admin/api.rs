@@ -100,7 +100,7 @@ pub(super) async fn handle(state: &Arc<AdminState>, request: Request<Incoming>) 
     // its idempotency key is settled with the answer either way.
     let (state, path) = (state.clone(), path.clone());
     let mutation = tokio::spawn(async move {
-        let (status, value) = write(&state, &caller, &path, &body).await;
+        let (Ok((status, value)) | Err((status, value))) = write(&state, &caller, &path, &body).await;
         let summary = String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned();
         info!(target: "handoff::admin", caller = %caller.name, %path, request = %summary, status = status.as_u16(), "admin call");
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
@@ -150,23 +150,19 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
                 offset,
             };
             let filter = crate::dead::Filter { relay: param("relay"), worker: param("worker"), rows };
-            match crate::dead::run(&state.config, &state.db, &filter, crate::dead::DeadAction::List, true).await {
-                Ok(rows) => {
-                    (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
-                }
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            answer(
+                crate::dead::run(&state.config, &state.db, &filter, crate::dead::DeadAction::List, true).await,
+                |rows| json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }),
+            )
         }
         "/api/poison" => {
             let (reason, event_id) = (param("reason"), param("event_id"));
             let records = crate::poison::PoisonFilter { reason, event_id, limit, offset };
             let filter = crate::poison::Filter { bridge: param("bridge"), records };
-            match crate::poison::list(&state.config, &state.db, &filter).await {
-                Ok(rows) => {
-                    (StatusCode::OK, json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }))
-                }
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            answer(
+                crate::poison::list(&state.config, &state.db, &filter).await,
+                |rows| json!({ "count": rows.len(), "next_offset": page(rows.len()), "rows": rows }),
+            )
         }
         _ => match path.strip_prefix("/api/replay/") {
             Some(job) => replay_status(state, job).await,
@@ -175,30 +171,38 @@ async fn read(state: &AdminState, path: &str, query: &HashMap<String, String>) -
     }
 }
 
-async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]) -> Reply {
-    macro_rules! parse {
-        ($t:ty) => {{
-            if body.iter().all(u8::is_ascii_whitespace) {
-                let why = "request body: a JSON object is required (send {} for the defaults)";
-                return error(StatusCode::BAD_REQUEST, why);
-            }
-            match serde_json::from_slice::<$t>(body) {
-                Ok(value) => value,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("request body: {e}")),
-            }
-        }};
+/// A request's JSON body; an empty one is refused (`{}` asks for the defaults).
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        let why = "request body: a JSON object is required (send {} for the defaults)";
+        return Err(error(StatusCode::BAD_REQUEST, why));
     }
-    let config = &state.config;
-    match path {
+    serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, format!("request body: {e}")))
+}
+
+/// A refusal with `status` for an error, its text after `field`'s name when one is given.
+fn refused<E: std::fmt::Display>(status: StatusCode, field: &'static str) -> impl FnOnce(E) -> Reply {
+    move |e| if field.is_empty() { error(status, e) } else { error(status, format!("{field}: {e}")) }
+}
+
+/// An operation's outcome: `ok`'s body, or its error as a bad request.
+fn answer<T, E: std::fmt::Display>(outcome: Result<T, E>, ok: impl FnOnce(T) -> Value) -> Reply {
+    outcome.map_or_else(refused(StatusCode::BAD_REQUEST, ""), |value| (StatusCode::OK, ok(value)))
+}
+
+/// A POST's reply: `Err` is a refusal, so each step can return it with `?`.
+async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]) -> Result<Reply, Reply> {
+    let (config, bad) = (&state.config, StatusCode::BAD_REQUEST);
+    Ok(match path {
         "/api/dead/retry" | "/api/dead/purge" => {
-            let b = parse!(DeadBody);
-            let older_than = match b.older_than.as_deref().map(humantime::parse_duration).transpose() {
-                Ok(d) => d,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("older_than: {e}")),
-            };
-            if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
-                return reply;
-            }
+            let b: DeadBody = parse(body)?;
+            let older_than = b
+                .older_than
+                .as_deref()
+                .map(humantime::parse_duration)
+                .transpose()
+                .map_err(refused(bad, "older_than"))?;
+            within("limit", b.limit, MAX_ROWS)?;
             let rows = crate::dead::DeadFilter {
                 event_id: b.event_id,
                 older_than,
@@ -209,93 +213,61 @@ async fn write(state: &Arc<AdminState>, caller: &Caller, path: &str, body: &[u8]
             let filter = crate::dead::Filter { relay: b.relay, worker: b.worker, rows };
             let action =
                 if path.ends_with("retry") { crate::dead::DeadAction::Retry } else { crate::dead::DeadAction::Purge };
-            match crate::dead::run(config, &state.db, &filter, action, b.dry_run).await {
-                Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            let done = crate::dead::run(config, &state.db, &filter, action, b.dry_run).await;
+            answer(done, |rows| json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows }))
         }
         "/api/poison/retry" => {
-            let b = parse!(PoisonBody);
-            if let Err(reply) = within("limit", b.limit, MAX_ROWS) {
-                return reply;
-            }
+            let b: PoisonBody = parse(body)?;
+            within("limit", b.limit, MAX_ROWS)?;
             let records =
                 crate::poison::PoisonFilter { reason: b.reason, event_id: b.event_id, limit: b.limit, offset: 0 };
             let filter = crate::poison::Filter { bridge: b.bridge, records };
-            match crate::poison::retry(config, &state.db, &filter, b.dry_run).await {
-                Ok(rows) => (StatusCode::OK, json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows })),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            let done = crate::poison::retry(config, &state.db, &filter, b.dry_run).await;
+            answer(done, |rows| json!({ "dry_run": b.dry_run, "count": rows.len(), "rows": rows }))
         }
         "/api/pause" => {
-            let b = parse!(PauseBody);
-            let expires = match b.expires_after.as_deref().map(humantime::parse_duration).transpose() {
-                Ok(d) => d,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("for: {e}")),
-            };
-            let target = match crate::pause::known(&config.pause_targets(), b.component, &b.name) {
-                Ok(target) => target,
-                Err(e) => return error(StatusCode::NOT_FOUND, e),
-            };
-            match crate::pause::pause(&state.db, target, b.reason, expires, &format!("admin:{}", caller.name)).await {
-                Ok(pause) => (StatusCode::OK, json!({ "paused": pause })),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            let b: PauseBody = parse(body)?;
+            let expires =
+                b.expires_after.as_deref().map(humantime::parse_duration).transpose().map_err(refused(bad, "for"))?;
+            let target = crate::pause::known(&config.pause_targets(), b.component, &b.name)
+                .map_err(refused(StatusCode::NOT_FOUND, ""))?;
+            let by = format!("admin:{}", caller.name);
+            answer(crate::pause::pause(&state.db, target, b.reason, expires, &by).await, |p| json!({ "paused": p }))
         }
         "/api/resume" => {
-            let b = parse!(ResumeBody);
-            let target = match crate::pause::known(&config.pause_targets(), b.component, &b.name) {
-                Ok(target) => target,
-                Err(e) => return error(StatusCode::NOT_FOUND, e),
-            };
-            match crate::pause::resume(&state.db, &target).await {
-                Ok(was) => (StatusCode::OK, json!({ "resumed": target.to_string(), "was_paused": was })),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            let b: ResumeBody = parse(body)?;
+            let target = crate::pause::known(&config.pause_targets(), b.component, &b.name)
+                .map_err(refused(StatusCode::NOT_FOUND, ""))?;
+            let done = crate::pause::resume(&state.db, &target).await;
+            answer(done, |was| json!({ "resumed": target.to_string(), "was_paused": was }))
         }
         "/api/reprocess" => {
-            let b = parse!(ReprocessBody);
-            if let Err(reply) = within("limit", b.limit, MAX_REPROCESS) {
-                return reply;
-            }
-            let selection = match b.selection.into_selection() {
-                Ok(s) => s,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e),
-            };
+            let b: ReprocessBody = parse(body)?;
+            within("limit", b.limit, MAX_REPROCESS)?;
             let request = crate::reprocess::Request {
                 worker: b.worker,
                 from: b.states,
                 time: b.time,
-                selection,
+                selection: b.selection.into_selection().map_err(refused(bad, ""))?,
                 all: b.all,
                 limit: b.limit,
                 dry_run: b.dry_run,
             };
-            match crate::reprocess::run(config, &state.db, request).await {
-                Ok(report) => (StatusCode::OK, json!(report)),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            answer(crate::reprocess::run(config, &state.db, request).await, |report| json!(report))
         }
         "/api/rewind" => {
-            let b = parse!(RewindBody);
-            let to = match crate::rewind::RewindTo::parse(&b.to) {
-                Ok(to) => to,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("to: {e}")),
-            };
-            match crate::rewind::rewind(config, &b.bridge, b.stream.as_deref(), &to, b.dry_run).await {
-                Ok(moved) => (StatusCode::OK, json!({ "bridge": b.bridge, "dry_run": b.dry_run, "streams": moved })),
-                Err(e) => error(StatusCode::BAD_REQUEST, e),
-            }
+            let b: RewindBody = parse(body)?;
+            let to = crate::rewind::RewindTo::parse(&b.to).map_err(refused(bad, "to"))?;
+            let moved = crate::rewind::rewind(config, &b.bridge, b.stream.as_deref(), &to, b.dry_run).await;
+            answer(moved, |moved| json!({ "bridge": b.bridge, "dry_run": b.dry_run, "streams": moved }))
         }
         "/api/replay" => {
-            let b = parse!(ReplayBody);
-            if let Err(reply) = within("batch", b.batch, MAX_ROWS) {
-                return reply;
-            }
+            let b: ReplayBody = parse(body)?;
+            within("batch", b.batch, MAX_ROWS)?;
             super::replay::start(state, b).await
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint: POST {path}")),
-    }
+    })
 }
 
 async fn replay_status(state: &AdminState, job: &str) -> Reply {
