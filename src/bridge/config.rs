@@ -171,28 +171,22 @@ pub struct StreamSource {
 
 /// `[bridge.validate]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ValidateConfig {
     /// Longest accepted event id. Default: 128.
-    #[serde(default = "defaults::event_id_max_len")]
     pub event_id_max_len: usize,
     /// `any` (non-empty, printable), `token` ([A-Za-z0-9._:-]) or `uuid`. Default: "token".
-    #[serde(default)]
     pub event_id_format: EventIdFormat,
     /// Accepted event types; empty accepts every type. Default: empty.
-    #[serde(default)]
     pub event_types: Vec<String>,
     /// What happens to a type outside `event_types`: `poison` or `ignore` (kept in the inbox as
     /// IGNORED, never handled). Default: "poison".
-    #[serde(default)]
     pub unknown_types: UnknownTypes,
     /// Largest accepted payload in bytes. Default: 262144.
-    #[serde(default = "defaults::payload_max_bytes")]
     pub payload_max_bytes: usize,
     /// A payload field that must equal the event id (the seed's `auditId == eventId`). Default: none.
     pub payload_id_field: Option<String>,
     /// JSON Schema file per event type; the payload must validate. Default: none.
-    #[serde(default)]
     pub schemas: BTreeMap<String, PathBuf>,
 }
 
@@ -216,11 +210,11 @@ pub enum UnknownTypes {
 impl Default for ValidateConfig {
     fn default() -> Self {
         Self {
-            event_id_max_len: defaults::event_id_max_len(),
+            event_id_max_len: 128,
             event_id_format: EventIdFormat::default(),
             event_types: Vec::new(),
             unknown_types: UnknownTypes::default(),
-            payload_max_bytes: defaults::payload_max_bytes(),
+            payload_max_bytes: 256 * 1024,
             payload_id_field: None,
             schemas: BTreeMap::new(),
         }
@@ -300,12 +294,6 @@ mod defaults {
     }
     pub(super) fn deliveries_table() -> String {
         "consumer_inbox_deliveries".into()
-    }
-    pub(super) fn event_id_max_len() -> usize {
-        128
-    }
-    pub(super) fn payload_max_bytes() -> usize {
-        256 * 1024
     }
 }
 

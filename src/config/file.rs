@@ -63,24 +63,16 @@ impl Config {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// After SIGTERM, in-flight batches get this long to finish or be released before the process
     /// exits. Keep it below the orchestrator's kill timeout. Default: "20s".
-    #[serde(default = "defaults::grace_period", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub grace_period: Duration,
 }
 
 impl Default for ShutdownConfig {
     fn default() -> Self {
-        Self { grace_period: defaults::grace_period() }
-    }
-}
-
-mod defaults {
-    use std::time::Duration;
-
-    pub(super) fn grace_period() -> Duration {
-        Duration::from_secs(20)
+        Self { grace_period: Duration::from_secs(20) }
     }
 }

@@ -6,21 +6,21 @@ use serde::Deserialize;
 
 /// `[pause]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct PauseConfig {
     /// How often every replica reads the pauses in force: a pause or resume takes effect
     /// within this long. Default: "1s".
-    #[serde(default = "defaults::poll_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     /// Exported as `handoff_pause_alert_after_seconds`: the shipped alert fires when something
     /// has been paused longer. Default: "1h".
-    #[serde(default = "defaults::alert_after", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub alert_after: Duration,
 }
 
 impl Default for PauseConfig {
     fn default() -> Self {
-        Self { poll_interval: defaults::poll_interval(), alert_after: defaults::alert_after() }
+        Self { poll_interval: Duration::from_secs(1), alert_after: Duration::from_secs(3600) }
     }
 }
 
@@ -32,16 +32,5 @@ impl PauseConfig {
             problems.push("pause.poll_interval must be > 0".into());
         }
         problems
-    }
-}
-
-mod defaults {
-    use std::time::Duration;
-
-    pub(super) fn poll_interval() -> Duration {
-        Duration::from_secs(1)
-    }
-    pub(super) fn alert_after() -> Duration {
-        Duration::from_secs(3600)
     }
 }

@@ -231,14 +231,13 @@ pub struct DurabilityConfig {
 
 /// `[relay.broker_loss]`
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct BrokerLossConfig {
     /// `false` turns the watch off (`handoff verify` still works). Default: true.
-    #[serde(default = "defaults::yes")]
     pub enabled: bool,
     /// How often the relay looks for signs of lost writes (a restarted or failed-over server, a
     /// stream gone or with fewer entries ever added than before). Default: "10s".
-    #[serde(default = "defaults::loss_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub check_interval: Duration,
     /// After a sign of loss, how far before the last clean check the rows' entries are looked up.
     /// Default: "30s".
@@ -246,18 +245,16 @@ pub struct BrokerLossConfig {
     /// Or since the oldest entry a consumer group still needed, if longer; all of `max_window`
     /// when a Kafka topic or NATS stream is gone, made again or cut below what the relay
     /// appended (no group's floor bounds what matters there).
-    #[serde(default = "defaults::loss_lookback", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub lookback: Duration,
     /// The longest window one verification looks at. Default: "1h".
-    #[serde(default = "defaults::loss_max_window", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub max_window: Duration,
     /// Move rows whose entries are missing back to PENDING (false: detect and alert only).
     /// Default: true.
-    #[serde(default = "defaults::yes")]
     pub repair: bool,
     /// Delivered rows read and looked up at a time, whatever the window (about 600 bytes of
     /// memory each). Default: 10000.
-    #[serde(default = "defaults::loss_page_rows")]
     pub page_rows: usize,
 }
 
@@ -265,11 +262,11 @@ impl Default for BrokerLossConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            check_interval: defaults::loss_interval(),
-            lookback: defaults::loss_lookback(),
-            max_window: defaults::loss_max_window(),
+            check_interval: Duration::from_secs(10),
+            lookback: Duration::from_secs(30),
+            max_window: Duration::from_secs(3600),
             repair: true,
-            page_rows: defaults::loss_page_rows(),
+            page_rows: 10_000,
         }
     }
 }
@@ -374,18 +371,6 @@ mod defaults {
     }
     pub(super) fn yes() -> bool {
         true
-    }
-    pub(super) fn loss_interval() -> Duration {
-        Duration::from_secs(10)
-    }
-    pub(super) fn loss_lookback() -> Duration {
-        Duration::from_secs(30)
-    }
-    pub(super) fn loss_max_window() -> Duration {
-        Duration::from_secs(3600)
-    }
-    pub(super) fn loss_page_rows() -> usize {
-        10_000
     }
     pub(super) fn payload_max_bytes() -> usize {
         256 * 1024

@@ -11,30 +11,26 @@ use crate::tls::config::{ListenerTls, TlsConfig};
 
 /// `[telemetry]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// Address of the HTTP listener for `/metrics`, `/healthz`, `/readyz`. Default: "127.0.0.1:9464".
-    #[serde(default = "defaults::listen")]
     pub listen: SocketAddr,
     /// `text` (human-readable) or `json` (one object per line, for containers). Default: "text".
-    #[serde(default)]
     pub log_format: LogFormat,
     /// Log filter in `RUST_LOG` syntax. Default: "info".
-    #[serde(default = "defaults::log_level")]
     pub log_level: String,
     /// How often gauges that need a query (pending rows, oldest age, dead rows) are sampled. Default: "15s".
-    #[serde(default = "defaults::sample_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub sample_interval: Duration,
     /// A client must send a request's headers within this time, or the listener closes its
     /// connection (a slow client cannot hold it). Default: "5s".
-    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
     /// Connections open at once; beyond it, the one open longest without a request is closed.
     /// Default: 32.
     ///
     /// So the kubelet's probes are answered whatever else is connected (an idle scraper, a client
     /// still sending its headers).
-    #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
     /// Serve over TLS; `client_ca_file` requires client certificates. Default: plain HTTP.
     pub tls: Option<ListenerTls>,
@@ -79,7 +75,7 @@ pub struct TracingConfig {
     /// `service.name` of the spans. Default: `OTEL_SERVICE_NAME`, else "handoff".
     pub service_name: Option<String>,
     /// How long one export may take. Default: "10s".
-    #[serde(default = "defaults::ten_seconds", with = "humantime_serde")]
+    #[serde(default = "ten_seconds", with = "humantime_serde")]
     pub timeout: Duration,
     /// TLS for an `https://` endpoint. Default: verify-full against the system roots.
     #[serde(default)]
@@ -94,16 +90,15 @@ pub enum LogFormat {
     Json,
 }
 
-/// `[shutdown]`
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
-            listen: defaults::listen(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             log_format: LogFormat::default(),
-            log_level: defaults::log_level(),
-            sample_interval: defaults::sample_interval(),
-            header_read_timeout: defaults::five_seconds(),
-            max_connections: defaults::max_connections(),
+            log_level: "info".into(),
+            sample_interval: Duration::from_secs(15),
+            header_read_timeout: Duration::from_secs(5),
+            max_connections: 32,
             tls: None,
             auth: None,
             tracing: None,
@@ -111,26 +106,6 @@ impl Default for TelemetryConfig {
     }
 }
 
-mod defaults {
-    use std::net::SocketAddr;
-    use std::time::Duration;
-
-    pub(super) fn ten_seconds() -> Duration {
-        Duration::from_secs(10)
-    }
-    pub(super) fn five_seconds() -> Duration {
-        Duration::from_secs(5)
-    }
-    pub(super) fn listen() -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 9464))
-    }
-    pub(super) fn log_level() -> String {
-        "info".into()
-    }
-    pub(super) fn max_connections() -> usize {
-        32
-    }
-    pub(super) fn sample_interval() -> Duration {
-        Duration::from_secs(15)
-    }
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
 }

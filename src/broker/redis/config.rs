@@ -10,7 +10,7 @@ use crate::tls::{TlsConfig, TlsMode};
 
 /// `[redis]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
     /// `redis://`, `redis-cluster://host:port?node=…` or
     /// `redis-sentinel://host:port/db?sentinelServiceName=…` (`rediss…` for TLS). Default:
@@ -21,14 +21,13 @@ pub struct RedisConfig {
     /// File holding the URL.
     pub url_file: Option<PathBuf>,
     /// A command that gets no reply within this time fails and is treated as an outage. Default: "5s".
-    #[serde(default = "defaults::five_seconds", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
     /// TLS, with a `rediss…` URL. Default mode: `verify-full` against the system roots (or
     /// `ca_file`).
     ///
     /// Cluster nodes and a sentinel's primary, found by IP address, are verified against the URL's
     /// host name.
-    #[serde(default)]
     pub tls: TlsConfig,
     /// Whether the URL was given (file, environment or its file) rather than defaulted (set
     /// when the configuration is loaded): `check` then looks at it even if nothing uses it.
@@ -58,17 +57,9 @@ impl Default for RedisConfig {
         Self {
             url: None,
             url_file: None,
-            command_timeout: defaults::five_seconds(),
+            command_timeout: Duration::from_secs(5),
             tls: TlsConfig::default(),
             named: false,
         }
-    }
-}
-
-mod defaults {
-    use std::time::Duration;
-
-    pub(super) fn five_seconds() -> Duration {
-        Duration::from_secs(5)
     }
 }
