@@ -12,6 +12,7 @@ macro_rules! say {
 }
 
 mod bridge;
+mod exit;
 mod inbox;
 mod pause;
 mod replay;
@@ -27,6 +28,7 @@ use crate::config;
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::{app, check, ops, runtime, store, telemetry};
+use exit::fail;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -199,12 +201,6 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(dispatch(cli.command, config))
-}
-
-/// An operator's command failed: `error: <message>` on stderr, exit 1.
-fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::FAILURE
 }
 
 fn layout(partitioned: bool) -> crate::migrate::OutboxLayout {

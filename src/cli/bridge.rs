@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::fail;
+use super::exit::fail;
 use crate::config::Config;
 use crate::rewind::{self, RewindTo};
 

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::fail;
+use super::exit::fail;
 use super::selection::SelectionArgs;
 use crate::config::Config;
 use crate::reprocess::Settled;

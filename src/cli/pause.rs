@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::fail;
+use super::exit::fail;
 use crate::config::Config;
 use crate::pause::{self as pausing, ComponentKind, Pause};
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::fail;
+use super::exit::fail;
 use super::selection::SelectionArgs;
 use crate::broker::Broker;
 use crate::broker::nats::NatsStream;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::fail;
+use super::exit::fail;
 use crate::config::Config;
 
 #[derive(Debug, Subcommand)]

@@ -77,8 +77,9 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     }
     claim_loop::nest(&mut value);
     let Some(mut config) = extract_all(value, &mut errors) else { return Err(ConfigError { errors }) };
-    resolve_secret("database", &mut config.database.url, &mut config.database.url_file, true, &mut errors);
-    resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, false, &mut errors);
+    let env = Some(", or HANDOFF_DATABASE__URL");
+    resolve_secret("database", &mut config.database.url, &mut config.database.url_file, env, &mut errors);
+    resolve_secret("redis", &mut config.redis.url, &mut config.redis.url_file, None, &mut errors);
     config.redis.named = config.redis.url.is_some();
     if config.redis.url.is_none() && errors.is_empty() {
         config.redis.url = Some(Secret::new("redis://127.0.0.1:6379"));
@@ -94,7 +95,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
         for (h, handler) in worker.handlers.iter_mut().enumerate() {
             if let Some(http) = &mut handler.http {
                 let path = format!("worker `{}` handler[{h}].http", worker.name);
-                handler_url(&path, http, &mut errors);
+                resolve_secret(&path, &mut http.url, &mut http.url_file, Some(""), &mut errors);
             }
         }
     }
@@ -345,27 +346,14 @@ fn metrics_auth(auth: &mut crate::telemetry::config::MetricsAuth, errors: &mut V
     }
 }
 
-/// An HTTP handler's URL may carry credentials (`user:password@`, a token in the query): it
-/// may come from `url_file`, and is kept as a secret either way.
-fn handler_url(path: &str, http: &mut crate::worker::config::HttpHandlerConfig, errors: &mut Vec<String>) {
-    match (http.url.is_some(), http.url_file.take()) {
-        (true, Some(_)) => errors.push(format!("{path}.url and {path}.url_file are both set; keep one")),
-        (false, Some(file)) => match std::fs::read_to_string(&file) {
-            Ok(text) if !text.trim().is_empty() => http.url = Some(Secret::new(text.trim())),
-            Ok(_) => errors.push(format!("{path}.url_file: {} is empty", file.display())),
-            Err(e) => errors.push(format!("{path}.url_file: cannot read {}: {e}", file.display())),
-        },
-        (false, None) => errors.push(format!("{path}.url is required (or {path}.url_file)")),
-        (true, None) => {}
-    }
-}
-
-/// Moves a `url_file`'s contents into `url`; exactly one of the two may be set.
+/// Moves a `url_file`'s contents into `url`; exactly one of the two may be set. `required`:
+/// where else the URL may come from, when it must be given (an HTTP handler's URL may carry
+/// credentials, `user:password@` or a token in the query, so it is a secret as well).
 fn resolve_secret(
     section: &str,
     url: &mut Option<Secret>,
     url_file: &mut Option<PathBuf>,
-    required: bool,
+    required: Option<&str>,
     errors: &mut Vec<String>,
 ) {
     match (url.is_some(), url_file.take()) {
@@ -375,10 +363,9 @@ fn resolve_secret(
             Ok(_) => errors.push(format!("{section}.url_file: {} is empty", path.display())),
             Err(e) => errors.push(format!("{section}.url_file: cannot read {}: {e}", path.display())),
         },
-        (false, None) if required => errors.push(format!(
-            "{section}.url is required (or {section}.url_file, or HANDOFF_{}__URL)",
-            section.to_uppercase()
-        )),
+        (false, None) if let Some(or) = required => {
+            errors.push(format!("{section}.url is required (or {section}.url_file{or})"))
+        }
         _ => {}
     }
 }
@@ -434,5 +421,16 @@ mod tests {
         assert!(error.contains("holds 5 characters; a credential needs at least 16"), "{error}");
         std::fs::write(&file, "0123456789abcdef\n").unwrap();
         assert!(load_str(&config).is_ok());
+    }
+
+    #[test]
+    fn a_missing_url_names_where_else_it_may_come_from() {
+        let error = format!("{:#}", load_str("[database]\npool_size = 2\n").unwrap_err());
+        assert!(error.contains("database.url is required (or database.url_file, or HANDOFF_DATABASE__URL)"), "{error}");
+        let config = "[database]\nurl = \"postgres://x@h/db\"\n[[worker]]\nname = \"hooks\"\nconsumer = \"c\"\n\
+                      [[worker.handler]]\nevent_types = [\"*\"]\nhttp = { timeout = \"5s\" }\n";
+        let error = format!("{:#}", load_str(config).unwrap_err());
+        let path = "worker `hooks` handler[0].http";
+        assert!(error.contains(&format!("{path}.url is required (or {path}.url_file)")), "{error}");
     }
 }
