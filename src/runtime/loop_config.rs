@@ -15,44 +15,38 @@ use crate::runtime::backoff::BackoffConfig;
 
 /// How a relay's or a worker's claim loop runs.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, bound = "")]
+#[serde(deny_unknown_fields, bound = "", default)]
 pub struct ClaimLoopConfig<D: LoopDefaults> {
     /// Rows per claim; a claim that comes back full is followed by another at once. Default:
     /// 500 for a relay, 50 for a worker.
-    #[serde(default = "D::batch_size")]
     pub batch_size: u32,
     /// Claim loops: batches in flight at once. Default: 2 for a relay, 1 for a worker.
     ///
     /// With 2, a relay appends one batch while the next is claimed and settled.
-    #[serde(default = "D::concurrency")]
     pub concurrency: u32,
     /// Sleep after a claim that was not full. Default: "250ms".
-    #[serde(default = "poll_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     /// How long a claim is owned before another claimant may take it over; renewed every third of
     /// it. Default: "30s".
     ///
     /// With claim = "locked" it is the batch's idle-in-transaction timeout.
-    #[serde(default = "lease", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub lease: Duration,
     /// Failures attributable to the row (an append the broker refused, a handler error) before
     /// it turns DEAD. Default: 10 for a relay, 5 for a worker.
-    #[serde(default = "D::max_attempts")]
     pub max_attempts: u32,
     /// Delay before retrying a row that failed. Default: `{ initial = "1s", max = "10m",
     /// multiplier = 2.0, jitter = 0.2 }`.
-    #[serde(default = "BackoffConfig::row_default")]
     pub backoff: BackoffConfig,
     /// Delay before claiming again after the database (or the broker) was unreachable.
     /// Default: `{ initial = "200ms", max = "30s", multiplier = 2.0, jitter = 0.2 }`.
-    #[serde(default = "BackoffConfig::outage_default")]
     pub outage_backoff: BackoffConfig,
     /// `locked`: one transaction locks, works and settles the batch (Postgres, reference
     /// statements). `leased`: rows are marked in flight under a lease. Default: "auto" (`locked`
     /// wherever allowed, else `leased`).
     ///
     /// `locked` writes each row once; `leased` writes it at the claim and again at the settle.
-    #[serde(default)]
     pub claim: ClaimMode,
     /// With claim = "auto": why loading chose what it chose (said at start and by `check`).
     #[serde(skip)]
@@ -71,11 +65,11 @@ impl<D: LoopDefaults> ClaimLoopConfig<D> {
 impl<D: LoopDefaults> Default for ClaimLoopConfig<D> {
     fn default() -> Self {
         Self {
-            batch_size: D::batch_size(),
-            concurrency: D::concurrency(),
-            poll_interval: poll_interval(),
-            lease: lease(),
-            max_attempts: D::max_attempts(),
+            batch_size: D::BATCH_SIZE,
+            concurrency: D::CONCURRENCY,
+            poll_interval: Duration::from_millis(250),
+            lease: Duration::from_secs(30),
+            max_attempts: D::MAX_ATTEMPTS,
             backoff: BackoffConfig::row_default(),
             outage_backoff: BackoffConfig::outage_default(),
             claim: ClaimMode::default(),
@@ -111,47 +105,27 @@ impl ClaimMode {
 
 /// The defaults that differ between a relay's loop and a worker's.
 pub trait LoopDefaults {
-    fn batch_size() -> u32;
-    fn concurrency() -> u32;
-    fn max_attempts() -> u32;
+    const BATCH_SIZE: u32;
+    const CONCURRENCY: u32;
+    const MAX_ATTEMPTS: u32;
 }
 
 #[derive(Debug, Clone)]
 pub struct RelayLoop;
 
 impl LoopDefaults for RelayLoop {
-    fn batch_size() -> u32 {
-        500
-    }
-    fn concurrency() -> u32 {
-        2
-    }
-    fn max_attempts() -> u32 {
-        10
-    }
+    const BATCH_SIZE: u32 = 500;
+    const CONCURRENCY: u32 = 2;
+    const MAX_ATTEMPTS: u32 = 10;
 }
 
 #[derive(Debug, Clone)]
 pub struct WorkerLoop;
 
 impl LoopDefaults for WorkerLoop {
-    fn batch_size() -> u32 {
-        50
-    }
-    fn concurrency() -> u32 {
-        1
-    }
-    fn max_attempts() -> u32 {
-        5
-    }
-}
-
-fn poll_interval() -> Duration {
-    Duration::from_millis(250)
-}
-
-fn lease() -> Duration {
-    Duration::from_secs(30)
+    const BATCH_SIZE: u32 = 50;
+    const CONCURRENCY: u32 = 1;
+    const MAX_ATTEMPTS: u32 = 5;
 }
 
 /// The table the loader gathers the keys into (never written by hand: errors name the keys
