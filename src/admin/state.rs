@@ -39,9 +39,7 @@ impl AdminState {
         let (replays, idempotency) = (Mutex::default(), Default::default());
         Self { config, db, redis, nats, registry, replays, idempotency, shutdown }
     }
-}
 
-impl AdminState {
     /// The brokers status reads from.
     pub(super) fn brokers(&self) -> crate::ops::status::Brokers<'_> {
         crate::ops::status::Brokers { redis: self.redis.as_ref(), nats: self.nats.as_ref() }

@@ -90,9 +90,7 @@ impl MyTakeover {
         let tx = self.pool.start_transaction(TxOpts::default()).await.map_err(|e| error("take over", e))?;
         Ok(MyTakeoverTx { tx, sql: self.sql.clone() })
     }
-}
 
-impl MyTakeover {
     /// An upsert per entry, then the counts read back, in one transaction.
     pub(super) async fn count_deliveries(
         &self,

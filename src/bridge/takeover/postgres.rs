@@ -195,9 +195,7 @@ impl PgTakeover {
         let tx = OpenTx::lazy(&self.pool, "take over").await?;
         Ok(PgTakeoverTx { tx, sql: self.sql.clone() })
     }
-}
 
-impl PgTakeover {
     pub(super) async fn count_deliveries(
         &self,
         consumer: &str,

@@ -85,9 +85,7 @@ impl NatsConfig {
         }
         problems
     }
-}
 
-impl NatsConfig {
     /// A plain connection to `url` with the defaults (for tests and the benchmark).
     pub fn new(url: &str, stream: &str) -> Self {
         Self {

@@ -156,9 +156,7 @@ impl RedisStream {
         }
         shards.dedicated_for(key)
     }
-}
 
-impl RedisStream {
     /// Whether a cluster primary answers a PING, each asked through its own client: the
     /// cluster client's router waits behind a node that is down (until the cluster promotes its
     /// replica), so asking it would wait for the slowest shard. The first answer settles it.

@@ -97,9 +97,7 @@ impl MyOutbox {
             _ => Err(PrepareError::Invalid(errors)),
         }
     }
-}
 
-impl MyOutbox {
     pub(super) async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let mut tx = self.pool.start_transaction(claim_tx()).await.map_err(|e| error("claim", e))?;
         let mut ids: Vec<String> = Vec::new();

@@ -149,9 +149,7 @@ impl PgOutbox {
         }
         self.prepared.shape.row(values, &unreadable)
     }
-}
 
-impl PgOutbox {
     pub(super) async fn claim(&self, claimant: &str, batch_size: u32, lease: Duration) -> StoreResult<Vec<ClaimedRow>> {
         let prepared = &self.statements[&StatementKind::Claim];
         let client = self.pool.get().await.map_err(|e| pool_error("claim", e))?;
@@ -168,9 +166,7 @@ impl PgOutbox {
         };
         postgres_locked::lock(&self.pool, sql, batch_size, idle_timeout, |row| self.parse_row(row)).await
     }
-}
 
-impl PgOutbox {
     pub(super) async fn execute(
         &self,
         kind: StatementKind,

@@ -61,9 +61,7 @@ impl Inbox {
             Inbox::Mysql(s) => s.run(statement, bind).await,
         }
     }
-}
 
-impl Inbox {
     /// Prepares the store's statements and the handlers' (`(label, sql)`), naming what fails.
     pub async fn check(&self, handler_sql: &[(String, String)]) -> Result<(), PrepareError> {
         match self {
