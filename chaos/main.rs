@@ -461,8 +461,12 @@ async fn main() -> anyhow::Result<()> {
         let db = &db;
         async move { db.query_one(sql, &[]).await.map(|r| r.get::<_, i64>(0)).unwrap_or(-1) }
     };
+    // Drained: every event applied and every outbox row settled. Applied alone is not enough: a
+    // broker loss late in the run re-drives rows whose events were already applied, and the
+    // relays must deliver those again (the inbox drops the copies).
     let drain_started = Instant::now();
-    while count("SELECT count(*) FROM audit_logs").await < produced
+    while (count("SELECT count(*) FROM audit_logs").await < produced
+        || count("SELECT count(*) FROM audit_outbox WHERE status NOT IN ('DELIVERED', 'DEAD')").await != 0)
         && drain_started.elapsed() < Duration::from_secs(args.drain_seconds)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
