@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::config::PartitionsConfig;
-use super::outbox::PartitionedOutbox;
 use super::plan;
 use super::postgres::Outcome;
+use super::postgres::PartitionedOutbox;
 use crate::error::error_chain;
 use crate::store::StoreError;
 use crate::telemetry::metrics::RelayHandles;

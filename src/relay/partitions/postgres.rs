@@ -9,6 +9,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use super::plan::Span;
+use crate::store::database::Database;
 use crate::store::error::StoreResult;
 use crate::store::param::millis;
 use crate::store::postgres::errors::{pool_error, query_error};
@@ -95,100 +96,6 @@ pub(super) async fn unfit(pool: &Pool, table: &str) -> StoreResult<Option<String
     })
 }
 
-/// The partitions of `table`, with where each span ends.
-pub(super) async fn existing(pool: &Pool, table: &str) -> StoreResult<Vec<Existing>> {
-    let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
-    // The catalog keeps each partition's bounds only as an expression; its upper bound is the
-    // literal after TO, which the server reads back as a timestamp (in its own time zone).
-    let sql = "SELECT c.oid::regclass::text,
-                      pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT',
-                      extract(epoch FROM substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \\(''([^'']+)''\\)')::timestamptz)::float8
-               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-               WHERE i.inhparent = to_regclass($1)
-               ORDER BY 3 NULLS LAST";
-    let rows = client.query(sql, &[&table]).await.map_err(|e| query_error(LABEL, e))?;
-    Ok(rows.iter().map(|r| Existing { name: r.get(0), default: r.get(1), to: r.get(2) }).collect())
-}
-
-/// Opens a transaction holding the outbox's lock, after any other housekeeping of the same
-/// outbox (another relay replica's) is done.
-async fn locked(pool: &Pool, table: &str) -> StoreResult<OpenTx> {
-    let tx = OpenTx::begin(pool, LABEL, &format!("BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")).await?;
-    let client = tx.client()?;
-    client
-        .execute("SELECT pg_advisory_xact_lock(hashtext('handoff partitions'), hashtext($1))", &[&table])
-        .await
-        .map_err(|e| query_error(LABEL, e))?;
-    client
-        .batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
-        .await
-        .map_err(|e| query_error(LABEL, e))?;
-    Ok(tx)
-}
-
-/// Creates the partition for `span` unless it exists. Rows the default partition holds in that
-/// span (inserted before the partition existed) move into it in the same transaction, ids and
-/// states unchanged. Returns whether it was created and how many rows moved.
-pub(super) async fn create(pool: &Pool, table: &str, span: Span) -> StoreResult<Option<u64>> {
-    let name = span.name(table);
-    // Looked up first without a lock: a pass that finds every partition in place takes none.
-    {
-        let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
-        let sql = "SELECT to_regclass($1) IS NOT NULL";
-        let exists: bool = client.query_one(sql, &[&name]).await.map_err(|e| query_error(LABEL, e))?.get(0);
-        if exists {
-            return Ok(None);
-        }
-    }
-    let tx = locked(pool, table).await?;
-    let client = tx.client()?;
-    let e = |e| query_error(LABEL, e);
-    let exists: bool = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.map_err(e)?.get(0);
-    if exists {
-        tx.commit(LABEL, false).await?;
-        return Ok(None);
-    }
-    let (from, to) = span.bounds();
-    let default: Option<String> = client
-        .query_opt(
-            "SELECT d.oid::regclass::text FROM pg_partitioned_table p JOIN pg_class d ON d.oid = p.partdefid
-             WHERE p.partrelid = to_regclass($1)",
-            &[&table],
-        )
-        .await
-        .map_err(e)?
-        .map(|r| r.get(0));
-    // Creating a partition over rows the default partition holds fails; they move in instead.
-    let mut moved = 0;
-    if let Some(default) = &default {
-        let within = format!("created_at >= {from} AND created_at < {to}");
-        moved = client
-            .execute(
-                &format!("CREATE TEMP TABLE handoff_moving ON COMMIT DROP AS SELECT * FROM {default} WHERE {within}"),
-                &[],
-            )
-            .await
-            .map_err(e)?;
-        if moved > 0 {
-            client.batch_execute(&format!("DELETE FROM {default} WHERE {within}")).await.map_err(e)?;
-        }
-    }
-    client
-        .batch_execute(&format!(
-            "CREATE TABLE {name} PARTITION OF {table} FOR VALUES FROM ({from}) TO ({to}) WITH ({VACUUM})"
-        ))
-        .await
-        .map_err(e)?;
-    if moved > 0 {
-        client
-            .batch_execute(&format!("INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM handoff_moving"))
-            .await
-            .map_err(e)?;
-    }
-    tx.commit(LABEL, false).await?;
-    Ok(Some(moved))
-}
-
 /// What in `partition` keeps it from being dropped.
 async fn holding(client: &tokio_postgres::Client, partition: &str, drop_after: Duration) -> StoreResult<Held> {
     // Each count reads one partial index of the reference schema, never the delivered rows.
@@ -203,44 +110,158 @@ async fn holding(client: &tokio_postgres::Client, partition: &str, drop_after: D
     Ok(Held { pending: row.get(0), in_flight: row.get(1), dead: row.get(2), recently_delivered: row.get(3) })
 }
 
-/// Drops `partition` if every row in it is delivered, none within `drop_after`; otherwise says
-/// what holds it. Looked at once without locks (a held partition costs no lock), and again under
-/// the outbox's lock, which keeps any row from changing between the look and the drop.
-pub(super) async fn drop_if_settled(
-    pool: &Pool,
-    table: &str,
-    partition: &str,
-    drop_after: Duration,
-) -> StoreResult<Outcome> {
-    {
-        let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
-        let held = holding(&client, partition, drop_after).await?;
-        if held.any() {
-            return Ok(Outcome::Held(held));
-        }
-    }
-    let tx = locked(pool, table).await?;
-    let client = tx.client()?;
-    let held = holding(client, partition, drop_after).await?;
-    if held.any() {
-        tx.commit(LABEL, false).await?;
-        return Ok(Outcome::Held(held));
-    }
-    client.batch_execute(&format!("DROP TABLE {partition}")).await.map_err(|e| query_error(LABEL, e))?;
-    tx.commit(LABEL, false).await?;
-    Ok(Outcome::Dropped)
+/// A partitioned outbox on Postgres, as housekeeping sees it.
+pub struct PartitionedOutbox {
+    pool: Pool,
+    table: String,
 }
 
-/// Deletes up to `batch` rows of the default partition delivered more than `drop_after` ago:
-/// rows no partition covered are not dropped with one, so they are retained row by row.
-pub(super) async fn purge_default(pool: &Pool, default: &str, drop_after: Duration, batch: u32) -> StoreResult<u64> {
-    let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
-    let sql = format!(
-        "WITH old AS (
+impl PartitionedOutbox {
+    /// `None` on a database that has no partitioned outboxes (MariaDB).
+    pub fn new(db: &Database, table: &str) -> Option<Self> {
+        match db {
+            Database::Postgres(pool) => Some(Self { pool: pool.clone(), table: table.to_owned() }),
+            Database::Mysql(_) => None,
+        }
+    }
+
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The partitions of the outbox, with where each span ends.
+    pub(crate) async fn existing(&self) -> StoreResult<Vec<Existing>> {
+        let (pool, table) = (&self.pool, &self.table);
+        let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
+        // The catalog keeps each partition's bounds only as an expression; its upper bound is the
+        // literal after TO, which the server reads back as a timestamp (in its own time zone).
+        let sql = "SELECT c.oid::regclass::text,
+                      pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT',
+                      extract(epoch FROM substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \\(''([^'']+)''\\)')::timestamptz)::float8
+               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+               WHERE i.inhparent = to_regclass($1)
+               ORDER BY 3 NULLS LAST";
+        let rows = client.query(sql, &[&table]).await.map_err(|e| query_error(LABEL, e))?;
+        Ok(rows.iter().map(|r| Existing { name: r.get(0), default: r.get(1), to: r.get(2) }).collect())
+    }
+
+    /// Opens a transaction holding the outbox's lock, after any other housekeeping of the same
+    /// outbox (another relay replica's) is done.
+    async fn locked(&self) -> StoreResult<OpenTx> {
+        let (pool, table) = (&self.pool, &self.table);
+        let tx = OpenTx::begin(pool, LABEL, &format!("BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")).await?;
+        let client = tx.client()?;
+        client
+            .execute("SELECT pg_advisory_xact_lock(hashtext('handoff partitions'), hashtext($1))", &[&table])
+            .await
+            .map_err(|e| query_error(LABEL, e))?;
+        client
+            .batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .map_err(|e| query_error(LABEL, e))?;
+        Ok(tx)
+    }
+
+    /// Creates the partition for `span` unless it exists. Rows the default partition holds in that
+    /// span (inserted before the partition existed) move into it in the same transaction, ids and
+    /// states unchanged. Returns whether it was created and how many rows moved.
+    pub async fn create(&self, span: Span) -> StoreResult<Option<u64>> {
+        let (pool, table) = (&self.pool, &self.table);
+        let name = span.name(table);
+        // Looked up first without a lock: a pass that finds every partition in place takes none.
+        {
+            let client = pool.get().await.map_err(|e| pool_error(LABEL, e))?;
+            let sql = "SELECT to_regclass($1) IS NOT NULL";
+            let exists: bool = client.query_one(sql, &[&name]).await.map_err(|e| query_error(LABEL, e))?.get(0);
+            if exists {
+                return Ok(None);
+            }
+        }
+        let tx = self.locked().await?;
+        let client = tx.client()?;
+        let e = |e| query_error(LABEL, e);
+        let exists: bool = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.map_err(e)?.get(0);
+        if exists {
+            tx.commit(LABEL, false).await?;
+            return Ok(None);
+        }
+        let (from, to) = span.bounds();
+        let default: Option<String> = client
+            .query_opt(
+                "SELECT d.oid::regclass::text FROM pg_partitioned_table p JOIN pg_class d ON d.oid = p.partdefid
+             WHERE p.partrelid = to_regclass($1)",
+                &[&table],
+            )
+            .await
+            .map_err(e)?
+            .map(|r| r.get(0));
+        // Creating a partition over rows the default partition holds fails; they move in instead.
+        let mut moved = 0;
+        if let Some(default) = &default {
+            let within = format!("created_at >= {from} AND created_at < {to}");
+            moved = client
+                .execute(
+                    &format!(
+                        "CREATE TEMP TABLE handoff_moving ON COMMIT DROP AS SELECT * FROM {default} WHERE {within}"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(e)?;
+            if moved > 0 {
+                client.batch_execute(&format!("DELETE FROM {default} WHERE {within}")).await.map_err(e)?;
+            }
+        }
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {name} PARTITION OF {table} FOR VALUES FROM ({from}) TO ({to}) WITH ({VACUUM})"
+            ))
+            .await
+            .map_err(e)?;
+        if moved > 0 {
+            client
+                .batch_execute(&format!("INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM handoff_moving"))
+                .await
+                .map_err(e)?;
+        }
+        tx.commit(LABEL, false).await?;
+        Ok(Some(moved))
+    }
+
+    /// Drops `partition` if every row in it is delivered, none within `drop_after`; otherwise says
+    /// what holds it. Looked at once without locks (a held partition costs no lock), and again under
+    /// the outbox's lock, which keeps any row from changing between the look and the drop.
+    pub(crate) async fn drop_if_settled(&self, partition: &str, drop_after: Duration) -> StoreResult<Outcome> {
+        {
+            let client = self.pool.get().await.map_err(|e| pool_error(LABEL, e))?;
+            let held = holding(&client, partition, drop_after).await?;
+            if held.any() {
+                return Ok(Outcome::Held(held));
+            }
+        }
+        let tx = self.locked().await?;
+        let client = tx.client()?;
+        let held = holding(client, partition, drop_after).await?;
+        if held.any() {
+            tx.commit(LABEL, false).await?;
+            return Ok(Outcome::Held(held));
+        }
+        client.batch_execute(&format!("DROP TABLE {partition}")).await.map_err(|e| query_error(LABEL, e))?;
+        tx.commit(LABEL, false).await?;
+        Ok(Outcome::Dropped)
+    }
+
+    /// Deletes up to `batch` rows of the default partition delivered more than `drop_after` ago:
+    /// rows no partition covered are not dropped with one, so they are retained row by row.
+    pub(crate) async fn purge_default(&self, default: &str, drop_after: Duration, batch: u32) -> StoreResult<u64> {
+        let client = self.pool.get().await.map_err(|e| pool_error(LABEL, e))?;
+        let sql = format!(
+            "WITH old AS (
              SELECT id, created_at FROM {default}
              WHERE status = 'DELIVERED' AND delivered_at < now() - $1::bigint * interval '1 millisecond'
              ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED)
          DELETE FROM {default} o USING old WHERE o.id = old.id AND o.created_at = old.created_at"
-    );
-    client.execute(&sql, &[&millis(drop_after), &i64::from(batch)]).await.map_err(|e| query_error(LABEL, e))
+        );
+        client.execute(&sql, &[&millis(drop_after), &i64::from(batch)]).await.map_err(|e| query_error(LABEL, e))
+    }
 }
