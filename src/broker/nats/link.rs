@@ -20,80 +20,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::setup::Auth;
 use super::wire::{self, MAX_READ, Op, clip, forbidden_subject};
-use crate::secret::Secret;
 
 /// Idle links kept (about one per claim loop).
 const MAX_IDLE: usize = 8;
 /// How long an idle link is trusted: a server pings a quiet client every two minutes by default
 /// and drops it after two unanswered pings; a link idle longer is closed rather than tried.
 const MAX_IDLE_FOR: Duration = Duration::from_secs(60);
-
-/// How a link proves who it is, each secret read from its file once.
-pub(super) enum Auth {
-    None,
-    Token(Secret),
-    User {
-        user: String,
-        password: Secret,
-    },
-    /// An NKey seed: the server's nonce is signed with it.
-    Nkey {
-        seed: Secret,
-        key: Arc<nkeys::KeyPair>,
-    },
-    /// A `.creds` file: its user JWT, and its seed to sign the nonce.
-    Credentials {
-        jwt: String,
-        key: Arc<nkeys::KeyPair>,
-    },
-}
-
-impl Auth {
-    /// The user JWT and NKey seed of a `.creds` file (as `nsc` writes it: each between a
-    /// `-----BEGIN …-----` and an `------END …------` line), or what is missing.
-    pub(super) fn credentials(text: &str) -> Result<Self, String> {
-        let mut blocks = Vec::new();
-        let mut lines = text.lines().map(str::trim);
-        while let Some(line) = lines.next() {
-            if line.starts_with("---") && line.contains("BEGIN") {
-                blocks.push(lines.next().unwrap_or_default());
-            }
-        }
-        let (Some(jwt), Some(seed)) = (blocks.first().filter(|b| !b.is_empty()), blocks.get(1)) else {
-            return Err("no user JWT and NKey seed blocks".into());
-        };
-        let key = nkeys::KeyPair::from_seed(seed).map_err(|_| "its NKey seed is not one".to_owned())?;
-        Ok(Auth::Credentials { jwt: (*jwt).to_owned(), key: Arc::new(key) })
-    }
-
-    /// The CONNECT fields that authenticate, the nonce signed where a key is used.
-    fn fields(&self, nonce: &str) -> Result<serde_json::Map<String, serde_json::Value>, LinkError> {
-        let mut fields = serde_json::Map::new();
-        let sign = |key: &nkeys::KeyPair| {
-            key.sign(nonce.as_bytes()).map(|s| crate::base64::encode_url(&s)).map_err(|_| LinkError::Sign)
-        };
-        match self {
-            Auth::None => {}
-            Auth::Token(token) => {
-                fields.insert("auth_token".into(), token.expose().into());
-            }
-            Auth::User { user, password } => {
-                fields.insert("user".into(), user.clone().into());
-                fields.insert("pass".into(), password.expose().into());
-            }
-            Auth::Nkey { key, .. } => {
-                fields.insert("nkey".into(), key.public_key().into());
-                fields.insert("sig".into(), sign(key)?.into());
-            }
-            Auth::Credentials { jwt, key } => {
-                fields.insert("jwt".into(), jwt.clone().into());
-                fields.insert("sig".into(), sign(key)?.into());
-            }
-        }
-        Ok(fields)
-    }
-}
 
 /// A server links may connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,7 +260,7 @@ impl Links {
                 tls.connect(name, plain).await.map_err(|e| LinkError::Tls { at: at.clone(), detail: e.to_string() })?;
             link.io = Box::new(secured);
         }
-        let mut connect = self.auth.fields(&info.nonce)?;
+        let mut connect = self.auth.fields(&info.nonce).map_err(|_| LinkError::Sign)?;
         for (key, value) in [
             ("verbose", false.into()),
             ("pedantic", false.into()),
@@ -490,22 +424,5 @@ mod tests {
         assert_eq!(hosts, ["a", "b", "d"], "configured, then the latest announcement");
         links.forget(&Server::parse("nats://d:4222").unwrap());
         assert_eq!(*links.preferred.lock().unwrap(), b, "only the preferred server moves it");
-    }
-
-    #[test]
-    fn a_credentials_file_gives_its_jwt_and_seed_and_a_broken_one_says_so() {
-        let seed = nkeys::KeyPair::new_user().seed().unwrap();
-        let creds = format!(
-            "-----BEGIN NATS USER JWT-----\neyJ0eXAi.payload.sig\n------END NATS USER JWT------\n\n\
-             ************************* IMPORTANT *************************\n\
-             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
-        );
-        let Ok(Auth::Credentials { jwt, key }) = Auth::credentials(&creds) else { panic!("parsed") };
-        assert_eq!(jwt, "eyJ0eXAi.payload.sig");
-        let fields = Auth::Credentials { jwt, key }.fields("nonce").unwrap();
-        assert_eq!(fields["jwt"], "eyJ0eXAi.payload.sig");
-        assert!(fields["sig"].as_str().is_some_and(|s| !s.contains(['=', '+', '/'])), "URL-safe, unpadded");
-        assert!(Auth::credentials("-----BEGIN NATS USER JWT-----\nabc\n").is_err());
-        assert!(Auth::credentials(&creds.replace(&seed, "SUnotaseed")).is_err());
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod group;
 mod link;
 mod message;
 mod publish;
+mod setup;
 mod unreadable;
 mod wire;
 
@@ -43,8 +44,7 @@ use crate::broker::nats::config::NatsConfig;
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
-use crate::secret::Secret;
-use crate::tls::TlsMode;
+pub(crate) use setup::NatsSetupError;
 
 /// The settings of a JetStream stream that handoff relies on (`handoff check` reads them).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,83 +74,6 @@ pub struct NatsStream {
     timeout: Duration,
 }
 
-/// Why the client could not be set up: the configuration's fault (an unreachable server is not:
-/// the client keeps trying). Names the key, never a secret.
-#[derive(Debug, thiserror::Error)]
-pub enum NatsSetupError {
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    #[error("{key}: cannot read {}: {detail}", file.display())]
-    Unreadable { key: &'static str, file: std::path::PathBuf, detail: String },
-    #[error("nats.url: {0}")]
-    Url(String),
-}
-
-/// The contents of the secret file `file` (set under `key`), trimmed.
-fn secret(key: &'static str, file: &std::path::Path) -> Result<String, NatsSetupError> {
-    let text = std::fs::read_to_string(file).map_err(|e| NatsSetupError::Unreadable {
-        key,
-        file: file.to_owned(),
-        detail: e.kind().to_string(),
-    })?;
-    Ok(text.trim().to_owned())
-}
-
-/// The TLS client configuration `config` asks for, if it asks for TLS (verified unless its mode
-/// says otherwise).
-fn tls(config: &NatsConfig) -> Result<Option<Arc<rustls::ClientConfig>>, NatsSetupError> {
-    if !config.tls_required() {
-        return Ok(None);
-    }
-    let mode = config.tls.mode_or(TlsMode::VerifyFull);
-    Ok(Some(Arc::new(crate::tls::client_config("nats.tls", mode, &config.tls)?)))
-}
-
-/// The one way `config` authenticates, each secret read from its file.
-fn auth(config: &NatsConfig) -> Result<link::Auth, NatsSetupError> {
-    let unreadable =
-        |key, file: &std::path::Path, detail: String| NatsSetupError::Unreadable { key, file: file.to_owned(), detail };
-    if let Some(file) = &config.token_file {
-        return Ok(link::Auth::Token(Secret::new(secret("nats.token_file", file)?)));
-    }
-    if let (Some(user), Some(file)) = (&config.user, &config.password_file) {
-        let password = Secret::new(secret("nats.password_file", file)?);
-        return Ok(link::Auth::User { user: user.clone(), password });
-    }
-    if let Some(file) = &config.nkey_file {
-        let seed = Secret::new(secret("nats.nkey_file", file)?);
-        let key = nkeys::KeyPair::from_seed(seed.expose())
-            .map_err(|_| unreadable("nats.nkey_file", file, "it holds no NKey seed".into()))?;
-        return Ok(link::Auth::Nkey { seed, key: Arc::new(key) });
-    }
-    if let Some(file) = &config.credentials_file {
-        let text = secret("nats.credentials_file", file)?;
-        return link::Auth::credentials(&text).map_err(|e| unreadable("nats.credentials_file", file, e));
-    }
-    Ok(link::Auth::None)
-}
-
-/// async-nats's connect options for `auth` over `tls`.
-fn options(auth: &link::Auth, tls: Option<&Arc<rustls::ClientConfig>>) -> async_nats::ConnectOptions {
-    let mut options = async_nats::ConnectOptions::new().name("handoff");
-    if let Some(tls) = tls {
-        options = options.require_tls(true).tls_client_config(rustls::ClientConfig::clone(tls));
-    }
-    match auth {
-        link::Auth::None => options,
-        link::Auth::Token(token) => options.token(token.expose().to_owned()),
-        link::Auth::User { user, password } => options.user_and_password(user.clone(), password.expose().to_owned()),
-        link::Auth::Nkey { seed, .. } => options.nkey(seed.expose().to_owned()),
-        link::Auth::Credentials { jwt, key } => {
-            let key = key.clone();
-            options.jwt(jwt.clone(), move |nonce| {
-                let key = key.clone();
-                async move { key.sign(&nonce).map_err(async_nats::AuthError::new) }
-            })
-        }
-    }
-}
-
 impl NatsStream {
     /// Connects to `config`'s server (in the background: an unreachable server is waited out);
     /// `body_field` is the entry field carried as the message body.
@@ -162,8 +85,8 @@ impl NatsStream {
             .collect::<Result<Vec<_>, _>>()?;
         let reconnects = Arc::new(Notify::new());
         let notify = reconnects.clone();
-        let (tls, auth) = (tls(config)?, auth(config)?);
-        let client = options(&auth, tls.as_ref())
+        let (tls, auth) = (setup::tls(config)?, setup::auth(config)?);
+        let client = setup::options(&auth, tls.as_ref())
             .connection_timeout(timeout)
             .request_timeout(Some(timeout))
             // The client drops a connection once two pings go unanswered: a silent network
