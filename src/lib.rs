@@ -93,7 +93,7 @@ pub use relay::outbox::postgres_sql::default_sql as postgres_outbox_sql;
 pub use relay::outbox::rows::{ClaimedRow, Delivered};
 pub use relay::outbox::seam::OutboxStore;
 pub use relay::partitions::plan::Span;
-pub use relay::partitions::postgres::PartitionedOutbox;
+pub use relay::partitions::PartitionedOutbox;
 
 // The inbox and takeover statements, and the handler SQL the worker binds.
 pub use bridge::takeover::database::Takeover;

@@ -40,11 +40,12 @@ use async_nats::jetstream::stream::RawMessageErrorKind;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
+use setup::NatsSetupError;
+
 use crate::broker::nats::config::NatsConfig;
 use crate::broker::seam::{
     AppendOptions, AppendOutcome, Entry, EntryId, EventStream, ServerId, StreamState, Unavailable,
 };
-pub(crate) use setup::NatsSetupError;
 
 /// The settings of a JetStream stream that handoff relies on (`handoff check` reads them).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,7 +108,7 @@ pub(super) enum Auth {
 impl Auth {
     /// The user JWT and NKey seed of a `.creds` file (as `nsc` writes it: each between a
     /// `-----BEGIN …-----` and an `------END …------` line), or what is missing.
-    pub(super) fn credentials(text: &str) -> Result<Self, String> {
+    fn credentials(text: &str) -> Result<Self, String> {
         let mut blocks = Vec::new();
         let mut lines = text.lines().map(str::trim);
         while let Some(line) = lines.next() {

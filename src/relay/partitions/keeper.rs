@@ -12,8 +12,7 @@ use tracing::{info, warn};
 
 use super::config::PartitionsConfig;
 use super::plan;
-use super::postgres::Outcome;
-use super::postgres::PartitionedOutbox;
+use super::postgres::{Outcome, PartitionedOutbox};
 use crate::error::error_chain;
 use crate::store::StoreError;
 use crate::telemetry::metrics::RelayHandles;

@@ -1,15 +1,15 @@
 //! A time-partitioned outbox (`handoff migrate --partitioned`, `[relay.partitions]`), the whole
-//! feature: its section (`config.rs`), which partitions should exist (`plan.rs`), creating,
-//! dropping and inspecting them on Postgres (`postgres.rs`), and the relay's
-//! housekeeping pass (`keeper.rs`).
+//! feature: its section (`config.rs`), whether a relay's table can be one (`unfit`, here), which
+//! partitions should exist (`plan.rs`), creating, dropping and inspecting them on Postgres
+//! (`postgres.rs`), and the relay's housekeeping pass (`keeper.rs`).
 
 pub(crate) mod config;
 mod keeper;
 pub(crate) mod plan;
-pub(crate) mod postgres;
+mod postgres;
 
 pub(crate) use keeper::PartitionKeeper;
-pub(crate) use postgres::PartitionedOutbox;
+pub use postgres::PartitionedOutbox;
 
 use crate::relay::config::RelayConfig;
 use crate::store::database::Database;

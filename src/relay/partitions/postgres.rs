@@ -1,8 +1,9 @@
-//! Creating, dropping and inspecting the partitions of a Postgres outbox partitioned by range of
-//! `created_at`. Every change runs in one transaction that first takes the outbox's own lock
-//! (ACCESS EXCLUSIVE, for at most `LOCK_TIMEOUT`): claims take the outbox before its
-//! partitions, so taking a partition first and the outbox second could deadlock with them. The
-//! relay's claims wait that long at most, once per created or dropped partition.
+//! A Postgres outbox partitioned by range of `created_at` as housekeeping sees it
+//! (`PartitionedOutbox`): creating, dropping and inspecting its partitions. Every change runs in
+//! one transaction that first takes the outbox's own lock (ACCESS EXCLUSIVE, for at most
+//! `LOCK_TIMEOUT`): claims take the outbox before its partitions, so taking a partition first
+//! and the outbox second could deadlock with them. The relay's claims wait that long at most,
+//! once per created or dropped partition.
 
 use std::time::Duration;
 
