@@ -43,6 +43,7 @@ mod fault;
 #[cfg(fuzzing)]
 pub mod fuzzing;
 mod migrate;
+mod names;
 mod ops;
 mod pause;
 mod percent;
@@ -92,8 +93,8 @@ pub use relay::outbox::postgres_locked::{LockedSql, delivered_sql};
 pub use relay::outbox::postgres_sql::default_sql as postgres_outbox_sql;
 pub use relay::outbox::rows::{ClaimedRow, Delivered};
 pub use relay::outbox::seam::OutboxStore;
-pub use relay::partitions::plan::Span;
 pub use relay::partitions::PartitionedOutbox;
+pub use relay::partitions::plan::Span;
 
 // The inbox and takeover statements, and the handler SQL the worker binds.
 pub use bridge::takeover::database::Takeover;

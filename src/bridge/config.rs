@@ -1,12 +1,13 @@
 //! `[[bridge]]`: streams read by a consumer group into the consumer's inbox table.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::bridge::takeover::contract::TakeoverStatement;
+use crate::names::{is_identifier, is_label};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -232,6 +233,49 @@ impl BridgeConfig {
         (1..=self.concurrency.max(1))
             .map(|k| if k == 1 { instance.to_owned() } else { format!("{instance}-{k}") })
             .collect()
+    }
+
+    /// Every problem of this section alone, each naming its key under `path` (statements, apply
+    /// and names used twice read other sections: the root configuration checks those).
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                errors.push(format!("{path}.{message}"));
+            }
+        };
+        check(is_label(&self.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
+        check(!self.consumer.is_empty(), "consumer must not be empty");
+        check(!self.streams.is_empty(), "streams must name at least one stream");
+        check(self.streams.iter().all(|s| !s.key.is_empty()), "streams: every key must be non-empty");
+        check(self.start == "0" || self.start == "$", "start must be \"0\" or \"$\"");
+        check((1..=10_000).contains(&self.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=16).contains(&self.concurrency), "concurrency must be between 1 and 16");
+        check(self.batch_bytes >= 1024, "batch_bytes must be at least 1024");
+        check(!self.block.is_zero(), "block must be > 0");
+        check(self.claim_idle >= Duration::from_millis(100), "claim_idle must be at least 100ms");
+        check(self.max_deliveries >= 1, "max_deliveries must be >= 1");
+        let tables = [&self.table, &self.poison_table, &self.deliveries_table];
+        for (key, table) in ["table", "poison_table", "deliveries_table"].into_iter().zip(tables) {
+            check(is_identifier(table), &format!("{key} must be a plain or schema-qualified identifier"));
+        }
+        check(self.validate.event_id_max_len >= 1, "validate.event_id_max_len must be >= 1");
+        check(self.validate.payload_max_bytes >= 2, "validate.payload_max_bytes must be >= 2");
+        let mut fields = HashSet::new();
+        for (i, (key, field)) in self.envelope.all().into_iter().enumerate() {
+            if field.is_empty() {
+                check(i >= 3, &format!("envelope.{key} must name an entry field"));
+            } else {
+                check(fields.insert(field), &format!("envelope.{key}: field `{field}` is mapped twice"));
+            }
+        }
+        if self.envelope.owner.is_empty() {
+            check(
+                self.streams.iter().all(|s| s.owner.is_none()),
+                "streams: an owner to check is set, but envelope.owner says entries carry none",
+            );
+        }
+        errors
     }
 }
 

@@ -86,7 +86,7 @@ pub(crate) async fn check(config: &Config) -> Result<Vec<String>, Vec<String>> {
                     ok.push(format!("relay `{}`: statements prepared, claim columns match", relay.name));
                     let (claim, chosen) = relay.claim_loop.claim_choice();
                     ok.push(format!("relay `{}`: claim = \"{claim}\" ({chosen})", relay.name));
-                    ok.push(crate::config::keep::described(relay));
+                    ok.push(crate::relay::config::keep::described(relay));
                     match crate::shards::agree(&db, relay, false).await {
                         Ok(Agreement::NotSharded) => {}
                         Ok(Agreement::Agrees { family, count }) => {

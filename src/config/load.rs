@@ -9,6 +9,7 @@ use figment::providers::{Env, Format, Toml};
 
 use crate::config::file::Config;
 use crate::config::validate;
+use crate::relay::config::RelayConfig;
 use crate::runtime::loop_config as claim_loop;
 use crate::secret::Secret;
 
@@ -112,7 +113,7 @@ fn finish(figment: Figment, text: &str) -> Result<Config, ConfigError> {
     }
     super::claim::resolve(&mut config);
     super::apply::resolve(&mut config);
-    super::keep::resolve(&mut config);
+    config.relays.iter_mut().for_each(RelayConfig::keep_by_default);
     Ok(config)
 }
 

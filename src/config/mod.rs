@@ -1,9 +1,9 @@
 //! The one TOML file that configures handoff: its root, loading and the checks across sections.
 //!
 //! Every struct rejects unknown keys, every duration carries its unit (`"250ms"`, `"30s"`), and
-//! every field documents its default. Each section lives beside what it configures and knows
-//! nothing of the root: `relay/config.rs`, `bridge/config.rs`, `worker/config.rs`,
-//! `pause/config.rs`, `relay/partitions/config.rs`, `store/config.rs` (`[database]`),
+//! every field documents its default. Each section lives beside what it configures, knows
+//! nothing of the root and checks what it says alone (`problems`): `relay/config/`,
+//! `bridge/config.rs`, `worker/config.rs`, `pause/config.rs`, `relay/partitions/config.rs`, `store/config.rs` (`[database]`),
 //! `broker/{redis,nats,kafka}/config.rs`, `telemetry/config.rs`, `tls/config.rs`; what several
 //! share sits in leaves (`secret.rs`, `template.rs`, `runtime/loop_config.rs`). This module holds
 //! the root (`file`), loading (file + environment + `*_file` secrets) in `load`, the checks that
@@ -16,7 +16,6 @@ pub(crate) mod apply;
 mod claim;
 pub(crate) mod file;
 mod kafka;
-pub(crate) mod keep;
 pub(crate) mod load;
 mod nats;
 mod shards;

@@ -31,6 +31,24 @@ impl BackoffConfig {
     pub(crate) fn outage_default() -> Self {
         Self { initial: Duration::from_millis(200), max: Duration::from_secs(30), multiplier: 2.0, jitter: 0.2 }
     }
+
+    /// What cannot hold, each naming its key under `path`.
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.initial.is_zero() {
+            errors.push(format!("{path}.initial must be > 0"));
+        }
+        if self.max < self.initial {
+            errors.push(format!("{path}.max must be >= initial"));
+        }
+        if !(self.multiplier >= 1.0 && self.multiplier <= 10.0) {
+            errors.push(format!("{path}.multiplier must be between 1 and 10"));
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            errors.push(format!("{path}.jitter must be >= 0 and < 1"));
+        }
+        errors
+    }
 }
 
 /// Delay before the `n`-th retry (`n` ≥ 1): `initial × multiplier^(n-1)` capped at `max`, then

@@ -106,6 +106,31 @@ impl Default for TelemetryConfig {
     }
 }
 
+impl TelemetryConfig {
+    /// Every problem of `[telemetry]`, each naming its key.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.header_read_timeout.is_zero() {
+            errors.push("telemetry.header_read_timeout must be > 0".into());
+        }
+        if self.max_connections == 0 {
+            errors.push("telemetry.max_connections must be > 0".into());
+        }
+        if self.sample_interval.is_zero() {
+            errors.push("telemetry.sample_interval must be > 0".into());
+        }
+        if let Some(tracing) = &self.tracing {
+            if tracing.sample_ratio.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+                errors.push("telemetry.tracing.sample_ratio must be between 0 and 1".into());
+            }
+            if tracing.timeout.is_zero() {
+                errors.push("telemetry.tracing.timeout must be > 0".into());
+            }
+        }
+        errors
+    }
+}
+
 fn ten_seconds() -> Duration {
     Duration::from_secs(10)
 }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::worker::inbox::contract::WorkerStatement;
-
+use crate::names::{is_identifier, is_label};
 use crate::runtime::loop_config::{ClaimLoopConfig, WorkerLoop};
+use crate::tls::config::TlsMode;
+use crate::worker::inbox::contract::WorkerStatement;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +47,39 @@ pub struct WorkerConfig {
     /// Statement overrides for an inbox of your own; absent ones use the reference schema's.
     #[serde(default)]
     pub sql: WorkerOverrides,
+}
+
+impl WorkerConfig {
+    /// Every problem of this section alone, each naming its key under `path` (statements and
+    /// names used twice read other sections: the root configuration checks those; the handlers'
+    /// HTTP settings are checked with every connection's TLS).
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                errors.push(format!("{path}.{message}"));
+            }
+        };
+        let claim_loop = &self.claim_loop;
+        check(is_label(&self.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
+        check(!self.consumer.is_empty(), "consumer must not be empty");
+        check(is_identifier(&self.table), "table must be a plain or schema-qualified identifier");
+        check((1..=10_000).contains(&claim_loop.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=64).contains(&claim_loop.concurrency), "concurrency must be between 1 and 64");
+        check(!claim_loop.poll_interval.is_zero(), "poll_interval must be > 0");
+        check(claim_loop.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+        check(claim_loop.max_attempts >= 1, "max_attempts must be >= 1");
+        check(self.max_expired_leases >= 1, "max_expired_leases must be >= 1");
+        for (h, handler) in self.handlers.iter().enumerate() {
+            let ok = handler.event_types.iter().all(|t| !t.is_empty()) && !handler.event_types.is_empty();
+            check(ok, &format!("handler[{h}].event_types must list at least one non-empty type"));
+            let one = handler.sql.is_empty() != handler.http.is_none();
+            check(one, &format!("handler[{h}]: set exactly one of sql, http"));
+        }
+        errors.extend(claim_loop.backoff.problems(&format!("{path}.backoff")));
+        errors.extend(claim_loop.outage_backoff.problems(&format!("{path}.outage_backoff")));
+        errors
+    }
 }
 
 /// `[worker.retention]`
@@ -196,6 +230,47 @@ impl HttpHandlerConfig {
     /// The URL as logs, errors and `check` show it.
     pub(crate) fn shown_url(&self) -> String {
         crate::secret::redacted_url(self.url())
+    }
+
+    /// Every problem of this handler's HTTP settings, each naming its key under `path`: TLS
+    /// that agrees with the URL, no event header that would steer the call, no constant that
+    /// would frame it.
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
+        let mut errors = self.tls_problems(path);
+        for name in &self.forward_headers {
+            if never_forwarded(&name.to_ascii_lowercase()) {
+                errors.push(format!("{path}.forward_headers: `{name}` is never taken from an event (it frames, routes or authenticates the call)"));
+            }
+        }
+        for name in self.headers.keys() {
+            if reserved_request_header(&name.to_ascii_lowercase()) {
+                errors.push(format!("{path}.headers.{name}: handoff sets this header itself"));
+            }
+        }
+        if !(1..=256).contains(&self.concurrency) {
+            errors.push(format!("{path}.concurrency must be between 1 and 256"));
+        }
+        errors
+    }
+
+    fn tls_problems(&self, path: &str) -> Vec<String> {
+        let https = self.url().trim_start().to_ascii_lowercase().starts_with("https://");
+        if !https {
+            return if self.tls.is_set() {
+                vec![format!("{path}.tls is set but {path}.url is not https://")]
+            } else {
+                vec![]
+            };
+        }
+        let mode = self.tls.mode_or(TlsMode::VerifyFull);
+        let mut errors = crate::tls::config::check_shape(&format!("{path}.tls"), &self.tls, mode);
+        if matches!(mode, TlsMode::Disable | TlsMode::Prefer) {
+            errors.push(format!(
+                "{path}.tls.mode: {} makes no sense with https://; use http:// for plain TCP",
+                mode.name()
+            ));
+        }
+        errors
     }
 }
 

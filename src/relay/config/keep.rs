@@ -6,20 +6,20 @@
 //! their own ways. `[relay.trim] acknowledged = false` and `[relay.retention] enabled = false`
 //! keep everything.
 
+use super::{RelayConfig, RetentionConfig, SettleMode, TrimConfig};
 use crate::broker::Broker;
-use crate::config::file::Config;
-use crate::relay::config::{RetentionConfig, SettleMode, TrimConfig};
 
-/// Fills in the defaults after validation (which saw only what the file says).
-pub(crate) fn resolve(config: &mut Config) {
-    for relay in &mut config.relays {
-        relay.trim = match relay.trim.take() {
-            None if relay.broker == Broker::Redis => Some(TrimConfig::acknowledged_by_default()),
+impl RelayConfig {
+    /// Fills in what the relay keeps by default, after validation (which saw only what the file
+    /// says).
+    pub(crate) fn keep_by_default(&mut self) {
+        self.trim = match self.trim.take() {
+            None if self.broker == Broker::Redis => Some(TrimConfig::acknowledged_by_default()),
             Some(trim) if trim.off() => None,
             trim => trim,
         };
-        let reference = relay.sql.is_empty() && relay.settle == SettleMode::MarkDelivered && relay.partitions.is_none();
-        relay.retention = match relay.retention.take() {
+        let reference = self.sql.is_empty() && self.settle == SettleMode::MarkDelivered && self.partitions.is_none();
+        self.retention = match self.retention.take() {
             None if reference => Some(RetentionConfig::default()),
             Some(retention) if !retention.enabled => None,
             retention => retention,
@@ -28,7 +28,7 @@ pub(crate) fn resolve(config: &mut Config) {
 }
 
 /// What the file says of a relay's `trim` and `retention` that cannot hold, into `errors`.
-pub(crate) fn validate(relay: &crate::relay::config::RelayConfig, path: &str, errors: &mut Vec<String>) {
+pub(super) fn problems(relay: &RelayConfig, path: &str, errors: &mut Vec<String>) {
     if let Some(trim) = &relay.trim {
         let set =
             usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());
@@ -55,7 +55,7 @@ pub(crate) fn validate(relay: &crate::relay::config::RelayConfig, path: &str, er
 }
 
 /// What a relay keeps, in words, for `check`.
-pub(crate) fn described(relay: &crate::relay::config::RelayConfig) -> String {
+pub(crate) fn described(relay: &RelayConfig) -> String {
     let default = |d: bool| if d { " (default)" } else { "" };
     let rows = match &relay.retention {
         Some(r) => format!(

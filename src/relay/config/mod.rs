@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub(crate) mod keep;
+mod problems;
+
 use crate::relay::outbox::overrides::SqlOverrides;
 use crate::runtime::loop_config::{ClaimLoopConfig, RelayLoop};
 
