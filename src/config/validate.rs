@@ -1,7 +1,8 @@
 //! The checks that read more than one section: every connection's TLS, what the database allows
-//! (the statements' placeholders, the locked claim, ordering), names used twice, apply. Each
-//! section checks itself (`RelayConfig::problems`, `BridgeConfig::problems`, …); this calls
-//! them in the file's order and returns every problem, each with its key path.
+//! (the statements' placeholders, the locked claim, ordering), names used twice, apply, what a
+//! relay or bridge asks of its broker; and the few of `[database]` and `[shutdown]`. Every other
+//! section checks itself (`RelayConfig::problems`, `BridgeConfig::problems`, …). This calls them
+//! all in one fixed order and returns every problem, each with its key path.
 
 use std::collections::HashSet;
 
@@ -14,8 +15,9 @@ use crate::tls::config as tls;
 use crate::tls::config::TlsMode;
 use crate::worker::inbox::contract::WorkerStatement;
 
-/// Every connection's TLS settings: modes the driver can honour, scheme and mode agreeing. (The
-/// certificate files are read when connecting; those errors name their key too.)
+/// Every connection's TLS settings: modes the driver can honour, scheme and mode agreeing (the
+/// certificate files are read when connecting; those errors name their key too). An HTTP
+/// handler's other settings are checked here with its TLS.
 fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
     let mut errors = Vec::new();
     let database = &config.database;

@@ -308,7 +308,7 @@ const NEVER_FROM_EVENTS: &[&str] = &[
 ];
 
 /// Whether a handler's constant `headers` may not set `name` (lower case).
-pub(crate) fn reserved_request_header(name: &str) -> bool {
+fn reserved_request_header(name: &str) -> bool {
     RESERVED.contains(&name)
 }
 

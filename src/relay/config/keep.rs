@@ -28,7 +28,7 @@ impl RelayConfig {
 }
 
 /// What the file says of a relay's `trim` and `retention` that cannot hold, into `errors`.
-pub(super) fn problems(relay: &RelayConfig, path: &str, errors: &mut Vec<String>) {
+pub(super) fn retention_problems(relay: &RelayConfig, path: &str, errors: &mut Vec<String>) {
     if let Some(trim) = &relay.trim {
         let set =
             usize::from(trim.maxlen.is_some()) + usize::from(trim.min_age.is_some()) + usize::from(trim.acknowledged());

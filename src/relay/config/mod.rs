@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub(crate) mod keep;
-mod problems;
-
 use crate::relay::outbox::overrides::SqlOverrides;
 use crate::runtime::loop_config::{ClaimLoopConfig, RelayLoop};
+
+pub(crate) mod keep;
+mod problems;
 
 /// `[[relay]]`: one outbox table relayed to a broker.
 #[derive(Debug, Clone, Deserialize)]

@@ -38,7 +38,7 @@ impl RelayConfig {
         );
         errors.extend(claim_loop.backoff.problems(&format!("{path}.backoff")));
         errors.extend(claim_loop.outage_backoff.problems(&format!("{path}.outage_backoff")));
-        keep::problems(self, path, &mut errors);
+        keep::retention_problems(self, path, &mut errors);
         if let Some(dedupe) = &self.dedupe {
             if dedupe.window < claim_loop.lease * 2 {
                 errors.push(format!(
