@@ -1,8 +1,8 @@
-//! The checks that read more than one section: every connection's TLS, what the database allows
-//! (the statements' placeholders, the locked claim, ordering), names used twice, apply, what a
-//! relay or bridge asks of its broker; and the few of `[database]` and `[shutdown]`. Every other
-//! section checks itself (`RelayConfig::problems`, `BridgeConfig::problems`, …). This calls them
-//! all in one fixed order and returns every problem, each with its key path.
+//! The checks that read more than one section: what the database allows (the statements'
+//! placeholders, the locked claim, ordering), names used twice, apply, what a relay or bridge
+//! asks of its broker; and `[shutdown]`, the root's own section. Every other section checks
+//! itself (`DatabaseConfig::problems`, `RelayConfig::problems`, …); this calls those too, in one
+//! fixed order, and returns every problem, each with its key path.
 
 use std::collections::HashSet;
 
@@ -11,65 +11,12 @@ use crate::config::file::Config;
 use crate::relay::outbox::contract::{self as outbox_contract, StatementKind};
 use crate::sql::params::{ParamError, Placeholder};
 use crate::store::config::Dialect;
-use crate::tls::config as tls;
-use crate::tls::config::TlsMode;
 use crate::worker::inbox::contract::WorkerStatement;
 
-/// Every connection's TLS settings: modes the driver can honour, scheme and mode agreeing (the
-/// certificate files are read when connecting; those errors name their key too). An HTTP
-/// handler's other settings are checked here with its TLS.
-fn validate_tls(config: &Config, dialect: Option<Dialect>) -> Vec<String> {
-    let mut errors = Vec::new();
-    let database = &config.database;
-    let mode = database.tls_mode();
-    errors.extend(tls::check_shape("database.tls", &database.tls, mode));
-    if dialect == Some(Dialect::Mysql) && matches!(mode, TlsMode::Prefer | TlsMode::VerifyCa) {
-        errors.push(format!(
-            "database.tls.mode: {} cannot be honoured on MySQL / MariaDB (its driver cannot {}); use disable, require or verify-full",
-            mode.name(),
-            if mode == TlsMode::Prefer { "fall back to plain TCP" } else { "verify the chain without the host name" }
-        ));
-    }
-    if dialect == Some(Dialect::Mysql) && database.tls.server_name.is_some() {
-        errors.push(
-            "database.tls.server_name cannot be honoured on MySQL / MariaDB (its driver checks the host it connects to)"
-                .into(),
-        );
-    }
-    let redis = &config.redis;
-    let tls_scheme = redis.url.as_ref().is_some_and(|u| crate::broker::redis::config::redis_scheme_is_tls(u.expose()));
-    if !tls_scheme && redis.tls.is_set() {
-        errors.push(
-            "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
-                .into(),
-        );
-    }
-    if tls_scheme {
-        let mode = redis.tls_mode();
-        errors.extend(tls::check_shape("redis.tls", &redis.tls, mode));
-        if matches!(mode, TlsMode::Disable | TlsMode::Prefer) {
-            errors.push(format!(
-                "redis.tls.mode: {} makes no sense with rediss:// (always TLS); use redis:// for plain TCP",
-                mode.name()
-            ));
-        }
-    }
-    for (i, worker) in config.workers.iter().enumerate() {
-        for (h, handler) in worker.handlers.iter().enumerate() {
-            if let Some(http) = &handler.http {
-                errors.extend(http.problems(&format!("worker[{i}].handler[{h}].http")));
-            }
-        }
-    }
-    errors
-}
-
 pub(super) fn validate(config: &Config) -> Vec<String> {
-    let mut errors = Vec::new();
-    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
-    if config.database.url.is_some() && dialect.is_none() {
-        errors.push("database.url: scheme must be postgres://, postgresql://, mysql:// or mariadb://".into());
-    }
+    let mut errors = config.database.problems();
+    errors.extend(config.redis.problems());
+    let dialect = config.database.dialect();
     let style = dialect.unwrap_or(Dialect::Postgres).placeholder();
     if dialect == Some(Dialect::Mysql) {
         for (i, relay) in config.relays.iter().enumerate() {
@@ -82,10 +29,6 @@ pub(super) fn validate(config: &Config) -> Vec<String> {
                 ));
             }
         }
-    }
-    errors.extend(validate_tls(config, dialect));
-    if config.database.pool_size == 0 {
-        errors.push("database.pool_size must be > 0".into());
     }
     // Where an explicit locked claim cannot keep its promises (the rules `auto` follows too).
     for (i, relay) in config

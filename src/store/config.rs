@@ -67,6 +67,40 @@ impl DatabaseConfig {
         let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);
         self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
     }
+
+    /// The database's dialect, if the URL names one.
+    pub(crate) fn dialect(&self) -> Option<Dialect> {
+        self.url.as_ref().and_then(|url| Dialect::of(url.expose()))
+    }
+
+    /// Every problem of `[database]`: a scheme handoff speaks, TLS the driver can honour (the
+    /// certificate files are read when connecting; those errors name their key too), a pool.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        let dialect = self.dialect();
+        if self.url.is_some() && dialect.is_none() {
+            errors.push("database.url: scheme must be postgres://, postgresql://, mysql:// or mariadb://".into());
+        }
+        let mode = self.tls_mode();
+        errors.extend(crate::tls::config::check_shape("database.tls", &self.tls, mode));
+        if dialect == Some(Dialect::Mysql) && matches!(mode, TlsMode::Prefer | TlsMode::VerifyCa) {
+            errors.push(format!(
+                "database.tls.mode: {} cannot be honoured on MySQL / MariaDB (its driver cannot {}); use disable, require or verify-full",
+                mode.name(),
+                if mode == TlsMode::Prefer { "fall back to plain TCP" } else { "verify the chain without the host name" }
+            ));
+        }
+        if dialect == Some(Dialect::Mysql) && self.tls.server_name.is_some() {
+            errors.push(
+                "database.tls.server_name cannot be honoured on MySQL / MariaDB (its driver checks the host it connects to)"
+                    .into(),
+            );
+        }
+        if self.pool_size == 0 {
+            errors.push("database.pool_size must be > 0".into());
+        }
+        errors
+    }
 }
 
 /// The dialect a `database.url` names, by its scheme.

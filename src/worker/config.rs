@@ -51,8 +51,7 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     /// Every problem of this section alone, each naming its key under `path` (statements and
-    /// names used twice read other sections: the root configuration checks those; the handlers'
-    /// HTTP settings are checked with every connection's TLS).
+    /// names used twice read other sections: the root configuration checks those).
     pub(crate) fn problems(&self, path: &str) -> Vec<String> {
         let mut errors = Vec::new();
         let mut check = |ok: bool, message: &str| {
@@ -78,6 +77,11 @@ impl WorkerConfig {
         }
         errors.extend(claim_loop.backoff.problems(&format!("{path}.backoff")));
         errors.extend(claim_loop.outage_backoff.problems(&format!("{path}.outage_backoff")));
+        for (h, handler) in self.handlers.iter().enumerate() {
+            if let Some(http) = &handler.http {
+                errors.extend(http.problems(&format!("{path}.handler[{h}].http")));
+            }
+        }
         errors
     }
 }

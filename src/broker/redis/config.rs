@@ -44,6 +44,29 @@ impl RedisConfig {
             TlsMode::Disable
         }
     }
+
+    /// Every problem of `[redis]`: TLS settings that agree with the URL's scheme.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let tls_scheme = self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose()));
+        if !tls_scheme && self.tls.is_set() {
+            return vec![
+                "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
+                    .into(),
+            ];
+        }
+        if !tls_scheme {
+            return vec![];
+        }
+        let mode = self.tls_mode();
+        let mut errors = crate::tls::config::check_shape("redis.tls", &self.tls, mode);
+        if matches!(mode, TlsMode::Disable | TlsMode::Prefer) {
+            errors.push(format!(
+                "redis.tls.mode: {} makes no sense with rediss:// (always TLS); use redis:// for plain TCP",
+                mode.name()
+            ));
+        }
+        errors
+    }
 }
 
 /// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (and fred's `valkeys` spellings).
