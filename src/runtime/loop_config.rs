@@ -60,6 +60,25 @@ impl<D: LoopDefaults> ClaimLoopConfig<D> {
     pub(crate) fn claim_choice(&self) -> (&'static str, &str) {
         (self.claim.name(), self.claim_chosen.as_deref().unwrap_or("configured"))
     }
+
+    /// Every problem of these keys, each named under `path` (the relay's or worker's section,
+    /// where they are written).
+    pub(crate) fn problems(&self, path: &str) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, message: &str| {
+            if !ok {
+                errors.push(format!("{path}.{message}"));
+            }
+        };
+        check((1..=10_000).contains(&self.batch_size), "batch_size must be between 1 and 10000");
+        check((1..=64).contains(&self.concurrency), "concurrency must be between 1 and 64");
+        check(!self.poll_interval.is_zero(), "poll_interval must be > 0");
+        check(self.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+        check(self.max_attempts >= 1, "max_attempts must be >= 1");
+        errors.extend(self.backoff.problems(&format!("{path}.backoff")));
+        errors.extend(self.outage_backoff.problems(&format!("{path}.outage_backoff")));
+        errors
+    }
 }
 
 impl<D: LoopDefaults> Default for ClaimLoopConfig<D> {
@@ -164,5 +183,33 @@ mod tests {
         assert_eq!((relay.batch_size, relay.concurrency, relay.max_attempts), (500, 2, 10));
         assert_eq!((worker.batch_size, worker.concurrency, worker.max_attempts), (50, 1, 5));
         assert_eq!((relay.lease, worker.poll_interval), (Duration::from_secs(30), Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn every_out_of_range_key_is_named_under_its_section_and_the_defaults_have_none() {
+        assert_eq!(ClaimLoopConfig::<RelayLoop>::default().problems("relay[0]"), Vec::<String>::new());
+        assert_eq!(ClaimLoopConfig::<WorkerLoop>::default().problems("worker[0]"), Vec::<String>::new());
+        let mut bad = ClaimLoopConfig::<WorkerLoop> {
+            batch_size: 0,
+            concurrency: 65,
+            poll_interval: Duration::ZERO,
+            lease: Duration::from_millis(99),
+            max_attempts: 0,
+            ..Default::default()
+        };
+        bad.backoff.multiplier = 0.5;
+        bad.outage_backoff.initial = Duration::ZERO;
+        assert_eq!(
+            bad.problems("worker[1]"),
+            [
+                "worker[1].batch_size must be between 1 and 10000",
+                "worker[1].concurrency must be between 1 and 64",
+                "worker[1].poll_interval must be > 0",
+                "worker[1].lease must be at least 100ms",
+                "worker[1].max_attempts must be >= 1",
+                "worker[1].backoff.multiplier must be between 1 and 10",
+                "worker[1].outage_backoff.initial must be > 0",
+            ]
+        );
     }
 }

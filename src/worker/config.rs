@@ -59,15 +59,9 @@ impl WorkerConfig {
                 errors.push(format!("{path}.{message}"));
             }
         };
-        let claim_loop = &self.claim_loop;
         check(is_label(&self.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
         check(!self.consumer.is_empty(), "consumer must not be empty");
         check(is_identifier(&self.table), "table must be a plain or schema-qualified identifier");
-        check((1..=10_000).contains(&claim_loop.batch_size), "batch_size must be between 1 and 10000");
-        check((1..=64).contains(&claim_loop.concurrency), "concurrency must be between 1 and 64");
-        check(!claim_loop.poll_interval.is_zero(), "poll_interval must be > 0");
-        check(claim_loop.lease >= Duration::from_millis(100), "lease must be at least 100ms");
-        check(claim_loop.max_attempts >= 1, "max_attempts must be >= 1");
         check(self.max_expired_leases >= 1, "max_expired_leases must be >= 1");
         for (h, handler) in self.handlers.iter().enumerate() {
             let ok = handler.event_types.iter().all(|t| !t.is_empty()) && !handler.event_types.is_empty();
@@ -75,8 +69,7 @@ impl WorkerConfig {
             let one = handler.sql.is_empty() != handler.http.is_none();
             check(one, &format!("handler[{h}]: set exactly one of sql, http"));
         }
-        errors.extend(claim_loop.backoff.problems(&format!("{path}.backoff")));
-        errors.extend(claim_loop.outage_backoff.problems(&format!("{path}.outage_backoff")));
+        errors.extend(self.claim_loop.problems(path));
         for (h, handler) in self.handlers.iter().enumerate() {
             if let Some(http) = &handler.http {
                 errors.extend(http.problems(&format!("{path}.handler[{h}].http")));

@@ -2,8 +2,6 @@
 //! other sections too (the statements' placeholders, which claim the database allows, names
 //! used twice) are the root configuration's.
 
-use std::time::Duration;
-
 use super::{RelayConfig, keep};
 use crate::names::{is_identifier, is_label};
 use crate::template::Template;
@@ -21,14 +19,8 @@ impl RelayConfig {
                 errors.push(format!("{path}.{message}"));
             }
         };
-        let claim_loop = &self.claim_loop;
         check(is_label(&self.name), "name must be 1-64 characters of [A-Za-z0-9_.-]");
         check(is_identifier(&self.table), "table must be a plain or schema-qualified identifier");
-        check((1..=10_000).contains(&claim_loop.batch_size), "batch_size must be between 1 and 10000");
-        check((1..=64).contains(&claim_loop.concurrency), "concurrency must be between 1 and 64");
-        check(!claim_loop.poll_interval.is_zero(), "poll_interval must be > 0");
-        check(claim_loop.lease >= Duration::from_millis(100), "lease must be at least 100ms");
-        check(claim_loop.max_attempts >= 1, "max_attempts must be >= 1");
         check(self.max_expired_claims >= 1, "max_expired_claims must be >= 1");
         check(self.payload_max_bytes >= 2, "payload_max_bytes must be >= 2");
         // 512 MB is what one Redis bulk string may hold at most (proto-max-bulk-len's default).
@@ -36,11 +28,10 @@ impl RelayConfig {
             (self.payload_max_bytes..=512 << 20).contains(&self.entry_max_bytes),
             "entry_max_bytes must be at least payload_max_bytes and at most 536870912",
         );
-        errors.extend(claim_loop.backoff.problems(&format!("{path}.backoff")));
-        errors.extend(claim_loop.outage_backoff.problems(&format!("{path}.outage_backoff")));
+        errors.extend(self.claim_loop.problems(path));
         keep::retention_problems(self, path, &mut errors);
         if let Some(dedupe) = &self.dedupe {
-            if dedupe.window < claim_loop.lease * 2 {
+            if dedupe.window < self.claim_loop.lease * 2 {
                 errors.push(format!(
                     "{path}.dedupe.window must be at least twice the lease (a takeover happens after it expires)"
                 ));
