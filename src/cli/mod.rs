@@ -169,9 +169,7 @@ pub fn main() -> ExitCode {
         }
     };
     if let Command::Migrate { print: true, partitioned, role } = &cli.command {
-        let mysql = config.database.url.as_ref().is_some_and(|u| {
-            crate::store::config::Dialect::of(u.expose()) == Some(crate::store::config::Dialect::Mysql)
-        });
+        let mysql = config.database.dialect() == Some(crate::store::config::Dialect::Mysql);
         let versions = if mysql {
             crate::migrate::MYSQL.to_vec()
         } else {

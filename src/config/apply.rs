@@ -50,7 +50,7 @@ fn same_inbox(bridge: &BridgeConfig, worker: &WorkerConfig) -> bool {
 /// Settles every bridge's `apply` to a worker's name or none, recording why in `apply_chosen`.
 /// Runs on a valid configuration (an explicit worker already passed [`problems`]).
 pub(crate) fn resolve(config: &mut Config) {
-    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
+    let dialect = config.database.dialect();
     let style = dialect.unwrap_or(Dialect::Postgres).placeholder();
     let chosen: Vec<(Option<String>, String)> = config
         .bridges

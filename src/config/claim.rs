@@ -163,7 +163,7 @@ pub(super) fn worker_blockers(worker: &WorkerConfig, dialect: Option<Dialect>) -
 /// Replaces every `auto` claim with `locked` or `leased` and records why in `claim_chosen`.
 /// Runs on a valid configuration (explicit `locked` claims already passed `blockers`).
 pub(super) fn resolve(config: &mut Config) {
-    let dialect = config.database.url.as_ref().and_then(|url| Dialect::of(url.expose()));
+    let dialect = config.database.dialect();
     let found: Vec<Vec<Blocker>> = config.relays.iter().map(|relay| blockers(relay, dialect, &config.redis)).collect();
     // Either every eligible relay fits in the pool, or none goes locked (a mix decided by file
     // order would surprise more than it saves).

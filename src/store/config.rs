@@ -64,7 +64,7 @@ impl DatabaseConfig {
 
     /// The TLS mode in force (after the URL's words were merged in at load).
     pub(crate) fn tls_mode(&self) -> TlsMode {
-        let mysql = self.url.as_ref().and_then(|u| Dialect::of(u.expose())).is_some_and(|d| d == Dialect::Mysql);
+        let mysql = self.dialect() == Some(Dialect::Mysql);
         self.tls.mode_or(if mysql { TlsMode::Disable } else { TlsMode::Prefer })
     }
 

@@ -38,24 +38,24 @@ pub struct RedisConfig {
 impl RedisConfig {
     /// The TLS mode in force: the scheme decides whether TLS is on.
     pub(crate) fn tls_mode(&self) -> TlsMode {
-        if self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose())) {
-            self.tls.mode_or(TlsMode::VerifyFull)
-        } else {
-            TlsMode::Disable
-        }
+        if self.tls_scheme() { self.tls.mode_or(TlsMode::VerifyFull) } else { TlsMode::Disable }
+    }
+
+    fn tls_scheme(&self) -> bool {
+        self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose()))
     }
 
     /// Every problem of `[redis]`: TLS settings that agree with the URL's scheme.
     pub(crate) fn problems(&self) -> Vec<String> {
-        let tls_scheme = self.url.as_ref().is_some_and(|u| redis_scheme_is_tls(u.expose()));
-        if !tls_scheme && self.tls.is_set() {
-            return vec![
-                "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
-                    .into(),
-            ];
-        }
-        if !tls_scheme {
-            return vec![];
+        if !self.tls_scheme() {
+            let set = self.tls.is_set();
+            return set
+                .then(|| {
+                    "redis.tls is set but redis.url is not a TLS URL; use rediss:// (or rediss-cluster://, rediss-sentinel://)"
+                        .to_owned()
+                })
+                .into_iter()
+                .collect();
         }
         let mode = self.tls_mode();
         let mut errors = crate::tls::config::check_shape("redis.tls", &self.tls, mode);
